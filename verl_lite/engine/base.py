@@ -1,0 +1,116 @@
+"""The engine interface every training backend implements (torch-native, Megatron, MindSpeed).
+
+An engine owns one model (a language model with its LM head, or a value model with a scalar head),
+its optimizer and LR schedule. Workers drive it; the trainer never touches a model directly.
+
+Batch contract (all tensors on CPU or the engine's device, left-padded prompts + right-padded
+responses, as produced by the rollout):
+  input_ids       (B, T) long   prompt + response tokens
+  attention_mask  (B, T) long   1 for real tokens
+  position_ids    (B, T) long
+  responses       (B, R) long   the last R columns of input_ids
+  response_mask   (B, R) long   1 for generated tokens up to and including EOS
+
+Forward outputs, one dict per micro-batch:
+  language_model: log_probs (B, R) float32 [, entropy (B, R) when asked]
+  value_model:    values (B, R) float32
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+MODEL_TYPES = ("language_model", "value_model")
+
+# loss_fn(outputs, micro_batch) -> (loss tensor to backpropagate, metrics dict of floats)
+LossFn = Callable[[Dict[str, Any], Dict[str, Any]], Tuple[Any, Dict[str, float]]]
+
+
+class BaseEngine(abc.ABC):
+    """Abstract training engine. Subclasses are registered in `verl_lite.registry`."""
+
+    model_type: str = "language_model"
+
+    def __init__(self, model_config: Any, engine_config: Any, optim_config: Any, device: str, role: str = "actor"):
+        self.model_config = model_config
+        self.engine_config = engine_config
+        self.optim_config = optim_config
+        self.device = device
+        self.role = role
+        self._mode = "eval"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def initialize(self) -> None:
+        """Set up the device mesh / process groups, build the model, optimizer and LR schedule."""
+
+    def train_mode(self) -> None:
+        self._mode = "train"
+
+    def eval_mode(self) -> None:
+        self._mode = "eval"
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    # -- compute -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def forward_backward(
+        self,
+        micro_batches: List[Dict[str, Any]],
+        loss_fn: Optional[LossFn] = None,
+        forward_only: bool = False,
+        calculate_entropy: bool = False,
+    ) -> List[Dict[str, Any]]:
+        """Run forward (and backward of `loss_fn`'s loss unless forward_only) on each micro-batch.
+
+        Gradients accumulate across micro-batches; the caller scales each loss. Returns the
+        forward outputs (detached, on CPU) with the loss function's metrics under "metrics".
+        """
+
+    @abc.abstractmethod
+    def optimizer_zero_grad(self) -> None: ...
+
+    @abc.abstractmethod
+    def optimizer_step(self) -> float:
+        """Clip gradients, step the optimizer; returns the gradient norm before clipping."""
+
+    @abc.abstractmethod
+    def lr_scheduler_step(self) -> float:
+        """Advance the LR schedule; returns the learning rate now in effect."""
+
+    # -- memory --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
+        """Move model parameters / optimizer state / gradients to `device` ("cpu" to offload)."""
+
+    # -- weights -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def export_weights(self) -> Iterator[Tuple[str, Any]]:
+        """Yield (HF parameter name, full unsharded tensor on CPU) for rollout weight sync."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, path: str) -> None:
+        """Write model, optimizer, scheduler and RNG state under directory `path`."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what save_checkpoint wrote (tensors only: torch.load(weights_only=True))."""
+
+    # -- topology ------------------------------------------------------------------------------
+
+    def data_parallel_rank(self) -> int:
+        return 0
+
+    def data_parallel_size(self) -> int:
+        return 1
+
+    def is_data_parallel_leader(self) -> bool:
+        """True on the rank whose outputs represent its data-parallel shard (TP/PP rank 0, last stage)."""
+        return True
