@@ -1,0 +1,65 @@
+"""Model locations: shipped tiny configs by name, or local directories. Nothing is downloaded.
+
+`actor_rollout_ref.model.path` is either a directory with an HF `config.json` (weights optional:
+without them the model is randomly initialised) or the name of a config shipped in
+`verl_lite/assets/` (for example `tiny-qwen3_5`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+ASSETS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
+
+
+def shipped_models() -> List[str]:
+    """Names of the model configs shipped with verl_lite."""
+    if not os.path.isdir(ASSETS_DIR):
+        return []
+    return sorted(d for d in os.listdir(ASSETS_DIR) if os.path.isfile(os.path.join(ASSETS_DIR, d, "config.json")))
+
+
+def resolve_model_dir(path: str) -> str:
+    """Map a shipped model name or a user path (with ~ and env vars) to a directory path.
+
+    The returned path may not exist; `model_dir_problem` says why a path is unusable.
+    """
+    if path and not os.sep in path and path in shipped_models():
+        return os.path.join(ASSETS_DIR, path)
+    return os.path.abspath(os.path.expanduser(os.path.expandvars(path or "")))
+
+
+def model_dir_problem(path: str) -> Optional[str]:
+    """None if `path` names a usable model directory, else a one-line reason with the fix."""
+    if not path:
+        return "model path is empty (set actor_rollout_ref.model.path to a local HF model directory)"
+    resolved = resolve_model_dir(path)
+    if not os.path.isdir(resolved):
+        return (
+            f"model path {path!r} does not exist (point actor_rollout_ref.model.path at a local HF model "
+            f"directory with config.json, or use a shipped config: {', '.join(shipped_models())})"
+        )
+    if not os.path.isfile(os.path.join(resolved, "config.json")):
+        return f"model path {path!r} has no config.json (expected an HF model directory)"
+    return None
+
+
+def read_hf_config(path: str) -> Optional[Dict[str, Any]]:
+    """The parsed config.json of a model path, or None when it is not readable."""
+    try:
+        with open(os.path.join(resolve_model_dir(path), "config.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def is_gdn_model(hf_config: Optional[Dict[str, Any]]) -> bool:
+    """True for models with Gated DeltaNet layers (Qwen3.5, Qwen3-Next)."""
+    if not hf_config:
+        return False
+    text = hf_config.get("text_config") or {}
+    model_type = str(hf_config.get("model_type", "")) + " " + str(text.get("model_type", ""))
+    layer_types = list(hf_config.get("layer_types") or []) + list(text.get("layer_types") or [])
+    return "qwen3_5" in model_type or "qwen3_next" in model_type or "linear_attention" in layer_types
