@@ -1,0 +1,287 @@
+"""Numeric tests of the advantage, loss, KL and aggregation functions against hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from verl_lite.trainer import core_algos as ca
+
+
+def t(rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+# ---------------------------------------------------------------------------- masked statistics
+
+
+def test_masked_sum_ignores_nan_outside_the_mask():
+    # 1 + 2; the NaN sits under mask 0 and must not poison the sum.
+    assert ca.masked_sum(t([[1.0, 2.0, float("nan")]]), t([[1, 1, 0]])).item() == 3.0
+
+
+def test_masked_mean_over_all_elements_and_along_a_dim():
+    values, mask = t([[1, 2, 3], [4, 5, 6]]), t([[1, 1, 0], [0, 0, 1]])
+    # all: (1 + 2 + 6) / 3 = 3; per row: (1 + 2) / 2 = 1.5 and 6 / 1 = 6
+    assert ca.masked_mean(values, mask).item() == pytest.approx(3.0)
+    assert ca.masked_mean(values, mask, dim=-1).tolist() == pytest.approx([1.5, 6.0])
+
+
+def test_masked_var_is_unbiased_by_default_and_biased_on_request():
+    values, mask = t([1, 2, 3, 100]), t([1, 1, 1, 0])
+    # mean 2; squared deviations 1, 0, 1 -> biased 2/3, unbiased 2/2 = 1
+    assert ca.masked_var(values, mask).item() == pytest.approx(1.0)
+    assert ca.masked_var(values, mask, unbiased=False).item() == pytest.approx(2 / 3)
+
+
+def test_masked_var_of_a_single_element_says_how_to_fix_it():
+    with pytest.raises(ValueError, match=r"at least 2 masked elements, got 1.*unbiased=False"):
+        ca.masked_var(t([5.0, 7.0]), t([1, 0]))
+
+
+def test_masked_whiten_centres_and_scales_and_can_keep_the_mean():
+    values, mask = t([1, 2, 3, 50]), t([1, 1, 1, 0])
+    # mean 2, unbiased var 1 -> (x - 2) / sqrt(1 + 1e-8); the masked 50 becomes (50 - 2) = 48
+    assert ca.masked_whiten(values, mask).tolist() == pytest.approx([-1, 0, 1, 48], abs=1e-6)
+    assert ca.masked_whiten(values, mask, shift_mean=False).tolist() == pytest.approx([1, 2, 3, 50], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------- GRPO
+
+
+def grpo_batch():
+    # scores (sum of token rewards): 3, 1, 2 for prompt "a"; 2 for prompt "b" (a group of one)
+    rewards = t([[0, 0, 3], [0, 1, 0], [1, 1, 0], [0, 2, 0]])
+    mask = t([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]])
+    return rewards, mask, ["a", "a", "a", "b"]
+
+
+def test_grpo_advantage_is_the_group_normalised_score_broadcast_over_the_mask():
+    rewards, mask, uids = grpo_batch()
+    adv, returns = ca.compute_grpo_outcome_advantage(rewards, mask, uids)
+    # group a: mean 2, unbiased std sqrt((1 + 1 + 0) / 2) = 1 -> (1, -1, 0) / (1 + 1e-6)
+    # group b (one response): mean 0, std 1 -> 2 / (1 + 1e-6) = 1.999998
+    s = 1 / (1 + 1e-6)
+    expected = [[s, s, s], [-s, -s, 0], [0, 0, 0], [2 * s, 2 * s, 0]]
+    assert adv.flatten().tolist() == pytest.approx(sum(expected, []), abs=1e-7)
+    assert torch.equal(adv, returns)
+
+
+def test_grpo_without_std_normalisation_only_subtracts_the_group_mean():
+    rewards, mask, uids = grpo_batch()
+    adv, _ = ca.compute_grpo_outcome_advantage(rewards, mask, uids, norm_adv_by_std_in_grpo=False)
+    # group a: 3 - 2, 1 - 2, 2 - 2; group b: 2 - 0
+    assert adv[:, 0].tolist() == pytest.approx([1.0, -1.0, 0.0, 2.0])
+
+
+def test_grpo_group_with_equal_scores_gets_zero_advantage_not_nan():
+    # scores 1, 1: mean 1, std 0 -> 0 / (0 + 1e-6) = 0
+    adv, _ = ca.compute_grpo_outcome_advantage(t([[1.0], [1.0]]), t([[1], [1]]), ["p", "p"])
+    assert adv.tolist() == [[0.0], [0.0]]
+
+
+def test_grpo_groups_numpy_and_tensor_uids_by_value():
+    rewards, mask, _ = grpo_batch()
+    expected, _ = ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "a", "a", "b"])
+    as_numpy, _ = ca.compute_grpo_outcome_advantage(rewards, mask, np.array(["a", "a", "a", "b"], dtype=object))
+    as_tensor, _ = ca.compute_grpo_outcome_advantage(rewards, mask, torch.tensor([7, 7, 7, 8]))
+    assert torch.equal(as_numpy, expected)
+    assert torch.equal(as_tensor, expected)
+
+
+def test_grpo_rejects_an_index_of_the_wrong_length():
+    rewards, mask, _ = grpo_batch()
+    with pytest.raises(ValueError, match="index has 2 uids but token_level_rewards has 4 rows"):
+        ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "b"])
+
+
+# ---------------------------------------------------------------------------- GAE
+
+
+def test_gae_walks_backwards_skips_masked_tokens_and_whitens_advantages():
+    rewards, values, mask = t([[1, 0, 2, 0]]), t([[0.5, 1.0, 1.5, 9.0]]), t([[1, 1, 1, 0]])
+    adv, returns = ca.compute_gae_advantage_return(rewards, values, mask, gamma=0.5, lam=0.5)
+    # t=3 masked: next value and advantage stay 0 (the 9.0 must not leak into t=2)
+    # t=2: delta = 2 + 0.5*0 - 1.5 = 0.5;          A = 0.5
+    # t=1: delta = 0 + 0.5*1.5 - 1.0 = -0.25;      A = -0.25 + 0.25*0.5 = -0.125
+    # t=0: delta = 1 + 0.5*1.0 - 0.5 = 1.0;        A = 1.0 + 0.25*(-0.125) = 0.96875
+    # returns = raw A + V = 1.46875, 0.875, 2.0, 0 + 9.0
+    assert returns[0].tolist() == pytest.approx([1.46875, 0.875, 2.0, 9.0])
+    # whiten over the 3 masked tokens: mean 0.4479167, unbiased var 0.3011068 (std 0.5487320)
+    # -> 0.5208333/0.548732 = 0.949158, -0.5729167/0.548732 = -1.044074, 0.0520833/0.548732 = 0.094916
+    assert adv[0, :3].tolist() == pytest.approx([0.949158, -1.044074, 0.094916], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------- aggregation
+
+# three sequences of length 4: token sums 3 and 4; the third has no valid token
+LOSS = t([[1, 2, 30, 40], [4, 50, 60, 70], [7, 8, 9, 10]])
+MASK = t([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize(
+    "mode, expected",
+    [
+        ("token-mean", 7 / 3),  # (1 + 2 + 4) / 3 tokens
+        ("token-sum", 7.0),  # 1 + 2 + 4
+        ("seq-mean-token-sum", 3.5),  # (3 + 4) / 2 sequences with tokens
+        ("seq-mean-token-mean", 2.75),  # (1.5 + 4) / 2
+        ("seq-mean-token-sum-norm", 1.75),  # (3 + 4 + 0) / R=4
+    ],
+)
+def test_each_aggregation_mode_reduces_the_loss_matrix_as_verl(mode, expected):
+    assert ca.agg_loss(LOSS, MASK, mode).item() == pytest.approx(expected)
+
+
+def test_token_mean_is_the_default_aggregation_mode():
+    assert ca.agg_loss(LOSS, MASK).item() == pytest.approx(7 / 3)
+
+
+def test_an_unknown_aggregation_mode_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown loss_agg_mode 'seq-mean'.*token-mean, token-sum, seq-mean-token-sum,"):
+        ca.agg_loss(LOSS, MASK, "seq-mean")
+
+
+@pytest.mark.parametrize("mode", ca.LOSS_AGG_MODES)
+def test_micro_batch_losses_with_global_counts_add_up_to_the_whole_batch_loss(mode):
+    whole = ca.agg_loss(LOSS, MASK, mode)
+    # 3 valid tokens and 2 sequences with tokens in the mini-batch, split as rows [0] and [1, 2]
+    micro = [
+        ca.agg_loss(LOSS[rows], MASK[rows], mode, global_batch_size=2, global_token_num=3)
+        for rows in ([0], [1, 2])
+    ]
+    assert (micro[0] + micro[1]).item() == pytest.approx(whole.item())
+
+
+def test_token_mean_micro_batch_divides_by_the_global_token_count():
+    # row 0 alone: (1 + 2) / 3 global tokens = 1, not (1 + 2) / 2 local tokens = 1.5
+    assert ca.agg_loss(LOSS[:1], MASK[:1], "token-mean", global_token_num=3).item() == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------- policy loss
+
+
+def policy_batch():
+    # old log-prob 0, so ratio = exp(log_prob). Tokens (row, col):
+    # (0,0) A=+1, ratio e^0.5=1.6487: max(-1.6487, -1.2) = -1.2        clipped
+    # (0,1) A=-1, ratio 0.5:          max(0.5, 0.8) = 0.8, below 3      clipped
+    # (1,0) A=-1, ratio 4:            max(4, 1.2) = 4 -> dual clip 3    clipped lower
+    # (1,1) A=+2, ratio 1:            -2
+    # (*,2) masked out with extreme values that would change every number
+    log_prob = t([[0.5, math.log(0.5), 30.0], [math.log(4.0), 0.0, -30.0]])
+    advantages = t([[1.0, -1.0, 100.0], [-1.0, 2.0, -100.0]])
+    mask = t([[1, 1, 0], [1, 1, 0]])
+    return torch.zeros_like(log_prob), log_prob, advantages, mask
+
+
+def test_vanilla_policy_loss_clips_and_dual_clips_as_verl():
+    old, new, adv, mask = policy_batch()
+    out = ca.compute_policy_loss_vanilla(old, new, adv, mask)
+    assert out["pg_loss"].item() == pytest.approx(0.15, abs=1e-6)  # (-1.2 + 0.8 + 3 - 2) / 4
+    assert out["pg_clipfrac"].item() == pytest.approx(0.5)  # tokens (0,0) and (0,1)
+    assert out["pg_clipfrac_lower"].item() == pytest.approx(0.25)  # token (1,0)
+    # mean of old - new = -(0.5 - 0.693147 + 1.386294 + 0) / 4
+    assert out["ppo_kl"].item() == pytest.approx(-0.2982868, abs=1e-6)
+
+
+def test_vanilla_policy_loss_passes_gradient_only_through_unclipped_tokens():
+    old, new, adv, mask = policy_batch()
+    new.requires_grad_(True)
+    ca.compute_policy_loss_vanilla(old, new, adv, mask)["pg_loss"].backward()
+    # only (1,1) is unclipped: d(-A * exp(logp)) / dlogp / 4 tokens = -2 * 1 / 4 = -0.5
+    assert new.grad.flatten().tolist() == pytest.approx([0, 0, 0, 0, -0.5, 0])
+
+
+def test_vanilla_policy_loss_uses_the_high_clip_for_positive_advantages():
+    old, new, adv, mask = policy_batch()
+    out = ca.compute_policy_loss_vanilla(old, new, adv, mask, clip_ratio_high=0.28)
+    # token (0,0) now clips at -1.28: (-1.28 + 0.8 + 3 - 2) / 4 = 0.13
+    assert out["pg_loss"].item() == pytest.approx(0.13, abs=1e-6)
+
+
+def test_vanilla_policy_loss_aggregates_with_the_requested_mode():
+    old, new, adv, mask = policy_batch()
+    out = ca.compute_policy_loss_vanilla(old, new, adv, mask, loss_agg_mode="seq-mean-token-sum")
+    # rows: -1.2 + 0.8 = -0.4 and 3 - 2 = 1 -> (-0.4 + 1) / 2
+    assert out["pg_loss"].item() == pytest.approx(0.3, abs=1e-6)
+
+
+def test_log_ratio_is_clamped_to_twenty():
+    # log_prob - old = 50 is clamped to 20, so ppo_kl = -20 (not -50) and the loss stays finite
+    out = ca.compute_policy_loss_vanilla(t([[0.0]]), t([[50.0]]), t([[-1.0]]), t([[1]]))
+    assert out["ppo_kl"].item() == -20.0
+    assert out["pg_loss"].item() == pytest.approx(3.0)  # A=-1: capped by the dual clip at 3
+
+
+def test_dual_clip_bound_not_above_one_is_rejected_with_the_value():
+    old, new, adv, mask = policy_batch()
+    with pytest.raises(ValueError, match=r"clip_ratio_c=1.0: .*greater than 1.0"):
+        ca.compute_policy_loss_vanilla(old, new, adv, mask, clip_ratio_c=1.0)
+
+
+# ---------------------------------------------------------------------------- KL, entropy, value loss
+
+LOGP, REF = t([0.0, -1.0]), t([-1.0, 0.0])  # logp - ref = 1, -1
+
+
+@pytest.mark.parametrize(
+    "kl_type, expected",
+    [
+        ("kl", [1.0, -1.0]),
+        ("k1", [1.0, -1.0]),
+        ("abs", [1.0, 1.0]),
+        ("mse", [0.5, 0.5]),  # 0.5 * (+-1)^2
+        ("k2", [0.5, 0.5]),
+        # d = ref - logp = -1, 1: e^-1 + 1 - 1 = 0.367879; e^1 - 1 - 1 = 0.718282
+        ("low_var_kl", [0.367879, 0.718282]),
+        ("k3", [0.367879, 0.718282]),
+    ],
+)
+def test_each_kl_type_and_alias_matches_its_estimator(kl_type, expected):
+    assert ca.kl_penalty(LOGP, REF, kl_type).tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_low_var_kl_is_clamped_to_ten():
+    # d = 30 -> clamped to 20 -> e^20 - 21 = 4.85e8 -> clamped to 10
+    assert ca.kl_penalty(t([0.0]), t([30.0]), "low_var_kl").item() == 10.0
+
+
+def test_kl_type_with_plus_keeps_the_value_and_takes_the_k2_gradient():
+    logp = LOGP.clone().requires_grad_(True)
+    value = ca.kl_penalty(logp, REF, "k3+")
+    assert value.tolist() == pytest.approx([0.367879, 0.718282], abs=1e-6)
+    value.sum().backward()
+    # d/dlogp of 0.5 * (logp - ref)^2 = logp - ref = 1, -1
+    assert logp.grad.tolist() == pytest.approx([1.0, -1.0])
+
+
+def test_an_unknown_kl_type_lists_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown kl type 'k4'; valid types: kl, k1, abs, mse, k2, low_var_kl, k3"):
+        ca.kl_penalty(LOGP, REF, "k4")
+
+
+def test_entropy_from_logits_matches_the_closed_form_and_is_stable_for_large_logits():
+    logits = t([[0.0, 0.0, 0.0, 0.0], [0.0, math.log(3.0), -1e9, -1e9], [1000.0, 1000.0, -1e9, -1e9]])
+    # uniform over 4: ln 4 = 1.386294; p = (1/4, 3/4): 0.25 ln 4 + 0.75 ln(4/3) = 0.562335; 2 equal: ln 2
+    # (-1e9 logits have p = 0, where a naive -sum p log p gives 0 * -inf = nan; at 1000, float32
+    # rounding of two ~1000.69 terms leaves ~3e-5 error, hence abs=1e-4)
+    assert ca.entropy_from_logits(logits).tolist() == pytest.approx([1.386294, 0.562335, 0.693147], abs=1e-4)
+
+
+def test_value_loss_takes_the_larger_of_clipped_and_unclipped_errors():
+    vpreds, values = t([[1.0, 0.0, 2.0, 99.0]]), t([[0.0, 0.0, 0.0, 0.0]])
+    returns, mask = t([[1.0, 0.5, 0.0, 0.0]]), t([[1, 1, 1, 0]])
+    vf_loss, clipfrac = ca.compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
+    # token 0: v=1 clipped to 0.5: max(0, 0.25) = 0.25 (clipped error larger)
+    # token 1: v=0 inside the range: 0.25
+    # token 2: v=2 clipped to 0.5: max(4, 0.25) = 4
+    # 0.5 * (0.25 + 0.25 + 4) / 3 = 0.75; clip fraction 1/3
+    assert vf_loss.item() == pytest.approx(0.75)
+    assert clipfrac.item() == pytest.approx(1 / 3)
+
+
+def test_value_loss_micro_batch_uses_the_global_token_count():
+    vf_loss, _ = ca.compute_value_loss(t([[2.0]]), t([[0.0]]), t([[2.0]]), t([[1]]), 0.5, global_token_num=4)
+    # 0.5 * (2 - 0)^2 / 4 global tokens = 0.5
+    assert vf_loss.item() == pytest.approx(0.5)

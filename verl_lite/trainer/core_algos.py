@@ -1,0 +1,281 @@
+"""The numbers of GRPO and PPO: advantages, policy/value losses, KL estimators, loss aggregation.
+
+Pure torch functions, defined exactly as verl defines them (`verl/trainer/ppo/core_algos.py` and
+`verl/utils/torch_functional.py`), so a run here and a verl run on the same batch produce the same
+losses. Shapes: B = responses in the batch, R = response length (padded), V = vocabulary size.
+
+Micro-batching: `agg_loss` (and the losses built on it) take optional `global_batch_size` and
+`global_token_num`. With them, the micro-batch losses of every data-parallel rank *add up* to the
+loss of the whole mini-batch. An engine whose gradient all-reduce averages over DP ranks (FSDP)
+multiplies each micro-batch loss by the DP world size to keep the sum (verl folds this factor into
+its `agg_loss` as `dp_size`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Dict, Hashable, Optional, Sequence, Tuple
+
+import torch
+
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+# Each KL estimator name and the aliases verl accepts for it (http://joschu.net/blog/kl-approx.html).
+KL_TYPES = {"kl": "kl", "k1": "kl", "abs": "abs", "mse": "mse", "k2": "mse", "low_var_kl": "low_var_kl", "k3": "low_var_kl"}
+
+
+# ---------------------------------------------------------------------------- masked statistics
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """Sum of `values` where `mask` is non-zero; NaN/inf outside the mask do not leak in."""
+    valid = torch.where(mask.bool(), values, torch.zeros_like(values))
+    total = valid * mask
+    return total.sum() if dim is None else total.sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim=None) -> torch.Tensor:
+    """Mean of `values` over the masked elements (an empty mask gives 0, not NaN: + 1e-8 as verl)."""
+    count = mask.sum() if dim is None else mask.sum(dim=dim)
+    return masked_sum(values, mask, dim) / (count + 1e-8)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked elements; `unbiased` applies Bessel's n/(n-1) correction."""
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        n = mask.sum()
+        if n < 2:
+            raise ValueError(
+                f"masked_var(unbiased=True) needs at least 2 masked elements, got {int(n.item())}: "
+                "use a larger mini-batch or unbiased=False"
+            )
+        variance = variance * n / (n - 1)
+    return variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(values - mean) / sqrt(var + 1e-8) with masked statistics; shift_mean=False keeps the mean."""
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    return whitened if shift_mean else whitened + mean
+
+
+# ---------------------------------------------------------------------------- advantages
+
+
+def compute_grpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """GRPO outcome advantage: each response's score normalised within its prompt's group.
+
+    score = sum of the response's token rewards; responses sharing `index[i]` (the prompt uid) form
+    a group; advantage = (score - mean) / (std + epsilon) with the unbiased std, or score - mean when
+    `norm_adv_by_std_in_grpo` is False (Dr. GRPO). A group of one gets mean 0 and std 1 (its advantage
+    is its score / (1 + epsilon)). The advantage is broadcast over `response_mask`.
+    Returns (advantages, returns), both (B, R); for GRPO they are the same tensor.
+    """
+    batch = token_level_rewards.shape[0]
+    if len(index) != batch:
+        raise ValueError(f"index has {len(index)} uids but token_level_rewards has {batch} rows; give one uid per response")
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        # A tensor's elements hash by identity: compare uids as Python values.
+        uids = index.tolist() if hasattr(index, "tolist") else list(index)
+        groups = defaultdict(list)
+        for i, uid in enumerate(uids):
+            groups[uid].append(i)
+        advantages = torch.empty_like(scores)
+        for rows in groups.values():
+            group = scores[rows]
+            if len(rows) == 1:
+                mean, std = torch.tensor(0.0, dtype=scores.dtype), torch.tensor(1.0, dtype=scores.dtype)
+            else:
+                mean, std = group.mean(), group.std()  # torch.std is unbiased (n - 1)
+            centred = group - mean
+            advantages[rows] = centred / (std + epsilon) if norm_adv_by_std_in_grpo else centred
+        advantages = advantages.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (PPO with a critic), all tensors (B, R).
+
+    Walks the response backwards: delta_t = r_t + gamma * V_{t+1} - V_t and
+    A_t = delta_t + gamma * lam * A_{t+1}; masked-out positions carry the next value and advantage
+    through unchanged. returns = A + V (before whitening); advantages are whitened over the mask.
+    """
+    with torch.no_grad():
+        next_value = torch.zeros_like(values[:, 0])
+        next_adv = torch.zeros_like(values[:, 0])
+        reversed_adv = []
+        for t in reversed(range(token_level_rewards.shape[-1])):
+            m = response_mask[:, t].to(values.dtype)
+            delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+            adv_t = delta + gamma * lam * next_adv
+            next_value = values[:, t] * m + (1 - m) * next_value
+            next_adv = adv_t * m + (1 - m) * next_adv
+            reversed_adv.append(next_adv)
+        advantages = torch.stack(reversed_adv[::-1], dim=1)
+        returns = advantages + values
+        advantages = masked_whiten(advantages, response_mask)
+    return advantages, returns
+
+
+# ---------------------------------------------------------------------------- loss aggregation
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    global_batch_size: Optional[int] = None,
+    global_token_num: Optional[int] = None,
+) -> torch.Tensor:
+    """Reduce a (B, R) loss matrix to a scalar.
+
+    token-mean: masked sum / token count (`global_token_num` when given).
+    token-sum: masked sum.
+    seq-mean-token-sum: per-sequence token sums, averaged over sequences with at least one token
+      (divided by `global_batch_size` when given).
+    seq-mean-token-mean: per-sequence token means, averaged the same way.
+    seq-mean-token-sum-norm: sum of per-sequence token sums / R (loss_mask.shape[-1], as verl; Dr.
+      GRPO). It is already additive over micro-batches padded to the same R, so it ignores the globals.
+    """
+    if loss_agg_mode == "token-mean":
+        denom = loss_mask.sum() if global_token_num is None else global_token_num
+        return masked_sum(loss_mat, loss_mask) / denom
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, loss_mask)
+    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        seq_sums = masked_sum(loss_mat, loss_mask, dim=-1)
+        if loss_agg_mode == "seq-mean-token-sum-norm":
+            return seq_sums.sum() / loss_mask.shape[-1]
+        tokens = loss_mask.sum(dim=-1)
+        seq_values = seq_sums if loss_agg_mode == "seq-mean-token-sum" else seq_sums / (tokens + 1e-8)
+        seq_mask = (tokens > 0).to(seq_values.dtype)  # fully masked sequences do not count
+        denom = seq_mask.sum() if global_batch_size is None else global_batch_size
+        return masked_sum(seq_values, seq_mask) / denom
+    raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
+
+
+# ---------------------------------------------------------------------------- policy, value, entropy, KL
+
+
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    global_batch_size: Optional[int] = None,
+    global_token_num: Optional[int] = None,
+) -> Dict[str, torch.Tensor]:
+    """PPO clipped surrogate with dual clip (https://arxiv.org/abs/1912.09729), tensors (B, R).
+
+    ratio = exp(clamp(log_prob - old_log_prob, -20, 20)); per token
+    loss = max(-A * ratio, -A * clip(ratio, 1 - low, 1 + high)), and for A < 0 it is further capped
+    at -A * clip_ratio_c so one very unlikely token cannot dominate the batch.
+    Returns pg_loss (aggregated), pg_clipfrac (share of tokens where the clip was active),
+    ppo_kl (masked mean of old - new log-prob) and pg_clipfrac_lower (share capped by the dual clip).
+    """
+    if not clip_ratio_c > 1.0:
+        raise ValueError(
+            f"clip_ratio_c={clip_ratio_c}: the dual-clip bound must be greater than 1.0 (verl's default is 3.0)"
+        )
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
+    clip_max = torch.maximum(unclipped, clipped)
+    pg_clipfrac = masked_mean(torch.gt(clipped, unclipped).float(), response_mask)
+
+    dual_bound = -advantages * clip_ratio_c
+    dual_clipped = torch.minimum(dual_bound, clip_max)
+    pg_clipfrac_lower = masked_mean(torch.gt(clip_max, dual_bound).float() * (advantages < 0).float(), response_mask)
+
+    pg_losses = torch.where(advantages < 0, dual_clipped, clip_max)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, global_batch_size, global_token_num)
+    return {"pg_loss": pg_loss, "pg_clipfrac": pg_clipfrac, "ppo_kl": ppo_kl, "pg_clipfrac_lower": pg_clipfrac_lower}
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_type: str) -> torch.Tensor:
+    """Per-token KL estimate between the policy and the reference.
+
+    kl / k1: logprob - ref;  abs: |logprob - ref|;  mse / k2: 0.5 * (logprob - ref)^2;
+    low_var_kl / k3: with d = ref - logprob (clamped to +-20), exp(d) - d - 1, clamped to +-10.
+    A trailing "+" (e.g. "k3+") keeps the forward value but takes the gradient of k2
+    (straight-through), whose expected gradient is the true KL gradient.
+    """
+    name = kl_type[:-1] if kl_type.endswith("+") else kl_type
+    if name not in KL_TYPES:
+        raise ValueError(
+            f"unknown kl type {kl_type!r}; valid types: {', '.join(KL_TYPES)} "
+            "(each may end in '+' to take the k2 gradient)"
+        )
+    kind = KL_TYPES[name]
+    diff = logprob - ref_logprob
+    if kind == "kl":
+        value = diff
+    elif kind == "abs":
+        value = diff.abs()
+    elif kind == "mse":
+        value = 0.5 * diff.square()
+    else:
+        d = torch.clamp(ref_logprob - logprob, min=-20.0, max=20.0)
+        value = torch.clamp(torch.exp(d) - d - 1, min=-10.0, max=10.0)
+    if not kl_type.endswith("+") or kind == "mse":
+        return value
+    k2 = 0.5 * diff.square()
+    return k2 - k2.detach() + value.detach()
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dim: logsumexp(z) - sum(softmax(z) * z). (..., V) -> (...)."""
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+    global_batch_size: Optional[int] = None,
+    global_token_num: Optional[int] = None,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value loss: 0.5 * agg(max((v - G)^2, (clip(v, V_old +- c) - G)^2)).
+
+    Returns (vf_loss, vf_clipfrac), the latter the share of tokens where the clipped error was larger.
+    """
+    vpred_clipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
+    err_unclipped = (vpreds - returns) ** 2
+    err_clipped = (vpred_clipped - returns) ** 2
+    per_token = torch.maximum(err_unclipped, err_clipped)
+    vf_loss = 0.5 * agg_loss(per_token, response_mask, loss_agg_mode, global_batch_size, global_token_num)
+    vf_clipfrac = masked_mean(torch.gt(err_clipped, err_unclipped).float(), response_mask)
+    return vf_loss, vf_clipfrac
