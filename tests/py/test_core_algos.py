@@ -139,7 +139,8 @@ def test_token_mean_is_the_default_aggregation_mode():
 
 
 def test_an_unknown_aggregation_mode_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown loss_agg_mode 'seq-mean'.*token-mean, token-sum, seq-mean-token-sum,"):
+    expected = r"unknown loss_agg_mode 'seq-mean'.*token-mean, token-sum, seq-mean-token-sum,"
+    with pytest.raises(ValueError, match=expected):
         ca.agg_loss(LOSS, MASK, "seq-mean")
 
 

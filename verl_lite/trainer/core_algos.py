@@ -27,7 +27,15 @@ LOSS_AGG_MODES = (
 )
 
 # Each KL estimator name and the aliases verl accepts for it (http://joschu.net/blog/kl-approx.html).
-KL_TYPES = {"kl": "kl", "k1": "kl", "abs": "abs", "mse": "mse", "k2": "mse", "low_var_kl": "low_var_kl", "k3": "low_var_kl"}
+KL_TYPES = {
+    "kl": "kl",
+    "k1": "kl",
+    "abs": "abs",
+    "mse": "mse",
+    "k2": "mse",
+    "low_var_kl": "low_var_kl",
+    "k3": "low_var_kl",
+}
 
 
 # ---------------------------------------------------------------------------- masked statistics
@@ -88,7 +96,9 @@ def compute_grpo_outcome_advantage(
     """
     batch = token_level_rewards.shape[0]
     if len(index) != batch:
-        raise ValueError(f"index has {len(index)} uids but token_level_rewards has {batch} rows; give one uid per response")
+        raise ValueError(
+            f"index has {len(index)} uids but token_level_rewards has {batch} rows; give one uid per response"
+        )
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         # A tensor's elements hash by identity: compare uids as Python values.
