@@ -1,0 +1,202 @@
+"""Rule rewards, custom reward files, the data_source dispatch and the reward manager's errors."""
+
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+
+import verl_lite.data
+from verl_lite.reward import RewardFunctionError, RewardManager, default_compute_score, load_custom_reward_fn
+from verl_lite.reward import gsm8k
+from verl_lite.reward.manager import describe_fn
+
+# ---------------------------------------------------------------------------- gsm8k
+
+
+def test_gsm8k_strict_takes_the_last_marked_answer_without_commas():
+    assert gsm8k.compute_score("first #### 5, then #### 1,234", "1234") == 1.0
+    assert gsm8k.compute_score("first #### 1234, then #### 5", "1234") == 0.0
+
+
+def test_gsm8k_wrong_answer_gets_the_format_score_and_no_answer_gets_zero():
+    assert gsm8k.compute_score("#### 71", "72", format_score=0.1) == 0.1
+    assert gsm8k.compute_score("I think it is 72", "72", format_score=0.1) == 0.0  # no "####"
+
+
+def test_gsm8k_flexible_takes_the_last_number_anywhere():
+    assert gsm8k.compute_score("3 apples and 4 pears make 7", "7", method="flexible") == 1.0
+    # as verl, flexible keeps commas: "1,000" is not "1000"
+    assert gsm8k.compute_score("about 1,000", "1000", method="flexible") == 0.0
+
+
+def test_gsm8k_only_searches_the_last_300_characters():
+    # the marked answer sits 301 characters from the end, so it is cut off
+    assert gsm8k.compute_score("#### 72" + "x" * 300, "72") == 0.0
+    assert gsm8k.compute_score("#### 72" + "x" * 293, "72") == 1.0
+
+
+def test_gsm8k_compares_a_numeric_ground_truth_as_text():
+    assert gsm8k.compute_score("#### 72", 72, score=2.0) == 2.0
+
+
+def test_gsm8k_unknown_method_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown gsm8k extraction method 'loose'; valid methods: strict, flexible"):
+        gsm8k.compute_score("#### 1", "1", method="loose")
+
+
+# ---------------------------------------------------------------------------- custom reward files
+
+
+def write(tmp_path, body, name="my_reward.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def test_load_custom_reward_fn_returns_the_named_function(tmp_path):
+    path = write(tmp_path, """
+        def length_score(data_source, solution_str, ground_truth, extra_info=None):
+            return len(solution_str) / 10
+    """)
+    fn = load_custom_reward_fn(path, "length_score")
+    assert fn("d", "abcd", "x") == 0.4  # 4 characters / 10
+
+
+def test_missing_custom_reward_file_names_the_path_and_the_config_key(tmp_path):
+    missing = str(tmp_path / "nope.py")
+    with pytest.raises(FileNotFoundError, match=r"nope\.py.*custom_reward_function\.path"):
+        load_custom_reward_fn(missing, "compute_score")
+
+
+def test_missing_custom_reward_function_lists_the_callables_the_file_defines(tmp_path):
+    path = write(tmp_path, """
+        from os.path import join  # imported, so not listed
+        THRESHOLD = 3
+        def score_a(**kw): return 1.0
+        def score_b(**kw): return 0.0
+        def _private(): pass
+    """)
+    with pytest.raises(AttributeError) as err:
+        load_custom_reward_fn(path, "compute_score")
+    message = str(err.value)
+    assert "'compute_score' is not defined in " + path in message
+    assert "callables the file defines: score_a, score_b;" in message
+    assert "custom_reward_function.name" in message
+
+
+def test_a_custom_reward_file_that_fails_to_run_names_the_file(tmp_path):
+    path = write(tmp_path, "raise ImportError('needs sympy')\n")
+    with pytest.raises(RuntimeError, match=r"my_reward\.py.*failed while running: ImportError: needs sympy"):
+        load_custom_reward_fn(path, "compute_score")
+
+
+# ---------------------------------------------------------------------------- dispatch
+
+
+def test_default_score_dispatches_both_gsm8k_names():
+    assert default_compute_score("openai/gsm8k", "#### 72", "72") == 1.0
+    assert default_compute_score("gsm8k", "#### 71", "72") == 0.0
+
+
+def test_default_score_sends_verl_lite_sources_to_the_synthetic_module(monkeypatch):
+    calls = []
+    fake = types.ModuleType("verl_lite.data.synthetic")
+    fake.compute_score = lambda *args: calls.append(args) or 0.25
+    monkeypatch.setitem(sys.modules, "verl_lite.data.synthetic", fake)
+    monkeypatch.setattr(verl_lite.data, "synthetic", fake, raising=False)
+    assert default_compute_score("verl_lite/reverse", "cba", "cba", {"n": 3}) == 0.25
+    assert calls == [("verl_lite/reverse", "cba", "cba", {"n": 3})]
+
+
+def test_an_unknown_data_source_names_it_the_supported_ones_and_the_custom_key():
+    with pytest.raises(NotImplementedError) as err:
+        default_compute_score("lighteval/MATH", "x", "y")
+    message = str(err.value)
+    assert "'lighteval/MATH'" in message
+    assert "openai/gsm8k, gsm8k, verl_lite/*" in message
+    assert "custom_reward_function.path" in message
+
+
+# ---------------------------------------------------------------------------- manager
+
+
+def raising_fn(data_source, solution_str, ground_truth, extra_info=None):
+    if data_source == "my/data":
+        raise KeyError("answer")
+    return 0.0
+
+
+def test_manager_scores_each_sample_with_the_default_rule_rewards():
+    manager = RewardManager()
+    scores = manager(["openai/gsm8k", "gsm8k"], ["#### 3", "#### 4"], ["3", "5"], [None, None])
+    assert scores == [1.0, 0.0]
+
+
+def test_manager_passes_every_field_by_keyword():
+    seen = []
+    manager = RewardManager(lambda **kw: seen.append(kw) or 1)
+    assert manager(["d"], ["resp"], ["gt"], [{"i": 0}]) == [1.0]
+    assert seen == [{"data_source": "d", "solution_str": "resp", "ground_truth": "gt", "extra_info": {"i": 0}}]
+
+
+def test_a_raising_reward_function_is_reported_with_the_function_and_the_sample():
+    response = "y" * 100
+    with pytest.raises(RewardFunctionError) as err:
+        RewardManager(raising_fn)(["ok", "my/data"], ["x", response], ["1", "2"], [None, None])
+    message = str(err.value)
+    assert f"{raising_fn.__module__}:raising_fn" in message
+    assert "on sample 1 (data_source='my/data'" in message
+    assert "response='" + "y" * 80 + "...'" in message  # an 80-character preview
+    assert "raised KeyError: 'answer'" in message
+    assert isinstance(err.value.__cause__, KeyError)
+
+
+def test_a_function_from_a_custom_file_is_named_by_file_and_name(tmp_path):
+    path = write(tmp_path, """
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            return 1 / 0
+    """)
+    fn = load_custom_reward_fn(path, "compute_score")
+    assert describe_fn(fn) == f"{path}:compute_score"
+    with pytest.raises(RewardFunctionError, match=r"my_reward\.py:compute_score on sample 0 .*ZeroDivisionError"):
+        RewardManager(fn)(["d"], ["r"], ["g"], [None])
+
+
+def test_a_non_numeric_return_names_the_function_the_sample_and_the_type():
+    def text_score(**kw):
+        return "1.0"
+
+    with pytest.raises(RewardFunctionError, match=r"text_score on sample 0 \(data_source='d'.*returned str"):
+        RewardManager(text_score)(["d"], ["r"], ["g"], [None])
+
+
+def test_a_dict_return_uses_its_score_key_and_must_have_one():
+    assert RewardManager(lambda **kw: {"score": 0.5, "acc": True})(["d"], ["r"], ["g"]) == [0.5]
+    with pytest.raises(RewardFunctionError, match=r"returned a dict without a 'score' key \(keys: \['acc'\]\)"):
+        RewardManager(lambda **kw: {"acc": True})(["d"], ["r"], ["g"])
+
+
+def test_numpy_numbers_are_accepted_and_nan_is_rejected():
+    assert RewardManager(lambda **kw: np.float32(0.5))(["d"], ["r"], ["g"]) == [0.5]
+    assert RewardManager(lambda **kw: np.array(0.25))(["d"], ["r"], ["g"]) == [0.25]
+    with pytest.raises(RewardFunctionError, match="returned nan; rewards must be finite"):
+        RewardManager(lambda **kw: float("nan"))(["d"], ["r"], ["g"])
+
+
+def test_inputs_of_different_lengths_are_rejected():
+    with pytest.raises(ValueError, match=r"differ in length: .*'ground_truths': 1"):
+        RewardManager()(["gsm8k", "gsm8k"], ["a", "b"], ["1"])
+
+
+def test_from_custom_without_a_path_uses_the_default_rule_rewards(tmp_path):
+    assert RewardManager.from_custom(None).score_fn is default_compute_score
+    path = write(tmp_path, "def compute_score(**kw):\n    return 0.75\n")
+    assert RewardManager.from_custom(path)(["d"], ["r"], ["g"]) == [0.75]
+
+
+def test_importing_the_reward_package_does_not_import_torch():
+    code = "import sys, verl_lite.reward; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

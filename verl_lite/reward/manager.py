@@ -1,0 +1,127 @@
+"""Score responses: route each sample to its rule reward and turn failures into errors that point at
+the function and the sample.
+
+`default_compute_score` dispatches on the parquet row's `data_source` as verl's does;
+`RewardManager` applies a score function (the default or `custom_reward_function.path/name`) to
+a batch and checks what it returns. Imports no torch: the driver scores without loading models.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+import sys
+from typing import Any, Callable, List, Optional, Sequence
+
+from verl_lite.reward import gsm8k
+
+GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
+SYNTHETIC_PREFIX = "verl_lite/"
+_PREVIEW_CHARS = 80
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function raised, or returned something that is not a finite number."""
+
+
+def default_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
+    """The rule reward for `data_source`: GSM8K (`#### answer`) or a verl_lite synthetic task."""
+    if data_source in GSM8K_SOURCES:
+        return gsm8k.compute_score(solution_str, ground_truth)
+    if isinstance(data_source, str) and data_source.startswith(SYNTHETIC_PREFIX):
+        from verl_lite.data import synthetic  # lazy: the data package is not needed to score GSM8K
+
+        return synthetic.compute_score(data_source, solution_str, ground_truth, extra_info)
+    supported = ", ".join(GSM8K_SOURCES) + f", {SYNTHETIC_PREFIX}* (synthetic tasks)"
+    raise NotImplementedError(
+        f"no rule reward for data_source {data_source!r}; supported: {supported}. "
+        "For other data, write a reward function and set custom_reward_function.path (and .name)"
+    )
+
+
+def describe_fn(fn: Callable) -> str:
+    """`module:name` for an importable function, `file:name` for one loaded from a file."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    name = getattr(target, "__qualname__", None) or type(target).__qualname__
+    module = getattr(target, "__module__", None)
+    if module in sys.modules:
+        return f"{module}:{name}"
+    try:
+        source = inspect.getsourcefile(target if inspect.isroutine(target) else type(target))
+    except TypeError:
+        source = None
+    return f"{source or module}:{name}"
+
+
+def _preview(text: Any) -> str:
+    text = str(text)
+    return repr(text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "...")
+
+
+class RewardManager:
+    """Scores a batch of responses, one call of `score_fn` per sample (verl's naive reward manager).
+
+    `score_fn(data_source=, solution_str=, ground_truth=, extra_info=)` returns a number, or a
+    dict whose "score" key is the number (other keys are extra information, as in verl).
+    """
+
+    def __init__(self, score_fn: Optional[Callable] = None):
+        self.score_fn = score_fn if score_fn is not None else default_compute_score
+        self.name = describe_fn(self.score_fn)
+
+    @classmethod
+    def from_custom(cls, path: Optional[str] = None, name: str = "compute_score") -> "RewardManager":
+        """The manager for `custom_reward_function.path/name`; no path means the default rule rewards."""
+        if not path:
+            return cls()
+        from verl_lite.reward.custom import load_custom_reward_fn
+
+        return cls(load_custom_reward_fn(path, name))
+
+    def __call__(
+        self,
+        data_sources: Sequence[str],
+        solution_strs: Sequence[str],
+        ground_truths: Sequence[Any],
+        extra_infos: Optional[Sequence[Any]] = None,
+    ) -> List[float]:
+        n = len(solution_strs)
+        if extra_infos is None:
+            extra_infos = [None] * n
+        lengths = {"data_sources": len(data_sources), "solution_strs": n, "ground_truths": len(ground_truths),
+                   "extra_infos": len(extra_infos)}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"reward inputs differ in length: {lengths}; give one entry per response")
+        return [
+            self._score_one(i, data_sources[i], solution_strs[i], ground_truths[i], extra_infos[i]) for i in range(n)
+        ]
+
+    def _score_one(self, i: int, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> float:
+        where = (
+            f"reward function {self.name} on sample {i} "
+            f"(data_source={data_source!r}, response={_preview(solution_str)})"
+        )
+        try:
+            result = self.score_fn(
+                data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info
+            )
+        except Exception as e:
+            raise RewardFunctionError(f"{where} raised {type(e).__name__}: {e}") from e
+        if isinstance(result, dict):
+            if "score" not in result:
+                raise RewardFunctionError(f"{where} returned a dict without a 'score' key (keys: {sorted(result)})")
+            result = result["score"]
+        if isinstance(result, numbers.Real):
+            value = float(result)
+        elif hasattr(result, "__float__") and not isinstance(result, (str, bytes)):
+            try:  # a 0-d tensor or array
+                value = float(result)
+            except (TypeError, ValueError):
+                raise RewardFunctionError(f"{where} returned {type(result).__name__}, not a single number") from None
+        else:
+            raise RewardFunctionError(f"{where} returned {type(result).__name__} ({result!r:.40}), expected a number")
+        if not math.isfinite(value):
+            raise RewardFunctionError(f"{where} returned {value}; rewards must be finite (it would poison advantages)")
+        return value
