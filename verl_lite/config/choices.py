@@ -1,0 +1,134 @@
+"""Allowed values of the enum-like settings, and the migration messages for settings that verl
+removed upstream (the separate MindSpeed strategy and engine).
+
+Checked after the overrides are applied, so a value reached through an interpolation is
+checked too.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+STRATEGIES = ("fsdp", "megatron")
+DEVICES = ("auto", "cuda", "npu", "cpu")
+DEVICE_ALIASES = {"gpu": "cuda"}
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+# Dotted key -> allowed values. None in a tuple means null is allowed (ref/critic inherit the
+# actor's strategy when null).
+CHOICES: Dict[str, Tuple[Any, ...]] = {
+    "actor_rollout_ref.actor.strategy": STRATEGIES,
+    "actor_rollout_ref.ref.strategy": STRATEGIES + (None,),
+    "critic.strategy": STRATEGIES + (None,),
+    "trainer.device": DEVICES,
+    "algorithm.adv_estimator": ("grpo", "gae"),
+    "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
+    "critic.loss_agg_mode": LOSS_AGG_MODES,
+    "actor_rollout_ref.actor.kl_loss_type": ("kl", "abs", "mse", "low_var_kl"),
+    "actor_rollout_ref.rollout.name": ("hf", "vllm"),
+    "trainer.resume_mode": ("disable", "auto", "resume_path"),
+    "data.truncation": ("error", "left", "right"),
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
+    "critic.optim.lr_scheduler_type": ("constant", "cosine"),
+    "async_training.stale_policy": ("drop", "reweight"),
+}
+# List settings whose every element must be one of these.
+LIST_CHOICES: Dict[str, Tuple[str, ...]] = {
+    "trainer.logger": ("console", "jsonl", "tensorboard"),
+}
+
+# Removed upstream strategy/backend values -> the strategy that replaces them.
+LEGACY_STRATEGIES = {
+    "mindspeed": "megatron",
+    "mindspeed_megatron": "megatron",
+    "mindspeed_fsdp": "fsdp",
+}
+
+
+def migration_message(key: str, value: Any) -> str:
+    """Why `key=value` no longer works and what to write instead."""
+    if key == "model_engine" or key.endswith(".model_engine"):
+        return (
+            f"{key}={value} was removed upstream (verl dropped the separate MindSpeed engine): "
+            "use actor_rollout_ref.actor.strategy=megatron with trainer.device=npu; "
+            "MindSpeed is applied to Megatron as a repatch"
+        )
+    replacement = LEGACY_STRATEGIES.get(str(value).lower(), "megatron")
+    target = key if key.endswith(".strategy") else "actor_rollout_ref.actor.strategy"
+    return (
+        f"{key}={value} was removed upstream (verl dropped the separate MindSpeed backend): "
+        f"use {target}={replacement} with trainer.device=npu; MindSpeed is applied to Megatron as a repatch"
+    )
+
+
+def legacy_key_problem(key: str, value: Any) -> Optional[str]:
+    """A migration message for an override of a key verl_lite does not have, or None.
+
+    Catches verl's `model_engine=mindspeed` group choice, `...backend=mindspeed_megatron` and the
+    old `...mindspeed.*` config sections.
+    """
+    parts = key.split(".")
+    if parts[-1] == "model_engine":
+        return migration_message(key, value)
+    if parts[-1] in ("backend", "strategy") and str(value).lower() in LEGACY_STRATEGIES:
+        return migration_message(key, value)
+    if "mindspeed" in parts[:-1]:
+        replacement = key.replace(".mindspeed.", ".megatron.", 1)
+        return (
+            f"{key}: the mindspeed config section was removed upstream; MindSpeed settings live in the "
+            f"megatron section on device npu (for example {replacement})"
+        )
+    return None
+
+
+def normalize_device_name(value: Any) -> Any:
+    """`GPU`/`gpu` -> `cuda`, `NPU` -> `npu`; anything else is returned unchanged for the check."""
+    if not isinstance(value, str):
+        return value
+    name = value.strip().lower()
+    return DEVICE_ALIASES.get(name, name)
+
+
+def _closest(value: Any, allowed: Tuple[Any, ...]) -> str:
+    names = [a for a in allowed if isinstance(a, str)]
+    close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _shown(allowed: Tuple[Any, ...]) -> str:
+    return ", ".join("null" if a is None else str(a) for a in allowed)
+
+
+def choice_problems(values: Dict[str, Any]) -> List[str]:
+    """Problems for `values` (dotted key -> value, read from the composed config)."""
+    problems: List[str] = []
+    for key, allowed in CHOICES.items():
+        if key not in values:
+            continue
+        value = values[key]
+        if value in allowed:
+            continue
+        if key.endswith(".strategy") and str(value).lower() in LEGACY_STRATEGIES:
+            problems.append(migration_message(key, value))
+            continue
+        problems.append(f"{key}={value!r} is not supported: choose one of {_shown(allowed)}{_closest(value, allowed)}")
+    for key, allowed in LIST_CHOICES.items():
+        for item in values.get(key) or ():
+            if item not in allowed:
+                problems.append(
+                    f"{key} contains {item!r}, which is not supported: each entry must be one of "
+                    f"{_shown(allowed)}{_closest(item, allowed)}"
+                )
+    return problems
+
+
+def choice_keys() -> Iterator[str]:
+    yield from CHOICES
+    yield from LIST_CHOICES

@@ -1,0 +1,93 @@
+"""The Ray runtime env for worker processes, by verl's rules.
+
+- CUDA_DEVICE_MAX_CONNECTIONS=1 only when the actor or critic runs Megatron on an Ampere or
+  Hopper GPU (compute capability 8.x or 9.x): Megatron's TP/CP communication overlap needs
+  kernel launches serialised there. Blackwell (10+) does not need it, torch FSDP must not have it,
+  and on NPU Python never sets it (the NPU launcher exports it for MindSpeed).
+- Tokenizer, NCCL (cuda) and HCCL (npu) log and port settings are defaults.
+- A variable the user already exported wins: its value is forwarded instead of ours, so workers
+  on other nodes see it too.
+
+The GPU's capability is injectable for tests; on a cuda target without it, `nvidia-smi` is asked
+(no torch import). Unknown capability means the variable is not set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from verl_lite.config import roles
+
+logger = logging.getLogger(__name__)
+
+COMMON_ENV = {"TOKENIZERS_PARALLELISM": "true"}
+DEVICE_ENV = {
+    "cuda": {"NCCL_DEBUG": "WARN"},
+    # Several processes share one NPU when engines are colocated; fixed port ranges collide.
+    "npu": {"HCCL_HOST_SOCKET_PORT_RANGE": "auto", "HCCL_NPU_SOCKET_PORT_RANGE": "auto"},
+    "cpu": {},
+}
+VLLM_ENV = {"VLLM_LOGGING_LEVEL": "WARN"}
+MEGATRON_CAPABILITY_MAJORS = (8, 9)  # Ampere, Hopper
+
+
+def query_gpu_capability(environ: Mapping[str, str] = os.environ, timeout_s: float = 5.0) -> Optional[Tuple[int, int]]:
+    """(major, minor) of the first GPU from `nvidia-smi`, or None when it is absent or fails."""
+    exe = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        ).stdout
+        major, _, minor = out.strip().splitlines()[0].strip().partition(".")
+        return int(major), int(minor or 0)
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        logger.warning("could not read the GPU compute capability from nvidia-smi: %s", e)
+        return None
+
+
+def uses_megatron(cfg: Any) -> bool:
+    """True when a trained model (the actor, or the critic when it runs) uses Megatron."""
+    trained = ["actor"] + (["critic"] if roles.critic_enabled(cfg) else [])
+    return any(roles.strategy(cfg, role) == "megatron" for role in trained)
+
+
+def needs_max_connections(cfg: Any, device: str, gpu_capability: Optional[Tuple[int, int]]) -> bool:
+    return (
+        device == "cuda"
+        and gpu_capability is not None
+        and gpu_capability[0] in MEGATRON_CAPABILITY_MAJORS
+        and uses_megatron(cfg)
+    )
+
+
+def get_runtime_env(
+    cfg: Any,
+    device: str,
+    gpu_capability: Optional[Tuple[int, int]] = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Dict[str, Dict[str, str]]:
+    """`{"env_vars": {...}}` for `ray.init(runtime_env=...)` on a resolved device (cuda, npu, cpu)."""
+    if device not in DEVICE_ENV:
+        raise ValueError(f"device {device!r} is not resolved: expected one of {', '.join(DEVICE_ENV)}")
+    env: Dict[str, str] = dict(COMMON_ENV)
+    env.update(DEVICE_ENV[device])
+    if cfg.actor_rollout_ref.rollout.name == "vllm":
+        env.update(VLLM_ENV)
+    if device == "cuda" and gpu_capability is None and uses_megatron(cfg):
+        gpu_capability = query_gpu_capability(environ)
+    if needs_max_connections(cfg, device, gpu_capability):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    for key in env:
+        if key in environ:
+            env[key] = environ[key]
+    return {"env_vars": env}
