@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Summary: GRPO on Qwen3.5-397B-A17B with the Megatron backend and a vLLM rollout.
+#
+# Usage:
+#   DRY_RUN=1 DEVICE=npu USE_MINDSPEED_BRIDGE=True bash examples/grpo/run_qwen3_5_397b.sh
+#   DEVICE=cuda HF_MODEL_PATH=/models/Qwen3.5-397B-A17B bash examples/grpo/run_qwen3_5_397b.sh trainer.total_epochs=2
+#   launch/ray_cluster.sh head   # then HEAD_ADDRESS=<head ip> launch/ray_cluster.sh worker on the other 15 nodes
+#
+# Layouts (override any of them with env vars; docs/launcher.md lists every knob):
+#   cuda (and cpu): 16 x 8  devices, TP=2 PP=2 CP=1 EP=64 ETP=1, rollout TP=8
+#   npu:            16 x 16 devices, TP=2 PP=4 CP=1 EP=64 ETP=1, rollout TP=16
+#
+# Requirements:
+#   GPU:    CUDA 12, torch, megatron-core, vllm, this package (pip install -e .).
+#   Ascend: CANN 9, torch-npu, Megatron-LM 0.16.0, MindSpeed 0.16.0, Megatron-Bridge, vllm-ascend.
+#   Ascend with USE_MINDSPEED_BRIDGE=True: Megatron-LM core_v0.18.0, Megatron-Bridge v0.5.0,
+#     MindSpeed core_r0.18.0, MegatronAdaptor core_r0.18.0, TransformerEngineNPU main,
+#     MindSpeed-Ops master, MindSpeed-Bridge master, flash-linear-attention-npu v26.1.0,
+#     decorator, pybind11, diffusers (examples/ascend/README.md).
+set -euo pipefail
+
+REPO_ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
+
+VL_MODEL=Qwen3.5-397B-A17B
+HF_MODEL_PATH=${HF_MODEL_PATH:-${MODEL_ROOT:-$HOME/models}/Qwen3.5-397B-A17B}
+DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
+TRAIN_FILES=${TRAIN_FILES:-$DATA_DIR/train.parquet}
+VAL_FILES=${VAL_FILES:-$DATA_DIR/test.parquet}
+TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-64}
+PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-32}
+ROLLOUT_N=${ROLLOUT_N:-5}
+MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-1024}
+MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-2048}
+EXPERIMENT_NAME=${EXPERIMENT_NAME:-qwen3_5_397b_a17b_grpo}
+
+device_layout() {
+  case $1 in
+    npu)
+      NNODES=${NNODES:-16} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-16}
+      TP=${TP:-2} PP=${PP:-4} CP=${CP:-1} EP=${EP:-64} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-16}
+      ;;
+    *)
+      NNODES=${NNODES:-16} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-8}
+      TP=${TP:-2} PP=${PP:-2} CP=${CP:-1} EP=${EP:-64} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-8}
+      ;;
+  esac
+}
+
+# shellcheck source-path=SCRIPTDIR/../.. source=launch/lib.sh
+source "$REPO_ROOT/launch/lib.sh"
+vl_main "$@"

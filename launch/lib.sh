@@ -1,0 +1,442 @@
+# shellcheck shell=bash
+# Summary: the verl_lite launcher library, sourced by every example script.
+#
+# Usage, at the end of a model script (after its model-specific `${VAR:-default}` block):
+#   source "$REPO_ROOT/launch/lib.sh"
+#   device_layout() { ...; }   # optional: parallel layout defaults per resolved device ($1)
+#   vl_main "$@"
+#
+# Sourcing this file only defines functions: it sets no variable, prints nothing and changes no
+# shell option. vl_main resolves DEVICE and BACKEND, fills the shared defaults, validates every
+# knob, then prints (DRY_RUN=1), checks (CHECK=1: verl_lite.check) or runs
+#   ${PYTHON:-python3} -m verl_lite.main <common> <device> <backend> <model> <user args "$@">
+# User arguments come last, so they win (Hydra applies overrides in order; to change a `+key`
+# that the launcher adds, pass it without the `+`).
+# Errors go to stderr as `verl_lite: <what> (<allowed values or fix>)` with exit status 1.
+
+# ------------------------------------------------------------------------------ messages
+
+vl_log() { printf '[%(%H:%M:%S)T] verl_lite: %s\n' -1 "$*" >&2; }
+vl_warn() { printf 'verl_lite: warning: %s\n' "$*" >&2; }
+vl_die() {
+  printf 'verl_lite: %s\n' "$@" >&2
+  exit 1
+}
+
+# ------------------------------------------------------------------------------ knobs
+
+# Every environment variable the launcher reads; a near miss of one of these gets a warning.
+vl_knobs() {
+  VL_KNOBS=(
+    DEVICE BACKEND USE_MINDSPEED_BRIDGE DRY_RUN CHECK PYTHON
+    NNODES NDEVICES_PER_NODE TP PP CP EP ETP ROLLOUT_TP
+    HF_MODEL_PATH MODEL_ROOT DATA_DIR TRAIN_FILES VAL_FILES
+    TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE MICRO_BATCH_SIZE_PER_DEVICE
+    MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH ADV_ESTIMATOR LR
+    USE_KL_LOSS KL_LOSS_COEF KL_LOSS_TYPE ENTROPY_COEFF ALL_OFFLOAD RECOMPUTE
+    ROLLOUT_NAME ROLLOUT_N ROLLOUT_GPU_MEMORY_UTILIZATION
+    LOGGER PROJECT_NAME EXPERIMENT_NAME TOTAL_EPOCHS TOTAL_STEPS SAVE_FREQ TEST_FREQ
+    ASYNC_TRAINING ROLLOUT_NNODES ROLLOUT_NDEVICES_PER_NODE
+    STALENESS_THRESHOLD TRIGGER_PARAMETER_SYNC_STEP PARTIAL_ROLLOUT
+    CUDA_DEVICE_MAX_CONNECTIONS HCCL_CONNECT_TIMEOUT HCCL_BUFFSIZE
+    RAY_PORT HEAD_ADDRESS NODE_IP RAY
+  )
+}
+
+# True when $1 and $2 differ by one insertion, deletion, substitution or swap of neighbours.
+vl_near() {
+  local a=$1 b=$2 i=0 la=${#1} lb=${#2}
+  while ((i < la && i < lb)) && [[ ${a:i:1} == "${b:i:1}" ]]; do ((++i)); done
+  if ((la == lb)); then
+    ((i < la)) || return 1
+    [[ ${a:i+1} == "${b:i+1}" ]] && return 0
+    [[ ${a:i:1} == "${b:i+1:1}" && ${a:i+1:1} == "${b:i:1}" && ${a:i+2} == "${b:i+2}" ]]
+  elif ((la == lb + 1)); then
+    [[ ${a:i+1} == "${b:i}" ]]
+  elif ((lb == la + 1)); then
+    [[ ${a:i} == "${b:i+1}" ]]
+  else
+    return 1
+  fi
+}
+
+# Warn about exported variables that look like a misspelled knob (USE_MINDSPEED_BRIGDE).
+# Knobs are bucketed by length so each variable is compared with a handful of them (~1 ms).
+vl_warn_typos() {
+  local name upper knob len
+  local -A known=() bylen=()
+  vl_knobs
+  for knob in "${VL_KNOBS[@]}"; do
+    known[$knob]=1
+    ((${#knob} >= 5)) && bylen[${#knob}]+=" $knob"
+  done
+  while IFS= read -r name; do
+    [[ -n ${known[$name]:-} ]] && continue
+    upper=${name^^}
+    if [[ -n ${known[$upper]:-} ]]; then
+      vl_warn "$name is not read, the launcher reads $upper (did you mean $upper?)"
+      continue
+    fi
+    ((${#upper} >= 5)) || continue
+    for len in $((${#upper} - 1)) ${#upper} $((${#upper} + 1)); do
+      for knob in ${bylen[$len]:-}; do
+        [[ ${upper:0:1} == "${knob:0:1}" || ${upper: -1} == "${knob: -1}" ]] || continue
+        if vl_near "$upper" "$knob"; then
+          vl_warn "$name is not a known setting and is ignored (did you mean $knob?)"
+          continue 3
+        fi
+      done
+    done
+  done < <(compgen -e)
+}
+
+# ------------------------------------------------------------------------------ values
+
+# vl_bool NAME: normalise the boolean variable NAME to True/False, or record an error.
+vl_bool() {
+  local -n ref=$1
+  case ${ref:-} in
+    True | true | 1) ref=True ;;
+    False | false | 0 | '') ref=False ;;
+    *)
+      VL_ERRORS+=("$1 must be a boolean, got '$ref' (allowed: True, False, true, false, 1, 0)")
+      return 1
+      ;;
+  esac
+}
+
+# vl_int NAME MIN: the variable NAME must be a whole number >= MIN (MIN is 1, 0 or -1).
+vl_int() {
+  local name=$1 min=$2 value=${!1:-}
+  if [[ $min == 1 ]]; then
+    [[ $value =~ ^[1-9][0-9]{0,8}$ ]] && return 0
+    VL_ERRORS+=("$name must be a positive integer, got '$value' (use a whole number from 1 to 999999999)")
+  else
+    [[ $value =~ ^(0|[1-9][0-9]{0,8})$ || ($min == -1 && $value == -1) ]] && return 0
+    VL_ERRORS+=("$name must be an integer >= $min, got '$value' (use a whole number from $min to 999999999)")
+  fi
+  return 1
+}
+
+vl_nonempty() {
+  [[ -n ${!1:-} ]] && return 0
+  VL_ERRORS+=("$1 is empty ($2)")
+  return 1
+}
+
+# Shell-quote one word for the dry run: plain when it is safe, single-quoted otherwise.
+vl_quote() {
+  if [[ $1 =~ ^[A-Za-z0-9_./:=+,@%-]+$ ]]; then
+    REPLY=$1
+  else
+    REPLY="'${1//\'/\'\\\'\'}'"
+  fi
+}
+
+vl_is_secret() { [[ ${1^^} == *KEY* || ${1^^} == *TOKEN* || ${1^^} == *SECRET* || ${1^^} == *PASSWORD* ]]; }
+
+# ------------------------------------------------------------------------------ device, backend
+
+# Sets VL_DEVICE (cuda|npu|cpu) and VL_DEVICE_HOW from DEVICE; pure shell, runs no tool.
+vl_resolve_device() {
+  case ${DEVICE:-auto} in
+    auto)
+      if command -v npu-smi >/dev/null 2>&1; then
+        VL_DEVICE=npu VL_DEVICE_HOW='auto: npu-smi found'
+      elif command -v nvidia-smi >/dev/null 2>&1; then
+        VL_DEVICE=cuda VL_DEVICE_HOW='auto: nvidia-smi found'
+      else
+        VL_DEVICE=cpu VL_DEVICE_HOW='auto: no npu-smi or nvidia-smi'
+      fi
+      ;;
+    cuda | gpu) VL_DEVICE=cuda VL_DEVICE_HOW="DEVICE=$DEVICE" ;;
+    npu | cpu) VL_DEVICE=$DEVICE VL_DEVICE_HOW="DEVICE=$DEVICE" ;;
+    *) vl_die "unknown DEVICE '$DEVICE' (allowed: auto, cuda, gpu, npu, cpu)" ;;
+  esac
+}
+
+vl_resolve_backend() {
+  case ${BACKEND:=megatron} in
+    megatron | fsdp) ;;
+    *) vl_die "unknown BACKEND '$BACKEND' (allowed: megatron, fsdp; on npu, megatron runs on MindSpeed)" ;;
+  esac
+}
+
+# Device-specific environment; a value the caller exported wins. Fills VL_ENV (NAME=VALUE).
+vl_device_env() {
+  VL_ENV=()
+  if [[ $VL_DEVICE == npu ]]; then
+    # MindSpeed needs one device connection queue with TP/CP; HCCL defaults for large runs.
+    VL_ENV+=("CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}")
+    VL_ENV+=("HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-5400}")
+    VL_ENV+=("HCCL_BUFFSIZE=${HCCL_BUFFSIZE:-300}")
+  fi
+}
+
+# ------------------------------------------------------------------------------ defaults, checks
+
+# Values shared by the model scripts; a script's own `${VAR:-...}` block ran before and wins.
+vl_defaults() {
+  PYTHON=${PYTHON:-python3}
+  NNODES=${NNODES:-1} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-1}
+  TP=${TP:-1} PP=${PP:-1} CP=${CP:-1} EP=${EP:-1} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-1}
+  ADV_ESTIMATOR=${ADV_ESTIMATOR:-grpo} LR=${LR:-1e-6}
+  USE_KL_LOSS=${USE_KL_LOSS:-True} KL_LOSS_COEF=${KL_LOSS_COEF:-0.01}
+  KL_LOSS_TYPE=${KL_LOSS_TYPE:-low_var_kl} ENTROPY_COEFF=${ENTROPY_COEFF:-0}
+  ALL_OFFLOAD=${ALL_OFFLOAD:-True} RECOMPUTE=${RECOMPUTE:-True}
+  MICRO_BATCH_SIZE_PER_DEVICE=${MICRO_BATCH_SIZE_PER_DEVICE:-1}
+  ROLLOUT_NAME=${ROLLOUT_NAME:-vllm} ROLLOUT_GPU_MEMORY_UTILIZATION=${ROLLOUT_GPU_MEMORY_UTILIZATION:-0.6}
+  LOGGER=${LOGGER:-[console,jsonl]} PROJECT_NAME=${PROJECT_NAME:-verl_lite}
+  [[ -n ${TOTAL_STEPS:-} ]] || TOTAL_EPOCHS=${TOTAL_EPOCHS:-15}
+  SAVE_FREQ=${SAVE_FREQ:-20} TEST_FREQ=${TEST_FREQ:-5}
+  ASYNC_TRAINING=${ASYNC_TRAINING:-False} PARTIAL_ROLLOUT=${PARTIAL_ROLLOUT:-True}
+  STALENESS_THRESHOLD=${STALENESS_THRESHOLD:-1} TRIGGER_PARAMETER_SYNC_STEP=${TRIGGER_PARAMETER_SYNC_STEP:-1}
+}
+
+# "X does not divide the N devices of ..." when PRODUCT does not divide N.
+vl_divides() {
+  local what=$1 product=$2 total=$3 where=$4 fix=$5
+  ((total % product == 0)) && return 0
+  VL_ERRORS+=("$what does not divide the $total $where ($fix that divides $total)")
+}
+
+vl_validate() {
+  local name sizes=(NNODES NDEVICES_PER_NODE TP PP CP EP ETP ROLLOUT_TP ROLLOUT_N
+    TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE MICRO_BATCH_SIZE_PER_DEVICE
+    MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH)
+  local ok=1
+  [[ -n ${TOTAL_EPOCHS:-} ]] && sizes+=(TOTAL_EPOCHS)
+  [[ -n ${TOTAL_STEPS:-} ]] && sizes+=(TOTAL_STEPS)
+  [[ $ASYNC_TRAINING == True ]] && sizes+=(ROLLOUT_NNODES ROLLOUT_NDEVICES_PER_NODE TRIGGER_PARAMETER_SYNC_STEP)
+  for name in "${sizes[@]}"; do vl_int "$name" 1 || ok=0; done
+  vl_int SAVE_FREQ -1 || ok=0
+  vl_int TEST_FREQ -1 || ok=0
+  [[ $ASYNC_TRAINING == True ]] && { vl_int STALENESS_THRESHOLD 0 || ok=0; }
+  vl_nonempty HF_MODEL_PATH 'set it to a local model directory' || true
+  vl_nonempty TRAIN_FILES 'set it to a parquet file' || true
+  vl_nonempty VAL_FILES 'set it to a parquet file' || true
+
+  if [[ $USE_MINDSPEED_BRIDGE == True ]]; then
+    if [[ $VL_DEVICE != npu ]]; then
+      VL_ERRORS+=("USE_MINDSPEED_BRIDGE=True is Ascend-only but the device is $VL_DEVICE (MindSpeed-Bridge runs on npu: set DEVICE=npu or USE_MINDSPEED_BRIDGE=False)")
+    elif [[ $BACKEND != megatron ]]; then
+      VL_ERRORS+=("USE_MINDSPEED_BRIDGE=True needs BACKEND=megatron, got $BACKEND (the GDN overrides go to Megatron's transformer config: set BACKEND=megatron or USE_MINDSPEED_BRIDGE=False)")
+    elif [[ ${VL_MODEL_HAS_GDN:-1} != 1 ]]; then
+      VL_ERRORS+=("USE_MINDSPEED_BRIDGE=True selects Ascend GDN kernels but ${VL_MODEL:-this model} has no GDN layers (set USE_MINDSPEED_BRIDGE=False)")
+    fi
+  fi
+  ((ok)) || return 0
+
+  local devices=$((NNODES * NDEVICES_PER_NODE))
+  local where="devices of NNODES=$NNODES x NDEVICES_PER_NODE=$NDEVICES_PER_NODE"
+  if [[ $BACKEND == megatron ]]; then
+    vl_divides "TP*PP*CP = $TP*$PP*$CP = $((TP * PP * CP))" $((TP * PP * CP)) "$devices" "$where" \
+      'choose TP, PP, CP whose product'
+    vl_divides "EP*ETP*PP = $EP*$ETP*$PP = $((EP * ETP * PP))" $((EP * ETP * PP)) "$devices" "$where" \
+      'choose EP, ETP, PP whose product'
+  fi
+  if [[ $ASYNC_TRAINING == True ]]; then
+    devices=$((ROLLOUT_NNODES * ROLLOUT_NDEVICES_PER_NODE))
+    where="rollout devices of ROLLOUT_NNODES=$ROLLOUT_NNODES x ROLLOUT_NDEVICES_PER_NODE=$ROLLOUT_NDEVICES_PER_NODE"
+  fi
+  vl_divides "ROLLOUT_TP=$ROLLOUT_TP" "$ROLLOUT_TP" "$devices" "$where" 'choose a ROLLOUT_TP'
+}
+
+# ------------------------------------------------------------------------------ the command
+
+vl_args_common() {
+  VL_ARGS+=(
+    "algorithm.adv_estimator=$ADV_ESTIMATOR"
+    "actor_rollout_ref.actor.optim.lr=$LR"
+    "actor_rollout_ref.actor.use_kl_loss=$USE_KL_LOSS"
+  )
+  if [[ $USE_KL_LOSS == True ]]; then
+    VL_ARGS+=(
+      "actor_rollout_ref.actor.kl_loss_coef=$KL_LOSS_COEF"
+      "actor_rollout_ref.actor.kl_loss_type=$KL_LOSS_TYPE"
+    )
+  fi
+  VL_ARGS+=(
+    "actor_rollout_ref.actor.entropy_coeff=$ENTROPY_COEFF"
+    "actor_rollout_ref.rollout.name=$ROLLOUT_NAME"
+  )
+  [[ $ROLLOUT_NAME == vllm ]] &&
+    VL_ARGS+=("actor_rollout_ref.rollout.gpu_memory_utilization=$ROLLOUT_GPU_MEMORY_UTILIZATION")
+  VL_ARGS+=("trainer.logger=$LOGGER" "trainer.project_name=$PROJECT_NAME")
+  [[ -n ${TOTAL_EPOCHS:-} ]] && VL_ARGS+=("trainer.total_epochs=$TOTAL_EPOCHS")
+  [[ -n ${TOTAL_STEPS:-} ]] && VL_ARGS+=("trainer.total_training_steps=$TOTAL_STEPS")
+  VL_ARGS+=("trainer.save_freq=$SAVE_FREQ" "trainer.test_freq=$TEST_FREQ")
+}
+
+vl_args_device() {
+  VL_ARGS+=(
+    "trainer.device=$VL_DEVICE"
+    "trainer.nnodes=$NNODES"
+    "trainer.n_gpus_per_node=$NDEVICES_PER_NODE"
+  )
+  if [[ $ASYNC_TRAINING == True ]]; then
+    VL_ARGS+=(
+      "async_training.enable=True"
+      "async_training.staleness_threshold=$STALENESS_THRESHOLD"
+      "async_training.trigger_parameter_sync_step=$TRIGGER_PARAMETER_SYNC_STEP"
+      "async_training.partial_rollout=$PARTIAL_ROLLOUT"
+      "actor_rollout_ref.rollout.nnodes=$ROLLOUT_NNODES"
+      "actor_rollout_ref.rollout.n_gpus_per_node=$ROLLOUT_NDEVICES_PER_NODE"
+    )
+  fi
+}
+
+vl_args_backend() {
+  local role otc=+actor_rollout_ref.actor.megatron.override_transformer_config
+  VL_ARGS+=("actor_rollout_ref.actor.strategy=$BACKEND")
+  if [[ $BACKEND == fsdp ]]; then
+    [[ $ALL_OFFLOAD == True ]] && VL_ARGS+=(
+      "actor_rollout_ref.actor.fsdp_config.param_offload=True"
+      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"
+      "actor_rollout_ref.ref.fsdp_config.param_offload=True"
+    )
+    return 0
+  fi
+  for role in actor ref; do
+    VL_ARGS+=(
+      "actor_rollout_ref.$role.megatron.tensor_model_parallel_size=$TP"
+      "actor_rollout_ref.$role.megatron.pipeline_model_parallel_size=$PP"
+      "actor_rollout_ref.$role.megatron.context_parallel_size=$CP"
+      "actor_rollout_ref.$role.megatron.expert_model_parallel_size=$EP"
+      "actor_rollout_ref.$role.megatron.expert_tensor_parallel_size=$ETP"
+      "actor_rollout_ref.$role.megatron.param_offload=$ALL_OFFLOAD"
+    )
+    [[ $role == actor ]] && VL_ARGS+=(
+      "actor_rollout_ref.actor.megatron.grad_offload=$ALL_OFFLOAD"
+      "actor_rollout_ref.actor.megatron.optimizer_offload=$ALL_OFFLOAD"
+    )
+  done
+  [[ $RECOMPUTE == True ]] && VL_ARGS+=(
+    "$otc.recompute_method=uniform"
+    "$otc.recompute_granularity=full"
+    "$otc.recompute_num_layers=1"
+  )
+  # Megatron cannot pack Gated DeltaNet sequences (THD): no remove-padding, no dynamic batch.
+  [[ ${VL_MODEL_HAS_GDN:-1} == 1 ]] && VL_ARGS+=(
+    "actor_rollout_ref.model.use_remove_padding=False"
+    "actor_rollout_ref.actor.use_dynamic_bsz=False"
+  )
+  [[ $USE_MINDSPEED_BRIDGE == True ]] && VL_ARGS+=(
+    "$otc.use_triton_gdn=False"
+    "$otc.use_ascend_gdn=True"
+  )
+  return 0
+}
+
+vl_args_model() {
+  # shellcheck disable=SC2153  # ROLLOUT_N and the other model values are set by the model script
+  VL_ARGS+=(
+    "actor_rollout_ref.model.path=$HF_MODEL_PATH"
+    "data.train_files=$TRAIN_FILES"
+    "data.val_files=$VAL_FILES"
+    "data.train_batch_size=$TRAIN_BATCH_SIZE"
+    "data.max_prompt_length=$MAX_PROMPT_LENGTH"
+    "data.max_response_length=$MAX_RESPONSE_LENGTH"
+    "actor_rollout_ref.actor.ppo_mini_batch_size=$PPO_MINI_BATCH_SIZE"
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO_BATCH_SIZE_PER_DEVICE"
+    "actor_rollout_ref.rollout.n=$ROLLOUT_N"
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP"
+    "trainer.experiment_name=$EXPERIMENT_NAME"
+  )
+}
+
+# Print the command without starting anything: comments, the data step if any, the env, the
+# launcher, then one argument per line. Caller variables that look like secrets are masked.
+vl_print_dry_run() {
+  local word name value layout
+  local -A ours=()
+  if [[ $BACKEND == megatron ]]; then
+    layout="TP=$TP PP=$PP CP=$CP EP=$EP ETP=$ETP"
+  else
+    layout="(fsdp)"
+  fi
+  printf '# verl_lite dry run: nothing was started\n'
+  printf '# model=%s device=%s (%s) backend=%s bridge=%s\n' \
+    "${VL_MODEL:-?}" "$VL_DEVICE" "$VL_DEVICE_HOW" "$BACKEND" "$USE_MINDSPEED_BRIDGE"
+  layout+=" rollout TP=$ROLLOUT_TP"
+  [[ $ASYNC_TRAINING == True ]] && layout+=" on ${ROLLOUT_NNODES}x$ROLLOUT_NDEVICES_PER_NODE rollout devices"
+  printf '# layout: %sx%s devices %s\n' "$NNODES" "$NDEVICES_PER_NODE" "$layout"
+  for word in "${VL_ENV[@]}"; do ours[${word%%=*}]=1; done
+  while IFS= read -r name; do
+    [[ -n ${ours[$name]:-} ]] && continue
+    if vl_is_secret "$name"; then
+      printf '# env from the caller: %s=<masked>\n' "$name"
+    elif [[ $name =~ ^(ASCEND|HCCL|NCCL|CUDA|HF|HUGGING_FACE|TRANSFORMERS|WANDB|RAY|VLLM|TORCH|PYTORCH|VERL|TOKENIZERS|OMP|MASTER|GLOO)_ ]]; then
+      vl_quote "${!name}"
+      printf '# env from the caller: %s=%s\n' "$name" "$REPLY"
+    fi
+  done < <(compgen -e)
+  if ((${#VL_PREPARE[@]})); then
+    value=
+    for word in "${VL_PREPARE[@]}"; do vl_quote "$word" && value+=" $REPLY"; done
+    printf '%s\n' "${value# }"
+  fi
+  for word in "${VL_ENV[@]}"; do
+    name=${word%%=*}
+    if vl_is_secret "$name"; then value='<masked>'; else vl_quote "${word#*=}" && value=$REPLY; fi
+    printf '%s=%s \\\n' "$name" "$value"
+  done
+  vl_quote "$PYTHON"
+  printf '%s -m %s \\\n' "$REPLY" "$VL_MODULE"
+  local n=${#VL_ARGS[@]} i
+  for ((i = 0; i < n; i++)); do
+    vl_quote "${VL_ARGS[i]}"
+    if ((i < n - 1)); then printf '  %s \\\n' "$REPLY"; else printf '  %s\n' "$REPLY"; fi
+  done
+}
+
+# ------------------------------------------------------------------------------ entry point
+
+vl_main() {
+  VL_ERRORS=()
+  vl_resolve_device
+  vl_resolve_backend
+  vl_bool USE_MINDSPEED_BRIDGE || true
+  vl_bool DRY_RUN || true
+  vl_bool CHECK || true
+  ((${#VL_ERRORS[@]} == 0)) || vl_die "${VL_ERRORS[@]}"
+  vl_warn_typos
+
+  if declare -F device_layout >/dev/null; then device_layout "$VL_DEVICE"; fi
+  vl_defaults
+  vl_bool ALL_OFFLOAD || true
+  vl_bool USE_KL_LOSS || true
+  vl_bool RECOMPUTE || true
+  vl_bool ASYNC_TRAINING || true
+  vl_bool PARTIAL_ROLLOUT || true
+  vl_validate
+  ((${#VL_ERRORS[@]} == 0)) || vl_die "${VL_ERRORS[@]}"
+
+  VL_MODULE=verl_lite.main
+  [[ $CHECK == True ]] && VL_MODULE=verl_lite.check
+  [[ -v VL_PREPARE ]] || VL_PREPARE=()
+  VL_ARGS=()
+  vl_args_common
+  vl_args_device
+  vl_args_backend
+  vl_args_model
+  VL_ARGS+=("$@")
+  vl_device_env
+
+  if [[ $DRY_RUN == True ]]; then
+    vl_print_dry_run
+    return 0
+  fi
+  local word
+  for word in "${VL_ENV[@]}"; do export "${word?}"; done
+  if ((${#VL_PREPARE[@]})); then
+    if [[ $CHECK == True ]]; then
+      vl_log "CHECK=1: not preparing data (${VL_PREPARE[*]})"
+    else
+      vl_log "preparing data: ${VL_PREPARE[*]}"
+      "${VL_PREPARE[@]}" || vl_die "preparing data failed (see the error above; command: ${VL_PREPARE[*]})"
+    fi
+  fi
+  vl_log "$VL_MODULE on $VL_DEVICE ($VL_DEVICE_HOW), backend $BACKEND, ${NNODES}x$NDEVICES_PER_NODE devices"
+  exec "$PYTHON" -m "$VL_MODULE" "${VL_ARGS[@]}"
+}
