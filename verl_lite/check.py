@@ -407,7 +407,11 @@ def summarize(cfg: Any) -> str:
         f"algorithm     : {cfg.algorithm.adv_estimator}, {batch} prompts x n {n} = {batch * n} sequences per step",
         _model_line(cfg),
     ]
-    for role in roles.active_roles(cfg):
+    active = roles.active_roles(cfg)
+    for role in roles.ROLES:
+        if role not in active:
+            lines.append(_inactive_line(cfg, role, device))
+            continue
         layout = _layout(cfg, role)
         shape = "fsdp" if layout.strategy == "fsdp" else (
             f"megatron TP {layout.tp} PP {layout.pp} CP {layout.cp} EP {layout.ep} ETP {layout.etp}"
@@ -429,6 +433,20 @@ def summarize(cfg: Any) -> str:
     elif needs_max_connections(cfg, device, capability):
         lines.append(f"                (CUDA_DEVICE_MAX_CONNECTIONS=1: megatron on compute capability {capability[0]}.{capability[1]})")
     return "\n".join(lines)
+
+
+def _inactive_line(cfg: Any, role: str, device: str) -> str:
+    if role == "ref":
+        why = "actor_rollout_ref.actor.use_kl_loss=False, algorithm.use_kl_in_reward=False"
+    elif cfg.critic.enable is None:
+        why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator}"
+    else:
+        why = "critic.enable=False"
+    try:
+        engine = registry.resolve_engine(cfg, role, device)
+    except registry.RegistryError as e:
+        engine = f"none ({e})"
+    return f"{role:<14}: not used ({why}); its engine would be {roles.strategy(cfg, role)} -> {engine}"
 
 
 def _model_line(cfg: Any) -> str:

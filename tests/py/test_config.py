@@ -1,0 +1,246 @@
+"""Config composition: Hydra override grammar on the structured schema, and every kind of config
+error reported at once with a fix."""
+
+import pytest
+from omegaconf import DictConfig
+
+from verl_lite.config import ConfigError, VerlLiteConfig, compose_config, load_config, to_dataclass
+from verl_lite.config import keys
+
+OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
+
+
+def problems_of(*overrides):
+    with pytest.raises(ConfigError) as info:
+        load_config(list(overrides))
+    return info.value.problems
+
+
+# ---------------------------------------------------------------------------- composing
+
+
+def test_defaults_compose_into_a_resolved_dictconfig_with_verl_key_names():
+    cfg = load_config([])
+    assert isinstance(cfg, DictConfig)
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp"
+    assert cfg.trainer.default_local_dir == "checkpoints/verl_lite/default"  # interpolation resolved
+
+
+def test_plain_overrides_set_typed_values_and_interpolations_follow_them():
+    cfg = load_config(["data.train_batch_size=64", "trainer.project_name=p", "actor_rollout_ref.actor.optim.lr=2e-6"])
+    assert cfg.data.train_batch_size == 64
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(2e-6)
+    assert cfg.trainer.default_local_dir == "checkpoints/p/default"
+
+
+def test_a_list_override_replaces_the_list():
+    assert list(load_config(["trainer.logger=[console]"]).trainer.logger) == ["console"]
+    assert list(load_config(["trainer.logger=[console,jsonl,tensorboard]"]).trainer.logger) == [
+        "console", "jsonl", "tensorboard"]
+
+
+def test_plus_adds_new_keys_inside_open_sections_with_parsed_types():
+    cfg = load_config([f"+{OTC}.use_ascend_gdn=True", f"+{OTC}.recompute_num_layers=1", f"+{OTC}.attention_backend=flash"])
+    assert dict(cfg.actor_rollout_ref.actor.megatron.override_transformer_config) == {
+        "use_ascend_gdn": True, "recompute_num_layers": 1, "attention_backend": "flash"}
+
+
+def test_double_plus_adds_or_replaces_and_tilde_deletes_inside_open_sections():
+    cfg = load_config([f"+{OTC}.a=1", f"++{OTC}.a=2", f"++{OTC}.b=3", f"~{OTC}.b"])
+    assert dict(cfg.actor_rollout_ref.actor.megatron.override_transformer_config) == {"a": 2}
+
+
+def test_tilde_with_a_value_deletes_only_when_the_value_matches():
+    assert any("its value is 1, not 2" in p for p in problems_of(f"+{OTC}.a=1", f"~{OTC}.a=2"))
+
+
+def test_plus_on_a_schema_key_whose_value_is_null_sets_it_as_hydra_does():
+    assert load_config(["+critic.strategy=megatron"]).critic.strategy == "megatron"
+
+
+def test_quoted_values_stay_strings():
+    assert load_config(["trainer.experiment_name='run 1'"]).trainer.experiment_name == "run 1"
+
+
+def test_gpu_is_accepted_and_normalised_to_cuda():
+    assert load_config(["trainer.device=gpu"]).trainer.device == "cuda"
+    assert load_config(["trainer.device=NPU"]).trainer.device == "npu"
+
+
+def test_to_dataclass_returns_the_plain_schema_object_with_overrides():
+    obj = to_dataclass(load_config(["data.train_batch_size=8", f"+{OTC}.x=1"]))
+    assert isinstance(obj, VerlLiteConfig)
+    assert obj.data.train_batch_size == 8
+    assert obj.actor_rollout_ref.actor.megatron.override_transformer_config == {"x": 1}
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_config_error_is_a_value_error_whose_message_lists_each_problem():
+    with pytest.raises(ValueError) as info:
+        load_config(["trainer.n_gpu_per_node=3", "data.train_batch_size=abc"])
+    assert isinstance(info.value, ConfigError)
+    assert len(info.value.problems) == 2
+    assert str(info.value).startswith("2 config problems:")
+    assert all(p in str(info.value) for p in info.value.problems)
+
+
+def test_a_typo_in_a_key_gets_the_real_key_as_a_suggestion():
+    (problem,) = problems_of("trainer.n_gpu_per_node=3")
+    assert problem == "unknown key 'trainer.n_gpu_per_node'; did you mean trainer.n_gpus_per_node?"
+
+
+def test_a_key_in_the_wrong_section_suggests_the_keys_with_that_name():
+    (problem,) = problems_of("actor_rollout_ref.actor.tensor_model_parallel_size=2")
+    assert "did you mean actor_rollout_ref.actor.megatron.tensor_model_parallel_size" in problem
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size" in problem
+
+
+def test_a_misspelled_section_is_matched_over_the_full_dotted_name():
+    (problem,) = problems_of("actor_rollout_ref.actr.ppo_mini_batch_size=4")
+    assert "did you mean actor_rollout_ref.actor.ppo_mini_batch_size" in problem
+
+
+def test_a_key_with_nothing_close_gets_no_suggestion():
+    assert problems_of("trainer.zzz=1") == ["unknown key 'trainer.zzz'"]
+
+
+def test_wrong_types_name_the_key_the_value_and_the_expected_type():
+    problems = problems_of("data.train_batch_size=abc", "trainer.n_gpus_per_node=2.5", "trainer.nnodes=null",
+                           "trainer.logger=console")
+    assert "data.train_batch_size='abc' has the wrong type: expected int" in problems
+    assert "trainer.n_gpus_per_node=2.5 has the wrong type: expected int" in problems
+    assert "trainer.nnodes=None has the wrong type: expected int" in problems
+    assert "trainer.logger='console' has the wrong type: expected list of str (write trainer.logger=[console])" in problems
+
+
+def test_a_wrong_type_inside_a_mapping_value_names_the_inner_key():
+    (problem,) = problems_of("actor_rollout_ref.actor.optim={lr:fast}")
+    assert problem.startswith("actor_rollout_ref.actor.optim.lr=") and "expected float" in problem
+
+
+def test_an_unknown_key_inside_a_mapping_value_is_reported_with_its_full_name():
+    (problem,) = problems_of("actor_rollout_ref.actor.optim={lr:1.0,weight_decy:0.1}")
+    assert "unknown key 'actor_rollout_ref.actor.optim.weight_decy'" in problem
+    assert "did you mean actor_rollout_ref.actor.optim.weight_decay" in problem
+
+
+def test_plus_on_an_existing_key_fails_as_in_hydra_with_both_fixes():
+    (problem,) = problems_of("+trainer.nnodes=2")
+    assert "cannot add 'trainer.nnodes': it already exists (= 1)" in problem
+    assert "'trainer.nnodes=2'" in problem and "'++trainer.nnodes=2'" in problem
+
+
+def test_plus_outside_an_open_section_is_an_unknown_key_naming_the_open_sections():
+    (problem,) = problems_of("+trainer.foo=1")
+    assert problem.startswith("unknown key 'trainer.foo'")
+    assert OTC in problem
+
+
+def test_a_new_key_in_an_open_section_without_plus_says_to_add_it_with_plus():
+    (problem,) = problems_of(f"{OTC}.use_ascend_gdn=True")
+    assert problem.endswith(f"add it with '+{OTC}.use_ascend_gdn=True'")
+
+
+def test_deleting_a_schema_key_is_refused():
+    (problem,) = problems_of("~trainer.nnodes")
+    assert problem.startswith("cannot delete 'trainer.nnodes': it is a verl_lite setting")
+
+
+def test_sweeps_packages_options_and_syntax_errors_are_each_reported():
+    problems = problems_of("trainer.nnodes=1,2", "a@pkg=1", "--config-name=ppo", "trainer.logger=[console")
+    assert problems[0] == "'trainer.nnodes=1,2': sweeps are not supported (this is one run); give a single value"
+    assert "config packages" in problems[1]
+    assert problems[2] == "unexpected option '--config-name=ppo': verl_lite takes key=value overrides only"
+    assert problems[3].startswith("cannot parse override 'trainer.logger=[console'")
+
+
+def test_an_unresolvable_interpolation_is_reported_and_the_rest_still_composes():
+    cfg, problems = compose_config(["trainer.seed=${nope}", "data.train_batch_size=64"])
+    assert problems == ["trainer.seed='${nope}' does not resolve: Interpolation key 'nope' not found"]
+    assert cfg.trainer.seed == 1  # reset to the default so the checks can still run
+    assert cfg.data.train_batch_size == 64
+
+
+def test_every_problem_is_reported_at_once():
+    problems = problems_of("trainer.n_gpu_per_node=3", "data.train_batch_size=abc", "trainer.device=tpu",
+                           "model_engine=mindspeed", "algorithm.adv_estimator=ppo")
+    assert len(problems) == 5
+
+
+# ---------------------------------------------------------------------------- removed upstream settings
+
+
+@pytest.mark.parametrize("override", [
+    "actor_rollout_ref.actor.strategy=mindspeed",
+    "actor_rollout_ref.actor.strategy=mindspeed_megatron",
+    "critic.strategy=mindspeed_megatron",
+    "actor_rollout_ref.ref.strategy=mindspeed",
+])
+def test_removed_mindspeed_strategies_get_the_migration_message(override):
+    key = override.split("=")[0]
+    (problem,) = problems_of(override)
+    assert "was removed upstream" in problem
+    assert f"use {key}=megatron with trainer.device=npu" in problem
+    assert "MindSpeed is applied to Megatron as a repatch" in problem
+
+
+def test_model_engine_mindspeed_gets_the_migration_message():
+    (problem,) = problems_of("model_engine=mindspeed")
+    assert problem.startswith("model_engine=mindspeed was removed upstream")
+    assert "actor_rollout_ref.actor.strategy=megatron with trainer.device=npu" in problem
+
+
+def test_a_mindspeed_megatron_backend_key_gets_the_migration_message():
+    (problem,) = problems_of("actor_rollout_ref.actor.engine.backend=mindspeed_megatron")
+    assert "was removed upstream" in problem and "strategy=megatron with trainer.device=npu" in problem
+
+
+def test_the_old_mindspeed_section_points_at_the_megatron_section():
+    (problem,) = problems_of("actor_rollout_ref.actor.mindspeed.param_offload=True")
+    assert "actor_rollout_ref.actor.megatron.param_offload" in problem
+
+
+# ---------------------------------------------------------------------------- enum-like values
+
+
+@pytest.mark.parametrize("override, allowed", [
+    ("actor_rollout_ref.actor.strategy=fsdp2", "fsdp, megatron"),
+    ("critic.strategy=deepspeed", "fsdp, megatron, null"),
+    ("trainer.device=tpu", "auto, cuda, npu, cpu"),
+    ("algorithm.adv_estimator=rloo", "grpo, gae"),
+    ("actor_rollout_ref.actor.loss_agg_mode=mean", "token-mean, token-sum"),
+    ("critic.loss_agg_mode=mean", "token-mean, token-sum"),
+    ("actor_rollout_ref.actor.kl_loss_type=k9", "kl, abs, mse, low_var_kl"),
+    ("actor_rollout_ref.rollout.name=sglang", "hf, vllm"),
+    ("trainer.resume_mode=always", "disable, auto, resume_path"),
+])
+def test_enum_like_settings_reject_other_values_and_list_the_allowed_ones(override, allowed):
+    key, value = override.split("=")
+    (problem,) = problems_of(override)
+    assert problem.startswith(f"{key}={value!r} is not supported: choose one of {allowed}")
+
+
+def test_an_enum_typo_gets_the_closest_allowed_value():
+    (problem,) = problems_of("actor_rollout_ref.actor.strategy=megatorn")
+    assert problem.endswith("(did you mean 'megatron'?)")
+
+
+def test_each_logger_entry_is_checked():
+    (problem,) = problems_of("trainer.logger=[console,wandb]")
+    assert "trainer.logger contains 'wandb'" in problem and "console, jsonl, tensorboard" in problem
+
+
+# ---------------------------------------------------------------------------- key table
+
+
+def test_the_key_table_knows_types_defaults_and_open_sections():
+    table = keys.key_table()
+    assert keys.type_name(table["critic.enable"].type) == "bool or null"
+    assert table["critic.optim.lr"].default == pytest.approx(1e-5)  # the section's own default
+    assert table["actor_rollout_ref.actor.optim.lr"].default == pytest.approx(1e-6)
+    assert OTC in keys.open_sections()
+    assert keys.open_section_of(f"{OTC}.use_ascend_gdn") == OTC
+    assert keys.open_section_of("trainer.nnodes") == ""
+
