@@ -1,0 +1,169 @@
+"""Adaptations that let megatron-core 0.16 run on CPU over gloo (device `cpu` only).
+
+megatron-core assumes CUDA in a handful of places. On a CPU-only machine (development, CI) the
+Megatron engines call `enable()` before touching megatron, and only when their device is `cpu`;
+nothing here runs for `cuda` or `npu`. What changes, and why:
+
+1. `torch.cuda.current_device()` yields the CPU device: megatron allocates parameters, gathered
+   activations and rotary tables with `device=torch.cuda.current_device()`.
+2. `torch.cuda.synchronize()` is a no-op: the pipeline p2p code calls it after batched send/recv.
+3. Megatron's CUDA RNG states tracker is replaced by one that forks torch's CPU generator
+   (the original reads `torch.cuda.default_generators`, which is empty without CUDA).
+4. Modules that create tensors with a literal `device="cuda"` (the schedules' token counters,
+   the grad buffers, the optimizer's scalars, grad clipping, the default causal mask) see a
+   `torch` whose factory functions map "cuda" to "cpu". Only those modules are touched.
+5. While a model is built, `Tensor.cuda()` returns the tensor itself: with PP > 1 and tied
+   embeddings megatron moves the shared weight with `.cuda()` before an all-reduce.
+
+Process-wide effects (1, 2) are why this module is only for processes whose engines run on CPU.
+Settings megatron cannot honour on CPU are turned off by `cpu_settings()` with a warning:
+sequence parallel and the distributed optimizer need Apex/Transformer Engine kernels, gradient
+accumulation fusion needs a CUDA kernel, and the optimizer's own grad clipping uses CUDA
+multi-tensor kernels (the engine clips itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from typing import Any, Dict, Iterator
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_ENABLED = False
+_CPU = torch.device("cpu")
+
+# megatron modules that write `device="cuda"` literally.
+_CUDA_LITERAL_MODULES = (
+    "megatron.core.pipeline_parallel.schedules",
+    "megatron.core.distributed.param_and_grad_buffer",
+    "megatron.core.optimizer.optimizer",
+    "megatron.core.optimizer.clip_grads",
+    "megatron.core.transformer.utils",
+    "megatron.core.tensor_parallel.data",
+    "megatron.core.utils",
+)
+_FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "arange", "zeros_like", "ones_like", "empty_like")
+
+
+def _is_cuda(device: Any) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return isinstance(device, (str, int)) and (str(device) == "cuda" or str(device).startswith("cuda:"))
+
+
+class _CpuTorch:
+    """`torch` as seen by one megatron module: tensor factories place "cuda" tensors on CPU."""
+
+    def __init__(self) -> None:
+        for name in _FACTORIES:
+            setattr(self, name, self._factory(getattr(torch, name)))
+
+    @staticmethod
+    def _factory(fn):
+        @functools.wraps(fn)
+        def make(*args, **kwargs):
+            if _is_cuda(kwargs.get("device")):
+                kwargs["device"] = _CPU
+            return fn(*args, **kwargs)
+
+        return make
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+def _cpu_rng_tracker_class():
+    from megatron.core.tensor_parallel import random as mrandom
+
+    class CpuRNGStatesTracker(mrandom.CudaRNGStatesTracker):
+        """Megatron's named RNG states (data-parallel, model-parallel, expert) on the CPU generator."""
+
+        def add(self, name: str, seed: int) -> None:
+            self._is_initialized = True
+            if seed in self.seeds_:
+                raise Exception(f"seed {seed} already exists")
+            self.seeds_.add(seed)
+            if name in self.states_:
+                raise Exception(f"rng state {name} already exists")
+            saved = torch.get_rng_state()
+            torch.manual_seed(seed)
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(saved)
+
+        @contextlib.contextmanager
+        def fork(self, name: str = mrandom._MODEL_PARALLEL_RNG_TRACKER_NAME) -> Iterator[None]:
+            if name not in self.states_:
+                raise Exception(f"rng state {name} is not added")
+            saved = torch.get_rng_state()
+            torch.set_rng_state(self.states_[name])
+            try:
+                yield
+            finally:
+                self.states_[name] = torch.get_rng_state()
+                torch.set_rng_state(saved)
+
+    return CpuRNGStatesTracker
+
+
+def install_cpu_rng_tracker() -> None:
+    """Make megatron's global RNG tracker a CPU one (idempotent; keeps an installed CPU tracker)."""
+    from megatron.core.tensor_parallel import random as mrandom
+
+    current = mrandom._CUDA_RNG_STATE_TRACKER
+    if current is not None and type(current).__name__ == "CpuRNGStatesTracker":
+        return
+    mrandom._CUDA_RNG_STATE_TRACKER = _cpu_rng_tracker_class()()
+    mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+
+
+def enable() -> None:
+    """Apply the CPU adaptations (idempotent). Call before building megatron models on CPU."""
+    global _ENABLED
+    if _ENABLED:
+        return
+    import importlib
+
+    torch.cuda.current_device = lambda: _CPU  # type: ignore[assignment]
+    torch.cuda.synchronize = lambda device=None: None  # type: ignore[assignment]
+    shim = _CpuTorch()
+    for name in _CUDA_LITERAL_MODULES:
+        module = importlib.import_module(name)
+        module.torch = shim
+    install_cpu_rng_tracker()
+    _ENABLED = True
+    logger.info("megatron-core CPU adaptations enabled (torch.cuda.current_device -> cpu)")
+
+
+def is_enabled() -> bool:
+    return _ENABLED
+
+
+@contextlib.contextmanager
+def model_build() -> Iterator[None]:
+    """While building a model on CPU, `Tensor.cuda()` returns the tensor (tied embeddings, PP>1)."""
+    original = torch.Tensor.cuda
+    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.Tensor.cuda = original  # type: ignore[assignment]
+
+
+def cpu_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """Turn off (among the keys given) what megatron cannot do on CPU; warn for each that was on."""
+    out = dict(settings)
+    reasons = {
+        "sequence_parallel": "needs Apex/Transformer Engine layer norms",
+        "use_distributed_optimizer": "needs Apex/Transformer Engine multi-tensor kernels",
+        "gradient_accumulation_fusion": "needs a CUDA kernel",
+    }
+    for key, why in reasons.items():
+        if key in out:
+            if out[key]:
+                logger.warning("megatron on cpu: %s=True %s; turning it off", key, why)
+            out[key] = False
+    return out
