@@ -749,7 +749,7 @@ class MegatronLMEngine(BaseEngine):
         tied = self.layout.tied and self.model_type == "language_model"
         if pp == 1:
             for hf_name, tensor in self._hf_shards():
-                tensor = tensor.cpu()
+                tensor = tensor.to("cpu", copy=True)  # never alias a live parameter
                 yield hf_name, tensor
                 if tied and hf_name == "model.embed_tokens.weight":
                     yield "lm_head.weight", tensor
@@ -766,7 +766,7 @@ class MegatronLMEngine(BaseEngine):
                 else:
                     tensor = torch.empty(shape, dtype=dtype, device=self._torch_device())
                 torch.distributed.broadcast(tensor, src=src, group=group)
-                tensor = tensor.cpu()
+                tensor = tensor.to("cpu", copy=True)
                 yield hf_name, tensor
                 if tied and hf_name == "model.embed_tokens.weight":
                     yield "lm_head.weight", tensor
