@@ -244,3 +244,25 @@ def test_the_key_table_knows_types_defaults_and_open_sections():
     assert keys.open_section_of(f"{OTC}.use_ascend_gdn") == OTC
     assert keys.open_section_of("trainer.nnodes") == ""
 
+
+
+# ---------------------------------------------------------------------------- docs/config.md
+
+
+def test_the_key_reference_in_docs_config_md_is_in_sync_with_the_schema():
+    from verl_lite.config import docs
+
+    text = docs.DOC_PATH.read_text(encoding="utf-8")
+    assert docs.updated(text) == text, "run: python -m verl_lite.config.docs"
+
+
+def test_the_key_reference_has_every_leaf_key_with_its_comment_and_allowed_values():
+    from verl_lite.config import docs
+
+    rendered = docs.render_keys()
+    leaves = [p for p, info in keys.key_table().items() if not info.section]
+    assert all(f"| `{p}` |" in rendered for p in leaves)
+    row = next(line for line in rendered.splitlines() if line.startswith("| `data.train_batch_size` |"))
+    assert row == "| `data.train_batch_size` | int | `32` | Prompts per step (before repetition by rollout.n). |"
+    strategy = next(line for line in rendered.splitlines() if line.startswith("| `critic.strategy` |"))
+    assert "Allowed: fsdp, megatron, null." in strategy
