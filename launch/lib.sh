@@ -193,11 +193,12 @@ vl_defaults() {
   STALENESS_THRESHOLD=${STALENESS_THRESHOLD:-1} TRIGGER_PARAMETER_SYNC_STEP=${TRIGGER_PARAMETER_SYNC_STEP:-1}
 }
 
-# "X does not divide the N devices of ..." when PRODUCT does not divide N.
+# "WHAT does not divide the N [rollout ]devices of WHERE" when PRODUCT does not divide N.
 vl_divides() {
-  local what=$1 product=$2 total=$3 where=$4 fix=$5
+  local what=$1 product=$2 total=$3 where=$4 fix=$5 noun=devices
   ((total % product == 0)) && return 0
-  VL_ERRORS+=("$what does not divide the $total $where ($fix that divides $total)")
+  ((total == 1)) && noun=device
+  VL_ERRORS+=("$what does not divide the $total ${where/devices/$noun} ($fix divides $total)")
 }
 
 vl_validate() {
@@ -239,7 +240,7 @@ vl_validate() {
     devices=$((ROLLOUT_NNODES * ROLLOUT_NDEVICES_PER_NODE))
     where="rollout devices of ROLLOUT_NNODES=$ROLLOUT_NNODES x ROLLOUT_NDEVICES_PER_NODE=$ROLLOUT_NDEVICES_PER_NODE"
   fi
-  vl_divides "ROLLOUT_TP=$ROLLOUT_TP" "$ROLLOUT_TP" "$devices" "$where" 'choose a ROLLOUT_TP'
+  vl_divides "ROLLOUT_TP=$ROLLOUT_TP" "$ROLLOUT_TP" "$devices" "$where" 'choose a ROLLOUT_TP that'
 }
 
 # ------------------------------------------------------------------------------ the command
