@@ -1,0 +1,166 @@
+"""verl-format parquet prompts: validation, tokenization and a resumable, seeded batch order.
+
+A row holds `prompt` (chat messages: a list of {role, content}), `data_source` (str),
+`reward_model.ground_truth` and optionally `extra_info` (a dict). A bad row is reported with the
+file, the row number and the column, before any model is built.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+REQUIRED_COLUMNS = ("data_source", "reward_model")
+
+
+class DataError(ValueError):
+    """A data file that cannot be used, with the file, row and column in the message."""
+
+
+def as_file_list(files: Union[str, Sequence[str], None]) -> List[str]:
+    if files is None:
+        return []
+    if isinstance(files, str):
+        return [files]
+    return [str(f) for f in files]
+
+
+def expand(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(os.path.expandvars(path)))
+
+
+def _check_row(path: str, i: int, row: Dict[str, Any], prompt_key: str) -> None:
+    where = f"data file {path} row {i}"
+    messages = row.get(prompt_key)
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise DataError(f"{where}: column '{prompt_key}' must be a non-empty list of chat messages, got {messages!r:.80}")
+    for j, m in enumerate(messages):
+        if not isinstance(m, dict) or "content" not in m or m.get("content") is None:
+            raise DataError(f"{where}: column '{prompt_key}' message {j} has no 'content' (expected {{role, content}})")
+    if not isinstance(row.get("data_source"), str) or not row["data_source"]:
+        raise DataError(f"{where}: column 'data_source' must be a non-empty string, got {row.get('data_source')!r}")
+    rm = row.get("reward_model")
+    if not isinstance(rm, dict) or rm.get("ground_truth") is None:
+        raise DataError(f"{where}: column 'reward_model.ground_truth' is missing or null")
+    extra = row.get("extra_info")
+    if extra is not None and not isinstance(extra, dict):
+        raise DataError(f"{where}: column 'extra_info' must be a dict or null, got {type(extra).__name__}")
+
+
+def read_rows(files: Union[str, Sequence[str]], prompt_key: str = "prompt") -> List[Dict[str, Any]]:
+    """Read and validate every row of the given parquet files."""
+    import pyarrow.parquet as pq
+
+    paths = as_file_list(files)
+    if not paths:
+        raise DataError("no data files given (set data.train_files to one or more parquet files)")
+    rows: List[Dict[str, Any]] = []
+    for raw in paths:
+        path = expand(raw)
+        if not os.path.isfile(path):
+            raise DataError(f"data file {raw} does not exist (generate the tiny task with "
+                            f"`python -m verl_lite.data.synthetic --out-dir DIR` or point data.train_files at parquet files)")
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises several types for a damaged file
+            raise DataError(f"data file {path} is not a readable parquet file ({type(e).__name__}: {e})") from e
+        missing = [c for c in (prompt_key,) + REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            raise DataError(
+                f"data file {path}: column '{missing[0]}' is missing (columns present: {', '.join(table.column_names)})"
+            )
+        for i, row in enumerate(table.to_pylist()):
+            _check_row(path, i, row, prompt_key)
+            rows.append(row)
+    if not rows:
+        raise DataError(f"data files {', '.join(paths)} hold no rows")
+    return rows
+
+
+@dataclass
+class Example:
+    prompt_ids: List[int]
+    data_source: str
+    ground_truth: Any
+    extra_info: Dict[str, Any]
+    uid: str
+
+
+class PromptDataset:
+    """Tokenized prompts; prompts longer than max_prompt_length follow data.truncation."""
+
+    def __init__(self, files, tokenizer, max_prompt_length: int, prompt_key: str = "prompt",
+                 truncation: str = "error", filter_overlong: bool = False):
+        if truncation not in ("error", "left", "right"):
+            raise ValueError(f"data.truncation={truncation!r} (choose error, left or right)")
+        self.examples: List[Example] = []
+        for i, row in enumerate(read_rows(files, prompt_key)):
+            ids = list(tokenizer.apply_chat_template(list(row[prompt_key]), add_generation_prompt=True, tokenize=True))
+            if len(ids) > max_prompt_length:
+                if filter_overlong:
+                    continue
+                if truncation == "error":
+                    raise DataError(
+                        f"prompt of row {i} has {len(ids)} tokens > data.max_prompt_length={max_prompt_length} "
+                        f"(raise data.max_prompt_length, set data.filter_overlong_prompts=True or data.truncation=left)"
+                    )
+                ids = ids[-max_prompt_length:] if truncation == "left" else ids[:max_prompt_length]
+            self.examples.append(Example(ids, row["data_source"], row["reward_model"]["ground_truth"],
+                                         dict(row.get("extra_info") or {}), uid=f"{i}"))
+        if not self.examples:
+            raise DataError("every prompt was filtered as overlong (raise data.max_prompt_length)")
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+@dataclass
+class SamplerState:
+    """Where the batch order stands: enough to resume with the identical order."""
+
+    epoch: int = 0
+    cursor: int = 0
+    seed: int = 1
+    shuffle: bool = True
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+class BatchSampler:
+    """Seeded per-epoch permutation; drops the last partial batch, as verl's dataloader does."""
+
+    def __init__(self, n: int, batch_size: int, seed: int = 1, shuffle: bool = True):
+        if batch_size > n:
+            raise DataError(f"data.train_batch_size={batch_size} exceeds the {n} prompts in data.train_files")
+        self.n, self.batch_size = n, batch_size
+        self.state = SamplerState(seed=seed, shuffle=shuffle)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.n // self.batch_size
+
+    def _order(self, epoch: int) -> List[int]:
+        order = list(range(self.n))
+        if self.state.shuffle:
+            random.Random(self.state.seed * 100003 + epoch).shuffle(order)
+        return order
+
+    def next_batch(self) -> Optional[List[int]]:
+        """Indices of the next batch, or None at the end of the epoch (which then advances)."""
+        if self.state.cursor + self.batch_size > self.n:
+            self.state.epoch += 1
+            self.state.cursor = 0
+            return None
+        order = self._order(self.state.epoch)
+        idx = order[self.state.cursor:self.state.cursor + self.batch_size]
+        self.state.cursor += self.batch_size
+        return idx
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"epoch": self.state.epoch, "cursor": self.state.cursor, "seed": self.state.seed,
+                "shuffle": self.state.shuffle}
+
+    def load_state_dict(self, d: Dict[str, Any]) -> None:
+        self.state.epoch, self.state.cursor = int(d["epoch"]), int(d["cursor"])
+        self.state.seed, self.state.shuffle = int(d["seed"]), bool(d["shuffle"])

@@ -1,0 +1,301 @@
+"""Torch-native engine (backend `fsdp`): one process on CPU, or torch FSDP2 over data-parallel ranks.
+
+With a process group of more than one rank, every decoder layer and the root module are sharded
+with `fully_shard` (gloo on CPU, nccl/hccl on devices); gradients are averaged over ranks, so each
+rank scales its loss by the data-parallel size (done by the worker's loss function).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from verl_lite.engine.base import BaseEngine, LossFn
+
+logger = logging.getLogger(__name__)
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    if cfg is None:
+        return default
+    getter = getattr(cfg, "get", None)
+    return getter(key, default) if callable(getter) else getattr(cfg, key, default)
+
+
+def torch_device(device: str) -> torch.device:
+    if device == "cpu":
+        return torch.device("cpu")
+    if device == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    if device == "npu":
+        return torch.device("npu", torch.npu.current_device())  # type: ignore[attr-defined]
+    raise ValueError(f"unknown device {device!r} (choose cpu, cuda or npu)")
+
+
+class ValueHeadModel(nn.Module):
+    """A causal LM backbone with a scalar head: values (B, T)."""
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.model = lm.model  # the decoder stack; the LM head is dropped
+        self.config = lm.config
+        self.value_head = nn.Linear(lm.config.hidden_size, 1)
+        with torch.no_grad():
+            self.value_head.weight.normal_(0.0, 0.02)
+            self.value_head.bias.zero_()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None):
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=False).last_hidden_state
+        return self.value_head(hidden).squeeze(-1)
+
+
+def make_lr_lambda(optim: Any, total_steps: int):
+    warmup = int(_get(optim, "lr_warmup_steps", -1))
+    if warmup < 0:
+        warmup = int(float(_get(optim, "lr_warmup_steps_ratio", 0.0)) * max(total_steps, 0))
+    kind = str(_get(optim, "lr_scheduler_type", "constant"))
+    min_ratio = float(_get(optim, "min_lr_ratio", 0.0) or 0.0)
+    if kind not in ("constant", "cosine"):
+        raise ValueError(f"optim.lr_scheduler_type={kind!r} (choose constant or cosine)")
+
+    def fn(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant" or total_steps <= warmup:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return fn
+
+
+class TorchLMEngine(BaseEngine):
+    model_type = "language_model"
+
+    def __init__(self, model_config, engine_config, optim_config, device, role="actor"):
+        super().__init__(model_config, engine_config, optim_config, device, role)
+        self.module: Optional[nn.Module] = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.lr_scheduler = None
+        self.dp_rank, self.dp_size = 0, 1
+        self.sharded = False
+
+    # -- build ---------------------------------------------------------------------------------
+
+    def _build_module(self) -> nn.Module:
+        from verl_lite.models.hf import build_causal_lm
+
+        return build_causal_lm(self.model_config)
+
+    def initialize(self) -> None:
+        import torch.distributed as dist
+
+        module = self._build_module()
+        if _get(self.model_config, "enable_gradient_checkpointing", False) and hasattr(module, "gradient_checkpointing_enable"):
+            module.gradient_checkpointing_enable()
+        module.to(torch_device(self.device))
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
+            module = self._shard(module)
+        self.module = module
+        if self.optim_config is not None:
+            self.optimizer = torch.optim.AdamW(
+                self.module.parameters(), lr=float(_get(self.optim_config, "lr", 1e-6)),
+                betas=tuple(_get(self.optim_config, "betas", (0.9, 0.999))),
+                weight_decay=float(_get(self.optim_config, "weight_decay", 0.0)),
+            )
+            total = int(_get(self.optim_config, "total_training_steps", -1) or -1)
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, make_lr_lambda(self.optim_config, total))
+        self.eval_mode()
+
+    def _shard(self, module: nn.Module) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(torch_device(self.device).type, (self.dp_size,))
+        reshard = bool(_get(_get(self.engine_config, "fsdp_config"), "reshard_after_forward", True))
+        layers = getattr(getattr(module, "model", module), "layers", [])
+        for layer in layers:
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
+        self.sharded = True
+        return module
+
+    # -- modes ---------------------------------------------------------------------------------
+
+    def train_mode(self) -> None:
+        super().train_mode()
+        # Dropout stays off (configs have 0.0); train() only matters for layers that check it.
+        self.module.train()
+
+    def eval_mode(self) -> None:
+        super().eval_mode()
+        self.module.eval()
+
+    # -- compute -------------------------------------------------------------------------------
+
+    def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:
+        dev = torch_device(self.device)
+        input_ids = mb["input_ids"].to(dev)
+        attention_mask = mb["attention_mask"].to(dev)
+        position_ids = mb["position_ids"].to(dev)
+        resp_len = mb["responses"].shape[1]
+        logits = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             use_cache=False).logits
+        logits = logits[:, -resp_len - 1:-1, :].float()
+        temperature = float(mb.get("temperature", 1.0) or 1.0)
+        if temperature != 1.0:
+            logits = logits / temperature
+        log_probs_all = F.log_softmax(logits, dim=-1)
+        responses = mb["responses"].to(dev)
+        out = {"log_probs": log_probs_all.gather(-1, responses.unsqueeze(-1)).squeeze(-1)}
+        if calculate_entropy:
+            out["entropy"] = torch.logsumexp(logits, dim=-1) - (log_probs_all.exp() * logits).sum(-1)
+        return out
+
+    def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
+                         forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:
+        results = []
+        for mb in micro_batches:
+            if forward_only:
+                with torch.no_grad():
+                    out = self._forward(mb, calculate_entropy)
+                metrics: Dict[str, float] = {}
+                if loss_fn is not None:
+                    _, metrics = loss_fn(out, mb)
+            else:
+                out = self._forward(mb, calculate_entropy)
+                loss, metrics = loss_fn(out, mb)
+                loss.backward()
+            res = {k: v.detach().cpu() for k, v in out.items()}
+            res["metrics"] = metrics
+            results.append(res)
+        return results
+
+    def optimizer_zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def optimizer_step(self) -> float:
+        clip = float(_get(self.engine_config, "grad_clip", _get(self.optim_config, "clip_grad", 1.0)) or 0.0)
+        params = [p for p in self.module.parameters() if p.grad is not None]
+        if clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        grad_norm = float(grad_norm)
+        if not math.isfinite(grad_norm):
+            logger.warning("%s: gradient norm is %s, skipping this optimizer step", self.role, grad_norm)
+            self.optimizer.zero_grad(set_to_none=True)
+            return grad_norm
+        self.optimizer.step()
+        return grad_norm
+
+    def lr_scheduler_step(self) -> float:
+        self.lr_scheduler.step()
+        return float(self.lr_scheduler.get_last_lr()[0])
+
+    def current_lr(self) -> float:
+        return float(self.lr_scheduler.get_last_lr()[0]) if self.lr_scheduler else 0.0
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
+        target = torch_device(device) if device != "cpu" else torch.device("cpu")
+        if model:
+            self.module.to(target)
+        if grad:
+            for p in self.module.parameters():
+                if p.grad is not None:
+                    p.grad = p.grad.to(target)
+        if optimizer and self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                for k, v in state.items():
+                    if isinstance(v, torch.Tensor) and k != "step":
+                        state[k] = v.to(target)
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def _full_state_dict(self) -> Dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        if self.sharded:
+            return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+
+    def export_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        yield from self._full_state_dict().items()
+
+    def save_checkpoint(self, path: str) -> None:
+        """Full (unsharded) model + optimizer + scheduler + RNG state; rank 0 writes model.pt."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        os.makedirs(path, exist_ok=True)
+        model_sd = self._full_state_dict()
+        optim_sd = None
+        if self.optimizer is not None:
+            if self.sharded:
+                optim_sd = get_optimizer_state_dict(self.module, self.optimizer,
+                                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            else:
+                optim_sd = self.optimizer.state_dict()
+        if self.dp_rank == 0:
+            payload = {"model": model_sd, "optimizer": optim_sd,
+                       "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None}
+            torch.save(payload, os.path.join(path, "model.pt"))
+        torch.save({"cpu": torch.get_rng_state()}, os.path.join(path, f"rng_rank{self.dp_rank}.pt"))
+
+    def load_checkpoint(self, path: str) -> None:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        payload = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
+        if self.sharded:
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            set_model_state_dict(self.module, payload["model"], options=opts)
+            if self.optimizer is not None and payload.get("optimizer") is not None:
+                set_optimizer_state_dict(self.module, self.optimizer, payload["optimizer"], options=opts)
+        else:
+            self.module.load_state_dict(payload["model"])
+            if self.optimizer is not None and payload.get("optimizer") is not None:
+                self.optimizer.load_state_dict(payload["optimizer"])
+        if self.lr_scheduler is not None and payload.get("lr_scheduler") is not None:
+            self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
+        rng_file = os.path.join(path, f"rng_rank{self.dp_rank}.pt")
+        if os.path.isfile(rng_file):
+            torch.set_rng_state(torch.load(rng_file, weights_only=True)["cpu"])
+
+    # -- topology ------------------------------------------------------------------------------
+
+    def data_parallel_rank(self) -> int:
+        return self.dp_rank
+
+    def data_parallel_size(self) -> int:
+        return self.dp_size
+
+
+class TorchValueEngine(TorchLMEngine):
+    model_type = "value_model"
+
+    def _build_module(self) -> nn.Module:
+        from verl_lite.models.hf import build_causal_lm
+
+        lm = build_causal_lm(self.model_config)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(_get(self.model_config, "init_seed", 0)) + 1)
+            return ValueHeadModel(lm)
+
+    def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:
+        dev = torch_device(self.device)
+        values = self.module(input_ids=mb["input_ids"].to(dev), attention_mask=mb["attention_mask"].to(dev),
+                             position_ids=mb["position_ids"].to(dev))
+        resp_len = mb["responses"].shape[1]
+        return {"values": values[:, -resp_len - 1:-1].float()}

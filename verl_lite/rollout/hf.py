@@ -1,0 +1,91 @@
+"""The `hf` rollout: batched sampling with transformers' generate (KV cache), on CPU or GPU.
+
+It holds its own copy of the policy and receives the trained weights as (HF name, tensor) pairs
+from the engine's export, the same path a vLLM rollout takes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterable, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from verl_lite.models.hf import build_causal_lm
+from verl_lite.trainer.batch import Batch, concat, split_by_size
+
+logger = logging.getLogger(__name__)
+
+
+def response_mask_from(responses: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """1 for every generated token up to and including the first EOS, 0 after it."""
+    is_eos = (responses == eos_token_id).long()
+    seen_before = torch.cumsum(is_eos, dim=1) - is_eos
+    return (seen_before == 0).long()
+
+
+def position_ids_from(attention_mask: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(torch.cumsum(attention_mask, dim=1) - 1, min=0)
+
+
+class HFRollout:
+    def __init__(self, model_config: Any, rollout_config: Any, tokenizer: Any, device: str):
+        self.config = rollout_config
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.model = build_causal_lm(model_config).to(self.device).eval()
+        self.weight_version = 0
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
+        """Copy exported weights into the rollout model; every rollout tensor must be covered."""
+        state = self.model.state_dict()
+        seen = set()
+        for name, tensor in named_tensors:
+            if name not in state:
+                raise KeyError(f"exported weight {name!r} has no counterpart in the rollout model")
+            state[name].copy_(tensor.to(state[name].dtype))
+            seen.add(name)
+        tied = {n for n in state if n.endswith("lm_head.weight")} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+        missing = set(state) - seen - tied
+        if missing:
+            raise KeyError(f"weight sync left rollout tensors unset: {sorted(missing)[:5]}")
+        self.weight_version = version
+        return len(seen)
+
+    @torch.no_grad()
+    def generate(self, prompts: Batch, response_length: int, sampling: Dict[str, Any]) -> Batch:
+        """Sample one response per prompt row; returns prompt+response tensors (see engine/base.py)."""
+        parts = [self._generate(p, response_length, sampling)
+                 for p in split_by_size(prompts, int(self.config.get("micro_batch_size", 256) or 256))]
+        return concat(parts)
+
+    def _generate(self, prompts: Batch, response_length: int, sampling: Dict[str, Any]) -> Batch:
+        input_ids = prompts["input_ids"].to(self.device)
+        attention_mask = prompts["attention_mask"].to(self.device)
+        do_sample = bool(sampling.get("do_sample", True)) and float(sampling.get("temperature", 1.0)) > 0
+        kwargs: Dict[str, Any] = {"max_new_tokens": response_length, "do_sample": do_sample,
+                                  "pad_token_id": self.tokenizer.pad_token_id,
+                                  "eos_token_id": self.tokenizer.eos_token_id}
+        if do_sample:
+            top_k = int(sampling.get("top_k", -1))
+            kwargs.update(temperature=float(sampling.get("temperature", 1.0)),
+                          top_p=float(sampling.get("top_p", 1.0)), top_k=top_k if top_k > 0 else 0)
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        responses = out[:, input_ids.shape[1]:].cpu()
+        if responses.shape[1] < response_length:
+            responses = F.pad(responses, (0, response_length - responses.shape[1]), value=self.tokenizer.pad_token_id)
+        response_mask = response_mask_from(responses, self.tokenizer.eos_token_id)
+        responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, self.tokenizer.pad_token_id))
+        full_mask = torch.cat([prompts["attention_mask"], response_mask], dim=1)
+        result = dict(prompts)
+        result.update(
+            prompts=prompts["input_ids"],
+            responses=responses,
+            response_mask=response_mask,
+            input_ids=torch.cat([prompts["input_ids"], responses], dim=1),
+            attention_mask=full_mask,
+            position_ids=position_ids_from(full_mask),
+        )
+        return result

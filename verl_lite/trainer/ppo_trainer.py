@@ -1,0 +1,297 @@
+"""The GRPO/PPO driver loop: generate, score, advantages, update, sync weights, log, checkpoint.
+
+The driver holds the data, the reward function and the metrics; workers (Ray actors) hold the
+models. One step:
+  prompts -> rollout (n samples each) -> rewards -> old log-probs [-> ref log-probs] [-> values]
+  -> advantages (GRPO by prompt uid, or GAE) [-> critic update] -> actor update -> weight sync.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from verl_lite.trainer import core_algos
+from verl_lite.trainer.batch import Batch, concat, select, split
+from verl_lite.trainer.checkpoint import CheckpointManager
+
+logger = logging.getLogger(__name__)
+
+DRIVER_STATE = "driver_state.json"
+CONSOLE_KEYS = ("critic/score/mean", "val/score", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
+                "response_length/mean", "timing_s/step", "perf/tokens_per_s")
+
+
+def left_pad(seqs: List[List[int]], pad_id: int) -> Dict[str, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s):] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def reorder_for_dp(n: int, num_mini: int, dp: int) -> List[int]:
+    """Sample order so that DP rank r's shard is [mini_0 part r, mini_1 part r, ...].
+
+    Each mini-batch is then the same set of samples whatever the DP size, so DP=2 computes the
+    same update as DP=1 on the same global batch.
+    """
+    per_mini = n // num_mini
+    per_part = per_mini // dp
+    order = []
+    for r in range(dp):
+        for j in range(num_mini):
+            start = j * per_mini + r * per_part
+            order.extend(range(start, start + per_part))
+    return order
+
+
+class PPOTrainer:
+    def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
+                 tracking, out_dir: str):
+        self.cfg, self.device = cfg, device
+        self.actor_wg, self.critic_wg = actor_wg, critic_wg
+        self.tokenizer, self.train_set, self.val_set = tokenizer, train_set, val_set
+        self.reward_fn, self.tracking, self.out_dir = reward_fn, tracking, out_dir
+        from verl_lite.data.dataset import BatchSampler
+
+        self.sampler = BatchSampler(len(train_set), int(cfg.data.train_batch_size), int(cfg.data.seed),
+                                    bool(cfg.data.shuffle))
+        self.ckpt = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep)
+        self.global_step = 0
+        self.history: List[Dict[str, Any]] = []
+        t = cfg.trainer
+        per_epoch = self.sampler.batches_per_epoch
+        self.total_steps = int(t.total_training_steps) if t.total_training_steps else per_epoch * int(t.total_epochs)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        step = self.global_step
+
+        def write(tmp: str) -> None:
+            self.actor_wg.call_all("save_checkpoint", tmp)
+            if self.critic_wg is not None:
+                self.critic_wg.call_all("save_checkpoint", tmp)
+            with open(os.path.join(tmp, DRIVER_STATE), "w", encoding="utf-8") as f:
+                json.dump({"global_step": step, "sampler": self.sampler.state_dict(), "history": self.history}, f)
+
+        path = self.ckpt.save(step, write)
+        logger.info("saved checkpoint %s", path)
+
+    def _maybe_resume(self) -> None:
+        t = self.cfg.trainer
+        if t.resume_mode == "disable":
+            return
+        if t.resume_mode == "resume_path":
+            from verl_lite.trainer.checkpoint import verify
+
+            path = os.path.abspath(os.path.expanduser(t.resume_from_path or ""))
+            problem = verify(path) if os.path.isdir(path) else "no such directory"
+            if problem:
+                raise FileNotFoundError(f"trainer.resume_from_path={t.resume_from_path!r} is not a usable checkpoint: {problem}")
+        else:
+            found = self.ckpt.latest_complete()
+            if found is None:
+                return
+            path = found[1]
+        with open(os.path.join(path, DRIVER_STATE), encoding="utf-8") as f:
+            state = json.load(f)
+        self.actor_wg.call_all("load_checkpoint", path)
+        if self.critic_wg is not None:
+            self.critic_wg.call_all("load_checkpoint", path)
+        self.sampler.load_state_dict(state["sampler"])
+        self.global_step = int(state["global_step"])
+        self.history = list(state.get("history", []))
+        logger.info("resumed from %s at step %d", path, self.global_step)
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def _next_prompts(self) -> Batch:
+        idx = self.sampler.next_batch()
+        if idx is None:
+            idx = self.sampler.next_batch()
+        examples = [self.train_set.examples[i] for i in idx]
+        return self._prompt_batch(examples, int(self.cfg.actor_rollout_ref.rollout.n))
+
+    def _prompt_batch(self, examples, n: int) -> Batch:
+        rep = [e for e in examples for _ in range(n)]
+        batch: Batch = left_pad([e.prompt_ids for e in rep], self.tokenizer.pad_token_id)
+        batch["uid"] = [e.uid for e in rep]
+        batch["data_source"] = [e.data_source for e in rep]
+        batch["ground_truth"] = [e.ground_truth for e in rep]
+        batch["extra_info"] = [e.extra_info for e in rep]
+        return batch
+
+    def _score(self, batch: Batch) -> torch.Tensor:
+        mask = batch["response_mask"]
+        texts = [self.tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True)
+                 for r, m in zip(batch["responses"], mask)]
+        scores = self.reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
+        token_scores = torch.zeros(mask.shape, dtype=torch.float32)
+        last = (mask.sum(-1) - 1).clamp(min=0)
+        token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
+        batch["_texts"] = texts
+        return token_scores
+
+    def _update_meta(self, batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
+        mask = batch["response_mask"]
+        per_mini = mask.shape[0] // num_mini
+        tokens = [int(mask[j * per_mini:(j + 1) * per_mini].sum()) for j in range(num_mini)]
+        return {"num_mini_batches": num_mini, "mini_tokens": tokens, "mini_seqs": [per_mini] * num_mini,
+                "dp_size": dp}
+
+    def _dp_shards(self, batch: Batch, num_mini: int, dp: int) -> List[Batch]:
+        n = batch["response_mask"].shape[0]
+        ordered = select(batch, reorder_for_dp(n, num_mini, dp))
+        return split(ordered, [n // dp] * dp)
+
+    def step(self) -> Dict[str, Any]:
+        cfg = self.cfg
+        arr = cfg.actor_rollout_ref
+        timing: Dict[str, float] = {}
+        t0 = time.perf_counter()
+        prompts = self._next_prompts()
+        sampling = {"temperature": arr.rollout.temperature, "top_k": arr.rollout.top_k, "top_p": arr.rollout.top_p,
+                    "do_sample": arr.rollout.do_sample}
+        gen = self.actor_wg.dp_call("generate_sequences", prompts, int(cfg.data.max_response_length), sampling)
+        timing["gen"] = time.perf_counter() - t0
+        keep = ("uid", "data_source", "ground_truth", "extra_info")
+        for k in keep:
+            gen[k] = prompts[k]
+        gen["temperature"] = float(arr.rollout.temperature)
+        t = time.perf_counter()
+        gen["token_level_scores"] = self._score(gen)
+        timing["reward"] = time.perf_counter() - t
+        t = time.perf_counter()
+        tensors = {k: v for k, v in gen.items() if k not in ("_texts",)}
+        lp = self.actor_wg.dp_call("compute_log_prob", tensors)
+        gen["old_log_probs"] = lp["old_log_probs"]
+        entropy = core_algos.masked_mean(lp["entropy"], gen["response_mask"].float()).item()
+        if arr.actor.use_kl_loss:
+            gen["ref_log_prob"] = self.actor_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
+        if self.critic_wg is not None:
+            gen["values"] = self.critic_wg.dp_call("compute_values", tensors)["values"]
+        timing["old_log_prob"] = time.perf_counter() - t
+        rewards = gen["token_level_scores"]
+        mask = gen["response_mask"].float()
+        if cfg.algorithm.adv_estimator == "grpo":
+            adv, ret = core_algos.compute_grpo_outcome_advantage(
+                rewards, mask, gen["uid"], norm_adv_by_std_in_grpo=bool(cfg.algorithm.norm_adv_by_std_in_grpo))
+        else:
+            adv, ret = core_algos.compute_gae_advantage_return(rewards, gen["values"], mask,
+                                                               float(cfg.algorithm.gamma), float(cfg.algorithm.lam))
+        gen["advantages"], gen["returns"] = adv, ret
+        metrics: Dict[str, Any] = {}
+        train_batch = {k: v for k, v in gen.items() if k not in ("_texts", "data_source", "ground_truth", "extra_info", "uid")}
+        n_seq = mask.shape[0]
+        t = time.perf_counter()
+        if self.critic_wg is not None:
+            num_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size)
+            dp = self.critic_wg.dp_size
+            res = self.critic_wg.call_shards("update_critic", self._dp_shards(train_batch, num_mini, dp),
+                                             self._update_meta(train_batch, num_mini, dp))
+            metrics.update(_merge_rank_metrics(res))
+        timing["update_critic"] = time.perf_counter() - t
+        t = time.perf_counter()
+        if self.global_step >= int(cfg.trainer.critic_warmup):
+            num_mini = self._num_mini(arr.actor.ppo_mini_batch_size)
+            dp = self.actor_wg.dp_size
+            res = self.actor_wg.call_shards("update_actor", self._dp_shards(train_batch, num_mini, dp),
+                                            self._update_meta(train_batch, num_mini, dp))
+            metrics.update(_merge_rank_metrics(res))
+            self.actor_wg.call_all("sync_rollout_weights", self.global_step + 1)
+        timing["update_actor"] = time.perf_counter() - t
+        timing["step"] = time.perf_counter() - t0
+        scores = rewards.sum(-1)
+        resp_len = mask.sum(-1)
+        metrics.update({
+            "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
+            "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
+            "actor/entropy": entropy, "response_length/mean": resp_len.mean().item(),
+            "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
+            "prompt_length/mean": gen["attention_mask"][:, :-mask.shape[1]].sum(-1).float().mean().item(),
+            "perf/tokens_per_s": resp_len.sum().item() / max(timing["gen"], 1e-9),
+            "perf/num_sequences": n_seq,
+        })
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics["sample"] = gen["_texts"][0]
+        return metrics
+
+    def _num_mini(self, mini_prompts: int) -> int:
+        bs = int(self.cfg.data.train_batch_size)
+        return max(1, bs // int(mini_prompts))
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def validate(self) -> Dict[str, float]:
+        if self.val_set is None:
+            return {}
+        vk = dict(self.cfg.actor_rollout_ref.rollout.val_kwargs)
+        n = int(vk.get("n", 1))
+        examples = self.val_set.examples
+        bs = len(examples) - len(examples) % max(1, self.actor_wg.dp_size)
+        batch = self._prompt_batch(examples[:bs], n)
+        gen = self.actor_wg.dp_call("generate_sequences", batch, int(self.cfg.data.max_response_length), vk)
+        for k in ("uid", "data_source", "ground_truth", "extra_info"):
+            gen[k] = batch[k]
+        scores = self._score(gen).sum(-1)
+        out: Dict[str, List[float]] = defaultdict(list)
+        for ds, s in zip(gen["data_source"], scores.tolist()):
+            out[ds].append(s)
+        metrics = {f"val/test_score/{ds}": float(np.mean(v)) for ds, v in out.items()}
+        metrics["val/score"] = float(scores.mean())
+        return metrics
+
+    # -- loop ----------------------------------------------------------------------------------
+
+    def fit(self, progress: bool = True) -> List[Dict[str, Any]]:
+        from tqdm import tqdm
+
+        self._maybe_resume()
+        t = self.cfg.trainer
+        if self.global_step == 0 and t.val_before_train:
+            m = self.validate()
+            self.tracking.log(m, 0)
+        bar = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO" if self.cfg.algorithm.adv_estimator == "grpo" else "PPO",
+                   disable=not progress, dynamic_ncols=True, unit="step")
+        while self.global_step < self.total_steps:
+            metrics = self.step()
+            self.global_step += 1
+            is_last = self.global_step >= self.total_steps
+            if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
+                metrics.update(self.validate())
+            sample = metrics.pop("sample", "")
+            self.tracking.log(metrics, self.global_step)
+            self.history.append({"step": self.global_step, "score": metrics["critic/score/mean"],
+                                 **({"val": metrics["val/score"]} if "val/score" in metrics else {})})
+            bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}", sample=repr(sample)[:16])
+            bar.update(1)
+            if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
+                self._save()
+        bar.close()
+        return self.history
+
+
+def _merge_rank_metrics(per_rank: List[Dict[str, List[float]]]) -> Dict[str, float]:
+    """Loss parts add up over DP ranks (they are normalised by global counts); the rest average."""
+    from verl_lite.trainer.workers import LOSS_METRICS
+
+    keys = per_rank[0].keys()
+    out = {}
+    for k in keys:
+        per_mini = np.array([r[k] for r in per_rank], dtype=np.float64)  # (ranks, minis)
+        if k in LOSS_METRICS:
+            out[k] = float(per_mini.sum(axis=0).mean())
+        else:
+            out[k] = float(per_mini.mean())
+    return out

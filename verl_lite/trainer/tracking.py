@@ -1,0 +1,93 @@
+"""Per-step metrics: console lines (key=value), a JSONL file, and tensorboard when asked.
+
+Every backend is an object with `log(metrics, step)` and `close()`; unknown names are an error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from typing import Any, Dict, List, Sequence
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("console", "jsonl", "tensorboard")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+class ConsoleLogger:
+    def __init__(self, keys: Sequence[str] = ()):
+        self.keys = list(keys)
+
+    def log(self, metrics: Dict[str, Any], step: int) -> None:
+        shown = {k: metrics[k] for k in self.keys if k in metrics} if self.keys else metrics
+        logger.info("step:%d - %s", step, " - ".join(f"{k}:{_fmt(v)}" for k, v in shown.items()))
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlLogger:
+    def __init__(self, path: str):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.path = path
+        self.f = open(path, "a", encoding="utf-8")
+
+    def log(self, metrics: Dict[str, Any], step: int) -> None:
+        row = {"step": step}
+        for k, v in metrics.items():
+            row[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        self.f.write(json.dumps(row) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class TensorboardLogger:
+    def __init__(self, log_dir: str):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as e:
+            raise ImportError("trainer.logger has tensorboard but the tensorboard package is missing "
+                              "(pip install tensorboard, or drop it from trainer.logger)") from e
+        self.writer = SummaryWriter(log_dir)
+
+    def log(self, metrics: Dict[str, Any], step: int) -> None:
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)):
+                self.writer.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Tracking:
+    def __init__(self, backends: Sequence[str], out_dir: str, console_keys: Sequence[str] = ()):
+        unknown = [b for b in backends if b not in BACKENDS]
+        if unknown:
+            raise ValueError(f"trainer.logger has unknown backend(s) {unknown} (choose from {', '.join(BACKENDS)})")
+        self.jsonl_path = os.path.join(out_dir, "metrics.jsonl")
+        self.loggers: List[Any] = []
+        for b in backends:
+            if b == "console":
+                self.loggers.append(ConsoleLogger(console_keys))
+            elif b == "jsonl":
+                self.loggers.append(JsonlLogger(self.jsonl_path))
+            else:
+                self.loggers.append(TensorboardLogger(os.path.join(out_dir, "tensorboard")))
+
+    def log(self, metrics: Dict[str, Any], step: int) -> None:
+        for lg in self.loggers:
+            lg.log(metrics, step)
+
+    def close(self) -> None:
+        for lg in self.loggers:
+            lg.close()

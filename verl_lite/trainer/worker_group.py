@@ -1,0 +1,127 @@
+"""A group of worker ranks as Ray actors (or one in-process worker for unit tests), with
+data-parallel dispatch: split a batch over DP ranks, call every rank, gather the leaders' outputs.
+
+A worker that dies or raises makes every call fail fast with the worker's error, the method and
+the rank: the driver never waits forever (each call has a timeout, `trainer.ray_timeout_s`, on
+top of Ray's own death detection).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from verl_lite.trainer.batch import Batch, chunk, concat
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerError(RuntimeError):
+    """A worker rank failed (raised, died or timed out) while running a method."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def worker_resources(device: str) -> Dict[str, Any]:
+    """Ray resource request of one rank: a CPU core on cpu, a GPU or an NPU otherwise."""
+    if device == "cuda":
+        return {"num_cpus": 1, "num_gpus": 1}
+    if device == "npu":
+        return {"num_cpus": 1, "resources": {"NPU": 1}}
+    return {"num_cpus": 1}
+
+
+class WorkerGroup:
+    def __init__(self, cls: type, name: str, cfg_dict: Dict[str, Any], world_size: int, device: str,
+                 use_ray: bool = True, threads: int = 1, call_timeout_s: Optional[float] = None,
+                 init_timeout_s: float = 600.0):
+        self.name, self.world_size, self.use_ray = name, world_size, use_ray
+        self.call_timeout_s = call_timeout_s
+        port = free_port()
+        args = lambda rank: (cfg_dict, rank, world_size, "127.0.0.1", port, device, threads)  # noqa: E731
+        if use_ray:
+            import ray
+
+            remote_cls = ray.remote(cls).options(max_restarts=0, max_task_retries=0, **worker_resources(device))
+            self.workers = [remote_cls.remote(*args(rank)) for rank in range(world_size)]
+            self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
+        else:
+            if world_size != 1:
+                raise ValueError(f"trainer.ray=false runs one in-process worker; {name} needs {world_size} ranks "
+                                 f"(set trainer.ray=true or a single-device layout)")
+            self.workers = [cls(*args(0))]
+        self.topology = self.call_all("topology")
+        self.dp_size = self.topology[0]["dp_size"]
+        self.leaders = sorted((t["dp_rank"], i) for i, t in enumerate(self.topology) if t["leader"])
+        if [r for r, _ in self.leaders] != list(range(self.dp_size)):
+            raise WorkerError(f"{name}: data-parallel leaders {self.leaders} do not cover ranks 0..{self.dp_size - 1}")
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def _wait(self, refs: List[Any], method: str, timeout: Optional[float]) -> List[Any]:
+        import ray
+
+        start = time.monotonic()
+        pending = list(refs)
+        while pending:
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
+            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not ready:
+                raise WorkerError(f"{self.name}.{method}: no answer from ranks "
+                                  f"{[refs.index(p) for p in pending]} within {timeout:.0f} s "
+                                  f"(raise trainer.ray_timeout_s if the step is just slow)")
+            try:
+                ray.get(ready[0])  # surface the first failure at once, not after the slowest rank
+            except Exception as e:  # RayTaskError / RayActorError / OOM
+                rank = refs.index(ready[0])
+                raise WorkerError(f"{self.name} rank {rank} failed in {method}: {_short(e)}") from e
+        return ray.get(refs)
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
+        if not self.use_ray:
+            try:
+                return [getattr(self.workers[0], method)(*args, **kwargs)]
+            except Exception as e:
+                raise WorkerError(f"{self.name} rank 0 failed in {method}: {type(e).__name__}: {e}") from e
+        refs = [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
+        return self._wait(refs, method, self.call_timeout_s)
+
+    def call_shards(self, method: str, shards: Sequence[Batch], *args: Any, **kwargs: Any) -> List[Any]:
+        """Call every rank with its DP shard; gather the DP leaders' outputs in DP order."""
+        if len(shards) != self.dp_size:
+            raise ValueError(f"{self.name}.{method}: {len(shards)} shards for {self.dp_size} data-parallel ranks")
+        if not self.use_ray:
+            return self.call_all(method, shards[0], *args, **kwargs)
+        refs = [getattr(w, method).remote(shards[t["dp_rank"]], *args, **kwargs)
+                for w, t in zip(self.workers, self.topology)]
+        results = self._wait(refs, method, self.call_timeout_s)
+        return [results[i] for _, i in self.leaders]
+
+    def dp_call(self, method: str, batch: Batch, *args: Any, **kwargs: Any) -> Batch:
+        """Split `batch` into equal contiguous DP shards, run `method`, concatenate the outputs."""
+        outs = self.call_shards(method, chunk(batch, self.dp_size), *args, **kwargs)
+        return concat(outs)
+
+    def shutdown(self) -> None:
+        if self.use_ray:
+            import ray
+
+            for w in self.workers:
+                ray.kill(w, no_restart=True)
+        self.workers = []
+
+
+def _short(e: BaseException) -> str:
+    """The worker's own error line(s), without Ray's wrapper boilerplate."""
+    cause = getattr(e, "cause", None)
+    if cause is not None and not isinstance(cause, type(e)):
+        return f"{type(cause).__name__}: {cause}"
+    text = str(e).strip().splitlines()
+    tail = [t for t in text if t.strip()][-3:]
+    return " | ".join(tail) if tail else type(e).__name__

@@ -1,0 +1,233 @@
+"""Workers: the actor+rollout+ref group and the critic group. Each worker is one rank.
+
+Run as Ray actors (the default) or in-process (`trainer.ray=false`, for unit tests). Workers
+build engines through the registry, so the same code serves fsdp/megatron on cpu/cuda/npu.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from typing import Any, Dict, List, Optional
+
+logger = logging.getLogger(__name__)
+
+LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/vf_loss")
+
+
+def _setup_process(cfg: Any, rank: int, world_size: int, master_addr: str, master_port: int, device: str,
+                   threads: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(max(1, threads))
+    torch.manual_seed(int(cfg.trainer.seed) * 1000 + rank)
+    if world_size > 1 and not dist.is_initialized():
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
+                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+        backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device]
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+
+
+def _reduce_metrics(per_mini: List[Dict[str, float]]) -> Dict[str, List[float]]:
+    out: Dict[str, List[float]] = defaultdict(list)
+    for m in per_mini:
+        for k, v in m.items():
+            out[k].append(float(v))
+    return dict(out)
+
+
+class _EngineWorker:
+    """Shared plumbing: build an engine from the registry and run PPO-style updates on it."""
+
+    def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
+        from verl_lite.registry import load_engine
+
+        cls = load_engine(self.cfg, role, self.device)
+        engine = cls(model_cfg, engine_cfg, optim_cfg, self.device, role)
+        engine.initialize()
+        return engine
+
+    def topology(self) -> Dict[str, Any]:
+        e = self._main_engine()
+        return {"dp_rank": e.data_parallel_rank(), "dp_size": e.data_parallel_size(),
+                "leader": e.is_data_parallel_leader()}
+
+    def _update(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
+                micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:
+        from verl_lite.trainer.batch import chunk, split_by_size
+
+        engine.train_mode()
+        per_mini: List[Dict[str, float]] = []
+        for _ in range(epochs):
+            for j, mini in enumerate(chunk(batch, meta["num_mini_batches"])):
+                loss_fn = make_loss(meta["mini_tokens"][j], meta["mini_seqs"][j])
+                engine.optimizer_zero_grad()
+                outs = engine.forward_backward(split_by_size(mini, micro_bsz), loss_fn,
+                                               calculate_entropy=calculate_entropy)
+                summed: Dict[str, float] = defaultdict(float)
+                counts: Dict[str, int] = defaultdict(int)
+                for o in outs:
+                    for k, v in o["metrics"].items():
+                        summed[k] += float(v)
+                        counts[k] += 1
+                # Loss parts are already normalised by global counts: they add up. Ratios average.
+                m = {k: (summed[k] if k in LOSS_METRICS else summed[k] / counts[k]) for k in summed}
+                m[f"{engine.role}/grad_norm"] = engine.optimizer_step()
+                per_mini.append(m)
+        lr = engine.lr_scheduler_step()
+        engine.eval_mode()
+        out = _reduce_metrics(per_mini)
+        out[f"{engine.role}/lr"] = [lr]
+        return out
+
+
+class ActorRolloutRefWorker(_EngineWorker):
+    def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
+                 master_port: int = 29500, device: str = "cpu", threads: int = 1):
+        from omegaconf import OmegaConf
+
+        from verl_lite.data.tokenizer import load_tokenizer
+        from verl_lite.registry import ROLLOUTS
+
+        self.cfg = cfg = OmegaConf.create(cfg_dict)
+        self.rank, self.world_size, self.device = rank, world_size, device
+        _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
+        arr = cfg.actor_rollout_ref
+        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
+        self.actor = self._make_engine(arr.model, arr.actor, arr.actor.optim, "actor")
+        self.ref = None
+        if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+            self.ref = self._make_engine(arr.model, arr.ref, None, "ref")
+        self.rollout = ROLLOUTS.load(arr.rollout.name)(arr.model, arr.rollout, self.tokenizer, device)
+        self.weight_version = 0
+        self.sync_rollout_weights(0)
+
+    def _main_engine(self):
+        return self.actor
+
+    def ready(self) -> bool:
+        return True
+
+    def sync_rollout_weights(self, version: int) -> int:
+        return self.rollout.update_weights(self.actor.export_weights(), version)
+
+    def generate_sequences(self, prompts: Dict[str, Any], response_length: int, sampling: Dict[str, Any]) -> Dict[str, Any]:
+        return self.rollout.generate(prompts, response_length, sampling)
+
+    def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False) -> Dict[str, Any]:
+        import torch
+
+        from verl_lite.trainer.batch import split_by_size
+
+        arr = self.cfg.actor_rollout_ref
+        micro = arr.rollout.log_prob_micro_batch_size_per_gpu or arr.actor.ppo_micro_batch_size_per_gpu or 64
+        engine.eval_mode()
+        outs = engine.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True,
+                                       calculate_entropy=entropy)
+        res = {key: torch.cat([o["log_probs"] for o in outs])}
+        if entropy:
+            res["entropy"] = torch.cat([o["entropy"] for o in outs])
+        return res
+
+    def compute_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        return self._log_probs(self.actor, batch, "old_log_probs", entropy=True)
+
+    def compute_ref_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        if self.ref is None:
+            raise RuntimeError("compute_ref_log_prob called but no ref model was built (use_kl_loss is off)")
+        return self._log_probs(self.ref, batch, "ref_log_prob")
+
+    def update_actor(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
+        from verl_lite.trainer import core_algos
+
+        actor = self.cfg.actor_rollout_ref.actor
+        low = actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio
+        high = actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio
+        mode, dp = actor.loss_agg_mode, meta["dp_size"]
+
+        def make_loss(gtok: int, gseq: int):
+            def loss_fn(out, mb):
+                mask = mb["response_mask"].float()
+                pg = core_algos.compute_policy_loss_vanilla(
+                    mb["old_log_probs"], out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
+                    mode, global_batch_size=gseq, global_token_num=gtok)
+                loss = pg["pg_loss"]
+                metrics = {"actor/pg_loss": pg["pg_loss"].item(), "actor/pg_clipfrac": pg["pg_clipfrac"].item(),
+                           "actor/ppo_kl": pg["ppo_kl"].item(), "actor/pg_clipfrac_lower": pg["pg_clipfrac_lower"].item()}
+                if actor.entropy_coeff != 0:
+                    ent = core_algos.agg_loss(out["entropy"], mask, mode, global_batch_size=gseq, global_token_num=gtok)
+                    loss = loss - actor.entropy_coeff * ent
+                    metrics["actor/entropy_loss"] = ent.item()
+                if actor.use_kl_loss:
+                    kl = core_algos.kl_penalty(out["log_probs"], mb["ref_log_prob"], actor.kl_loss_type)
+                    kl_loss = core_algos.agg_loss(kl, mask, mode, global_batch_size=gseq, global_token_num=gtok)
+                    loss = loss + actor.kl_loss_coef * kl_loss
+                    metrics["actor/kl_loss"] = kl_loss.item()
+                # FSDP averages gradients over ranks; the loss parts are normalised by global counts.
+                return loss * dp, metrics
+            return loss_fn
+
+        micro = actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size or 64
+        return self._update(self.actor, batch, meta, make_loss, actor.ppo_epochs, int(micro),
+                            calculate_entropy=actor.entropy_coeff != 0)
+
+    def save_checkpoint(self, path: str) -> None:
+        self.actor.save_checkpoint(os.path.join(path, "actor"))
+
+    def load_checkpoint(self, path: str) -> None:
+        self.actor.load_checkpoint(os.path.join(path, "actor"))
+        self.sync_rollout_weights(self.weight_version)
+
+
+class CriticWorker(_EngineWorker):
+    def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
+                 master_port: int = 29501, device: str = "cpu", threads: int = 1):
+        from omegaconf import OmegaConf
+
+        self.cfg = cfg = OmegaConf.create(cfg_dict)
+        self.rank, self.world_size, self.device = rank, world_size, device
+        _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
+        critic = cfg.critic
+        model_cfg = critic.model if critic.model.path else cfg.actor_rollout_ref.model
+        self.critic = self._make_engine(model_cfg, critic, critic.optim, "critic")
+
+    def _main_engine(self):
+        return self.critic
+
+    def ready(self) -> bool:
+        return True
+
+    def compute_values(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        import torch
+
+        from verl_lite.trainer.batch import split_by_size
+
+        micro = self.cfg.critic.ppo_micro_batch_size_per_gpu or 64
+        self.critic.eval_mode()
+        outs = self.critic.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True)
+        return {"values": torch.cat([o["values"] for o in outs])}
+
+    def update_critic(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
+        from verl_lite.trainer import core_algos
+
+        critic, dp = self.cfg.critic, meta["dp_size"]
+
+        def make_loss(gtok: int, gseq: int):
+            def loss_fn(out, mb):
+                vf_loss, clipfrac = core_algos.compute_value_loss(
+                    out["values"], mb["returns"], mb["values"], mb["response_mask"].float(), critic.cliprange_value,
+                    critic.loss_agg_mode, global_batch_size=gseq, global_token_num=gtok)
+                return vf_loss * dp, {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": clipfrac.item()}
+            return loss_fn
+
+        epochs = critic.ppo_epochs or self.cfg.actor_rollout_ref.actor.ppo_epochs
+        micro = critic.ppo_micro_batch_size_per_gpu or 64
+        return self._update(self.critic, batch, meta, make_loss, int(epochs), int(micro), calculate_entropy=False)
+
+    def save_checkpoint(self, path: str) -> None:
+        self.critic.save_checkpoint(os.path.join(path, "critic"))
+
+    def load_checkpoint(self, path: str) -> None:
+        self.critic.load_checkpoint(os.path.join(path, "critic"))
