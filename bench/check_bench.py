@@ -32,10 +32,16 @@ OK_LINE = re.compile(r"verl_lite\.check: OK \(([0-9.]+) s\)")
 
 def run_once(script: Path, device: str) -> Tuple[float, Optional[float], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEVICE", "CHECK", "DRY_RUN"))}
-    env.update(CHECK="1", DEVICE=device, PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])))
+    env.update(
+        CHECK="1",
+        DEVICE=device,
+        PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
+    )
     start = time.perf_counter()
-    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, cwd=str(REPO_ROOT), timeout=120)
+    result = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env=env, cwd=str(REPO_ROOT), timeout=120
+    )
     wall = time.perf_counter() - start
     if result.returncode != 0:
         raise RuntimeError(f"{script.name} on {device} exited {result.returncode}:\n{result.stderr.strip()}")
@@ -48,8 +54,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--devices", nargs="+", default=["cuda", "npu"], choices=["cuda", "npu", "cpu"])
     parser.add_argument("--limit", type=float, default=1.0, help="seconds; a median above it fails the benchmark")
-    parser.add_argument("--scripts", nargs="*", type=Path,
-                        default=sorted((REPO_ROOT / "examples" / "grpo").glob("run_qwen3_5_*.sh")))
+    parser.add_argument(
+        "--scripts", nargs="*", type=Path, default=sorted((REPO_ROOT / "examples" / "grpo").glob("run_qwen3_5_*.sh"))
+    )
     args = parser.parse_args(argv)
     if not args.scripts:
         print("check_bench: no examples/grpo/run_qwen3_5_*.sh scripts found", file=sys.stderr)
@@ -68,11 +75,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             median = statistics.median(walls)
             worst = max(worst, median)
             inner_s = f"{statistics.median(inner):8.2f}" if inner else f"{'?':>8}"
-            print(f"{script.name:<28} {device:<6} {min(walls):6.2f} {median:9.2f} {max(walls):6.2f} {inner_s} "
-                  f"{VERL_PRINT_CONFIG_S / median:7.0f}x")
+            print(
+                f"{script.name:<28} {device:<6} {min(walls):6.2f} {median:9.2f} {max(walls):6.2f} {inner_s} "
+                f"{VERL_PRINT_CONFIG_S / median:7.0f}x"
+            )
     verdict = "OK" if worst <= args.limit else "TOO SLOW"
-    print(f"check_bench: worst median {worst:.2f} s, limit {args.limit:.2f} s: {verdict} "
-          f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f})")
+    print(
+        f"check_bench: worst median {worst:.2f} s, limit {args.limit:.2f} s: {verdict} "
+        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f})"
+    )
     return 0 if worst <= args.limit else 1
 
 

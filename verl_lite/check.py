@@ -11,7 +11,6 @@ data and model paths, a writable checkpoint dir, the device and packages being p
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import sys
@@ -29,7 +28,11 @@ PROG = "verl_lite.check"
 BRIDGE_KEYS = ("use_ascend_gdn", "use_triton_gdn")
 # Megatron settings that place layers unevenly over pipeline stages; with them the layer count
 # need not divide by PP.
-UNEVEN_PP_KEYS = ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "pipeline_model_parallel_layout")
+UNEVEN_PP_KEYS = (
+    "num_layers_in_first_pipeline_stage",
+    "num_layers_in_last_pipeline_stage",
+    "pipeline_model_parallel_layout",
+)
 
 
 @dataclass
@@ -62,7 +65,11 @@ def _layout(cfg: Any, role: str) -> Layout:
     layout = Layout(role, strategy, prefix)
     if strategy == "megatron":
         m = roles.section(cfg, role).megatron
-        layout.tp, layout.pp, layout.cp = m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size
+        layout.tp, layout.pp, layout.cp = (
+            m.tensor_model_parallel_size,
+            m.pipeline_model_parallel_size,
+            m.context_parallel_size,
+        )
         layout.ep, layout.vpp = m.expert_model_parallel_size, m.virtual_pipeline_model_parallel_size
         layout.etp = m.expert_tensor_parallel_size if m.expert_tensor_parallel_size is not None else layout.tp
     world = _world(cfg)
@@ -90,13 +97,26 @@ def expert_count(hf: Optional[Dict[str, Any]]) -> Optional[int]:
 
 
 def _positive_problems(cfg: Any) -> List[str]:
-    keys = ["trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size", "actor_rollout_ref.rollout.n",
-            "actor_rollout_ref.actor.ppo_mini_batch_size", "actor_rollout_ref.rollout.tensor_model_parallel_size"]
+    keys = [
+        "trainer.nnodes",
+        "trainer.n_gpus_per_node",
+        "data.train_batch_size",
+        "actor_rollout_ref.rollout.n",
+        "actor_rollout_ref.actor.ppo_mini_batch_size",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    ]
     for role in roles.active_roles(cfg):
         if roles.strategy(cfg, role) == "megatron":
             prefix = f"{roles.SECTION[role]}.megatron."
-            keys += [prefix + k for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                          "context_parallel_size", "expert_model_parallel_size")]
+            keys += [
+                prefix + k
+                for k in (
+                    "tensor_model_parallel_size",
+                    "pipeline_model_parallel_size",
+                    "context_parallel_size",
+                    "expert_model_parallel_size",
+                )
+            ]
     problems = []
     for key in keys:
         value = _select(cfg, key)
@@ -116,7 +136,9 @@ def _layout_problems(cfg: Any, layout: Layout) -> List[str]:
     if layout.strategy != "megatron":
         return []
     world, p = _world(cfg), layout.prefix
-    nodes = f"trainer.nnodes={cfg.trainer.nnodes} x trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} = {world} devices"
+    nodes = (
+        f"trainer.nnodes={cfg.trainer.nnodes} x trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} = {world} devices"
+    )
     problems = []
     if world % layout.model_parallel:
         problems.append(
@@ -139,7 +161,11 @@ def _batch_problems(cfg: Any, layout: Layout) -> List[str]:
     if layout.dp is None:
         return []
     batch, n, dp, role = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n, layout.dp, layout.role
-    how = f"{_world(cfg)} devices / TP*PP*CP {layout.model_parallel}" if layout.strategy == "megatron" else f"{_world(cfg)} devices, fsdp"
+    how = (
+        f"{_world(cfg)} devices / TP*PP*CP {layout.model_parallel}"
+        if layout.strategy == "megatron"
+        else f"{_world(cfg)} devices, fsdp"
+    )
     sequences = batch * n
     problems = []
     if sequences % dp:
@@ -150,21 +176,35 @@ def _batch_problems(cfg: Any, layout: Layout) -> List[str]:
     if role == "ref":
         return problems
     if role == "critic":
-        mini_key = "critic.ppo_mini_batch_size" if cfg.critic.ppo_mini_batch_size is not None else "actor_rollout_ref.actor.ppo_mini_batch_size"
+        mini_key = (
+            "critic.ppo_mini_batch_size"
+            if cfg.critic.ppo_mini_batch_size is not None
+            else "actor_rollout_ref.actor.ppo_mini_batch_size"
+        )
         mini = cfg.critic.ppo_mini_batch_size or cfg.actor_rollout_ref.actor.ppo_mini_batch_size
-        micro, micro_key, dynamic = cfg.critic.ppo_micro_batch_size_per_gpu, "critic.ppo_micro_batch_size_per_gpu", cfg.critic.use_dynamic_bsz
+        micro, micro_key, dynamic = (
+            cfg.critic.ppo_micro_batch_size_per_gpu,
+            "critic.ppo_micro_batch_size_per_gpu",
+            cfg.critic.use_dynamic_bsz,
+        )
     else:
         mini_key, mini = "actor_rollout_ref.actor.ppo_mini_batch_size", cfg.actor_rollout_ref.actor.ppo_mini_batch_size
         micro_key = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
-        micro, dynamic = cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu, cfg.actor_rollout_ref.actor.use_dynamic_bsz
+        micro, dynamic = (
+            cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu,
+            cfg.actor_rollout_ref.actor.use_dynamic_bsz,
+        )
     if mini < 1:
         return problems
     if mini > batch:
-        problems.append(f"{role}: {mini_key}={mini} is larger than data.train_batch_size={batch}; lower it to at most {batch}")
+        problems.append(
+            f"{role}: {mini_key}={mini} is larger than data.train_batch_size={batch}; lower it to at most {batch}"
+        )
     elif sequences % (mini * n):
         problems.append(
             f"{role}: data.train_batch_size * rollout.n = {sequences} is not divisible by {mini_key} * rollout.n = "
-            f"{mini}*{n} = {mini * n}: {sequences} % {mini * n} = {sequences % (mini * n)} (a step must split into whole mini-batches)"
+            f"{mini}*{n} = {mini * n}: {sequences} % {mini * n} = {sequences % (mini * n)} "
+            "(a step must split into whole mini-batches)"
         )
     if (mini * n) % dp:
         problems.append(
@@ -205,8 +245,10 @@ def _bridge_problems(cfg: Any, role: str, device: str) -> List[str]:
     overrides = _override_config(cfg, role)
     return [
         f"{roles.SECTION[role]}.megatron.override_transformer_config.{k} is a MindSpeed-Bridge setting for "
-        f"device npu, but the target device is {device}: remove it (USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)"
-        for k in BRIDGE_KEYS if k in overrides
+        f"device npu, but the target device is {device}: remove it "
+        "(USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)"
+        for k in BRIDGE_KEYS
+        if k in overrides
     ]
 
 
@@ -242,7 +284,9 @@ def _model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]]) -> L
     problems = []
     experts = expert_count(hf)
     if layout.ep > 1 and not experts:
-        problems.append(f"{role}: {p}.expert_model_parallel_size={layout.ep} but {path} has no experts (dense model): set it to 1")
+        problems.append(
+            f"{role}: {p}.expert_model_parallel_size={layout.ep} but {path} has no experts (dense model): set it to 1"
+        )
     elif experts and experts % layout.ep:
         problems.append(
             f"{role}: {p}.expert_model_parallel_size={layout.ep} does not divide the {experts} experts of {path}: "
@@ -259,8 +303,8 @@ def _model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]]) -> L
     uneven = any(k in _override_config(cfg, role) for k in UNEVEN_PP_KEYS)
     if layers and not uneven and layers % stages:
         problems.append(
-            f"{role}: {layers} layers of {path} do not split evenly over PP*VPP = {layout.pp}*{layout.vpp or 1} = {stages} "
-            f"stages: {layers} % {stages} = {layers % stages} (or set num_layers_in_first/last_pipeline_stage)"
+            f"{role}: {layers} layers of {path} do not split evenly over PP*VPP = {layout.pp}*{layout.vpp or 1} = "
+            f"{stages} stages: {layers} % {stages} = {layers % stages} (or set num_layers_in_first/last_pipeline_stage)"
         )
     if is_gdn_model(hf):
         problems.extend(_gdn_problems(cfg, role))
@@ -270,17 +314,22 @@ def _model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]]) -> L
 def _gdn_problems(cfg: Any, role: str) -> List[str]:
     arr = cfg.actor_rollout_ref
     flags = {
-        "actor": [("actor_rollout_ref.model.use_remove_padding", arr.model.use_remove_padding),
-                  ("actor_rollout_ref.actor.use_dynamic_bsz", arr.actor.use_dynamic_bsz),
-                  ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", arr.rollout.log_prob_use_dynamic_bsz)],
+        "actor": [
+            ("actor_rollout_ref.model.use_remove_padding", arr.model.use_remove_padding),
+            ("actor_rollout_ref.actor.use_dynamic_bsz", arr.actor.use_dynamic_bsz),
+            ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", arr.rollout.log_prob_use_dynamic_bsz),
+        ],
         "ref": [("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", arr.ref.log_prob_use_dynamic_bsz)],
-        "critic": [("critic.model.use_remove_padding", cfg.critic.model.use_remove_padding),
-                   ("critic.use_dynamic_bsz", cfg.critic.use_dynamic_bsz)],
+        "critic": [
+            ("critic.model.use_remove_padding", cfg.critic.model.use_remove_padding),
+            ("critic.use_dynamic_bsz", cfg.critic.use_dynamic_bsz),
+        ],
     }[role]
     return [
         f"{role}: {key}=True is not supported for Gated DeltaNet models (Qwen3.5) on megatron: Megatron cannot pack "
         f"GDN sequences (THD); set {key}=False"
-        for key, on in flags if on
+        for key, on in flags
+        if on
     ]
 
 
@@ -413,9 +462,14 @@ def summarize(cfg: Any) -> str:
             lines.append(_inactive_line(cfg, role, device))
             continue
         layout = _layout(cfg, role)
-        shape = "fsdp" if layout.strategy == "fsdp" else (
-            f"megatron TP {layout.tp} PP {layout.pp} CP {layout.cp} EP {layout.ep} ETP {layout.etp}"
-            + (f" VPP {layout.vpp}" if layout.vpp else ""))
+        shape = (
+            "fsdp"
+            if layout.strategy == "fsdp"
+            else (
+                f"megatron TP {layout.tp} PP {layout.pp} CP {layout.cp} EP {layout.ep} ETP {layout.etp}"
+                + (f" VPP {layout.vpp}" if layout.vpp else "")
+            )
+        )
         lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
         if layout.strategy == "megatron" and device == "npu":
@@ -429,9 +483,14 @@ def summarize(cfg: Any) -> str:
     env = get_runtime_env(cfg, device, gpu_capability=capability)["env_vars"]
     lines.append("runtime env   : " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     if device == "cuda" and uses_megatron(cfg) and capability is None:
-        lines.append("                (GPU capability unknown here: CUDA_DEVICE_MAX_CONNECTIONS=1 is added on compute capability 8.x/9.x)")
+        lines.append(
+            f"{'':16}(GPU capability unknown here: CUDA_DEVICE_MAX_CONNECTIONS=1 is added on compute capability "
+            "8.x/9.x)"
+        )
     elif needs_max_connections(cfg, device, capability):
-        lines.append(f"                (CUDA_DEVICE_MAX_CONNECTIONS=1: megatron on compute capability {capability[0]}.{capability[1]})")
+        lines.append(
+            f"{'':16}(CUDA_DEVICE_MAX_CONNECTIONS=1: megatron on compute capability {capability[0]}.{capability[1]})"
+        )
     return "\n".join(lines)
 
 
@@ -462,19 +521,26 @@ def _model_line(cfg: Any) -> str:
     return f"model         : {resolve_model_dir(path)} ({', '.join(traits)})"
 
 
+USAGE = f"""usage: python -m {PROG} [--training] key=value [+key=value ++key=value ~key ...]
+
+Compose a verl_lite run config and check it without starting anything: print every problem
+(exit 1) or a summary of devices, layouts, engine classes, repatch dicts and worker env (exit 0).
+  --training  also check data and model paths, the checkpoint dir, the device and packages
+Overrides are applied in order (the last one wins); see docs/config.md."""
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {PROG}",
-        description="Check a verl_lite run config without starting it; print every problem or a summary.",
-    )
-    parser.add_argument("--training", action="store_true", help="also check data/model paths, checkpoint dir, device and packages")
-    parser.add_argument("overrides", nargs="*", help="Hydra-style overrides: key=value, +key=value, ~key")
-    args, unknown = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE)
+        return 0
+    for_training = "--training" in args
+    overrides = [a for a in args if a != "--training"]  # order kept: later overrides win
     start = time.perf_counter()
     from verl_lite.config.compose import compose_config
 
-    cfg, problems = compose_config(list(args.overrides) + unknown)
-    problems += [p for p in collect_problems(cfg, for_training=args.training) if p not in problems]
+    cfg, problems = compose_config(overrides)
+    problems += [p for p in collect_problems(cfg, for_training=for_training) if p not in problems]
     if problems:
         print(f"{PROG}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
         for p in problems:

@@ -27,8 +27,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     overrides = list(sys.argv[1:] if argv is None else argv)
     if overrides[:1] in (["-h"], ["--help"]):
-        print(f"usage: python -m {PROG} key=value [+key=value ~key ...]\n"
-              f"Checks the config (as python -m verl_lite.check --training does), then trains.")
+        print(
+            f"usage: python -m {PROG} key=value [+key=value ~key ...]\n"
+            f"Checks the config (as python -m verl_lite.check --training does), then trains."
+        )
         return 0
     cfg, problems = compose_config(overrides)
     problems += [p for p in collect_problems(cfg, for_training=True) if p not in problems]
@@ -42,7 +44,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ModuleNotFoundError as e:
         if e.name != TRAINER_MODULE:
             raise  # a dependency of the trainer is missing: show the real import error
-        print(f"{PROG}: the config is valid, but this checkout has no trainer ({TRAINER_MODULE} is missing)", file=sys.stderr)
+        print(
+            f"{PROG}: the config is valid, but this checkout has no trainer ({TRAINER_MODULE} is missing)",
+            file=sys.stderr,
+        )
         return 1
     return int(run(cfg))
 

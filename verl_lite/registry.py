@@ -67,7 +67,7 @@ class Registry:
         return key
 
     def _describe(self, key: Tuple[str, ...]) -> str:
-        return ", ".join(f"{n}={v}" for n, v in zip(self.key_names, key))
+        return ", ".join(f"{n}={v}" for n, v in zip(self.key_names, key, strict=True))
 
     def add(self, key: Union[str, Tuple[str, ...]], target: str) -> None:
         key = self._key(key)
@@ -152,9 +152,7 @@ class EngineRegistry(Registry):
             by_backend.setdefault(b, []).append(d)
         registered = "; ".join(f"{b} on {', '.join(ds)}" for b, ds in by_backend.items())
         if backend in by_backend:
-            fix = (
-                f"backend {backend} runs on {', '.join(by_backend[backend])}: set trainer.device to one of them"
-            )
+            fix = f"backend {backend} runs on {', '.join(by_backend[backend])}: set trainer.device to one of them"
             others = [b for b, ds in by_backend.items() if device in ds]
             if others:
                 fix += f", or use strategy {' or '.join(others)} on {device}"

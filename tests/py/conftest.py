@@ -21,13 +21,20 @@ if str(REPO_ROOT) not in sys.path:  # plain `pytest` (not `python -m pytest`) fr
 def run_module() -> Callable[..., subprocess.CompletedProcess]:
     """run_module("verl_lite.check", "k=v", env={...}) -> CompletedProcess (text, captured)."""
 
-    def run(module: str, *args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+    def run(
+        module: str, *args: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
         full_env = dict(os.environ)
         full_env.update(env or {})
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
-        return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                              env=full_env, cwd=cwd or str(REPO_ROOT), timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            cwd=cwd or str(REPO_ROOT),
+            timeout=timeout,
+        )
 
     return run
 

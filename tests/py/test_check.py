@@ -6,7 +6,8 @@ import types
 
 import pytest
 
-from verl_lite import check, main as main_module
+from verl_lite import check
+from verl_lite import main as main_module
 from verl_lite.config import compose_config, load_config
 
 BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32"]
@@ -18,21 +19,35 @@ OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 
 def megatron(role="actor", tp=1, pp=1, cp=1, ep=1, etp=1, vpp=None):
     prefix = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}[role]
-    out = [f"{prefix}.megatron.tensor_model_parallel_size={tp}", f"{prefix}.megatron.pipeline_model_parallel_size={pp}",
-           f"{prefix}.megatron.context_parallel_size={cp}", f"{prefix}.megatron.expert_model_parallel_size={ep}",
-           f"{prefix}.megatron.expert_tensor_parallel_size={etp}"]
+    out = [
+        f"{prefix}.megatron.tensor_model_parallel_size={tp}",
+        f"{prefix}.megatron.pipeline_model_parallel_size={pp}",
+        f"{prefix}.megatron.context_parallel_size={cp}",
+        f"{prefix}.megatron.expert_model_parallel_size={ep}",
+        f"{prefix}.megatron.expert_tensor_parallel_size={etp}",
+    ]
     if vpp:
         out.append(f"{prefix}.megatron.virtual_pipeline_model_parallel_size={vpp}")
     return out
 
 
 # The Qwen3.5-35B-A3B layout on 16 NPUs from verl's script (facts: TP2 PP2 EP8 ETP1, rollout TP8).
-NPU_35B = LAYOUT + megatron("actor", 2, 2, 1, 8, 1) + megatron("ref", 2, 2, 1, 8, 1) + [
-    "trainer.device=npu", "trainer.n_gpus_per_node=16", "actor_rollout_ref.actor.strategy=megatron",
-    "actor_rollout_ref.rollout.n=5", "actor_rollout_ref.rollout.tensor_model_parallel_size=8",
-    "actor_rollout_ref.actor.use_kl_loss=True",
-    f"+{OTC}.use_triton_gdn=False", f"+{OTC}.use_ascend_gdn=True", f"++{OTC}.attention_backend=flash",
-]
+NPU_35B = (
+    LAYOUT
+    + megatron("actor", 2, 2, 1, 8, 1)
+    + megatron("ref", 2, 2, 1, 8, 1)
+    + [
+        "trainer.device=npu",
+        "trainer.n_gpus_per_node=16",
+        "actor_rollout_ref.actor.strategy=megatron",
+        "actor_rollout_ref.rollout.n=5",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=8",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        f"+{OTC}.use_triton_gdn=False",
+        f"+{OTC}.use_ascend_gdn=True",
+        f"++{OTC}.attention_backend=flash",
+    ]
+)
 
 
 def problems(overrides, for_training=False):
@@ -46,9 +61,13 @@ def qwen3_5_moe(experts=256, heads=16, kv_heads=2, layers=40):
     return {
         "model_type": "qwen3_5_moe",
         "text_config": {
-            "model_type": "qwen3_5_moe_text", "num_experts": experts, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads, "num_hidden_layers": layers,
-            "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * (layers // 4),
+            "model_type": "qwen3_5_moe_text",
+            "num_experts": experts,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "num_hidden_layers": layers,
+            "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+            * (layers // 4),
         },
     }
 
@@ -65,7 +84,9 @@ def test_the_published_35b_npu_layout_passes_with_a_qwen3_5_moe_config(write_mod
 
 
 def test_three_devices_with_tp2_are_rejected_with_the_arithmetic():
-    found = problems(LAYOUT + megatron(tp=2) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=3"])
+    found = problems(
+        LAYOUT + megatron(tp=2) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=3"]
+    )
     assert found == [
         "actor: trainer.nnodes=1 x trainer.n_gpus_per_node=3 = 3 devices is not divisible by TP*PP*CP = 2*1*1 = 2 "
         "(actor_rollout_ref.actor.megatron.tensor/pipeline_model_parallel_size, context_parallel_size): 3 % 2 = 1"
@@ -73,19 +94,30 @@ def test_three_devices_with_tp2_are_rejected_with_the_arithmetic():
 
 
 def test_context_parallel_counts_in_the_model_parallel_product():
-    (problem,) = problems(LAYOUT + megatron(tp=2, cp=2) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=6"])
+    (problem,) = problems(
+        LAYOUT + megatron(tp=2, cp=2) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=6"]
+    )
     assert "TP*PP*CP = 2*1*2 = 4" in problem and "6 % 4 = 2" in problem
 
 
 def test_the_expert_group_must_divide_the_devices():
-    (problem,) = problems(LAYOUT + megatron(ep=4, etp=2, pp=2) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=8"])
+    (problem,) = problems(
+        LAYOUT
+        + megatron(ep=4, etp=2, pp=2)
+        + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=8"]
+    )
     assert "8 devices is not divisible by EP*ETP*PP = 4*2*2 = 16" in problem and "8 % 16 = 8" in problem
 
 
 def test_expert_tensor_parallel_defaults_to_tp_as_in_megatron():
-    cfg = load_config(BASE + ["actor_rollout_ref.actor.strategy=megatron",
-                              "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
-                              "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null"])
+    cfg = load_config(
+        BASE
+        + [
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null",
+        ]
+    )
     assert check._layout(cfg, "actor").etp == 2
 
 
@@ -96,78 +128,132 @@ def test_the_data_parallel_size_is_derived_from_devices_and_model_parallelism():
 
 
 def test_rollout_tp_must_divide_the_devices_per_node():
-    (problem,) = problems(BASE + ["trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=3"])
-    assert problem == ("actor_rollout_ref.rollout.tensor_model_parallel_size=3 does not divide trainer.n_gpus_per_node=8 "
-                       "(8 % 3 = 2): a rollout TP group must fit in one node")
+    (problem,) = problems(
+        BASE + ["trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=3"]
+    )
+    assert problem == (
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=3 does not divide trainer.n_gpus_per_node=8 "
+        "(8 % 3 = 2): a rollout TP group must fit in one node"
+    )
 
 
 def test_with_separate_rollout_devices_rollout_tp_divides_those():
-    found = problems(BASE + ["trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.n_gpus_per_node=12",
-                             "actor_rollout_ref.rollout.tensor_model_parallel_size=8"])
-    assert found == ["actor_rollout_ref.rollout.tensor_model_parallel_size=8 does not divide "
-                     "actor_rollout_ref.rollout.n_gpus_per_node=12 (12 % 8 = 4): a rollout TP group must fit in one node"]
+    found = problems(
+        BASE
+        + [
+            "trainer.n_gpus_per_node=8",
+            "actor_rollout_ref.rollout.n_gpus_per_node=12",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=8",
+        ]
+    )
+    assert found == [
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=8 does not divide "
+        "actor_rollout_ref.rollout.n_gpus_per_node=12 (12 % 8 = 4): a rollout TP group must fit in one node"
+    ]
 
 
 def test_sizes_below_one_are_reported_before_any_arithmetic():
     found = problems(BASE + ["trainer.n_gpus_per_node=0", "actor_rollout_ref.rollout.n=0"])
-    assert found == ["trainer.n_gpus_per_node=0 must be a positive integer", "actor_rollout_ref.rollout.n=0 must be a positive integer"]
+    assert found == [
+        "trainer.n_gpus_per_node=0 must be a positive integer",
+        "actor_rollout_ref.rollout.n=0 must be a positive integer",
+    ]
 
 
 def test_critic_and_ref_layouts_are_checked_with_their_own_keys():
-    found = problems(LAYOUT + ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.strategy=megatron",
-                             "actor_rollout_ref.actor.use_kl_loss=True", "algorithm.adv_estimator=gae"]
-                     + megatron("ref", tp=3) + megatron("critic", pp=3))
+    found = problems(
+        LAYOUT
+        + [
+            "trainer.n_gpus_per_node=4",
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.actor.use_kl_loss=True",
+            "algorithm.adv_estimator=gae",
+        ]
+        + megatron("ref", tp=3)
+        + megatron("critic", pp=3)
+    )
     assert any(p.startswith("ref: ") and "actor_rollout_ref.ref.megatron" in p and "4 % 3 = 1" in p for p in found)
     assert any(p.startswith("critic: ") and "critic.megatron" in p and "4 % 3 = 1" in p for p in found)
     assert len(found) == 2
 
 
 def test_unused_roles_are_not_checked():
-    assert problems(BASE + megatron("critic", tp=3) + megatron("ref", tp=3) + ["actor_rollout_ref.actor.strategy=megatron"]) == []
+    assert (
+        problems(
+            BASE + megatron("critic", tp=3) + megatron("ref", tp=3) + ["actor_rollout_ref.actor.strategy=megatron"]
+        )
+        == []
+    )
 
 
 # ---------------------------------------------------------------------------- batch rules
 
 
 def test_batch_times_n_must_divide_by_the_data_parallel_size():
-    found = problems(["data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=10", "trainer.n_gpus_per_node=4"])
-    assert found[0] == ("actor: data.train_batch_size * rollout.n = 10*1 = 10 is not divisible by the data-parallel size 4 "
-                        "(4 devices, fsdp): 10 % 4 = 2")
+    found = problems(
+        ["data.train_batch_size=10", "actor_rollout_ref.actor.ppo_mini_batch_size=10", "trainer.n_gpus_per_node=4"]
+    )
+    assert found[0] == (
+        "actor: data.train_batch_size * rollout.n = 10*1 = 10 is not divisible by the data-parallel size 4 "
+        "(4 devices, fsdp): 10 % 4 = 2"
+    )
 
 
 def test_the_mini_batch_may_not_exceed_the_batch():
     (problem,) = problems(["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=32"])
-    assert problem == "actor: actor_rollout_ref.actor.ppo_mini_batch_size=32 is larger than data.train_batch_size=16; lower it to at most 16"
+    assert problem == (
+        "actor: actor_rollout_ref.actor.ppo_mini_batch_size=32 is larger than data.train_batch_size=16; "
+        "lower it to at most 16"
+    )
 
 
 def test_a_step_must_split_into_whole_mini_batches():
-    (problem,) = problems(["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=12", "actor_rollout_ref.rollout.n=5"])
-    assert "data.train_batch_size * rollout.n = 160 is not divisible by actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n = 12*5 = 60" in problem
+    (problem,) = problems(
+        ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=12", "actor_rollout_ref.rollout.n=5"]
+    )
+    assert (
+        "data.train_batch_size * rollout.n = 160 is not divisible by "
+        "actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n = 12*5 = 60" in problem
+    )
     assert "160 % 60 = 40" in problem
 
 
 def test_a_mini_batch_must_split_over_the_data_parallel_ranks():
-    found = problems(["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.n_gpus_per_node=4"])
-    assert found == ["actor: actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n = 2*1 = 2 is not divisible by the "
-                     "data-parallel size 4 (4 devices, fsdp): 2 % 4 = 2"]
+    found = problems(
+        ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.n_gpus_per_node=4"]
+    )
+    assert found == [
+        "actor: actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n = 2*1 = 2 is not divisible by the "
+        "data-parallel size 4 (4 devices, fsdp): 2 % 4 = 2"
+    ]
 
 
 def test_the_micro_batch_must_divide_each_ranks_share_unless_batches_are_dynamic():
     overrides = BASE + ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]
     (problem,) = problems(overrides)
-    assert "each of the 4 data-parallel ranks 32/4 = 8 sequences, not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3" in problem
+    assert (
+        "each of the 4 data-parallel ranks 32/4 = 8 sequences, "
+        "not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3" in problem
+    )
     assert problems(overrides + ["actor_rollout_ref.actor.use_dynamic_bsz=True"]) == []
 
 
 def test_the_critic_uses_its_own_mini_batch_when_set():
     found = problems(BASE + ["algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=64"])
-    assert found == ["critic: critic.ppo_mini_batch_size=64 is larger than data.train_batch_size=32; lower it to at most 32"]
+    assert found == [
+        "critic: critic.ppo_mini_batch_size=64 is larger than data.train_batch_size=32; lower it to at most 32"
+    ]
 
 
 def test_megatron_batches_split_over_dp_not_over_all_devices():
     # 8 devices, TP2 PP2 -> DP 2: 6 sequences split over 2 ranks although not over 8 devices.
-    overrides = ["data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=6", "trainer.n_gpus_per_node=8",
-                 "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"] + megatron(tp=2, pp=2)
+    overrides = [
+        "data.train_batch_size=6",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=6",
+        "trainer.n_gpus_per_node=8",
+        "actor_rollout_ref.actor.strategy=megatron",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+    ] + megatron(tp=2, pp=2)
     assert problems(overrides) == []
     assert problems(overrides + ["actor_rollout_ref.actor.strategy=fsdp"])[0].endswith("6 % 8 = 6")
 
@@ -177,61 +263,115 @@ def test_megatron_batches_split_over_dp_not_over_all_devices():
 
 def test_ep_must_divide_the_expert_count_read_from_text_config(write_model):
     path = write_model(qwen3_5_moe(experts=256))
-    base = ["data.train_batch_size=48", "actor_rollout_ref.actor.ppo_mini_batch_size=48", "actor_rollout_ref.actor.strategy=megatron",
-            "trainer.n_gpus_per_node=6", f"actor_rollout_ref.model.path={path}"]
+    base = [
+        "data.train_batch_size=48",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=48",
+        "actor_rollout_ref.actor.strategy=megatron",
+        "trainer.n_gpus_per_node=6",
+        f"actor_rollout_ref.model.path={path}",
+    ]
     assert problems(base + megatron(ep=2)) == []
     (problem,) = problems(base + megatron(ep=6))
-    assert problem == f"actor: actor_rollout_ref.actor.megatron.expert_model_parallel_size=6 does not divide the 256 experts of {path}: 256 % 6 = 4"
+    assert problem == (
+        "actor: actor_rollout_ref.actor.megatron.expert_model_parallel_size=6 "
+        f"does not divide the 256 experts of {path}: 256 % 6 = 4"
+    )
 
 
 def test_ep_on_a_dense_model_is_rejected(write_model):
     path = write_model(DENSE)
-    (problem,) = problems(BASE + megatron(ep=2) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=2",
-                                                   f"actor_rollout_ref.model.path={path}"])
+    (problem,) = problems(
+        BASE
+        + megatron(ep=2)
+        + [
+            "actor_rollout_ref.actor.strategy=megatron",
+            "trainer.n_gpus_per_node=2",
+            f"actor_rollout_ref.model.path={path}",
+        ]
+    )
     assert problem.endswith(f"but {path} has no experts (dense model): set it to 1")
 
 
 def test_tp_must_divide_the_attention_and_key_value_heads(write_model):
     path = write_model(qwen3_5_moe(heads=16, kv_heads=2))
-    found = problems(BASE + megatron(tp=4) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=4",
-                                              f"actor_rollout_ref.model.path={path}"])
-    assert found == [f"actor: actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4 does not divide the 2 key/value heads of {path}: 2 % 4 = 2"]
+    found = problems(
+        BASE
+        + megatron(tp=4)
+        + [
+            "actor_rollout_ref.actor.strategy=megatron",
+            "trainer.n_gpus_per_node=4",
+            f"actor_rollout_ref.model.path={path}",
+        ]
+    )
+    assert found == [
+        "actor: actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4 "
+        f"does not divide the 2 key/value heads of {path}: 2 % 4 = 2"
+    ]
 
 
 def test_layers_must_split_evenly_over_pipeline_stages_unless_placed_explicitly(write_model):
     path = write_model(qwen3_5_moe(layers=40))
-    base = BASE + megatron(pp=3) + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=3",
-                                    f"actor_rollout_ref.model.path={path}"]
+    base = (
+        BASE
+        + megatron(pp=3)
+        + [
+            "actor_rollout_ref.actor.strategy=megatron",
+            "trainer.n_gpus_per_node=3",
+            f"actor_rollout_ref.model.path={path}",
+        ]
+    )
     (problem,) = problems(base)
     assert "40 layers of" in problem and "PP*VPP = 3*1 = 3 stages: 40 % 3 = 1" in problem
     assert problems(base + [f"+{OTC}.num_layers_in_first_pipeline_stage=14"]) == []
 
 
 def test_gdn_models_on_megatron_reject_remove_padding_and_dynamic_batches():
-    found = problems(BASE + ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.use_remove_padding=True",
-                             "actor_rollout_ref.actor.use_dynamic_bsz=True"])  # the shipped tiny-qwen3_5 has GDN layers
+    found = problems(
+        BASE
+        + [
+            "actor_rollout_ref.actor.strategy=megatron",
+            "actor_rollout_ref.model.use_remove_padding=True",
+            "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        ]
+    )  # the shipped tiny-qwen3_5 has GDN layers
     assert found == [
-        "actor: actor_rollout_ref.model.use_remove_padding=True is not supported for Gated DeltaNet models (Qwen3.5) on "
-        "megatron: Megatron cannot pack GDN sequences (THD); set actor_rollout_ref.model.use_remove_padding=False",
-        "actor: actor_rollout_ref.actor.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) on "
-        "megatron: Megatron cannot pack GDN sequences (THD); set actor_rollout_ref.actor.use_dynamic_bsz=False",
+        "actor: actor_rollout_ref.model.use_remove_padding=True is not supported for Gated DeltaNet models (Qwen3.5) "
+        "on megatron: Megatron cannot pack GDN sequences (THD); set actor_rollout_ref.model.use_remove_padding=False",
+        "actor: actor_rollout_ref.actor.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) "
+        "on megatron: Megatron cannot pack GDN sequences (THD); set actor_rollout_ref.actor.use_dynamic_bsz=False",
     ]
 
 
 def test_gdn_models_on_fsdp_may_remove_padding():
-    assert problems(BASE + ["actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.actor.use_dynamic_bsz=True"]) == []
+    assert (
+        problems(
+            BASE + ["actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.actor.use_dynamic_bsz=True"]
+        )
+        == []
+    )
 
 
 def test_the_critic_gdn_flags_are_checked_for_a_megatron_critic():
     found = problems(BASE + ["algorithm.adv_estimator=gae", "critic.strategy=megatron", "critic.use_dynamic_bsz=True"])
-    assert found == ["critic: critic.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) on megatron: "
-                     "Megatron cannot pack GDN sequences (THD); set critic.use_dynamic_bsz=False"]
+    assert found == [
+        "critic: critic.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) on megatron: "
+        "Megatron cannot pack GDN sequences (THD); set critic.use_dynamic_bsz=False"
+    ]
 
 
 def test_model_rules_are_skipped_when_the_model_config_is_not_readable(tmp_path):
-    assert problems(["data.train_batch_size=48", "actor_rollout_ref.actor.ppo_mini_batch_size=48"] + megatron(ep=3, tp=1)
-                    + ["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=3",
-                                                   f"actor_rollout_ref.model.path={tmp_path}/absent"]) == []
+    assert (
+        problems(
+            ["data.train_batch_size=48", "actor_rollout_ref.actor.ppo_mini_batch_size=48"]
+            + megatron(ep=3, tp=1)
+            + [
+                "actor_rollout_ref.actor.strategy=megatron",
+                "trainer.n_gpus_per_node=3",
+                f"actor_rollout_ref.model.path={tmp_path}/absent",
+            ]
+        )
+        == []
+    )
 
 
 # ---------------------------------------------------------------------------- device rules
@@ -243,7 +383,8 @@ def test_bridge_overrides_are_rejected_off_npu(device):
     found = problems(overrides)
     assert found == [
         f"{OTC}.{k} is a MindSpeed-Bridge setting for device npu, but the target device is {device}: remove it "
-        "(USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)" for k in ("use_ascend_gdn", "use_triton_gdn")
+        "(USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)"
+        for k in ("use_ascend_gdn", "use_triton_gdn")
     ]
 
 
@@ -253,8 +394,12 @@ def test_a_bad_attention_backend_is_reported_on_npu():
 
 
 def test_npu_batch_invariant_attention_with_context_parallelism_is_rejected():
-    overrides = NPU_35B + megatron("actor", 2, 2, 2, 8, 1) + megatron("ref", 2, 2, 2, 8, 1) + [
-        "trainer.n_gpus_per_node=32", f"+{OTC}.use_flash_attn_npu_batch_invariant=True"]
+    overrides = (
+        NPU_35B
+        + megatron("actor", 2, 2, 2, 8, 1)
+        + megatron("ref", 2, 2, 2, 8, 1)
+        + ["trainer.n_gpus_per_node=32", f"+{OTC}.use_flash_attn_npu_batch_invariant=True"]
+    )
     (problem,) = problems(overrides)
     assert "use_flash_attn_npu_batch_invariant does not work with context parallelism (CP=2)" in problem
 
@@ -274,8 +419,12 @@ def training_files(tmp_path):
     train, val = tmp_path / "train.parquet", tmp_path / "val.parquet"
     train.write_bytes(b"PAR1")
     val.write_bytes(b"PAR1")
-    return [f"data.train_files={train}", f"data.val_files={val}", f"trainer.default_local_dir={tmp_path}/ckpt/run1",
-            "trainer.device=cpu"]
+    return [
+        f"data.train_files={train}",
+        f"data.val_files={val}",
+        f"trainer.default_local_dir={tmp_path}/ckpt/run1",
+        "trainer.device=cpu",
+    ]
 
 
 def test_a_complete_cpu_run_passes_the_training_check(training_files):
@@ -283,16 +432,24 @@ def test_a_complete_cpu_run_passes_the_training_check(training_files):
 
 
 def test_missing_data_and_model_paths_are_reported_only_for_training(tmp_path, training_files):
-    overrides = BASE + training_files + [f"data.train_files={tmp_path}/nope.parquet", f"actor_rollout_ref.model.path={tmp_path}/no-model"]
+    overrides = (
+        BASE
+        + training_files
+        + [f"data.train_files={tmp_path}/nope.parquet", f"actor_rollout_ref.model.path={tmp_path}/no-model"]
+    )
     assert problems(overrides) == []
     found = problems(overrides, for_training=True)
-    assert f"data.train_files: {tmp_path}/nope.parquet does not exist (point data.train_files at parquet files)" in found
+    assert (
+        f"data.train_files: {tmp_path}/nope.parquet does not exist (point data.train_files at parquet files)" in found
+    )
     assert any(p.startswith(f"model path '{tmp_path}/no-model' does not exist") for p in found)
     assert len(found) == 2
 
 
 def test_every_listed_data_file_is_checked(tmp_path, training_files):
-    found = problems(BASE + training_files + [f"data.train_files=[{tmp_path}/train.parquet,{tmp_path}/b.parquet]"], for_training=True)
+    found = problems(
+        BASE + training_files + [f"data.train_files=[{tmp_path}/train.parquet,{tmp_path}/b.parquet]"], for_training=True
+    )
     assert found == [f"data.train_files: {tmp_path}/b.parquet does not exist (point data.train_files at parquet files)"]
 
 
@@ -308,15 +465,22 @@ def test_a_read_only_checkpoint_dir_is_reported(tmp_path, training_files, monkey
     ro.mkdir()
     real_access = check.os.access
     # Permission bits do not stop root (these tests may run as root), so deny access explicitly.
-    monkeypatch.setattr(check.os, "access", lambda path, mode: False if str(path) == str(ro) else real_access(path, mode))
+    monkeypatch.setattr(
+        check.os, "access", lambda path, mode: False if str(path) == str(ro) else real_access(path, mode)
+    )
     found = problems(BASE + training_files + [f"trainer.default_local_dir={ro}/run"], for_training=True)
-    assert found == [f"trainer.default_local_dir: {ro}/run cannot be created: {ro} is not writable (point it at a writable directory)"]
+    assert found == [
+        f"trainer.default_local_dir: {ro}/run cannot be created: {ro} is not writable "
+        "(point it at a writable directory)"
+    ]
     found = problems(BASE + training_files + [f"trainer.default_local_dir={ro}"], for_training=True)
     assert found == [f"trainer.default_local_dir: {ro} is not writable (point it at a writable directory)"]
 
 
 def test_an_explicit_device_absent_here_and_missing_packages_are_reported_for_training(training_files):
-    found = problems(BASE + training_files + ["trainer.device=npu", "actor_rollout_ref.rollout.name=vllm"], for_training=True)
+    found = problems(
+        BASE + training_files + ["trainer.device=npu", "actor_rollout_ref.rollout.name=vllm"], for_training=True
+    )
     assert found[0].startswith("trainer.device=npu, but no npu device is usable here")
     assert "this run needs vllm (or use actor_rollout_ref.rollout.name=hf): module 'vllm' is not installed" in found
 
@@ -333,16 +497,31 @@ def test_the_npu_summary_shows_mindspeed_engines_for_every_role_and_the_exact_re
     text = check.summarize(load_config(NPU_35B))
     assert "target device : npu (trainer.device=npu)" in text
     assert "  engine      : verl_lite.engine.mindspeed:MindSpeedLMEngine" in text
-    assert ("  repatch     : {'use_triton_gdn': False, 'use_ascend_gdn': True, 'attention_backend': AttnBackend.flash, "
-            "'use_flash_attn': True}") in text  # actor
+    assert (
+        "  repatch     : {'use_triton_gdn': False, 'use_ascend_gdn': True, 'attention_backend': AttnBackend.flash, "
+        "'use_flash_attn': True}"
+    ) in text  # actor
     assert "  repatch     : {'use_flash_attn': True}" in text  # ref: no overrides of its own
-    assert ("critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
-            "verl_lite.engine.mindspeed:MindSpeedValueEngine") in text
-    assert "runtime env   : HCCL_HOST_SOCKET_PORT_RANGE=auto HCCL_NPU_SOCKET_PORT_RANGE=auto TOKENIZERS_PARALLELISM=true" in text
+    assert (
+        "critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
+        "verl_lite.engine.mindspeed:MindSpeedValueEngine"
+    ) in text
+    assert (
+        "runtime env   : HCCL_HOST_SOCKET_PORT_RANGE=auto HCCL_NPU_SOCKET_PORT_RANGE=auto TOKENIZERS_PARALLELISM=true"
+        in text
+    )
 
 
 def test_a_gae_run_on_npu_shows_the_critic_with_the_mindspeed_value_engine_and_its_repatch():
-    text = check.summarize(load_config(NPU_35B + ["algorithm.adv_estimator=gae", "+critic.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant=True"]))
+    text = check.summarize(
+        load_config(
+            NPU_35B
+            + [
+                "algorithm.adv_estimator=gae",
+                "+critic.megatron.override_transformer_config.use_flash_attn_npu_batch_invariant=True",
+            ]
+        )
+    )
     critic = text.split("critic        : ", 1)[1]
     assert critic.startswith("megatron TP 1 PP 1 CP 1 EP 1 ETP 1 -> DP 16")
     assert "engine      : verl_lite.engine.mindspeed:MindSpeedValueEngine" in critic
@@ -373,14 +552,22 @@ def test_the_check_cli_prints_the_summary_and_exits_0(run_module):
 
 
 def test_the_check_cli_reports_config_and_layout_problems_together_without_a_traceback(run_module):
-    result = run_module("verl_lite.check", *BASE, "trainer.n_gpu_per_node=3", "trainer.n_gpus_per_node=3",
-                        "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2")
+    result = run_module(
+        "verl_lite.check",
+        *BASE,
+        "trainer.n_gpu_per_node=3",
+        "trainer.n_gpus_per_node=3",
+        "actor_rollout_ref.actor.strategy=megatron",
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+    )
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert lines[0] == "verl_lite.check: 2 problems:"
     assert lines[1] == "  - unknown key 'trainer.n_gpu_per_node'; did you mean trainer.n_gpus_per_node?"
-    assert lines[2].startswith("  - actor: trainer.nnodes=1 x trainer.n_gpus_per_node=3 = 3 devices is not divisible by TP*PP*CP = 2*1*1 = 2")
+    assert lines[2].startswith(
+        "  - actor: trainer.nnodes=1 x trainer.n_gpus_per_node=3 = 3 devices is not divisible by TP*PP*CP = 2*1*1 = 2"
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -392,7 +579,10 @@ def test_the_check_cli_checks_paths_only_with_training(run_module, tmp_path):
 
 
 def test_main_reports_problems_and_exits_1_before_training(capsys, tmp_path):
-    assert main_module.main(BASE + [f"data.train_files={tmp_path}/x.parquet", "data.val_files=null", "trainer.nodes=2"]) == 1
+    assert (
+        main_module.main(BASE + [f"data.train_files={tmp_path}/x.parquet", "data.val_files=null", "trainer.nodes=2"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.startswith("verl_lite.main: 2 problems:")
     assert "did you mean trainer.nnodes?" in err and "x.parquet does not exist" in err
@@ -410,4 +600,15 @@ def test_main_hands_a_valid_config_to_the_trainer_and_returns_its_status(monkeyp
 def test_main_says_so_when_the_trainer_is_missing(monkeypatch, capsys, training_files):
     monkeypatch.setitem(sys.modules, "verl_lite.trainer.run", None)  # import of it fails as if absent
     assert main_module.main(BASE + training_files) == 1
-    assert "the config is valid, but this checkout has no trainer (verl_lite.trainer.run is missing)" in capsys.readouterr().err
+    assert (
+        "the config is valid, but this checkout has no trainer (verl_lite.trainer.run is missing)"
+        in capsys.readouterr().err
+    )
+
+
+def test_the_check_cli_applies_overrides_in_order_around_the_training_flag(capsys):
+    overrides = ["data.train_batch_size=256", "--training", "data.train_batch_size=8"]
+    assert check.main(overrides + ["actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.val_files=null"]) == 1
+    err = capsys.readouterr().err
+    assert "ppo_mini_batch_size" not in err  # the last train_batch_size (8) won
+    assert "data.train_files: ~/data/verl_lite/tiny/train.parquet does not exist" in err  # --training was seen

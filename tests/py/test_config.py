@@ -4,8 +4,7 @@ error reported at once with a fix."""
 import pytest
 from omegaconf import DictConfig
 
-from verl_lite.config import ConfigError, VerlLiteConfig, compose_config, load_config, to_dataclass
-from verl_lite.config import keys
+from verl_lite.config import ConfigError, VerlLiteConfig, compose_config, keys, load_config, to_dataclass
 
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 
@@ -36,13 +35,21 @@ def test_plain_overrides_set_typed_values_and_interpolations_follow_them():
 def test_a_list_override_replaces_the_list():
     assert list(load_config(["trainer.logger=[console]"]).trainer.logger) == ["console"]
     assert list(load_config(["trainer.logger=[console,jsonl,tensorboard]"]).trainer.logger) == [
-        "console", "jsonl", "tensorboard"]
+        "console",
+        "jsonl",
+        "tensorboard",
+    ]
 
 
 def test_plus_adds_new_keys_inside_open_sections_with_parsed_types():
-    cfg = load_config([f"+{OTC}.use_ascend_gdn=True", f"+{OTC}.recompute_num_layers=1", f"+{OTC}.attention_backend=flash"])
+    cfg = load_config(
+        [f"+{OTC}.use_ascend_gdn=True", f"+{OTC}.recompute_num_layers=1", f"+{OTC}.attention_backend=flash"]
+    )
     assert dict(cfg.actor_rollout_ref.actor.megatron.override_transformer_config) == {
-        "use_ascend_gdn": True, "recompute_num_layers": 1, "attention_backend": "flash"}
+        "use_ascend_gdn": True,
+        "recompute_num_layers": 1,
+        "attention_backend": "flash",
+    }
 
 
 def test_double_plus_adds_or_replaces_and_tilde_deletes_inside_open_sections():
@@ -107,12 +114,15 @@ def test_a_key_with_nothing_close_gets_no_suggestion():
 
 
 def test_wrong_types_name_the_key_the_value_and_the_expected_type():
-    problems = problems_of("data.train_batch_size=abc", "trainer.n_gpus_per_node=2.5", "trainer.nnodes=null",
-                           "trainer.logger=console")
+    problems = problems_of(
+        "data.train_batch_size=abc", "trainer.n_gpus_per_node=2.5", "trainer.nnodes=null", "trainer.logger=console"
+    )
     assert "data.train_batch_size='abc' has the wrong type: expected int" in problems
     assert "trainer.n_gpus_per_node=2.5 has the wrong type: expected int" in problems
     assert "trainer.nnodes=None has the wrong type: expected int" in problems
-    assert "trainer.logger='console' has the wrong type: expected list of str (write trainer.logger=[console])" in problems
+    assert (
+        "trainer.logger='console' has the wrong type: expected list of str (write trainer.logger=[console])" in problems
+    )
 
 
 def test_a_wrong_type_inside_a_mapping_value_names_the_inner_key():
@@ -164,20 +174,28 @@ def test_an_unresolvable_interpolation_is_reported_and_the_rest_still_composes()
 
 
 def test_every_problem_is_reported_at_once():
-    problems = problems_of("trainer.n_gpu_per_node=3", "data.train_batch_size=abc", "trainer.device=tpu",
-                           "model_engine=mindspeed", "algorithm.adv_estimator=ppo")
+    problems = problems_of(
+        "trainer.n_gpu_per_node=3",
+        "data.train_batch_size=abc",
+        "trainer.device=tpu",
+        "model_engine=mindspeed",
+        "algorithm.adv_estimator=ppo",
+    )
     assert len(problems) == 5
 
 
 # ---------------------------------------------------------------------------- removed upstream settings
 
 
-@pytest.mark.parametrize("override", [
-    "actor_rollout_ref.actor.strategy=mindspeed",
-    "actor_rollout_ref.actor.strategy=mindspeed_megatron",
-    "critic.strategy=mindspeed_megatron",
-    "actor_rollout_ref.ref.strategy=mindspeed",
-])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "actor_rollout_ref.actor.strategy=mindspeed",
+        "actor_rollout_ref.actor.strategy=mindspeed_megatron",
+        "critic.strategy=mindspeed_megatron",
+        "actor_rollout_ref.ref.strategy=mindspeed",
+    ],
+)
 def test_removed_mindspeed_strategies_get_the_migration_message(override):
     key = override.split("=")[0]
     (problem,) = problems_of(override)
@@ -205,17 +223,20 @@ def test_the_old_mindspeed_section_points_at_the_megatron_section():
 # ---------------------------------------------------------------------------- enum-like values
 
 
-@pytest.mark.parametrize("override, allowed", [
-    ("actor_rollout_ref.actor.strategy=fsdp2", "fsdp, megatron"),
-    ("critic.strategy=deepspeed", "fsdp, megatron, null"),
-    ("trainer.device=tpu", "auto, cuda, npu, cpu"),
-    ("algorithm.adv_estimator=rloo", "grpo, gae"),
-    ("actor_rollout_ref.actor.loss_agg_mode=mean", "token-mean, token-sum"),
-    ("critic.loss_agg_mode=mean", "token-mean, token-sum"),
-    ("actor_rollout_ref.actor.kl_loss_type=k9", "kl, abs, mse, low_var_kl"),
-    ("actor_rollout_ref.rollout.name=sglang", "hf, vllm"),
-    ("trainer.resume_mode=always", "disable, auto, resume_path"),
-])
+@pytest.mark.parametrize(
+    "override, allowed",
+    [
+        ("actor_rollout_ref.actor.strategy=fsdp2", "fsdp, megatron"),
+        ("critic.strategy=deepspeed", "fsdp, megatron, null"),
+        ("trainer.device=tpu", "auto, cuda, npu, cpu"),
+        ("algorithm.adv_estimator=rloo", "grpo, gae"),
+        ("actor_rollout_ref.actor.loss_agg_mode=mean", "token-mean, token-sum"),
+        ("critic.loss_agg_mode=mean", "token-mean, token-sum"),
+        ("actor_rollout_ref.actor.kl_loss_type=k9", "kl, abs, mse, low_var_kl"),
+        ("actor_rollout_ref.rollout.name=sglang", "hf, vllm"),
+        ("trainer.resume_mode=always", "disable, auto, resume_path"),
+    ],
+)
 def test_enum_like_settings_reject_other_values_and_list_the_allowed_ones(override, allowed):
     key, value = override.split("=")
     (problem,) = problems_of(override)
@@ -243,7 +264,6 @@ def test_the_key_table_knows_types_defaults_and_open_sections():
     assert OTC in keys.open_sections()
     assert keys.open_section_of(f"{OTC}.use_ascend_gdn") == OTC
     assert keys.open_section_of("trainer.nnodes") == ""
-
 
 
 # ---------------------------------------------------------------------------- docs/config.md

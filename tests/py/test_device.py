@@ -33,14 +33,22 @@ def machine(tmp_path):
         torch_dir = tmp_path / "torch"
         torch_dir.mkdir(exist_ok=True)
         cuda = repr(torch_cuda) if torch_cuda else "None"
-        (torch_dir / "version.py").write_text(f"from typing import Optional\n__version__ = '2.13.0'\ncuda: Optional[str] = {cuda}\n")
+        (torch_dir / "version.py").write_text(
+            f"from typing import Optional\n__version__ = '2.13.0'\ncuda: Optional[str] = {cuda}\n"
+        )
         return Probe(environ=environ or {}, root=str(root), find_spec=fake_find_spec(set(installed), torch_dir))
 
     return make
 
 
 def test_names_are_validated_lower_cased_and_gpu_means_cuda():
-    assert [normalize_device(n) for n in ("auto", "CUDA", "gpu", " npu ", "cpu")] == ["auto", "cuda", "cuda", "npu", "cpu"]
+    assert [normalize_device(n) for n in ("auto", "CUDA", "gpu", " npu ", "cpu")] == [
+        "auto",
+        "cuda",
+        "cuda",
+        "npu",
+        "cpu",
+    ]
 
 
 def test_an_unknown_name_lists_the_choices_and_the_closest_one():
@@ -91,7 +99,10 @@ def test_a_cpu_build_of_torch_on_a_gpu_host_is_not_cuda(machine):
 
 def test_cuda_visible_devices_hiding_every_gpu_means_no_cuda(machine):
     for hidden in ("", "-1"):
-        assert resolve_device("auto", machine(gpus=2, torch_cuda="12.8", environ={"CUDA_VISIBLE_DEVICES": hidden})) == "cpu"
+        assert (
+            resolve_device("auto", machine(gpus=2, torch_cuda="12.8", environ={"CUDA_VISIBLE_DEVICES": hidden}))
+            == "cpu"
+        )
 
 
 def test_the_torch_build_is_read_from_its_version_file_without_importing_it(machine):

@@ -8,8 +8,15 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "megatron", "mindspeed", "torch_npu", "ray", "transformers")
-CORE = ("verl_lite", "verl_lite.config", "verl_lite.registry", "verl_lite.check", "verl_lite.repatch",
-        "verl_lite.device", "verl_lite.runtime_env")
+CORE = (
+    "verl_lite",
+    "verl_lite.config",
+    "verl_lite.registry",
+    "verl_lite.check",
+    "verl_lite.repatch",
+    "verl_lite.device",
+    "verl_lite.runtime_env",
+)
 
 
 def heavy_modules_after(code: str) -> list:
@@ -30,8 +37,10 @@ def test_composing_checking_and_summarising_an_npu_megatron_run_imports_no_heavy
     code = textwrap.dedent("""
         from verl_lite.config import load_config
         from verl_lite.check import collect_problems, summarize
-        cfg = load_config(["trainer.device=npu", "actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae",
-                           "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.ppo_mini_batch_size=32"])
+        cfg = load_config([
+            "trainer.device=npu", "actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae",
+            "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+        ])
         collect_problems(cfg, for_training=False)
         summarize(cfg)
     """).replace("\n", "\n        ")

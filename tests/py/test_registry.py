@@ -56,8 +56,13 @@ def test_resolving_imports_nothing():
         ROLLOUTS.resolve("vllm")
         print(sorted(m for m in sys.modules if m.startswith(("verl_lite.engine", "verl_lite.rollout", "torch"))))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(__import__("pathlib").Path(registry.__file__).parents[1]))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=str(__import__("pathlib").Path(registry.__file__).parents[1]),
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -69,7 +74,8 @@ def test_a_miss_lists_what_is_registered_for_the_model_type_and_the_fix():
         reg.resolve("value_model", "fsdp", "npu")
     assert str(info.value) == (
         "Unknown engine: no value_model engine for backend 'fsdp' on device 'npu'. "
-        "Registered for value_model: fsdp on cpu, cuda. Fix: backend fsdp runs on cpu, cuda: set trainer.device to one of them"
+        "Registered for value_model: fsdp on cpu, cuda. "
+        "Fix: backend fsdp runs on cpu, cuda: set trainer.device to one of them"
     )
 
 
@@ -139,5 +145,7 @@ def test_a_failing_import_surfaces_with_the_target_instead_of_being_hidden():
 def test_rollouts_are_registered_by_name_and_a_miss_lists_them():
     assert ROLLOUTS.resolve("hf") == "verl_lite.rollout.hf:HFRollout"
     assert ROLLOUTS.resolve("vllm") == "verl_lite.rollout.vllm:VLLMRollout"
-    with pytest.raises(RegistryError, match=r"no rollout registered for name=vlm: registered: hf, vllm \(did you mean 'vllm'\?\)"):
+    with pytest.raises(
+        RegistryError, match=r"no rollout registered for name=vlm: registered: hf, vllm \(did you mean 'vllm'\?\)"
+    ):
         ROLLOUTS.resolve("vlm")

@@ -56,9 +56,7 @@ def _unknown_key_message(key: str, adding: bool) -> str:
     hint = f"; did you mean {' or '.join(near)}?" if near else ""
     if adding:
         sections = ", ".join(keys.open_sections())
-        return (
-            f"unknown key {key!r}{hint} (+key=value adds keys only inside the open sections: {sections})"
-        )
+        return f"unknown key {key!r}{hint} (+key=value adds keys only inside the open sections: {sections})"
     return f"unknown key {key!r}{hint}"
 
 
