@@ -394,6 +394,9 @@ vl_print_dry_run() {
 # ------------------------------------------------------------------------------ entry point
 
 vl_main() {
+  # Namerefs, ${x^^} and empty arrays under `set -u` need bash 4.4 (macOS ships 3.2).
+  ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) ||
+    vl_die "bash $BASH_VERSION is too old (bash >= 4.4 is needed; on macOS: brew install bash)"
   VL_ERRORS=()
   vl_resolve_device
   vl_resolve_backend

@@ -16,7 +16,13 @@ shell_files() {
         [[ $first =~ ^#!.*(/|env\ )(ba)?sh([[:space:]]|$) ]] && printf '%s\n' "$file"
         ;;
     esac
-  done < <(git -C "$REPO" ls-files --cached --others --exclude-standard)
+  done < <(repo_files)
+}
+
+# Repository files relative to $REPO: git's view, or a find without .git and ignored deps.
+repo_files() {
+  git -C "$REPO" ls-files --cached --others --exclude-standard 2>/dev/null ||
+    (cd "$REPO" && find . -path ./.git -prune -o -path ./tests/bats/.deps -prune -o -type f -print | sed 's|^\./||')
 }
 
 @test "shellcheck is installed" {
