@@ -286,3 +286,104 @@ def test_the_key_reference_has_every_leaf_key_with_its_comment_and_allowed_value
     assert row == "| `data.train_batch_size` | int | `32` | Prompts per step (before repetition by rollout.n). |"
     strategy = next(line for line in rendered.splitlines() if line.startswith("| `critic.strategy` |"))
     assert "Allowed: fsdp, megatron, null." in strategy
+
+
+# ---------------------------------------------------------------------------- the override parser
+
+PLAIN_VALUES = [
+    "01",
+    "1_000",
+    "+1",
+    "-1",
+    "0",
+    "00",
+    "-0",
+    "1.",
+    ".5",
+    "-.5",
+    "0.",
+    "-1.",
+    "1e5",
+    "1E5",
+    "1e-6",
+    "1.5e+3",
+    "+.5e-3",
+    "5e",
+    "1e",
+    "e5",
+    "-e5",
+    "inf",
+    "-inf",
+    "TRUE",
+    "true",
+    "False",
+    "True1",
+    "Null",
+    "null",
+    "",
+    "-",
+    "+",
+    "%",
+    "50%",
+    "3:4",
+    "x@y",
+    "a-b",
+    "a+b",
+    "a_b",
+    "_x",
+    "x_",
+    "1.0.0",
+    "..",
+    "1..2",
+    "1-2",
+    "12abc",
+    "abc12",
+    "fsdp",
+    "Qwen3.5-35B",
+    "/root/models/Qwen3.5-35B-A3B",
+    "/data/gsm8k/train.parquet",
+    "low_var_kl",
+    "token-mean",
+]
+PLAIN_LINES = (
+    [f"actor_rollout_ref.rollout.name={v}" for v in PLAIN_VALUES]
+    + [f"+{OTC}.recompute_method=uniform", f"++{OTC}.attention_backend=flash", f"~{OTC}.x", f"~{OTC}.x=3"]
+    + ["trainer.logger.0=console", "a-b.c_d=1", "_private=2"]
+    + ["trainer.logger=[console,jsonl]", "a=[]", "a=[1,2.5,true,null,x,01,1e-6]", "+a.betas=[0.9,0.999]"]
+)
+
+
+@pytest.mark.parametrize("line", PLAIN_LINES)
+def test_plain_lines_parse_exactly_as_hydra_parses_them(line):
+    from verl_lite.config import overrides
+
+    fast, hydra = overrides.parse(line), overrides._parse_with_hydra(line)
+    assert fast == hydra
+    assert type(fast.value) is type(hydra.value)
+
+
+def test_lines_beyond_plain_scalars_go_to_hydra():
+    from verl_lite.config import overrides
+
+    assert overrides.parse("trainer.logger=[console, jsonl]").value == ["console", "jsonl"]
+    assert overrides.parse("a='x y'").value == "x y"
+    assert overrides.parse("a=${b.c}").value == "${b.c}"
+    assert overrides.parse(r"a=x\,y").value == "x,y"
+    with pytest.raises(overrides.OverrideSyntaxError, match="sweeps are not supported"):
+        overrides.parse("a=1,2")
+    with pytest.raises(overrides.OverrideSyntaxError, match="cannot parse override 'trainer.nnodes'"):
+        overrides.parse("trainer.nnodes")
+
+
+def test_plain_overrides_compose_without_importing_hydra():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lines = ["trainer.device=npu", f"+{OTC}.use_ascend_gdn=True", "trainer.logger=[console,jsonl]"]
+    code = (
+        f"import sys; from verl_lite.config import load_config; load_config({lines!r}); print('hydra' in sys.modules)"
+    )
+    root = Path(keys.__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(root), check=True)
+    assert out.stdout.strip() == "False"
