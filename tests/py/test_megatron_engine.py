@@ -1,0 +1,355 @@
+"""Megatron engines on CPU (megatron-core over gloo): TP=2 against TP=1 and PP=2, training,
+weight export into transformers, the value engine, checkpoints.
+
+All megatron work runs once, in two spawned gloo processes (`_scenario`), because a megatron
+import costs 7-9 s; the tests below assert on what that run recorded. The layouts run one after
+the other in the same two processes: TP=2, then TP=1 with two data-parallel ranks, then PP=2.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_lite.engine import megatron_weights as mw
+from verl_lite.engine.megatron import StorageParking, attention_mask_4d
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.megatron
+
+B, T, R = 3, 10, 4
+
+
+def make_batch(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 48, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, :3] = 0  # a left-padded prompt
+    ids[0, :3] = 0
+    mask[1, -1] = 0  # a response that ended early
+    ids[1, -1] = 0
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
+
+
+def sections(tp=1, pp=1, lr=1e-2):
+    from omegaconf import OmegaConf
+
+    from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig
+
+    model = OmegaConf.structured(ModelConfig(path="tiny-qwen3", init_seed=3))
+    actor = OmegaConf.structured(ActorConfig(strategy="megatron"))
+    actor.megatron.tensor_model_parallel_size = tp
+    actor.megatron.pipeline_model_parallel_size = pp
+    actor.optim.lr = lr
+    critic = CriticConfig(strategy="megatron")  # a dataclass, not a DictConfig: both must work
+    critic.megatron.tensor_model_parallel_size = tp
+    critic.megatron.pipeline_model_parallel_size = pp
+    critic.optim.lr = lr
+    return model, actor, critic
+
+
+def nll_loss(outputs, batch):
+    mask = batch["response_mask"].float()
+    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    return loss, {"loss": loss.item()}
+
+
+def value_loss(outputs, batch):
+    mask = batch["response_mask"].float()
+    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
+    return loss, {"loss": loss.item()}
+
+
+def full_logits(engine, batch):
+    """The model's logits gathered over the vocabulary (the last pipeline stage only)."""
+    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
+
+    with torch.no_grad():
+        out = engine.model[0](batch["input_ids"], batch["position_ids"], attention_mask_4d(batch["attention_mask"]))
+    return gather_from_tensor_model_parallel_region(out)[..., : engine.layout.vocab]
+
+
+def train(engine, batch, loss_fn, steps):
+    engine.train_mode()
+    losses, norms = [], []
+    for _ in range(steps):
+        engine.optimizer_zero_grad()
+        out = engine.forward_backward([batch, batch], loss_fn)
+        losses.append(out[0]["metrics"]["loss"])
+        norms.append(engine.optimizer_step())
+        engine.lr_scheduler_step()
+    engine.eval_mode()
+    return losses, norms
+
+
+def _phase_tp2(rank, rec, ckpt_dir):
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
+
+    model, actor, critic = sections(tp=2)
+    batch = make_batch()
+    lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+    lm.initialize()
+    out = lm.forward_backward([batch], forward_only=True, calculate_entropy=True)[0]
+    rec["tp2_log_probs"], rec["tp2_entropy"] = out["log_probs"], out["entropy"]
+    rec["tp2_logits"] = full_logits(lm, batch)
+    rec["tp2_topology"] = (lm.data_parallel_rank(), lm.data_parallel_size(), lm.is_data_parallel_leader())
+
+    exported = dict(lm.export_weights())
+    hf = AutoModelForCausalLM.from_config(lm.hf_config)
+    rec["export_load"] = str(hf.load_state_dict(exported, strict=True))
+    with torch.no_grad():
+        logits = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    position_ids=batch["position_ids"]).logits.float()
+    logp = torch.log_softmax(logits[:, -R - 1 : -1], -1)
+    rec["hf_log_probs"] = logp.gather(-1, batch["responses"][..., None])[..., 0]
+    rec["hf_entropy"] = -(logp.exp() * logp).sum(-1)
+
+    rec["lm_losses"], rec["lm_grad_norms"] = train(lm, batch, nll_loss, 4)
+    rec["lm_lr"] = lm.current_lr()
+    lm.save_checkpoint(ckpt_dir)
+    saved = lm.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    train(lm, batch, nll_loss, 1)
+    moved = lm.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    lm.load_checkpoint(ckpt_dir)
+    restored = lm.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    rec["ckpt_moved"] = (moved - saved).abs().max().item()
+    rec["ckpt_restored"] = (restored - saved).abs().max().item()
+    rec["ckpt_files"] = sorted(os.listdir(ckpt_dir))
+    lm.to("cpu")  # a CPU engine: nothing moves, and it must still work afterwards
+    rec["after_to"] = (lm.forward_backward([batch], forward_only=True)[0]["log_probs"] - restored).abs().max().item()
+
+    ref = MegatronLMEngine(model, actor, None, "cpu", "ref")  # shares the actor's parallel groups
+    ref.initialize()
+    rec["ref_matches_initial"] = (ref.forward_backward([batch], forward_only=True)[0]["log_probs"] - rec["tp2_log_probs"]).abs().max().item()
+    try:
+        ref.optimizer_step()
+    except RuntimeError as e:
+        rec["ref_step_error"] = str(e)
+
+    value = MegatronValueEngine(model, critic, critic.optim, "cpu", "critic")
+    value.initialize()
+    values = value.forward_backward([batch], forward_only=True)[0]["values"]
+    rec["values_shape"], rec["values_dtype"] = tuple(values.shape), str(values.dtype)
+    rec["value_losses"], _ = train(value, batch, value_loss, 4)
+    rec["value_export"] = sorted(n for n, _ in value.export_weights() if not n.startswith("model.layers"))
+
+
+def _phase_tp1_dp2(rank, rec):
+    from verl_lite.engine.megatron import MegatronLMEngine
+
+    model, actor, _ = sections(tp=1)
+    lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+    lm.initialize()
+    batch = make_batch()
+    out = lm.forward_backward([batch], forward_only=True, calculate_entropy=True)[0]
+    rec["tp1_log_probs"], rec["tp1_entropy"] = out["log_probs"], out["entropy"]
+    rec["tp1_logits"] = full_logits(lm, batch)
+    rec["dp2_topology"] = (lm.data_parallel_rank(), lm.data_parallel_size(), lm.is_data_parallel_leader())
+    train(lm, make_batch(seed=10 + rank), nll_loss, 1)  # each data-parallel rank its own data
+    weights = torch.cat([t.flatten() for _, t in sorted(lm.export_weights())])
+    gathered = [torch.empty_like(weights) for _ in range(2)]
+    torch.distributed.all_gather(gathered, weights)
+    rec["dp2_weight_gap"] = (gathered[0] - gathered[1]).abs().max().item()
+
+
+def _phase_pp2(rank, rec):
+    from verl_lite.engine.megatron import MegatronLMEngine
+
+    model, actor, _ = sections(pp=2)
+    lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+    lm.initialize()
+    batch = make_batch()
+    rec["pp2_log_probs"] = lm.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    rec["pp2_leader"] = lm.is_data_parallel_leader()
+    rec["pp2_export"] = {n: t for n, t in lm.export_weights()}
+    rec["pp2_losses"], _ = train(lm, batch, nll_loss, 3)
+
+
+def _scenario(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    from megatron.core import parallel_state as mpu
+
+    rec = {}
+    try:
+        _phase_tp2(rank, rec, os.path.join(out_dir, "ckpt"))
+        mpu.destroy_model_parallel()
+        _phase_tp1_dp2(rank, rec)
+        mpu.destroy_model_parallel()
+        _phase_pp2(rank, rec)
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    pytest.importorskip("megatron.core")
+    out = tmp_path_factory.mktemp("megatron")
+    torch.multiprocessing.spawn(_scenario, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    recs = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    for r, rec in enumerate(recs):
+        assert "error" not in rec, f"rank {r} failed:\n{rec['error']}"
+    return recs
+
+
+# ------------------------------------------------------------------------------ layouts
+
+
+def test_tp2_logits_match_tp1_within_1e_5(run):
+    rank0 = run[0]
+    assert rank0["tp2_logits"].shape == (B, T, 48)
+    assert (rank0["tp2_logits"] - rank0["tp1_logits"]).abs().max() < 1e-5
+    assert (rank0["tp2_log_probs"] - rank0["tp1_log_probs"]).abs().max() < 1e-5
+    assert (rank0["tp2_entropy"] - rank0["tp1_entropy"]).abs().max() < 1e-5
+
+
+def test_both_tp_ranks_return_the_same_log_probs(run):
+    assert torch.equal(run[0]["tp2_log_probs"], run[1]["tp2_log_probs"])
+
+
+def test_pp2_log_probs_match_tp1_on_every_stage(run):
+    for rec in run:
+        assert (rec["pp2_log_probs"] - run[0]["tp1_log_probs"]).abs().max() < 1e-5
+    assert [rec["pp2_leader"] for rec in run] == [False, True]  # the last stage leads
+
+
+def test_pp2_export_gathers_every_layer_from_both_stages(run):
+    exported = run[0]["pp2_export"]
+    assert {f"model.layers.{i}.mlp.down_proj.weight" for i in (0, 1)} <= set(exported)
+    assert "model.norm.weight" in exported and "model.embed_tokens.weight" in exported
+    assert torch.equal(exported["model.norm.weight"], run[1]["pp2_export"]["model.norm.weight"])
+
+
+def test_topology_reports_data_parallel_rank_size_and_leader(run):
+    assert [rec["tp2_topology"] for rec in run] == [(0, 1, True), (0, 1, False)]
+    assert [rec["dp2_topology"] for rec in run] == [(0, 2, True), (1, 2, True)]
+
+
+def test_data_parallel_ranks_stay_identical_after_a_step_on_different_data(run):
+    assert run[0]["dp2_weight_gap"] == 0.0
+
+
+# ------------------------------------------------------------------------------ training
+
+
+def test_a_few_optimizer_steps_reduce_the_loss_at_tp2_and_pp2(run):
+    losses = run[0]["lm_losses"]
+    assert losses[-1] < losses[0] - 0.5, losses
+    pp = run[1]["pp2_losses"]  # the loss function runs on the last stage
+    assert pp[-1] < pp[0], pp
+
+
+def test_optimizer_step_returns_the_gradient_norm_before_clipping(run):
+    norms = run[0]["lm_grad_norms"]
+    assert all(n > 1.0 for n in norms), norms  # above optim.clip_grad=1.0, so clipping was active
+    assert run[0]["lm_lr"] == pytest.approx(1e-2)
+
+
+def test_ref_engine_shares_the_mesh_starts_from_the_same_weights_and_cannot_step(run):
+    assert run[0]["ref_matches_initial"] < 1e-6
+    assert "no optimizer" in run[0]["ref_step_error"]
+
+
+def test_checkpoint_round_trip_restores_the_saved_weights(run):
+    assert run[0]["ckpt_moved"] > 1e-3
+    assert run[0]["ckpt_restored"] == 0.0
+    assert run[0]["ckpt_files"] == ["actor_tp00_pp00.pt", "actor_tp01_pp00.pt"]
+
+
+def test_to_cpu_on_a_cpu_engine_keeps_it_working(run):
+    assert run[0]["after_to"] == 0.0
+
+
+# ------------------------------------------------------------------------------ weights
+
+
+def test_exported_weights_load_strictly_into_transformers_and_give_the_same_log_probs(run):
+    rank0 = run[0]
+    assert rank0["export_load"] == "<All keys matched successfully>"
+    assert (rank0["hf_log_probs"] - rank0["tp2_log_probs"]).abs().max() < 1e-5
+    assert (rank0["hf_entropy"] - rank0["tp2_entropy"]).abs().max() < 1e-5
+
+
+def test_value_engine_outputs_float_values_per_response_token_and_learns(run):
+    rank0 = run[0]
+    assert rank0["values_shape"] == (B, R) and rank0["values_dtype"] == "torch.float32"
+    assert rank0["value_losses"][-1] < rank0["value_losses"][0] * 0.5, rank0["value_losses"]
+    assert rank0["value_export"] == ["model.embed_tokens.weight", "model.norm.weight", "score.bias", "score.weight"]
+
+
+# ------------------------------------------------------------------------------ in-process
+
+
+def test_weight_mapping_round_trips_through_two_tp_shards():
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(str(REPO_ROOT / "verl_lite/assets/tiny-qwen3"))
+    g = torch.Generator().manual_seed(0)
+    hf = {
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(64, 64, generator=g),
+        "model.layers.0.self_attn.k_proj.weight": torch.randn(32, 64, generator=g),
+        "model.layers.0.self_attn.v_proj.weight": torch.randn(32, 64, generator=g),
+        "model.layers.0.mlp.gate_proj.weight": torch.randn(128, 64, generator=g),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(128, 64, generator=g),
+        "model.layers.0.mlp.down_proj.weight": torch.randn(64, 128, generator=g),
+    }
+    names = ["decoder.layers.0.self_attention.linear_qkv.weight", "decoder.layers.0.mlp.linear_fc1.weight",
+             "decoder.layers.0.mlp.linear_fc2.weight"]
+    pieces = {}
+    for rank in range(2):
+        layout = mw.Layout.from_hf(hf_config, tp_size=2, tp_rank=rank)
+        for name in names:
+            shard = mw.hf_to_megatron(name, layout, hf.__getitem__)
+            for hf_name, part, dim in mw.megatron_to_hf(name, shard, layout):
+                pieces.setdefault(hf_name, []).append((part, dim))
+    for hf_name, parts in pieces.items():
+        assert torch.equal(torch.cat([p for p, _ in parts], dim=parts[0][1]), hf[hf_name]), hf_name
+    # rank 0's fused QKV holds query group 0: its two query heads, then key head 0, then value head 0
+    qkv = mw.hf_to_megatron(names[0], mw.Layout.from_hf(hf_config, 2, 0), hf.__getitem__)
+    assert torch.equal(qkv[:32], hf["model.layers.0.self_attn.q_proj.weight"][:32])
+    assert torch.equal(qkv[32:48], hf["model.layers.0.self_attn.k_proj.weight"][:16])
+
+
+def test_qwen3_5_gdn_config_is_refused_with_the_reason_and_a_fix():
+    with pytest.raises(mw.UnsupportedModelError, match="Gated DeltaNet.*tiny-qwen3"):
+        mw.check_supported({"model_type": "qwen3_5_text"})
+
+
+def test_parked_storage_frees_memory_and_restores_through_existing_views():
+    flat = torch.arange(12, dtype=torch.float32)
+    view = flat[4:8].view(2, 2)
+    parking = StorageParking()
+    parking.park(flat)
+    assert flat.untyped_storage().size() == 0 and flat in parking
+    parking.restore(flat)
+    assert torch.equal(view, torch.tensor([[4.0, 5.0], [6.0, 7.0]]))
+    view.add_(1)
+    assert flat[4].item() == 5.0
+
+
+def test_importing_the_engine_modules_does_not_import_megatron():
+    code = (
+        "import sys, verl_lite.engine.megatron, verl_lite.engine.megatron_cpu, verl_lite.engine.megatron_weights, "
+        "verl_lite.engine.mindspeed; bad = sorted(m for m in sys.modules if m.split('.')[0] in ('megatron', 'mindspeed'));"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,380 @@
+"""MindSpeed (NPU) engines on CPU against the MindSpeed contract double.
+
+Two runs of two spawned gloo processes, each with tests/py/mindspeed_double first on sys.path:
+- `_order_scenario` builds the npu actor, ref and critic through the engine registry, their
+  megatron internals on CPU (`MindSpeedEngineMixin.internals_device = "cpu"`), trains, offloads,
+  and keeps the double's event log;
+- `_failure_scenario` reproduces each upstream failure with the naive call order or plan, then
+  shows the engines' way (build_repatch_dict, repatch before parallel init) passing.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import traceback
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_lite.engine.mindspeed import MindSpeedLMEngine
+
+pytestmark = pytest.mark.megatron
+DOUBLE_DIR = str(Path(__file__).resolve().parent / "mindspeed_double")
+B, T, R = 2, 8, 3
+OVERRIDES = {
+    "attention_backend": "flash",  # a string, as users type it
+    "use_ascend_gdn": True,  # what USE_MINDSPEED_BRIDGE=True adds on npu
+    "use_triton_gdn": False,
+    "fp8": "e4m3",
+    "fp8_reuse_quantized_weight": True,
+}
+
+
+def make_batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 48, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    pos = torch.arange(T).expand(B, T)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
+
+
+def sections(tp=1, cp=1, overrides=None):
+    from omegaconf import OmegaConf
+
+    from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, RefConfig
+
+    model = OmegaConf.structured(ModelConfig(path="tiny-qwen3"))
+    actor = OmegaConf.structured(ActorConfig(strategy="megatron"))
+    ref = RefConfig()  # a dataclass: both kinds of section must work
+    critic = OmegaConf.structured(CriticConfig(strategy="megatron"))
+    for megatron in (actor.megatron, ref.megatron, critic.megatron):
+        megatron.tensor_model_parallel_size = tp
+        megatron.context_parallel_size = cp
+        megatron.override_transformer_config = dict(overrides or {})
+    return model, actor, ref, critic
+
+
+def _plain(value):
+    """Event payloads without megatron objects, so the parent process can unpickle them."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+def _start(rank, world, port):
+    sys.path.insert(0, DOUBLE_DIR)
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def _order_scenario(rank, world, port, out_path):
+    _start(rank, world, port)
+    rec = {}
+    try:
+        import mindspeed._double as double  # the package only: megatron is not imported yet
+
+        from verl_lite.engine import mindspeed as ms
+        from verl_lite.engine.megatron import MegatronLMEngine
+        from verl_lite.registry import ENGINES
+
+        ms.MindSpeedEngineMixin.internals_device = "cpu"
+        plain_to = MegatronLMEngine.to
+
+        def recording_to(self, device, **kw):
+            double.record("engine_to", role=self.role, device=device)
+            return plain_to(self, device, **kw)
+
+        MegatronLMEngine.to = recording_to
+        lm_class = ENGINES.load("language_model", "megatron", "npu")
+        value_class = ENGINES.load("value_model", "megatron", "npu")
+        rec["classes"] = (lm_class.__name__, value_class.__name__)
+        model, actor, ref, critic = sections(tp=2, overrides=OVERRIDES)
+        double.record("test_start")
+        engines = {
+            "actor": lm_class(model, actor, actor.optim, "npu", "actor"),
+            "ref": lm_class(model, ref, None, "npu", "ref"),
+            "critic": value_class(model, critic, critic.optim, "npu", "critic"),
+        }
+        for engine in engines.values():
+            engine.initialize()
+        batch = make_batch()
+        rec["log_probs"] = engines["actor"].forward_backward([batch], forward_only=True)[0]["log_probs"]
+        rec["values"] = engines["critic"].forward_backward([batch], forward_only=True)[0]["values"]
+        actor_e = engines["actor"]
+        actor_e.train_mode()
+        actor_e.optimizer_zero_grad()
+        loss_fn = lambda out, mb: (-(out["log_probs"]).mean(), {})  # noqa: E731
+        actor_e.forward_backward([batch], loss_fn)
+        rec["grad_norm"] = actor_e.optimizer_step()
+        cfg = actor_e.tf_config
+        rec["tf_config"] = dict(use_ascend_gdn=cfg.use_ascend_gdn, use_triton_gdn=cfg.use_triton_gdn,
+                                attention_backend=repr(cfg.attention_backend), use_flash_attn=cfg.use_flash_attn)
+
+        from mindspeed.te.pytorch.fp8 import reuse
+
+        cached = torch.ones(16)
+        reuse.cache_quantized_weight(cached)
+        actor_e.to("cpu")  # train mode
+        rec["cache_storage_after_actor_to"] = cached.untyped_storage().size()
+        rec["release_after_actor"] = reuse.is_weight_release_enabled()
+        engines["ref"].to("cpu")
+        rec["release_after_ref"] = reuse.is_weight_release_enabled()
+        engines["critic"].train_mode()
+        engines["critic"].to("cpu")
+        engines["critic"].to("npu")
+        rec["release_after_critic"] = reuse.is_weight_release_enabled()
+
+        from mindspeed.patch_utils import MindSpeedPatchesManager
+
+        rec["patches"] = {n: (p.patch_func.__name__ if p.patch_func else None, [w.__name__ for w in p.wrappers])
+                          for n, p in MindSpeedPatchesManager.patches_info.items()}
+        rec["attention_calls"] = dict(double.STATE["attention_calls"])
+        rec["events"] = _plain(double.EVENTS)
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, f"{out_path}.rank{rank}")
+
+
+def _failure_scenario(rank, world, port, out_path):
+    _start(rank, world, port)
+    rec = {}
+    try:
+        from mindspeed import megatron_adaptor as adaptor  # imports megatron.core after its check
+        import mindspeed._double as double
+        from mindspeed.patch_utils import MindSpeedPatchesManager
+        from megatron.core import parallel_state as mpu
+        from megatron.core.transformer import TransformerConfig
+        from megatron.core.transformer.enums import AttnBackend
+
+        from verl_lite.engine import mindspeed as ms
+        from verl_lite.repatch import build_repatch_dict
+
+        tiny = dict(num_layers=1, hidden_size=8, num_attention_heads=2)
+        plan_of = lambda overrides: build_repatch_dict({"override_transformer_config": overrides},  # noqa: E731
+                                                       lambda n: AttnBackend[n])
+
+        # 1. attention_backend as a string
+        raw = {"attention_backend": "flash", "batch_invariant_mode": True}
+        adaptor.repatch(raw)
+        try:
+            TransformerConfig(**tiny)
+        except AssertionError as e:
+            rec["string_backend_raw"] = str(e)
+        adaptor.repatch(plan_of(raw))
+        config = TransformerConfig(**tiny)  # values from repatch reach a config that did not pass them
+        rec["string_backend_plan"] = (repr(config.attention_backend), config.batch_invariant_mode)
+        adaptor.repatch({"batch_invariant_mode": False})
+
+        # 2. both DotProductAttention.forward patches
+        raw = {"use_flash_attn": True, "use_flash_attn_npu_batch_invariant": True}
+        try:
+            adaptor.repatch(raw)
+        except RuntimeError as e:
+            rec["both_forward_raw"] = str(e)
+        adaptor.repatch(plan_of(raw))
+        rec["both_forward_plan"] = MindSpeedPatchesManager.patches_info[
+            "megatron.core.transformer.dot_product_attention.DotProductAttention.forward"].patch_func.__name__
+        adaptor.repatch({"use_flash_attn_npu_batch_invariant": False, "use_flash_attn": True})
+
+        # repatch rules: the same dict twice gives the same patches; bad args raise AttributeError
+        def state():
+            return {n: (p.patch_func, tuple(p.wrappers), p.is_applied) for n, p in MindSpeedPatchesManager.patches_info.items()}
+
+        adaptor.repatch({"use_flash_attn": True, "some_unknown_key": 7})
+        first = state()
+        adaptor.repatch({"use_flash_attn": True, "some_unknown_key": 7})
+        rec["same_plan_same_state"] = first == state()
+        rec["unknown_key_persists"] = TransformerConfig(**tiny).some_unknown_key
+        for bad in ([("use_flash_attn", True)],):
+            try:
+                adaptor.repatch(bad)
+            except AttributeError as e:
+                rec["non_mapping"] = str(e)
+        from mindspeed.args_utils import get_full_args
+
+        level = get_full_args().optimization_level
+        del get_full_args().optimization_level
+        try:
+            adaptor.repatch({})
+        except AttributeError as e:
+            rec["no_optimization_level"] = str(e)
+        get_full_args().optimization_level = level
+        adaptor.repatch({"use_flash_attn": True})
+
+        # FP8 reuse without FP8
+        adaptor.repatch({"fp8_reuse_quantized_weight": True})
+        try:
+            TransformerConfig(**tiny)
+        except ValueError as e:
+            rec["fp8_reuse_without_fp8"] = str(e)
+        adaptor.repatch({"fp8_reuse_quantized_weight": False})
+
+        # 3. repatch after initialize_model_parallel (CP=2)
+        mpu.initialize_model_parallel(context_parallel_size=2)
+        try:
+            adaptor.repatch({"context_parallel_size": 2})
+        except RuntimeError as e:
+            rec["late_repatch"] = str(e)
+        mpu.destroy_model_parallel()
+        adaptor.repatch({"context_parallel_size": 1})
+        double.STATE["cp_ring_groups"] = False
+        double.record("engine_mesh_init_start")
+        ms.MindSpeedEngineMixin.internals_device = "cpu"
+        model, actor, _, _ = sections(cp=2)
+        engine = ms.MindSpeedLMEngine(model, actor, actor.optim, "npu", "actor")
+        engine._import_backend()
+        engine._prepare_device()
+        engine.init_device_mesh()
+        rec["cp_ring_groups"] = double.STATE["cp_ring_groups"]
+        kinds = double.kinds()
+        rec["mesh_events"] = [k for k in kinds[kinds.index("engine_mesh_init_start"):]
+                              if k in ("repatch", "initialize_model_parallel", "cp_ring_groups_created")]
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, f"{out_path}.rank{rank}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn, tmp_path_factory):
+    pytest.importorskip("megatron.core")
+    out = tmp_path_factory.mktemp("mindspeed") / "rec"
+    torch.multiprocessing.spawn(fn, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    recs = [torch.load(f"{out}.rank{r}", weights_only=False) for r in range(2)]
+    for r, rec in enumerate(recs):
+        assert "error" not in rec, f"rank {r} failed:\n{rec['error']}"
+    return recs
+
+
+@pytest.fixture(scope="module")
+def order(tmp_path_factory):
+    return _spawn(_order_scenario, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory):
+    return _spawn(_failure_scenario, tmp_path_factory)
+
+
+def _kinds(events):
+    return [kind for kind, _ in events]
+
+
+# ------------------------------------------------------------------------------ order of events
+
+
+def test_npu_registry_keys_give_the_mindspeed_engines_for_lm_and_value_model(order):
+    assert order[0]["classes"] == ("MindSpeedLMEngine", "MindSpeedValueEngine")
+
+
+def test_mindspeed_is_imported_and_repatched_before_initialize_model_parallel(order):
+    kinds = _kinds(order[0]["events"])
+    start = kinds.index("test_start")
+    assert kinds.index("adaptor_imported") > start
+    assert kinds.index("adaptor_imported") < kinds.index("repatch") < kinds.index("initialize_model_parallel")
+    repatch = dict(order[0]["events"])["repatch"]
+    assert repatch["after_parallel_init"] is False
+
+
+def test_actor_ref_and_critic_in_one_process_repatch_once_and_init_the_mesh_once(order):
+    kinds = _kinds(order[0]["events"])
+    assert kinds.count("repatch") == 1
+    assert kinds.count("initialize_model_parallel") == 1
+
+
+def test_no_patch_is_registered_twice(order):
+    patches = order[0]["patches"]
+    for name, (_, wrappers) in patches.items():
+        assert len(wrappers) == len(set(wrappers)), name
+    forward = patches["megatron.core.transformer.dot_product_attention.DotProductAttention.forward"]
+    assert forward == ("dot_product_attention_forward_impl", ["dot_product_attention_forward_wrapper"])
+
+
+def test_the_patched_attention_is_what_the_engines_run(order):
+    calls = order[0]["attention_calls"]
+    assert calls["fusion_attention"] > 0 and calls["generate_mask"] == calls["fusion_attention"]
+    assert order[0]["log_probs"].shape == (B, R) and torch.isfinite(order[0]["log_probs"]).all()
+    assert order[0]["values"].shape == (B, R)
+    assert order[0]["grad_norm"] > 0
+
+
+def test_bridge_overrides_reach_the_repatch_dict_and_the_transformer_config(order):
+    args = dict(order[0]["events"])["repatch"]["args"]
+    assert args["use_ascend_gdn"] is True and args["use_triton_gdn"] is False
+    assert args["attention_backend"] == "<AttnBackend.flash: 1>" and args["use_flash_attn"] is True
+    assert order[0]["tf_config"] == dict(use_ascend_gdn=True, use_triton_gdn=False,
+                                         attention_backend="<AttnBackend.flash: 1>", use_flash_attn=True)
+
+
+def test_fp8_reuse_cache_is_cleared_with_storage_release_before_every_move(order):
+    events = order[0]["events"]
+    moves = [i for i, (kind, _) in enumerate(events) if kind == "engine_to"]
+    assert [events[i][1]["role"] for i in moves] == ["actor", "ref", "critic", "critic"]
+    for i in moves:
+        assert events[i - 2] == ["fp8_cache_cleared", {"release_storage": True}]
+        assert events[i - 1][0] == "fp8_weight_release"
+    assert order[0]["cache_storage_after_actor_to"] == 0
+
+
+def test_weight_release_is_on_for_training_actor_and_critic_and_off_for_ref(order):
+    assert order[0]["release_after_actor"] is True
+    assert order[0]["release_after_ref"] is False
+    assert order[0]["release_after_critic"] is True
+
+
+# ------------------------------------------------------------------------------ upstream failures
+
+
+def test_string_attention_backend_fails_megatrons_check_and_the_plan_converts_it(failures):
+    assert failures[0]["string_backend_raw"] == "Batch invariant mode only supports FlashAttention"
+    assert failures[0]["string_backend_plan"] == ("<AttnBackend.flash: 1>", True)
+
+
+def test_both_forward_patches_collide_and_the_plan_turns_flash_attention_off(failures):
+    assert failures[0]["both_forward_raw"] == "the patch of forward exist !"
+    assert failures[0]["both_forward_plan"] == "dot_product_attention_flash_attn_npu_forward"
+
+
+def test_repatch_after_parallel_init_breaks_cp_and_the_engine_repatches_first(failures):
+    assert "Context parallel ranks for ring intra window not initialized" in failures[0]["late_repatch"]
+    assert failures[0]["mesh_events"] == ["repatch", "initialize_model_parallel", "cp_ring_groups_created"]
+    assert all(rec["cp_ring_groups"] for rec in failures)
+
+
+def test_repatch_accepts_the_same_plan_twice_keeps_unknown_keys_and_rejects_non_mappings(failures):
+    rec = failures[0]
+    assert rec["same_plan_same_state"] is True
+    assert rec["unknown_key_persists"] == 7
+    assert "has no attribute 'items'" in rec["non_mapping"]
+    assert "optimization_level" in rec["no_optimization_level"]
+
+
+def test_fp8_reuse_without_fp8_is_rejected_by_the_config_check(failures):
+    assert failures[0]["fp8_reuse_without_fp8"] == "fp8_reuse_quantized_weight is only valid when FP8 training is enabled"
+
+
+def test_missing_mindspeed_on_npu_raises_an_import_error_that_says_what_to_install(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from verl_lite.config.schema import ActorConfig, ModelConfig
+
+    actor = OmegaConf.structured(ActorConfig(strategy="megatron"))
+    engine = MindSpeedLMEngine(OmegaConf.structured(ModelConfig(path="tiny-qwen3")), actor, actor.optim, "npu", "actor")
+    monkeypatch.setitem(sys.modules, "mindspeed", None)  # not installed
+    with pytest.raises(ImportError, match=r"Ascend MindSpeed.*core_r0\.16\.0.*placeholder"):
+        engine._import_backend()
+    monkeypatch.setitem(sys.modules, "mindspeed", types.ModuleType("mindspeed"))  # the PyPI placeholder
+    with pytest.raises(ImportError, match="mindspeed.megatron_adaptor") as caught:
+        engine._import_backend()
+    assert "NoneType" not in str(caught.value)
