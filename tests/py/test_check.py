@@ -3,6 +3,7 @@
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -612,3 +613,37 @@ def test_the_check_cli_applies_overrides_in_order_around_the_training_flag(capsy
     err = capsys.readouterr().err
     assert "ppo_mini_batch_size" not in err  # the last train_batch_size (8) won
     assert "data.train_files: ~/data/verl_lite/tiny/train.parquet does not exist" in err  # --training was seen
+
+
+def test_check_1_on_the_35b_script_for_npu_prints_the_mindspeed_engines_and_repatch_dict(tmp_path):
+    import os
+    import subprocess
+
+    root = Path(check.__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("DEVICE", "DRY_RUN", "BACKEND")}
+    env.update(
+        CHECK="1",
+        DEVICE="npu",
+        USE_MINDSPEED_BRIDGE="True",
+        PYTHON=sys.executable,
+        HOME=str(tmp_path),
+        PYTHONPATH=str(root),
+    )
+    result = subprocess.run(
+        ["bash", "examples/grpo/run_qwen3_5_35b.sh"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(root),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count("engine      : verl_lite.engine.mindspeed:MindSpeedLMEngine") == 2  # actor and ref
+    assert (
+        "critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
+        "verl_lite.engine.mindspeed:MindSpeedValueEngine" in out
+    )
+    repatch = [line for line in out.splitlines() if line.startswith("  repatch     : ")]
+    assert len(repatch) == 2 and "'use_ascend_gdn': True" in repatch[0] and "'use_triton_gdn': False" in repatch[0]
+    assert "'use_flash_attn': True" in repatch[0]
