@@ -6,7 +6,7 @@ Tasks (prompt -> answer, digits only, so the char tokenizer covers them):
 Score: characters in the right place over max(len(answer), len(response)), so an exact answer
 scores 1.0, a right answer with trailing junk scores less, and a random policy scores ~0.05.
 
-Usage: python -m verl_lite.data.synthetic --out-dir data/tiny [--task reverse] [--digits 2]
+Usage: python -m verl_lite.data.synthetic --out-dir data/tiny [--task copy] [--digits 3]
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def write_parquet(rows: List[Dict[str, Any]], path: str) -> None:
 
 def generate(
     out_dir: str,
-    task: str = "reverse",
-    digits: int = 2,
+    task: str = "copy",
+    digits: int = 3,
     n_train: int = 4096,
     n_val: int = 128,
     seed: int = 0,
@@ -96,8 +96,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_lite.data.synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", required=True)
-    parser.add_argument("--task", default="reverse", choices=TASKS)
-    parser.add_argument("--digits", type=int, default=2)
+    parser.add_argument("--task", default="copy", choices=TASKS)
+    parser.add_argument("--digits", type=int, default=3)
     parser.add_argument("--train", type=int, default=4096, help="training rows")
     parser.add_argument("--val", type=int, default=128, help="validation rows")
     parser.add_argument("--seed", type=int, default=0)

@@ -255,6 +255,12 @@ class PPOTrainer:
     # -- loop ----------------------------------------------------------------------------------
 
     def fit(self, progress: bool = True) -> List[Dict[str, Any]]:
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        with logging_redirect_tqdm():
+            return self._fit(progress)
+
+    def _fit(self, progress: bool) -> List[Dict[str, Any]]:
         from tqdm import tqdm
 
         self._maybe_resume()
