@@ -9,7 +9,7 @@ import pytest
 
 from verl_lite import check
 from verl_lite import main as main_module
-from verl_lite.config import compose_config, load_config
+from verl_lite.config import compose_config, load_config, rules
 
 BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32"]
 # Layout tests on a laptop: the model's config.json is not here, so model-config rules are skipped.
@@ -27,7 +27,7 @@ def megatron(role="actor", tp=1, pp=1, cp=1, ep=1, etp=1, vpp=None):
         f"{prefix}.megatron.expert_model_parallel_size={ep}",
         f"{prefix}.megatron.expert_tensor_parallel_size={etp}",
     ]
-    if vpp:
+    if vpp is not None:
         out.append(f"{prefix}.megatron.virtual_pipeline_model_parallel_size={vpp}")
     return out
 
@@ -119,12 +119,12 @@ def test_expert_tensor_parallel_defaults_to_tp_as_in_megatron():
             "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null",
         ]
     )
-    assert check._layout(cfg, "actor").etp == 2
+    assert rules.role_layout(cfg, "actor").etp == 2
 
 
 def test_the_data_parallel_size_is_derived_from_devices_and_model_parallelism():
     cfg = load_config(NPU_35B)
-    assert check._layout(cfg, "actor").dp == 16 // (2 * 2)
+    assert rules.role_layout(cfg, "actor").dp == 16 // (2 * 2)
     assert "actor         : megatron TP 2 PP 2 CP 1 EP 8 ETP 1 -> DP 4" in check.summarize(cfg)
 
 
@@ -464,10 +464,10 @@ def test_an_unwritable_checkpoint_parent_is_reported(tmp_path, training_files):
 def test_a_read_only_checkpoint_dir_is_reported(tmp_path, training_files, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()
-    real_access = check.os.access
+    real_access = rules.os.access
     # Permission bits do not stop root (these tests may run as root), so deny access explicitly.
     monkeypatch.setattr(
-        check.os, "access", lambda path, mode: False if str(path) == str(ro) else real_access(path, mode)
+        rules.os, "access", lambda path, mode: False if str(path) == str(ro) else real_access(path, mode)
     )
     found = problems(BASE + training_files + [f"trainer.default_local_dir={ro}/run"], for_training=True)
     assert found == [
@@ -647,3 +647,15 @@ def test_check_1_on_the_35b_script_for_npu_prints_the_mindspeed_engines_and_repa
     repatch = [line for line in out.splitlines() if line.startswith("  repatch     : ")]
     assert len(repatch) == 2 and "'use_ascend_gdn': True" in repatch[0] and "'use_triton_gdn': False" in repatch[0]
     assert "'use_flash_attn': True" in repatch[0]
+
+
+def test_optional_megatron_sizes_are_checked_only_when_set():
+    overrides = LAYOUT + ["actor_rollout_ref.actor.strategy=megatron"]
+    assert problems(overrides + ["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null"]) == []
+    found = problems(
+        overrides + megatron(etp=0) + ["actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=0"]
+    )
+    assert found == [
+        "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=0 must be a positive integer",
+        "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=0 must be a positive integer",
+    ]
