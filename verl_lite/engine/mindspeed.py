@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 INSTALL_HINT = (
     "strategy=megatron on device npu runs on Ascend MindSpeed, which is not importable here "
     "({error}). Install the source release matching megatron-core (MindSpeed core_r0.16.0 for "
-    "megatron-core 0.16: git clone -b core_r0.16.0 https://gitcode.com/Ascend/MindSpeed.git && "
+    "megatron-core 0.16: git clone -b core_r0.16.0 https://github.com/Ascend/MindSpeed.git && "
     "pip install -e MindSpeed) together with torch_npu and CANN; the PyPI package 'mindspeed' is "
     "an empty placeholder. See docs/ascend.md."
 )
