@@ -30,12 +30,16 @@ def _init_ray(cfg: Any, device: str, world: int) -> None:
     else:
         cpus = ri.num_cpus or max(os.cpu_count() or 1, world + 1 if device == "cpu" else 1)
         kwargs["num_cpus"] = int(cpus)
-        kwargs["_temp_dir"] = ri.temp_dir or os.path.join(tempfile.gettempdir(), "verl_lite_ray")
+        kwargs["_temp_dir"] = ri.temp_dir or os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "verl_lite_ray")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(**kwargs)
 
 
 def run(cfg: Any) -> int:
+    if cfg.async_training.enable:
+        from verl_lite.trainer.async_run import run_async
+
+        return run_async(cfg)
     from omegaconf import OmegaConf
 
     from verl_lite.data.dataset import PromptDataset, as_file_list, expand

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Summary: run every test: pytest (tests/py) then bats (tests/bats). Exits 1 if either failed.
+#
+# Usage:
+#   bash tests/run.sh                 # everything (what CI runs)
+#   PYTEST_ARGS="-k trainer" bash tests/run.sh
+#
+# Ray in tests runs locally with auth off and its own temp dir, so parallel or leftover
+# clusters on the machine are never joined.
+set -euo pipefail
+
+repo=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+ray_tmp=$(mktemp -d "${TMPDIR:-/tmp}/verl_lite_ray.XXXXXX")
+trap 'rm -rf "$ray_tmp"' EXIT
+export RAY_AUTH_MODE=disabled RAY_TMPDIR=$ray_tmp
+export PYTHONDONTWRITEBYTECODE=1 TOKENIZERS_PARALLELISM=false
+
+status=0
+# shellcheck disable=SC2086  # PYTEST_ARGS is a list of pytest options, split on purpose
+python3 -m pytest -q ${PYTEST_ARGS:-} tests/py || status=$?
+# 5 = pytest collected no test: that is a failure of the suite, not a pass.
+if ((status != 0)); then
+  printf 'verl_lite: pytest exited %d\n' "$status" >&2
+fi
+bats_status=0
+bash tests/bats/run.sh || bats_status=$?
+if ((status != 0 || bats_status != 0)); then
+  exit 1
+fi
