@@ -39,7 +39,10 @@ def make_batch(seed: int = 0):
     return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
 
 
-def sections(tp=1, pp=1, lr=1e-2):
+RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+
+
+def sections(tp=1, pp=1, lr=1e-2, overrides=None):
     from omegaconf import OmegaConf
 
     from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig
@@ -49,6 +52,7 @@ def sections(tp=1, pp=1, lr=1e-2):
     actor.megatron.tensor_model_parallel_size = tp
     actor.megatron.pipeline_model_parallel_size = pp
     actor.optim.lr = lr
+    actor.megatron.override_transformer_config = dict(overrides or {})
     critic = CriticConfig(strategy="megatron")  # a dataclass, not a DictConfig: both must work
     critic.megatron.tensor_model_parallel_size = tp
     critic.megatron.pipeline_model_parallel_size = pp
@@ -95,7 +99,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
 
     from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
 
-    model, actor, critic = sections(tp=2)
+    model, actor, critic = sections(tp=2, overrides=RECOMPUTE)  # full recompute, as the scripts run
     batch = make_batch()
     lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
     lm.initialize()

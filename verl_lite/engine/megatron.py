@@ -6,7 +6,8 @@ module import time: MindSpeed must patch megatron before its first import, so ev
 import happens inside the methods that need it.
 
 What an engine does (see `BaseEngine` for the batch contract):
-- `initialize()`: the caller has already set up torch.distributed. Device-mesh init calls
+- `initialize()`: the caller has already set up torch.distributed (a single-rank caller may leave
+  it to the engine, which then starts a one-process group). Device-mesh init calls
   `initialize_model_parallel(TP, PP, VPP, CP, EP, ETP)` unless it ran already (the actor and the
   ref of one worker share it). The model is a GPTModel with megatron's local layer spec, built from
   the HF config; its weights come from the HF safetensors through `megatron_weights`, or, when the
@@ -239,12 +240,8 @@ class MegatronLMEngine(BaseEngine):
     # ---------------------------------------------------------------------------- lifecycle
 
     def initialize(self) -> None:
-        if not torch.distributed.is_initialized():
-            raise RuntimeError(
-                "torch.distributed is not initialized: the worker must call init_process_group "
-                "(gloo on cpu) before MegatronLMEngine.initialize()"
-            )
         self._import_backend()
+        self._ensure_process_group()
         self._prepare_device()
         self.init_device_mesh()
         self._seed()
@@ -255,6 +252,24 @@ class MegatronLMEngine(BaseEngine):
         if self.role != "ref" and self.optim_config is not None:
             self._build_optimizer()
         self.eval_mode()
+
+    def _ensure_process_group(self) -> None:
+        """Megatron needs torch.distributed. A multi-rank caller sets it up; one rank gets its own."""
+        if torch.distributed.is_initialized():
+            return
+        if int(os.environ.get("WORLD_SIZE", "1")) != 1:
+            raise RuntimeError(
+                f"torch.distributed is not initialized but WORLD_SIZE={os.environ['WORLD_SIZE']}: the worker "
+                "must call init_process_group (gloo on cpu) before MegatronLMEngine.initialize()"
+            )
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[self.compute_device]
+        logger.info("%s: single-rank run, starting a one-process %s group", self.role, backend)
+        torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
     def _import_backend(self) -> None:
         """Hook run before anything imports megatron (MindSpeed imports its adaptor here)."""

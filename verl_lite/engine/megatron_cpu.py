@@ -8,7 +8,8 @@ nothing here runs for `cuda` or `npu`. What changes, and why:
    activations and rotary tables with `device=torch.cuda.current_device()`.
 2. `torch.cuda.synchronize()` is a no-op: the pipeline p2p code calls it after batched send/recv.
 3. Megatron's CUDA RNG states tracker is replaced by one that forks torch's CPU generator
-   (the original reads `torch.cuda.default_generators`, which is empty without CUDA).
+   (the original reads `torch.cuda.default_generators`, which is empty without CUDA), and the
+   "CUDA" state that activation recomputation saves and restores is the CPU generator's.
 4. Modules that create tensors with a literal `device="cuda"` (the schedules' token counters,
    the grad buffers, the optimizer's scalars, grad clipping, the default causal mask) see a
    `torch` whose factory functions map "cuda" to "cpu". Only those modules are touched.
@@ -120,6 +121,14 @@ def install_cpu_rng_tracker() -> None:
     mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
 
 
+def _cpu_generator_state(device: Any = "cuda", clone: bool = False, graph_safe: bool = False) -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def _set_cpu_generator_state(new_state: torch.Tensor, device: int = -1, graph_safe: bool = False) -> None:
+    torch.set_rng_state(new_state)
+
+
 def enable() -> None:
     """Apply the CPU adaptations (idempotent). Call before building megatron models on CPU."""
     global _ENABLED
@@ -133,6 +142,10 @@ def enable() -> None:
     for name in _CUDA_LITERAL_MODULES:
         module = importlib.import_module(name)
         module.torch = shim
+    from megatron.core.tensor_parallel import random as mrandom
+
+    mrandom._get_cuda_rng_state = _cpu_generator_state
+    mrandom._set_cuda_rng_state = _set_cpu_generator_state
     install_cpu_rng_tracker()
     _ENABLED = True
     logger.info("megatron-core CPU adaptations enabled (torch.cuda.current_device -> cpu)")
