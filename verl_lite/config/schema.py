@@ -109,7 +109,7 @@ class ActorConfig:
     # fsdp (torch-native) | megatron. On device npu, megatron is served by MindSpeed engines.
     strategy: str = "fsdp"
     optim: OptimConfig = field(default_factory=OptimConfig)
-    ppo_mini_batch_size: int = 256
+    ppo_mini_batch_size: int = 32
     ppo_micro_batch_size: Optional[int] = None
     ppo_micro_batch_size_per_gpu: Optional[int] = None
     use_dynamic_bsz: bool = False
@@ -135,6 +135,19 @@ class ActorConfig:
     checkpoint: Dict[str, Any] = field(default_factory=dict)
 
 
+def _ref_megatron() -> MegatronConfig:
+    """The ref model follows the actor's parallel layout unless set explicitly (as in verl)."""
+    actor = "${actor_rollout_ref.actor.megatron."
+    return MegatronConfig(
+        tensor_model_parallel_size=actor + "tensor_model_parallel_size}",  # type: ignore[arg-type]
+        pipeline_model_parallel_size=actor + "pipeline_model_parallel_size}",  # type: ignore[arg-type]
+        virtual_pipeline_model_parallel_size=actor + "virtual_pipeline_model_parallel_size}",  # type: ignore[arg-type]
+        context_parallel_size=actor + "context_parallel_size}",  # type: ignore[arg-type]
+        expert_model_parallel_size=actor + "expert_model_parallel_size}",  # type: ignore[arg-type]
+        expert_tensor_parallel_size=actor + "expert_tensor_parallel_size}",  # type: ignore[arg-type]
+    )
+
+
 @dataclass
 class RefConfig:
     strategy: Optional[str] = None  # None = same as the actor
@@ -142,7 +155,7 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
     log_prob_use_dynamic_bsz: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    megatron: MegatronConfig = field(default_factory=_ref_megatron)
 
 
 @dataclass

@@ -225,11 +225,13 @@ class TorchLMEngine(BaseEngine):
     # -- weights -------------------------------------------------------------------------------
 
     def _full_state_dict(self) -> Dict[str, torch.Tensor]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        if self.sharded:
-            return get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        """Unsharded weights on every rank (a collective under FSDP2: all ranks must call it)."""
+        out = {}
+        for k, v in self.module.state_dict().items():
+            if hasattr(v, "full_tensor"):
+                v = v.full_tensor()
+            out[k] = v.detach().cpu()
+        return out
 
     def export_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
         yield from self._full_state_dict().items()

@@ -55,6 +55,20 @@ def reorder_for_dp(n: int, num_mini: int, dp: int) -> List[int]:
     return order
 
 
+def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
+    """Global token and sequence counts per mini-batch, so per-rank losses add up to the global one."""
+    mask = batch["response_mask"]
+    per_mini = mask.shape[0] // num_mini
+    tokens = [int(mask[j * per_mini:(j + 1) * per_mini].sum()) for j in range(num_mini)]
+    return {"num_mini_batches": num_mini, "mini_tokens": tokens, "mini_seqs": [per_mini] * num_mini, "dp_size": dp}
+
+
+def dp_shards(batch: Batch, num_mini: int, dp: int) -> List[Batch]:
+    n = batch["response_mask"].shape[0]
+    ordered = select(batch, reorder_for_dp(n, num_mini, dp))
+    return split(ordered, [n // dp] * dp)
+
+
 class PPOTrainer:
     def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
                  tracking, out_dir: str):
@@ -143,18 +157,6 @@ class PPOTrainer:
         batch["_texts"] = texts
         return token_scores
 
-    def _update_meta(self, batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
-        mask = batch["response_mask"]
-        per_mini = mask.shape[0] // num_mini
-        tokens = [int(mask[j * per_mini:(j + 1) * per_mini].sum()) for j in range(num_mini)]
-        return {"num_mini_batches": num_mini, "mini_tokens": tokens, "mini_seqs": [per_mini] * num_mini,
-                "dp_size": dp}
-
-    def _dp_shards(self, batch: Batch, num_mini: int, dp: int) -> List[Batch]:
-        n = batch["response_mask"].shape[0]
-        ordered = select(batch, reorder_for_dp(n, num_mini, dp))
-        return split(ordered, [n // dp] * dp)
-
     def step(self) -> Dict[str, Any]:
         cfg = self.cfg
         arr = cfg.actor_rollout_ref
@@ -198,16 +200,16 @@ class PPOTrainer:
         if self.critic_wg is not None:
             num_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size)
             dp = self.critic_wg.dp_size
-            res = self.critic_wg.call_shards("update_critic", self._dp_shards(train_batch, num_mini, dp),
-                                             self._update_meta(train_batch, num_mini, dp))
+            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, num_mini, dp),
+                                             update_meta(train_batch, num_mini, dp))
             metrics.update(_merge_rank_metrics(res))
         timing["update_critic"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.global_step >= int(cfg.trainer.critic_warmup):
             num_mini = self._num_mini(arr.actor.ppo_mini_batch_size)
             dp = self.actor_wg.dp_size
-            res = self.actor_wg.call_shards("update_actor", self._dp_shards(train_batch, num_mini, dp),
-                                            self._update_meta(train_batch, num_mini, dp))
+            res = self.actor_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp),
+                                            update_meta(train_batch, num_mini, dp))
             metrics.update(_merge_rank_metrics(res))
             self.actor_wg.call_all("sync_rollout_weights", self.global_step + 1)
         timing["update_actor"] = time.perf_counter() - t

@@ -10,11 +10,6 @@ from typing import Any
 logger = logging.getLogger("verl_lite")
 
 
-def _needs_critic(cfg: Any) -> bool:
-    enable = cfg.critic.enable
-    return bool(enable) if enable is not None else cfg.algorithm.adv_estimator == "gae"
-
-
 def _init_ray(cfg: Any, device: str, world: int) -> None:
     import ray
 
@@ -42,6 +37,7 @@ def run(cfg: Any) -> int:
         return run_async(cfg)
     from omegaconf import OmegaConf
 
+    from verl_lite.config import roles
     from verl_lite.data.dataset import PromptDataset, as_file_list, expand
     from verl_lite.data.tokenizer import load_tokenizer
     from verl_lite.device import resolve_device
@@ -79,7 +75,7 @@ def run(cfg: Any) -> int:
         timeout = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
         actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", cfg_dict, world, device, bool(t.ray),
                                threads, call_timeout_s=timeout)
-        if _needs_critic(cfg):
+        if roles.critic_enabled(cfg):
             critic_wg = WorkerGroup(CriticWorker, "critic", cfg_dict, world, device, bool(t.ray), threads,
                                     call_timeout_s=timeout)
         trainer = PPOTrainer(cfg, device, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn, tracking,

@@ -98,7 +98,9 @@ class ActorRolloutRefWorker(_EngineWorker):
         self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
         self.actor = self._make_engine(arr.model, arr.actor, arr.actor.optim, "actor")
         self.ref = None
-        if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        from verl_lite.config import roles
+
+        if roles.ref_enabled(cfg):
             self.ref = self._make_engine(arr.model, arr.ref, None, "ref")
         self.rollout = ROLLOUTS.load(arr.rollout.name)(arr.model, arr.rollout, self.tokenizer, device)
         self.weight_version = 0
@@ -173,6 +175,10 @@ class ActorRolloutRefWorker(_EngineWorker):
         return self._update(self.actor, batch, meta, make_loss, actor.ppo_epochs, int(micro),
                             calculate_entropy=actor.entropy_coeff != 0)
 
+    def actor_state_dict(self) -> Dict[str, Any]:
+        """Full actor weights on CPU (HF names), for tests and inspection."""
+        return dict(self.actor.export_weights())
+
     def save_checkpoint(self, path: str) -> None:
         self.actor.save_checkpoint(os.path.join(path, "actor"))
 
@@ -189,8 +195,11 @@ class CriticWorker(_EngineWorker):
         self.cfg = cfg = OmegaConf.create(cfg_dict)
         self.rank, self.world_size, self.device = rank, world_size, device
         _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
+        from verl_lite.config import roles
+
         critic = cfg.critic
-        model_cfg = critic.model if critic.model.path else cfg.actor_rollout_ref.model
+        # An empty critic.model.path means the actor's model (roles.model_path reads it the same way).
+        model_cfg = critic.model if roles.model_path(cfg, "critic") == critic.model.path else cfg.actor_rollout_ref.model
         self.critic = self._make_engine(model_cfg, critic, critic.optim, "critic")
 
     def _main_engine(self):
