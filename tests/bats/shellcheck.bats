@@ -8,7 +8,7 @@ shell_files() {
   local file first
   while IFS= read -r file; do
     [[ -f $file ]] || continue
-    case $file in
+    case ${file##*/} in # the name only: a dot in a directory (.ci/run) is no extension
       *.sh | *.bash | *.bats) printf '%s\n' "$file" ;;
       *.*) ;;
       *)
