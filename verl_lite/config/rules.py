@@ -236,8 +236,13 @@ def _override_config(cfg: Any, role: str) -> Dict[str, Any]:
     return dict(node.items()) if hasattr(node, "items") else dict(node)
 
 
+def _same_as_actor(cfg: Any, role: str) -> bool:
+    """The ref inherits the actor's overrides by default: report their problems once, on the actor."""
+    return role == "ref" and _override_config(cfg, "ref") == _override_config(cfg, "actor")
+
+
 def bridge_problems(cfg: Any, role: str, device: str) -> List[str]:
-    if device == "npu":
+    if device == "npu" or _same_as_actor(cfg, role):
         return []
     overrides = _override_config(cfg, role)
     return [
@@ -251,6 +256,8 @@ def bridge_problems(cfg: Any, role: str, device: str) -> List[str]:
 
 def npu_problems(cfg: Any, layout: Layout) -> List[str]:
     prefix = f"{layout.prefix}.override_transformer_config"
+    if _same_as_actor(cfg, layout.role):
+        return []
     try:
         build_repatch_dict(roles.section(cfg, layout.role).megatron)
     except RepatchError as e:

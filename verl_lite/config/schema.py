@@ -145,6 +145,8 @@ def _ref_megatron() -> MegatronConfig:
         context_parallel_size=actor + "context_parallel_size}",  # type: ignore[arg-type]
         expert_model_parallel_size=actor + "expert_model_parallel_size}",  # type: ignore[arg-type]
         expert_tensor_parallel_size=actor + "expert_tensor_parallel_size}",  # type: ignore[arg-type]
+        # Actor and ref share one process and MindSpeed's repatch is process-wide: same overrides.
+        override_transformer_config=actor + "override_transformer_config}",  # type: ignore[arg-type]
     )
 
 
