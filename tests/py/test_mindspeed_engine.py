@@ -42,19 +42,22 @@ def make_batch():
 
 
 def sections(tp=1, cp=1, overrides=None):
+    """Actor and ref from one config tree (the ref's megatron section follows the actor's by
+    interpolation), the critic as a plain dataclass: both kinds of section must work."""
     from omegaconf import OmegaConf
 
-    from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, RefConfig
+    from verl_lite.config.schema import CriticConfig, VerlLiteConfig
 
-    model = OmegaConf.structured(ModelConfig(path="tiny-qwen3"))
-    actor = OmegaConf.structured(ActorConfig(strategy="megatron"))
-    ref = RefConfig()  # a dataclass: both kinds of section must work
-    critic = OmegaConf.structured(CriticConfig(strategy="megatron"))
-    for megatron in (actor.megatron, ref.megatron, critic.megatron):
+    cfg = OmegaConf.structured(VerlLiteConfig)
+    arr = cfg.actor_rollout_ref
+    arr.model.path = "tiny-qwen3"
+    arr.actor.strategy = "megatron"
+    critic = CriticConfig(strategy="megatron")
+    for megatron in (arr.actor.megatron, critic.megatron):
         megatron.tensor_model_parallel_size = tp
         megatron.context_parallel_size = cp
         megatron.override_transformer_config = dict(overrides or {})
-    return model, actor, ref, critic
+    return arr.model, arr.actor, arr.ref, critic
 
 
 def _plain(value):
