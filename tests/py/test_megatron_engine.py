@@ -119,6 +119,17 @@ def _phase_tp2(rank, rec, ckpt_dir):
     rec["hf_log_probs"] = logp.gather(-1, batch["responses"][..., None])[..., 0]
     rec["hf_entropy"] = -(logp.exp() * logp).sum(-1)
 
+    # a vocabulary of 49 padded to 50 for TP=2: the padded logit must not count
+    from verl_lite.engine.megatron import vocab_parallel_log_probs
+
+    g = torch.Generator().manual_seed(5)
+    full, targets = torch.randn(B, R, 50, generator=g) * 3, torch.randint(0, 49, (B, R), generator=g)
+    full[..., 49] = 30.0
+    lp, ent = vocab_parallel_log_probs(full.chunk(2, -1)[rank], targets, 49, True)
+    want = torch.log_softmax(full[..., :49], -1)
+    rec["padded_vocab_gap"] = max((lp - want.gather(-1, targets[..., None])[..., 0]).abs().max().item(),
+                                  (ent + (want.exp() * want).sum(-1)).abs().max().item())
+
     rec["lm_losses"], rec["lm_grad_norms"] = train(lm, batch, nll_loss, 4)
     rec["lm_lr"] = lm.current_lr()
     lm.save_checkpoint(ckpt_dir)
@@ -233,6 +244,10 @@ def test_tp2_logits_match_tp1_within_1e_5(run):
 
 def test_both_tp_ranks_return_the_same_log_probs(run):
     assert torch.equal(run[0]["tp2_log_probs"], run[1]["tp2_log_probs"])
+
+
+def test_padded_vocabulary_entries_are_left_out_of_the_tp_log_softmax(run):
+    assert run[0]["padded_vocab_gap"] < 1e-5 and run[1]["padded_vocab_gap"] < 1e-5
 
 
 def test_pp2_log_probs_match_tp1_on_every_stage(run):
