@@ -273,6 +273,11 @@ class AsyncTrainingConfig:
     queue_timeout_s: float = 600.0
     # drop | reweight
     stale_policy: str = "drop"
+    # New tokens a rollout generates between two looks for new weights; 0 = whole responses (a
+    # sync then waits for the responses in flight). Smaller values cut rollouts at a sync sooner.
+    rollout_segment_tokens: int = 0
+    # stale_policy=reweight: per-token importance weights of stale samples are truncated here.
+    reweight_cap: float = 2.0
 
 
 # ---------------------------------------------------------------------------- trainer

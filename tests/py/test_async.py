@@ -1,0 +1,226 @@
+"""Fully-async parts without Ray: the preflight rules, the bounded queue, group bookkeeping, the
+rollout replica's cut-and-resume at a sync, and the train worker's CPU snapshots (fsdp).
+
+The Ray runs (learning, faults) are in test_async_ray.py; the import order on the npu key with
+the MindSpeed double in test_async_lazy.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from verl_lite.config import load_config
+from verl_lite.data.synthetic import generate
+
+ASYNC = ["async_training.enable=True", "actor_rollout_ref.rollout.nnodes=1",
+         "actor_rollout_ref.rollout.n_gpus_per_node=1"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_async")
+    generate(str(d), task="copy", digits=3, n_train=64, n_val=8, seed=0)
+    return d
+
+
+def tiny_cfg(data_dir, *extra):
+    return load_config([
+        f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
+        "data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2", "trainer.device=cpu",
+        *ASYNC, *extra,
+    ])
+
+
+# ---------------------------------------------------------------------------- preflight rules
+
+
+def test_an_async_config_with_both_pools_set_has_no_problems(data_dir):
+    from verl_lite.trainer.async_rules import async_problems, queue_capacity_batches
+
+    cfg = tiny_cfg(data_dir, "async_training.trigger_parameter_sync_step=4", "async_training.staleness_threshold=2")
+    assert async_problems(cfg) == []
+    assert queue_capacity_batches(cfg) == 8  # a queued batch is at most 2 versions of 4 steps old
+
+
+def test_async_rules_name_each_bad_setting_and_the_fix(data_dir):
+    from verl_lite.trainer.async_rules import async_problems
+
+    cfg = tiny_cfg(data_dir, "actor_rollout_ref.rollout.n_gpus_per_node=0", "trainer.ray=false",
+                   "async_training.require_batches=2", "algorithm.adv_estimator=gae",
+                   "async_training.trigger_parameter_sync_step=0", "async_training.queue_timeout_s=0")
+    text = "\n".join(async_problems(cfg))
+    assert "needs a rollout pool of its own" in text and "n_gpus_per_node=0" in text
+    assert "set trainer.ray=true" in text
+    assert "require_batches=2 is not supported yet" in text
+    assert "a critic" in text and "adv_estimator=gae" in text
+    assert "trigger_parameter_sync_step=0 must be an integer >= 1" in text
+    assert "queue_timeout_s=0" in text
+    tp = tiny_cfg(data_dir, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+                  "actor_rollout_ref.rollout.n_gpus_per_node=2", "trainer.n_gpus_per_node=2")
+    assert any("runs one replica per device, set it to 1" in p for p in async_problems(tp))
+    assert async_problems(tiny_cfg(data_dir, "async_training.enable=False", "trainer.ray=false")) == []
+
+
+# ---------------------------------------------------------------------------- the bounded queue
+
+
+def test_the_queue_counts_chunks_in_generation_against_its_capacity_and_deals_each_prompt_once():
+    from verl_lite.trainer.async_buffer import ChunkBuffer
+
+    async def scenario():
+        buf = ChunkBuffer(n_prompts=8, batch_size=4, seed=1, shuffle=True, capacity_groups=4, chunk_groups=2)
+        a = await buf.reserve(0.1)
+        b = await buf.reserve(0.1)
+        assert await buf.reserve(0.05) is None  # two chunks in generation fill the 4 groups
+        await buf.put({"name": "a"}, 2)
+        assert await buf.reserve(0.05) is None  # held + generating still fill it
+        got = await buf.get(0.1)
+        assert got["chunk"] == {"name": "a"} and got["depth_groups"] == 0
+        c = await buf.reserve(0.1)  # taking a chunk made room
+        await buf.put({"name": "b"}, 2)
+        d = buf.depth()
+        assert (d["chunks"], d["groups"], d["reserved"]) == (1, 2, 2)
+        assert await buf.get(0.05) is not None and await buf.get(0.05) is None
+        first_epoch = a["indices"] + b["indices"] + c["indices"]
+        e = await buf.reserve(0.1)
+        assert sorted(first_epoch + e["indices"]) == list(range(8))  # one epoch, no prompt twice
+        waiter = asyncio.ensure_future(buf.reserve(5.0))
+        await asyncio.sleep(0.01)
+        await buf.close()
+        assert await waiter == {"closed": True}
+        return [a["serial"], b["serial"], c["serial"], e["serial"]]
+
+    assert asyncio.run(scenario()) == [1, 2, 3, 4]
+
+
+def test_groups_keep_their_oldest_version_and_merged_batches_lose_only_shared_left_padding():
+    from verl_lite.trainer.async_run import merge_groups, split_groups
+
+    def chunk(prompt_cols):
+        width, R = 5, 2
+        attn_prompt = torch.zeros(4, width, dtype=torch.long)
+        attn_prompt[:, width - prompt_cols:] = 1
+        attn = torch.cat([attn_prompt, torch.ones(4, R, dtype=torch.long)], 1)
+        return {"prompts": torch.arange(4 * width).view(4, width), "input_ids": torch.arange(4 * 7).view(4, 7),
+                "attention_mask": attn, "position_ids": attn.cumsum(1), "responses": torch.ones(4, R),
+                "response_mask": torch.ones(4, R), "uid": list("aabb"),
+                "version_min": torch.tensor([3, 2, 5, 5]), "version_max": torch.tensor([3, 3, 5, 5])}
+
+    groups = split_groups(chunk(2), n=2) + split_groups(chunk(3), n=2)
+    assert [g["v_min"] for g in groups] == [2, 5, 2, 5]
+    assert [g["resumed"] for g in groups] == [1, 0, 1, 0]
+    merged = merge_groups(groups)
+    assert merged["input_ids"].shape == (8, 5)  # 2 of 5 prompt columns were padding in every row
+    assert merged["prompts"].shape == (8, 3) and merged["uid"] == list("aabbaabb")
+    assert torch.equal(merged["input_ids"][0], torch.arange(2, 7))
+
+
+# ---------------------------------------------------------------------------- the rollout replica
+
+
+def _forced_weights(worker):
+    """Weights whose final norm outputs zeros (Qwen3.5's norm scales by 1 + weight): every logit is
+    0, so greedy decoding always picks the same token."""
+    weights = {k: v.clone() for k, v in worker.rollout.model.state_dict().items()}
+    weights["model.norm.weight"].fill_(-1.0)
+    return weights
+
+
+def _replica(data_dir, *extra):
+    from omegaconf import OmegaConf
+
+    from verl_lite.data.dataset import PromptDataset
+    from verl_lite.data.tokenizer import load_tokenizer
+    from verl_lite.trainer.async_workers import RolloutWorker
+
+    cfg = tiny_cfg(data_dir, "actor_rollout_ref.rollout.do_sample=False", *extra)
+    examples = PromptDataset(cfg.data.train_files, load_tokenizer("tiny-qwen3_5"), 8).examples
+    worker = RolloutWorker(OmegaConf.to_container(cfg, resolve=True), 0, "cpu", 1, examples)
+    v0 = {k: v.clone() for k, v in worker.rollout.model.state_dict().items()}
+    worker.update_weights(v0, 0)
+    return worker, v0
+
+
+def _push_after_first_segment(worker, weights, version):
+    plain = worker.rollout.generate
+    calls = []
+
+    def generate(prompts, length, sampling):
+        out = plain(prompts, length, sampling)
+        calls.append(length)
+        if len(calls) == 1:
+            worker.update_weights(weights, version)  # arrives while the responses are in flight
+        return out
+
+    worker.rollout.generate = generate
+    return calls
+
+
+def test_a_rollout_cut_at_a_sync_resumes_from_its_partial_response_under_the_new_weights(data_dir):
+    worker, _ = _replica(data_dir, "async_training.rollout_segment_tokens=1", "async_training.stale_policy=reweight")
+    uncut = worker.generate_chunk([0, 1], serial=1)  # version 0 all along (greedy)
+    assert worker.version == 0 and uncut["version_max"].eq(0).all()
+    calls = _push_after_first_segment(worker, _forced_weights(worker), 1)
+    chunk = worker.generate_chunk([0, 1], serial=2)
+    assert calls == [1, 1, 1, 1]  # 4 response tokens, one segment each
+    assert worker.version == 1 and worker.stats_["resumed"] == 4
+    assert chunk["version_min"].eq(0).all() and chunk["version_max"].eq(1).all()
+    forced = int(worker.generate_chunk([2], serial=3)["responses"][0, 0])  # what version 1 generates
+    first, rest = chunk["responses"][:, 0], chunk["responses"][:, 1:]
+    assert torch.equal(first, uncut["responses"][:, 0])  # generated before the cut, by version 0
+    assert uncut["responses"][:, 1:].ne(forced).any()  # version 0 alone would not give the forced tokens
+    assert rest.eq(forced).all() and chunk["response_mask"].eq(1).all()  # resumed under version 1
+    # Behaviour log-probs: under version 1 every logit is 0, so each resumed token has log(1/48).
+    assert torch.allclose(chunk["rollout_log_probs"][:, 1:], torch.full((4, 3), -torch.log(torch.tensor(48.0))))
+    assert chunk["uid"] == ["0/2", "0/2", "1/2", "1/2"] and chunk["token_level_scores"].shape == (4, 4)
+
+
+def test_without_partial_rollout_new_weights_wait_until_the_chunk_in_flight_is_complete(data_dir):
+    worker, _ = _replica(data_dir, "async_training.rollout_segment_tokens=1", "async_training.partial_rollout=False")
+    uncut = worker.generate_chunk([0, 1], serial=1)
+    _push_after_first_segment(worker, _forced_weights(worker), 1)
+    chunk = worker.generate_chunk([0, 1], serial=2)
+    assert worker.version == 0 and worker.stats_["resumed"] == 0
+    assert torch.equal(chunk["responses"], uncut["responses"]) and chunk["version_max"].eq(0).all()
+    later = worker.generate_chunk([2], serial=3)  # the parked weights load before the next chunk
+    assert worker.version == 1 and later["version_min"].eq(1).all()
+    assert later["responses"].eq(later["responses"][0, 0]).all()  # the forced token only
+
+
+# ---------------------------------------------------------------------------- train worker snapshots
+
+
+def _lm_batch(B=4, T=8, R=3):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 48, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": torch.arange(T).expand(B, T),
+            "responses": ids[:, -R:], "response_mask": mask[:, -R:], "temperature": 1.0}
+
+
+def test_the_fsdp_train_worker_computes_old_log_probs_from_the_published_snapshot_and_keeps_its_own_weights(data_dir):
+    from omegaconf import OmegaConf
+
+    from verl_lite.trainer.async_workers import TrainWorker
+
+    cfg = tiny_cfg(data_dir)
+    worker = TrainWorker(OmegaConf.to_container(cfg, resolve=True), 0, 1)
+    assert worker.actor is None and worker._handlers is None  # construction builds nothing
+    assert worker.ready()
+    batch = _lm_batch()
+    published = worker.compute_log_prob(batch)["old_log_probs"]
+    worker.save_model_to_cpu("published")
+    with torch.no_grad():
+        for p in worker.actor.module.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # the trainer's weights move on
+    current = worker.compute_log_prob(batch)["old_log_probs"]
+    assert not torch.allclose(current, published)
+    assert torch.equal(worker.compute_log_prob_from(batch, "published")["old_log_probs"], published)
+    assert torch.equal(worker.compute_log_prob(batch)["old_log_probs"], current)  # swapped back
+    assert set(worker.cpu_models) == {"published"}
+    with pytest.raises(KeyError, match="no CPU snapshot 'v7'"):
+        worker.restore_model_from_cpu("v7")

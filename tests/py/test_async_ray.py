@@ -1,0 +1,149 @@
+"""Fully-async training end to end on Ray (CPU): one rollout replica and one train worker.
+
+Every run shares one Ray cluster (run_async leaves a caller's cluster running). The fault runs
+happen in a thread with a time limit, so a hang fails the test instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from verl_lite.config import load_config
+from verl_lite.data.synthetic import generate
+
+ASYNC = ["async_training.enable=True", "actor_rollout_ref.rollout.nnodes=1",
+         "actor_rollout_ref.rollout.n_gpus_per_node=1"]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
+             _temp_dir=os.environ.get("RAY_TMPDIR") or str(tmp_path_factory.mktemp("ray")))
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_async_ray")
+    generate(str(d), task="copy", digits=3, n_train=512, n_val=16, seed=0)
+    return d
+
+
+def overrides(data_dir, out_dir, steps, *extra):
+    return [
+        f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
+        "data.train_batch_size=16", "data.max_prompt_length=8", "data.max_response_length=3",
+        "actor_rollout_ref.actor.optim.lr=2e-3", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64", "actor_rollout_ref.rollout.n=8",
+        "trainer.device=cpu", f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out_dir}",
+        "trainer.logger=[jsonl]", "trainer.plot_rewards=false", "trainer.test_freq=-1", *ASYNC, *extra,
+    ]
+
+
+def read_metrics(out_dir):
+    with open(os.path.join(out_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_async_grpo_learns_the_copy_task_and_logs_staleness_and_queue_depth_every_step(ray_cluster, data_dir, tmp_path):
+    from verl_lite.trainer.async_run import run_async
+    from verl_lite.trainer.checkpoint import verify
+
+    out = tmp_path / "learn"
+    assert run_async(load_config(overrides(data_dir, out, 30, "trainer.save_freq=30"))) == 0
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == list(range(1, 31))
+    for r in rows:
+        # k=1, threshold 1: the queue holds one batch, generated one version before it is trained on.
+        assert r["async/param_version"] == r["step"]
+        assert 0 <= r["async/staleness/max"] <= 1 and r["async/queue_capacity"] == 16
+        assert r["async/queue_depth"] + r["async/queue_in_generation"] <= 16
+        assert r["async/dropped_groups"] == 0 and r["perf/num_sequences"] == 128
+        assert 0.0 <= r["perf/trainer_idle_frac"] <= 1.0 and r["perf/rollout_tokens_per_s"] > 0
+    assert any(r["async/staleness/mean"] == 1 for r in rows)  # the rollout really ran ahead
+    scores = [r["critic/score/mean"] for r in rows]
+    first, last = sum(scores[:5]) / 5, sum(scores[-5:]) / 5
+    assert last > first + 0.04, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"
+    assert verify(str(out / "global_step_30")) is None
+
+
+def test_syncing_every_second_step_publishes_versions_and_reweights_the_groups_that_are_a_version_old(
+        ray_cluster, data_dir, tmp_path):
+    from verl_lite.trainer.async_run import run_async
+
+    out = tmp_path / "k2"
+    cfg = load_config(overrides(data_dir, out, 6, "async_training.trigger_parameter_sync_step=2",
+                                "async_training.staleness_threshold=0", "async_training.stale_policy=reweight",
+                                "async_training.rollout_segment_tokens=1", "trainer.test_freq=6"))
+    assert run_async(cfg) == 0
+    rows = read_metrics(out)
+    assert [r["async/param_version"] for r in rows] == [0, 1, 1, 2, 2, 3]
+    assert "timing_s/publish" in rows[1] and "timing_s/publish" not in rows[2]
+    stale = [r for r in rows if r["async/reweighted_groups"] > 0]
+    assert stale and all(r["async/staleness/max"] >= 1 for r in stale)
+    assert all(0.0 < r["async/is_weight/mean"] <= 2.0 for r in stale)  # truncated at reweight_cap
+    assert all("async/resumed_sequences_total" in r for r in rows)
+    assert rows[-1]["val/weight_version"] >= 2 and 0.0 <= rows[-1]["val/score"] <= 1.0
+
+
+FAULTY_REWARD = """
+import time
+calls = [0]
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    calls[0] += 1  # one call per sample: a chunk here is 4 prompts x 2 samples
+    if calls[0] == 9:  # the replica's second chunk
+        {fault}
+    return 0.0
+"""
+
+
+def run_faulty(data_dir, tmp_path, fault, *extra, limit_s=180):
+    """run_async with a reward function that fails in the rollout process; a hang fails the test."""
+    from verl_lite.trainer.async_run import run_async
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(FAULTY_REWARD.format(fault=fault), encoding="utf-8")
+    cfg = load_config(overrides(data_dir, tmp_path / "out", 20, f"custom_reward_function.path={reward}",
+                                "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", *extra))
+    outcome = {}
+
+    def target():
+        try:
+            outcome["rc"] = run_async(cfg)
+        except BaseException as e:  # noqa: BLE001 - the test inspects whatever ended the run
+            outcome["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    assert not thread.is_alive(), f"the run neither failed nor finished within {limit_s} s: it hangs"
+    return outcome.get("error")
+
+
+def test_a_rollout_replica_that_dies_stops_the_run_with_its_error(ray_cluster, data_dir, tmp_path):
+    from verl_lite.trainer.async_run import RolloutError
+
+    error = run_faulty(data_dir, tmp_path, "import os; os._exit(3)")
+    assert isinstance(error, RolloutError), repr(error)
+    text = str(error)
+    assert text.startswith("rollout replica 0 ") and ("died" in text or "dead" in text), text
+
+
+def test_a_queue_that_stays_empty_past_the_timeout_says_why(ray_cluster, data_dir, tmp_path):
+    from verl_lite.trainer.async_run import QueueTimeout
+
+    error = run_faulty(data_dir, tmp_path, "time.sleep(600)", "async_training.queue_timeout_s=4")
+    assert isinstance(error, QueueTimeout), repr(error)
+    text = str(error)
+    assert text.startswith("the rollout queue stayed empty for 4 s (async_training.queue_timeout_s) at step 2")
+    assert "replica 0: 1 chunks" in text and "raise async_training.queue_timeout_s" in text

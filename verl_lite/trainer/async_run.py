@@ -1,0 +1,470 @@
+"""Fully-async GRPO (`async_training.enable=True`): rollout replicas on their own devices generate
+continuously into a bounded queue while the training pool consumes batches from it.
+
+  rollout pool (RolloutWorker x replicas) --chunks--> ChunkBuffer --groups--> driver --> TrainWorker group
+                    ^                                                                      |
+                    +------------- weights, version step // trigger_parameter_sync_step ---+
+
+A step takes `data.train_batch_size` prompt groups from the queue. A group generated more than
+`async_training.staleness_threshold` versions ago is dropped (`stale_policy=drop`) or trained on
+with its advantages scaled by the truncated per-token importance weight
+min(exp(old_log_prob - rollout_log_prob), reweight_cap) (`stale_policy=reweight`). Old log-probs
+come from the weights last published to the rollouters (a CPU snapshot on the train workers, see
+`async_snapshot`), so PPO's clip bounds the drift from the policy that generated the data.
+
+Faults stop the run with the cause: a rollout replica that raises or dies is seen within
+POLL_S seconds; a queue that stays empty for `async_training.queue_timeout_s` raises QueueTimeout
+with what the replicas did meanwhile. See docs/async.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+logger = logging.getLogger("verl_lite")
+
+POLL_S = 0.5  # how often a waiting trainer looks at the rollout replicas' health
+PUBLISHED = "published"  # the train workers' CPU snapshot of the weights the rollouters have
+TRAIN_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+ASYNC_CONSOLE_KEYS = ("async/staleness/mean", "async/queue_depth", "async/dropped_groups", "timing_s/wait_rollout")
+
+
+class RolloutError(RuntimeError):
+    """A rollout replica raised, died or stopped generating."""
+
+
+class QueueTimeout(RuntimeError):
+    """No rollout chunk arrived for async_training.queue_timeout_s seconds."""
+
+
+class RolloutPool:
+    """The rollout replicas: threaded Ray actors (update_weights and stats run beside the loop)."""
+
+    def __init__(self, cfg_dict: Dict[str, Any], replicas: int, device: str, threads: int, examples: List[Any],
+                 val_examples: List[Any], call_timeout_s: Optional[float], init_timeout_s: float = 600.0):
+        import ray
+
+        from verl_lite.trainer.async_workers import RolloutWorker
+        from verl_lite.trainer.worker_group import worker_resources
+
+        self.timeout = call_timeout_s
+        remote = ray.remote(RolloutWorker).options(max_concurrency=4, max_restarts=0, max_task_retries=0,
+                                                   **worker_resources(device))
+        ex_ref, val_ref = ray.put(examples), ray.put(val_examples)
+        self.workers = [remote.remote(cfg_dict, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
+        self.loops: List[Any] = []
+        self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
+
+    def _wait(self, refs: List[Any], method: str, timeout: Optional[float]) -> List[Any]:
+        import ray
+
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception as e:
+                from verl_lite.trainer.worker_group import _short
+
+                raise RolloutError(f"rollout replica {refs.index(ref)} failed in {method}: {_short(e)}") from e
+        if pending:
+            raise RolloutError(f"rollout replicas {[refs.index(p) for p in pending]} did not answer {method} within "
+                               f"{timeout:.0f} s (raise trainer.ray_timeout_s if they are just slow)")
+        return ray.get(refs)
+
+    def push(self, weights_ref: Any, version: int) -> None:
+        refs = [w.update_weights.remote(weights_ref, version) for w in self.workers]
+        self._wait(refs, "update_weights", self.timeout)
+
+    def start(self, buffer: Any) -> None:
+        self.loops = [w.run.remote(buffer) for w in self.workers]
+
+    def check(self) -> None:
+        """Raise RolloutError if a generation loop has ended (it never ends on its own)."""
+        import ray
+
+        if not self.loops:
+            return
+        done, _ = ray.wait(self.loops, num_returns=len(self.loops), timeout=0)
+        for ref in done:
+            replica = self.loops.index(ref)
+            try:
+                ray.get(ref)
+            except Exception as e:
+                from verl_lite.trainer.worker_group import _short
+
+                raise RolloutError(f"rollout replica {replica} stopped generating: {_short(e)}") from e
+            raise RolloutError(f"rollout replica {replica} stopped generating without an error (was it stopped?)")
+
+    def stats(self) -> List[Dict[str, Any]]:
+        return self._wait([w.stats.remote() for w in self.workers], "stats", self.timeout)
+
+    def validate(self) -> Dict[str, float]:
+        return self._wait([self.workers[0].validate.remote()], "validate", self.timeout)[0]
+
+    def shutdown(self, buffer: Any) -> None:
+        import ray
+
+        for w in self.workers:
+            w.stop.remote()
+        if buffer is not None:
+            buffer.close.remote()
+        if self.loops:
+            ray.wait(self.loops, num_returns=len(self.loops), timeout=2)  # a stuck one is killed below
+        for w in self.workers:
+            ray.kill(w, no_restart=True)
+        self.workers, self.loops = [], []
+
+
+def split_groups(chunk: Dict[str, Any], n: int) -> List[Dict[str, Any]]:
+    """A chunk's prompt groups (n rows each) with the oldest weight version that generated them."""
+    from verl_lite.trainer.batch import batch_size, select
+
+    groups = []
+    for start in range(0, batch_size(chunk), n):
+        data = select(chunk, range(start, start + n))
+        groups.append({"data": data, "v_min": int(data["version_min"].min()), "reweight": False,
+                       "resumed": int((data["version_max"] > data["version_min"]).sum())})
+    return groups
+
+
+def merge_groups(groups: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One batch from groups; the shared left padding of the prompts is trimmed."""
+    from verl_lite.trainer.batch import concat
+
+    batch = concat([g["data"] for g in groups])
+    width = batch["prompts"].shape[1]
+    used = (batch["attention_mask"][:, :width].sum(0) > 0).nonzero()
+    first = int(used[0]) if len(used) else 0
+    for k in ("input_ids", "attention_mask", "position_ids", "prompts"):
+        batch[k] = batch[k][:, first:]
+    return batch
+
+
+class AsyncTrainer:
+    def __init__(self, cfg: Any, train_wg: Any, pool: RolloutPool, buffer: Any, tracking: Any, out_dir: str,
+                 state: Dict[str, Any], total_steps: int):
+        from verl_lite.trainer.checkpoint import CheckpointManager
+
+        self.cfg, self.train_wg, self.pool, self.buffer = cfg, train_wg, pool, buffer
+        self.tracking, self.out_dir, self.total_steps = tracking, out_dir, total_steps
+        self.ckpt = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep)
+        self.global_step = int(state.get("global_step", 0))
+        self.history: List[Dict[str, Any]] = list(state.get("history", []))
+        a = cfg.async_training
+        self.k, self.threshold = int(a.trigger_parameter_sync_step), int(a.staleness_threshold)
+        self.policy = a.stale_policy
+        self.carry: collections.deque = collections.deque()
+        self.dropped_total = 0
+        self.idle_s = 0.0
+        self.started = time.perf_counter()
+
+    # -- weights ---------------------------------------------------------------------------------
+
+    def publish(self) -> float:
+        """Push the current weights to every rollout replica as version global_step // k."""
+        import ray
+
+        t = time.perf_counter()
+        version = self.global_step // self.k
+        weights = self.train_wg.call_all("export_weights")[0]  # a gather: every rank takes part
+        self.pool.push(ray.put(weights), version)
+        if self.k > 1:
+            self.train_wg.call_all("save_model_to_cpu", PUBLISHED)
+        return time.perf_counter() - t
+
+    # -- data ------------------------------------------------------------------------------------
+
+    def collect(self) -> Dict[str, Any]:
+        """Wait for train_batch_size fresh groups; drop or mark the stale ones on the way."""
+        import ray
+
+        want, n = int(self.cfg.data.train_batch_size), int(self.cfg.actor_rollout_ref.rollout.n)
+        version = self.global_step // self.k
+        timeout = float(self.cfg.async_training.queue_timeout_s)
+        used: List[Dict[str, Any]] = []
+        dropped, waited = 0, 0.0
+        last_arrival = time.monotonic()
+        while True:
+            while self.carry and len(used) < want:
+                group = self.carry.popleft()
+                group["staleness"] = version - group["v_min"]
+                if group["staleness"] > self.threshold:
+                    if self.policy == "drop":
+                        dropped += 1
+                        continue
+                    group["reweight"] = True
+                used.append(group)
+            if len(used) >= want:
+                break
+            t = time.perf_counter()
+            reply = ray.get(self.buffer.get.remote(POLL_S), timeout=POLL_S + 60)
+            waited += time.perf_counter() - t
+            if reply is None:
+                self.pool.check()
+                if time.monotonic() - last_arrival > timeout:
+                    raise QueueTimeout(self._timeout_message(timeout, len(used), want))
+                continue
+            last_arrival = time.monotonic()
+            self.carry.extend(split_groups(reply["chunk"], n))
+        self.dropped_total += dropped
+        self.idle_s += waited
+        depth = ray.get(self.buffer.depth.remote(), timeout=60)
+        return {"groups": used, "dropped": dropped, "wait_s": waited, "depth": depth}
+
+    def _timeout_message(self, timeout: float, have: int, want: int) -> str:
+        try:
+            stats = self.pool.stats()
+            seen = "; ".join(f"replica {i}: {s['chunks']} chunks, {s['tokens']} tokens, weights v{s['version']}, "
+                             f"{s['gen_s']:.0f} s generating, {s['wait_s']:.0f} s waiting for queue room"
+                             for i, s in enumerate(stats))
+        except RolloutError as e:
+            seen = f"the replicas do not answer either ({e})"
+        return (f"the rollout queue stayed empty for {timeout:.0f} s (async_training.queue_timeout_s) at step "
+                f"{self.global_step + 1}, with {have}/{want} prompt groups in hand; the rollout replicas are alive "
+                f"but produced nothing in that time ({seen}). Generating one chunk takes longer than the timeout, "
+                "or generation hangs: raise async_training.queue_timeout_s, or lower "
+                "actor_rollout_ref.rollout.micro_batch_size to make chunks smaller")
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def step(self) -> Dict[str, Any]:
+        import torch
+
+        from verl_lite.trainer import core_algos
+        from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
+
+        cfg, arr = self.cfg, self.cfg.actor_rollout_ref
+        timing: Dict[str, float] = {}
+        t0 = time.perf_counter()
+        got = self.collect()
+        timing["wait_rollout"] = got["wait_s"]
+        groups = got["groups"]
+        batch = merge_groups(groups)
+        mask = batch["response_mask"].float()
+        tensors = {k: batch[k] for k in TRAIN_KEYS}
+        tensors["temperature"] = float(arr.rollout.temperature)
+        t = time.perf_counter()
+        if self.global_step % self.k:  # the weights moved on since they were published
+            lp = self.train_wg.dp_call("compute_log_prob_from", tensors, PUBLISHED)
+        else:
+            lp = self.train_wg.dp_call("compute_log_prob", tensors)
+        old = lp["old_log_probs"]
+        train_batch = dict(tensors, old_log_probs=old)
+        if arr.actor.use_kl_loss:
+            train_batch["ref_log_prob"] = self.train_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
+        timing["old_log_prob"] = time.perf_counter() - t
+        rewards = batch["token_level_scores"]
+        adv, ret = core_algos.compute_grpo_outcome_advantage(
+            rewards, mask, batch["uid"], norm_adv_by_std_in_grpo=bool(cfg.algorithm.norm_adv_by_std_in_grpo))
+        metrics: Dict[str, Any] = {}
+        rows = torch.tensor([g["reweight"] for g in groups for _ in range(g["data"]["response_mask"].shape[0])])
+        if rows.any():
+            cap = float(cfg.async_training.reweight_cap)
+            weight = (old - batch["rollout_log_probs"]).exp().clamp(max=cap)
+            adv = torch.where(rows[:, None], adv * weight, adv)
+            metrics["async/is_weight/mean"] = core_algos.masked_mean(weight[rows], mask[rows]).item()
+        train_batch.update(advantages=adv, returns=ret)
+        t = time.perf_counter()
+        num_mini = max(1, int(cfg.data.train_batch_size) // int(arr.actor.ppo_mini_batch_size))
+        dp = self.train_wg.dp_size
+        res = self.train_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp),
+                                        update_meta(train_batch, num_mini, dp))
+        metrics.update(_merge_rank_metrics(res))
+        timing["update_actor"] = time.perf_counter() - t
+        self.global_step += 1
+        if self.global_step % self.k == 0:
+            timing["publish"] = self.publish()
+        timing["step"] = time.perf_counter() - t0
+        staleness = torch.tensor([float(g["staleness"]) for g in groups])
+        scores, resp_len = rewards.sum(-1), mask.sum(-1)
+        metrics.update({
+            "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
+            "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
+            "actor/entropy": core_algos.masked_mean(lp["entropy"], mask).item(),
+            "response_length/mean": resp_len.mean().item(),
+            "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
+            "async/param_version": self.global_step // self.k, "async/staleness/mean": staleness.mean().item(),
+            "async/staleness/max": staleness.max().item(), "async/dropped_groups": got["dropped"],
+            "async/dropped_groups_total": self.dropped_total,
+            "async/reweighted_groups": int(sum(g["reweight"] for g in groups)),
+            "async/resumed_sequences": int(sum(g["resumed"] for g in groups)),
+            "async/queue_depth": got["depth"]["groups"], "async/queue_in_generation": got["depth"]["reserved"],
+            "async/queue_capacity": got["depth"]["capacity"], "async/carry_groups": len(self.carry),
+            "perf/num_sequences": int(mask.shape[0]),
+        })
+        metrics.update(self._rollout_perf())
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        return metrics
+
+    def _rollout_perf(self) -> Dict[str, float]:
+        stats = self.pool.stats()
+        elapsed = max(max(s["elapsed_s"] for s in stats), 1e-9)
+        wall = time.perf_counter() - self.started
+        return {"perf/rollout_tokens_per_s": sum(s["tokens"] for s in stats) / elapsed,
+                "perf/rollout_busy_frac": sum(s["gen_s"] for s in stats) / (elapsed * len(stats)),
+                "perf/trainer_idle_frac": self.idle_s / max(wall, 1e-9),
+                "async/resumed_sequences_total": sum(s["resumed"] for s in stats)}
+
+    # -- loop ------------------------------------------------------------------------------------
+
+    def fit(self, progress: bool = True) -> List[Dict[str, Any]]:
+        from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        t = self.cfg.trainer
+        self.started = time.perf_counter()
+        with logging_redirect_tqdm():
+            bar = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO async", disable=not progress,
+                       dynamic_ncols=True, unit="step")
+            while self.global_step < self.total_steps:
+                metrics = self.step()
+                is_last = self.global_step >= self.total_steps
+                if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
+                    metrics.update(self.pool.validate())
+                self.tracking.log(metrics, self.global_step)
+                self.history.append({"step": self.global_step, "score": metrics["critic/score/mean"],
+                                     **({"val": metrics["val/score"]} if "val/score" in metrics else {})})
+                bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}",
+                                stale=f"{metrics['async/staleness/mean']:.1f}", queue=metrics["async/queue_depth"])
+                bar.update(1)
+                if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
+                    self.save()
+            bar.close()
+        return self.history
+
+    def save(self) -> None:
+        import ray
+
+        from verl_lite.trainer.ppo_trainer import DRIVER_STATE
+
+        sampler = ray.get(self.buffer.sampler_state.remote(), timeout=60)
+        step, history = self.global_step, self.history
+
+        def write(tmp: str) -> None:
+            self.train_wg.call_all("save_checkpoint", tmp)
+            with open(os.path.join(tmp, DRIVER_STATE), "w", encoding="utf-8") as f:
+                json.dump({"global_step": step, "sampler": sampler["sampler"], "pending": sampler["pending"],
+                           "history": history, "mode": "async"}, f)
+
+        logger.info("saved checkpoint %s", self.ckpt.save(step, write))
+
+
+def load_resume_state(cfg: Any, train_wg: Any) -> Dict[str, Any]:
+    """Load the checkpoint trainer.resume_mode points at into the train workers; its driver state."""
+    from verl_lite.trainer.checkpoint import CheckpointManager, verify
+    from verl_lite.trainer.ppo_trainer import DRIVER_STATE
+
+    t = cfg.trainer
+    if t.resume_mode == "disable":
+        return {}
+    if t.resume_mode == "resume_path":
+        path = os.path.abspath(os.path.expanduser(t.resume_from_path or ""))
+        problem = verify(path) if os.path.isdir(path) else "no such directory"
+        if problem:
+            raise FileNotFoundError(
+                f"trainer.resume_from_path={t.resume_from_path!r} is not a usable checkpoint: {problem}")
+    else:
+        found = CheckpointManager(t.default_local_dir).latest_complete()
+        if found is None:
+            return {}
+        path = found[1]
+    with open(os.path.join(path, DRIVER_STATE), encoding="utf-8") as f:
+        state = json.load(f)
+    train_wg.call_all("load_checkpoint", path)
+    logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are skipped)",
+                path, state["global_step"])
+    return state
+
+
+def run_async(cfg: Any) -> int:
+    from omegaconf import OmegaConf
+
+    from verl_lite.data.dataset import PromptDataset, as_file_list, expand
+    from verl_lite.data.tokenizer import load_tokenizer
+    from verl_lite.device import resolve_device
+    from verl_lite.trainer import async_rules
+    from verl_lite.trainer.async_buffer import ChunkBuffer
+    from verl_lite.trainer.async_workers import TrainWorker
+    from verl_lite.trainer.plot import plot_rewards
+    from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS
+    from verl_lite.trainer.run import _init_ray
+    from verl_lite.trainer.tracking import Tracking
+    from verl_lite.trainer.worker_group import WorkerGroup
+
+    problems = async_rules.async_problems(cfg)
+    if problems:
+        print(f"verl_lite.main: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return 1
+    t, d, arr = cfg.trainer, cfg.data, cfg.actor_rollout_ref
+    device = resolve_device(t.device)
+    out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
+    os.makedirs(out_dir, exist_ok=True)
+    tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
+    train_set = PromptDataset(d.train_files, tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
+                              d.filter_overlong_prompts)
+    val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
+    val_examples = (PromptDataset(val_files, tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
+                                  d.filter_overlong_prompts).examples if val_files else [])
+    batch, n = int(d.train_batch_size), int(arr.rollout.n)
+    total = int(t.total_training_steps) if t.total_training_steps else (len(train_set) // batch) * int(t.total_epochs)
+    train_world, replicas = async_rules.train_world(cfg), async_rules.rollout_replicas(cfg)
+    workers = train_world + replicas
+    threads = max(1, (os.cpu_count() or 1) // workers) if device == "cpu" else 1
+    cfg_dict = OmegaConf.to_container(cfg, resolve=True)
+    timeout = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
+    logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
+                "sync every %d step(s), staleness <= %d (%s)", device, t.nnodes, t.n_gpus_per_node,
+                arr.actor.strategy, arr.rollout.nnodes, arr.rollout.n_gpus_per_node, replicas, arr.rollout.name,
+                cfg.async_training.trigger_parameter_sync_step, cfg.async_training.staleness_threshold,
+                cfg.async_training.stale_policy)
+    import ray
+
+    own_ray = not ray.is_initialized()  # a caller's cluster (tests) is left running
+    _init_ray(cfg, device, workers)
+
+    tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS + ASYNC_CONSOLE_KEYS)
+    train_wg = pool = buffer = None
+    try:
+        train_wg = WorkerGroup(TrainWorker, "trainer", cfg_dict, train_world, device, True, threads,
+                               call_timeout_s=timeout)
+        state = load_resume_state(cfg, train_wg)
+        chunk_groups = max(1, min(batch, int(arr.rollout.micro_batch_size or 256) // n))
+        capacity = max(async_rules.queue_capacity_batches(cfg) * batch, chunk_groups)
+        resumed = {"sampler": state["sampler"], "pending": state.get("pending", [])} if state else None
+        buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0).remote(
+            len(train_set), batch, int(d.seed), bool(d.shuffle), capacity, chunk_groups, resumed)
+        pool = RolloutPool(cfg_dict, replicas, device, threads, train_set.examples, val_examples, timeout)
+        trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, out_dir, state, total)
+        trainer.publish()
+        pool.start(buffer)
+        if t.val_before_train and trainer.global_step == 0:
+            tracking.log(pool.validate(), 0)
+        history = trainer.fit(progress=True)
+        if t.plot_rewards and history:
+            plot_rewards(history, os.path.join(out_dir, "reward_curve.png"),
+                         f"{t.project_name}/{t.experiment_name}: mean reward (fully-async)")
+        if history:
+            k = min(10, len(history))
+            logger.info("done: %d steps, reward %.3f at the first step, %.3f mean over the last %d; trainer idle "
+                        "%.0f%% of the time, %d stale groups dropped", len(history), history[0]["score"],
+                        sum(h["score"] for h in history[-k:]) / k, k,
+                        100 * trainer.idle_s / max(time.perf_counter() - trainer.started, 1e-9), trainer.dropped_total)
+        return 0
+    finally:
+        tracking.close()
+        if pool is not None:
+            pool.shutdown(buffer)
+        if buffer is not None:
+            ray.kill(buffer, no_restart=True)
+        if train_wg is not None:
+            train_wg.shutdown()
+        if own_ray and ray.is_initialized():
+            ray.shutdown()

@@ -1,0 +1,338 @@
+"""Workers of fully-async training: `TrainWorker` on the training pool, `RolloutWorker` on the
+rollout pool (see `async_run` for the loop that drives them).
+
+TrainWorker is the actor (+ ref) half of `ActorRolloutRefWorker` without a rollout. Constructing
+it stores the config and nothing else; `ready()` (the first call a worker group makes) builds the
+engines, and the CPU snapshot handlers are resolved on their first use. So no megatron.core is
+imported before the engine's initialize() has let MindSpeed patch it.
+
+RolloutWorker holds one hf rollout replica and generates continuously: it reserves a chunk of
+prompt groups in the `ChunkBuffer`, generates it, scores it and puts it in the buffer, until
+stopped. Weights pushed by the trainer wait in a slot and are loaded at the next *cut point*:
+between chunks, and, with `async_training.rollout_segment_tokens` > 0, every that many tokens.
+At a cut inside a chunk:
+- partial_rollout=True: the responses in flight are cut and resumed under the new weights
+  (generation continues from prompt + partial response); their samples record the oldest
+  version that generated any of their tokens;
+- partial_rollout=False: the weights wait until the chunk in flight is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from verl_lite.trainer.workers import ActorRolloutRefWorker, _setup_process
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.5  # how often a waiting replica looks at its stop flag
+
+
+class TrainWorker(ActorRolloutRefWorker):
+    """Actor engine [+ ref] on the training pool; the rollout lives on the rollout pool."""
+
+    def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
+                 master_port: int = 29500, device: str = "cpu", threads: int = 1):
+        # Deliberately no super().__init__(): that builds engines and a rollout. Only plain state here.
+        self.cfg_dict = cfg_dict
+        self.rank, self.world_size, self.device = rank, world_size, device
+        self._process = (master_addr, master_port, threads)
+        self.cfg: Any = None
+        self.actor = self.ref = self.rollout = None
+        self.weight_version = 0
+        self._handlers = None
+        self.cpu_models: Dict[str, Any] = {}
+
+    def init_model(self) -> None:
+        if self.actor is not None:
+            return
+        from omegaconf import OmegaConf
+
+        from verl_lite.config import roles
+
+        self.cfg = cfg = OmegaConf.create(self.cfg_dict)
+        master_addr, master_port, threads = self._process
+        _setup_process(cfg, self.rank, self.world_size, master_addr, master_port, self.device, threads)
+        arr = cfg.actor_rollout_ref
+        self.actor = self._make_engine(arr.model, arr.actor, arr.actor.optim, "actor")
+        if roles.ref_enabled(cfg):
+            self.ref = self._make_engine(arr.model, arr.ref, None, "ref")
+
+    def ready(self) -> bool:
+        self.init_model()
+        return True
+
+    def export_weights(self) -> Dict[str, Any]:
+        """Full actor weights (HF names, CPU); a collective: every rank must call it."""
+        return dict(self.actor.export_weights())
+
+    def sync_rollout_weights(self, version: int) -> int:
+        raise RuntimeError("a TrainWorker has no rollout: weights go to the rollout pool through export_weights")
+
+    def load_checkpoint(self, path: str) -> None:
+        import os
+
+        self.actor.load_checkpoint(os.path.join(path, "actor"))
+
+    # -- CPU snapshots ---------------------------------------------------------------------------
+
+    def strategy_handlers(self):
+        """(copy_to_cpu, restore_from_cpu) of the actor's strategy, resolved on first use."""
+        if self._handlers is None:
+            from verl_lite.config import roles
+            from verl_lite.trainer import async_snapshot
+
+            self._handlers = async_snapshot.handlers(roles.strategy(self.cfg, "actor"))
+        return self._handlers
+
+    def save_model_to_cpu(self, key: str) -> None:
+        self.cpu_models[key] = self.strategy_handlers()[0](self.actor)
+
+    def restore_model_from_cpu(self, key: str) -> None:
+        if key not in self.cpu_models:
+            raise KeyError(f"no CPU snapshot {key!r} (have: {sorted(self.cpu_models)})")
+        self.strategy_handlers()[1](self.actor, self.cpu_models[key])
+
+    def clear_cpu_model(self, key: str) -> None:
+        self.cpu_models.pop(key, None)
+
+    def compute_log_prob_from(self, batch: Dict[str, Any], key: str) -> Dict[str, Any]:
+        """Old log-probs under the snapshot `key` (the published weights); the current weights come back."""
+        self.save_model_to_cpu("_current")
+        try:
+            self.restore_model_from_cpu(key)
+            return self.compute_log_prob(batch)
+        finally:
+            self.restore_model_from_cpu("_current")
+            self.clear_cpu_model("_current")
+
+
+class _Seq:
+    __slots__ = ("prompt", "tokens", "log_probs", "versions", "done")
+
+    def __init__(self, prompt: List[int]):
+        self.prompt, self.tokens, self.log_probs, self.versions, self.done = prompt, [], [], set(), False
+
+
+class RolloutWorker:
+    """One rollout replica: generates groups into the ChunkBuffer until stopped (a threaded Ray actor)."""
+
+    def __init__(self, cfg_dict: Dict[str, Any], replica: int, device: str, threads: int, examples: List[Any],
+                 val_examples: Optional[List[Any]] = None):
+        import torch
+        from omegaconf import OmegaConf
+
+        from verl_lite.data.tokenizer import load_tokenizer
+        from verl_lite.registry import ROLLOUTS
+        from verl_lite.reward.manager import RewardManager
+
+        self.cfg = cfg = OmegaConf.create(cfg_dict)
+        self.replica, self.device = replica, device
+        torch.set_num_threads(max(1, threads))
+        torch.manual_seed(int(cfg.trainer.seed) * 1000 + 500 + replica)
+        arr = cfg.actor_rollout_ref
+        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
+        self.rollout = ROLLOUTS.load(arr.rollout.name)(arr.model, arr.rollout, self.tokenizer, device)
+        crf = cfg.custom_reward_function
+        self.reward_fn = RewardManager.from_custom(crf.path, crf.name) if crf.path else RewardManager()
+        self.examples, self.val_examples = examples, val_examples or []
+        a = cfg.async_training
+        self.n, self.response_length = int(arr.rollout.n), int(cfg.data.max_response_length)
+        self.prompt_width = int(cfg.data.max_prompt_length)
+        self.segment = int(a.rollout_segment_tokens) or self.response_length
+        self.partial = bool(a.partial_rollout)
+        self.with_log_probs = a.stale_policy == "reweight"
+        self.sampling = {"temperature": arr.rollout.temperature, "top_k": arr.rollout.top_k,
+                         "top_p": arr.rollout.top_p, "do_sample": arr.rollout.do_sample}
+        self.version = -1  # no weights yet: the trainer publishes version 0 before run()
+        self._pending = None
+        self._slot = threading.Lock()  # the pending-weights slot
+        self._model = threading.Lock()  # generation and validation share the model
+        self._stop = threading.Event()
+        self.stats_ = {"tokens": 0, "sequences": 0, "chunks": 0, "gen_s": 0.0, "wait_s": 0.0, "syncs": 0,
+                       "resumed": 0, "started": None}
+
+    def ready(self) -> bool:
+        return True
+
+    # -- weights ---------------------------------------------------------------------------------
+
+    def update_weights(self, weights: Dict[str, Any], version: int) -> int:
+        """Park the weights of `version`; the generation loop loads them at its next cut point."""
+        with self._slot:
+            self._pending = (weights, int(version))
+        return int(version)
+
+    def _apply_pending(self, in_flight: bool) -> bool:
+        if in_flight and not self.partial:
+            return False
+        with self._slot:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return False
+        weights, version = pending
+        with self._model:
+            self.rollout.update_weights(weights.items(), version)
+        self.version = version
+        self.stats_["syncs"] += 1
+        return True
+
+    # -- the generation loop ---------------------------------------------------------------------
+
+    def run(self, buffer: Any) -> Dict[str, Any]:
+        """Generate chunks into `buffer` until stop() or the buffer closes; raises what generation raised."""
+        import ray
+
+        self._apply_pending(in_flight=False)
+        if self.version < 0:
+            raise RuntimeError(f"rollout replica {self.replica}: run() before any weights were pushed")
+        self.stats_["started"] = time.time()
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            job = ray.get(buffer.reserve.remote(POLL_S))
+            self.stats_["wait_s"] += time.perf_counter() - t0
+            if job is None:
+                continue
+            if job.get("closed"):
+                break
+            t0 = time.perf_counter()
+            chunk = self.generate_chunk(job["indices"], job["serial"])
+            self.stats_["gen_s"] += time.perf_counter() - t0
+            ray.get(buffer.put.remote(chunk, len(job["indices"])))
+            self.stats_["chunks"] += 1
+        return self.stats()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def stats(self) -> Dict[str, Any]:
+        out = dict(self.stats_)
+        out["version"] = self.version
+        out["elapsed_s"] = time.time() - out["started"] if out["started"] else 0.0
+        return out
+
+    def generate_chunk(self, indices: List[int], serial: int) -> Dict[str, Any]:
+        """Generate `n` responses for each prompt index, cutting at segments to take new weights."""
+        import torch
+
+        from verl_lite.trainer.ppo_trainer import left_pad
+
+        seqs = [_Seq(list(self.examples[i].prompt_ids)) for i in indices for _ in range(self.n)]
+        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        while True:
+            active = [s for s in seqs if not s.done]
+            if not active:
+                break
+            in_flight = bool(active[0].tokens)  # active sequences always share one response length
+            if self._apply_pending(in_flight=in_flight) and in_flight:
+                self.stats_["resumed"] += len(active)  # cut at this sync, resumed under the new weights
+            length = min(self.segment, self.response_length - len(active[0].tokens))
+            with self._model:
+                version = self.version
+                out = self.rollout.generate(left_pad([s.prompt + s.tokens for s in active], pad), length, self.sampling)
+                log_probs = self._log_probs(out) if self.with_log_probs else None
+            for i, s in enumerate(active):
+                mask = out["response_mask"][i].bool()
+                new = out["responses"][i][mask].tolist()
+                s.tokens += new
+                if log_probs is not None:
+                    s.log_probs += log_probs[i][mask].tolist()
+                s.versions.add(version)
+                s.done = eos in new or len(s.tokens) >= self.response_length or not new
+            self.stats_["tokens"] += int(out["response_mask"].sum())
+        self.stats_["sequences"] += len(seqs)
+        return self._assemble(seqs, indices, serial, torch)
+
+    def _log_probs(self, out: Dict[str, Any]):
+        """Log-probs of the sampled tokens under the weights that sampled them (the behaviour policy)."""
+        import torch
+
+        length = out["responses"].shape[1]
+        with torch.no_grad():
+            logits = self.rollout.model(input_ids=out["input_ids"].to(self.rollout.device),
+                                        attention_mask=out["attention_mask"].to(self.rollout.device),
+                                        position_ids=out["position_ids"].to(self.rollout.device),
+                                        use_cache=False).logits[:, -length - 1:-1, :].float()
+        temperature = float(self.sampling["temperature"] or 1.0)
+        if temperature != 1.0:
+            logits = logits / temperature
+        lp = torch.log_softmax(logits, dim=-1)
+        return lp.gather(-1, out["responses"].to(lp.device).unsqueeze(-1)).squeeze(-1).cpu()
+
+    def _assemble(self, seqs: List[_Seq], indices: List[int], serial: int, torch) -> Dict[str, Any]:
+        from verl_lite.rollout.hf import position_ids_from
+
+        pad, width, R, B = self.tokenizer.pad_token_id, self.prompt_width, self.response_length, len(seqs)
+        prompt_ids = torch.full((B, width), pad, dtype=torch.long)
+        prompt_mask = torch.zeros((B, width), dtype=torch.long)
+        responses = torch.full((B, R), pad, dtype=torch.long)
+        response_mask = torch.zeros((B, R), dtype=torch.long)
+        rollout_lp = torch.zeros((B, R), dtype=torch.float32)
+        for i, s in enumerate(seqs):
+            p = s.prompt[-width:]
+            prompt_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            prompt_mask[i, width - len(p):] = 1
+            responses[i, :len(s.tokens)] = torch.tensor(s.tokens, dtype=torch.long)
+            response_mask[i, :len(s.tokens)] = 1
+            if s.log_probs:
+                rollout_lp[i, :len(s.log_probs)] = torch.tensor(s.log_probs)
+        attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+        rep = [self.examples[i] for i in indices for _ in range(self.n)]
+        chunk: Dict[str, Any] = {
+            "prompts": prompt_ids, "responses": responses, "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, responses], dim=1), "attention_mask": attention_mask,
+            "position_ids": position_ids_from(attention_mask),
+            "uid": [f"{e.uid}/{serial}" for e in rep], "data_source": [e.data_source for e in rep],
+            "ground_truth": [e.ground_truth for e in rep], "extra_info": [e.extra_info for e in rep],
+            "version_min": torch.tensor([min(s.versions) for s in seqs], dtype=torch.long),
+            "version_max": torch.tensor([max(s.versions) for s in seqs], dtype=torch.long),
+        }
+        if self.with_log_probs:
+            chunk["rollout_log_probs"] = rollout_lp
+        chunk["token_level_scores"] = self._score(chunk)
+        return chunk
+
+    def _score(self, batch: Dict[str, Any]):
+        import torch
+
+        mask = batch["response_mask"]
+        texts = [self.tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True)
+                 for r, m in zip(batch["responses"], mask)]
+        scores = self.reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
+        token_scores = torch.zeros(mask.shape, dtype=torch.float32)
+        last = (mask.sum(-1) - 1).clamp(min=0)
+        token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
+        return token_scores
+
+    # -- validation ------------------------------------------------------------------------------
+
+    def validate(self) -> Dict[str, float]:
+        """Score the validation prompts with this replica's current weights (between two segments)."""
+        from collections import defaultdict
+
+        from verl_lite.trainer.ppo_trainer import left_pad
+
+        if not self.val_examples:
+            return {}
+        if self.version < 0:  # asked before the loop took its first weights
+            self._apply_pending(in_flight=False)
+        vk = dict(self.cfg.actor_rollout_ref.rollout.val_kwargs)
+        n = int(vk.get("n", 1))
+        rep = [e for e in self.val_examples for _ in range(n)]
+        with self._model:
+            version = self.version
+            out = self.rollout.generate(left_pad([e.prompt_ids for e in rep], self.tokenizer.pad_token_id),
+                                        self.response_length, vk)
+        out.update(data_source=[e.data_source for e in rep], ground_truth=[e.ground_truth for e in rep],
+                   extra_info=[e.extra_info for e in rep])
+        scores = self._score(out).sum(-1).tolist()
+        by_source: Dict[str, List[float]] = defaultdict(list)
+        for ds, s in zip(out["data_source"], scores):
+            by_source[ds].append(s)
+        metrics = {f"val/test_score/{ds}": sum(v) / len(v) for ds, v in by_source.items()}
+        metrics["val/score"] = sum(scores) / len(scores)
+        metrics["val/weight_version"] = version
+        return metrics
