@@ -5,6 +5,7 @@
 #   bash examples/grpo/run_tiny.sh                      # auto device, synthetic data made on first run
 #   DRY_RUN=1 bash examples/grpo/run_tiny.sh            # print the command, start nothing
 #   TOTAL_STEPS=20 bash examples/grpo/run_tiny.sh trainer.experiment_name=smoke
+#   ASYNC=1 bash examples/grpo/run_tiny.sh              # fully-async: one rollout worker, one train worker
 #
 # Data: $DATA_DIR/train.parquet and val.parquet (default data/tiny in the repository); when
 # either is missing the script first runs `python3 -m verl_lite.data.synthetic --out-dir DATA_DIR`
@@ -40,6 +41,12 @@ LOGGER=${LOGGER:-[console,jsonl]}
 SAVE_FREQ=${SAVE_FREQ:-50}
 TEST_FREQ=${TEST_FREQ:-25}
 PROJECT_NAME=${PROJECT_NAME:-verl_lite}
+# ASYNC=1 (docs/async.md): the rollout gets a device of its own and the run its own checkpoint dir.
+ROLLOUT_NNODES=${ROLLOUT_NNODES:-1}
+ROLLOUT_NDEVICES_PER_NODE=${ROLLOUT_NDEVICES_PER_NODE:-1}
+case ${ASYNC_TRAINING:-${ASYNC:-False}} in
+  True | true | 1) EXPERIMENT_NAME=${EXPERIMENT_NAME:-tiny_grpo_async} ;;
+esac
 EXPERIMENT_NAME=${EXPERIMENT_NAME:-tiny_grpo}
 
 # Synthetic data is made only for the default files, and only when one of them is missing.
