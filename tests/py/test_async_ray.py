@@ -74,47 +74,26 @@ def test_async_grpo_learns_the_copy_task_and_logs_staleness_and_queue_depth_ever
     assert verify(str(out / "global_step_30")) is None
 
 
-def test_syncing_every_second_step_publishes_versions_and_reweights_the_groups_that_are_a_version_old(
-        ray_cluster, data_dir, tmp_path):
-    from verl_lite.trainer.async_run import run_async
-
-    out = tmp_path / "k2"
-    cfg = load_config(overrides(data_dir, out, 6, "async_training.trigger_parameter_sync_step=2",
-                                "async_training.staleness_threshold=0", "async_training.stale_policy=reweight",
-                                "async_training.rollout_segment_tokens=1", "trainer.test_freq=6"))
-    assert run_async(cfg) == 0
-    rows = read_metrics(out)
-    assert [r["async/param_version"] for r in rows] == [0, 1, 1, 2, 2, 3]
-    assert "timing_s/publish" in rows[1] and "timing_s/publish" not in rows[2]
-    stale = [r for r in rows if r["async/reweighted_groups"] > 0]
-    assert stale and all(r["async/staleness/max"] >= 1 for r in stale)
-    assert all(0.0 < r["async/is_weight/mean"] <= 2.0 for r in stale)  # truncated at reweight_cap
-    assert all("async/resumed_sequences_total" in r for r in rows)
-    assert rows[-1]["val/weight_version"] >= 2 and 0.0 <= rows[-1]["val/score"] <= 1.0
-
-
 FAULTY_REWARD = """
 import time
+from verl_lite.reward.manager import default_compute_score
 calls = [0]
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    calls[0] += 1  # one call per sample: a chunk here is 4 prompts x 2 samples
-    if calls[0] == 9:  # the replica's second chunk
+    calls[0] += 1  # one call per sample, in the rollout replica's process
+    if calls[0] == {at}:
         {fault}
-    return 0.0
+    return default_compute_score(data_source, solution_str, ground_truth, extra_info)
 """
 
 
-def run_faulty(data_dir, tmp_path, fault, *extra, limit_s=180):
-    """run_async with a reward function that fails in the rollout process; a hang fails the test."""
+def run_faulty(data_dir, tmp_path, at, fault, *extra, limit_s=180):
+    """run_async whose reward function runs `fault` at its `at`-th call; a hang fails the test."""
     from verl_lite.trainer.async_run import run_async
 
     reward = tmp_path / "reward.py"
-    reward.write_text(FAULTY_REWARD.format(fault=fault), encoding="utf-8")
-    cfg = load_config(overrides(data_dir, tmp_path / "out", 20, f"custom_reward_function.path={reward}",
-                                "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
-                                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", *extra))
+    reward.write_text(FAULTY_REWARD.format(at=at, fault=fault), encoding="utf-8")
+    cfg = load_config(overrides(data_dir, tmp_path / "out", 20, f"custom_reward_function.path={reward}", *extra))
     outcome = {}
 
     def target():
@@ -127,22 +106,40 @@ def run_faulty(data_dir, tmp_path, fault, *extra, limit_s=180):
     thread.start()
     thread.join(limit_s)
     assert not thread.is_alive(), f"the run neither failed nor finished within {limit_s} s: it hangs"
-    return outcome.get("error")
+    return outcome.get("error"), read_metrics(tmp_path / "out")
 
 
-def test_a_rollout_replica_that_dies_stops_the_run_with_its_error(ray_cluster, data_dir, tmp_path):
+def test_syncing_every_second_step_reweights_the_groups_a_version_old_and_a_dying_replica_stops_the_run(
+        ray_cluster, data_dir, tmp_path):
     from verl_lite.trainer.async_run import RolloutError
 
-    error = run_faulty(data_dir, tmp_path, "import os; os._exit(3)")
+    # One chunk = one batch = 128 reward calls; validation at step 4 scores 16 more. The replica
+    # dies scoring its 7th chunk, which it generates while the trainer is on step 6.
+    error, rows = run_faulty(data_dir, tmp_path, 6 * 128 + 16 + 1, "import os; os._exit(3)",
+                             "async_training.trigger_parameter_sync_step=2", "async_training.staleness_threshold=0",
+                             "async_training.stale_policy=reweight", "async_training.rollout_segment_tokens=1",
+                             "trainer.test_freq=4")
     assert isinstance(error, RolloutError), repr(error)
     text = str(error)
     assert text.startswith("rollout replica 0 ") and ("died" in text or "dead" in text), text
+    assert 5 <= len(rows) <= 7
+    assert [r["async/param_version"] for r in rows[:5]] == [0, 1, 1, 2, 2]
+    assert "timing_s/publish" in rows[1] and "timing_s/publish" not in rows[2]
+    # A batch generated during step s (0-based) is trained on at step s + 1: one version old
+    # whenever s + 1 is a multiple of 2, and reweighted (threshold 0) instead of dropped.
+    assert [r["async/reweighted_groups"] > 0 for r in rows[:5]] == [False, False, True, False, True]
+    assert all(0.0 < r["async/is_weight/mean"] <= 2.0 for r in (rows[2], rows[4]))  # truncated at reweight_cap
+    assert rows[3]["val/weight_version"] == 2 and 0.0 <= rows[3]["val/score"] <= 1.0  # published at step 4
 
 
 def test_a_queue_that_stays_empty_past_the_timeout_says_why(ray_cluster, data_dir, tmp_path):
     from verl_lite.trainer.async_run import QueueTimeout
 
-    error = run_faulty(data_dir, tmp_path, "time.sleep(600)", "async_training.queue_timeout_s=4")
+    # 4 prompts x 2 samples: the replica stalls scoring its second chunk.
+    error, _ = run_faulty(data_dir, tmp_path, 9, "time.sleep(600)", "async_training.queue_timeout_s=4",
+                          "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
+                          "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8")
     assert isinstance(error, QueueTimeout), repr(error)
     text = str(error)
     assert text.startswith("the rollout queue stayed empty for 4 s (async_training.queue_timeout_s) at step 2")

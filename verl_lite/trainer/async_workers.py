@@ -152,6 +152,7 @@ class RolloutWorker:
         self._slot = threading.Lock()  # the pending-weights slot
         self._model = threading.Lock()  # generation and validation share the model
         self._stop = threading.Event()
+        self._chunk_active = False  # a chunk is being generated (its responses may be in flight)
         self.stats_ = {"tokens": 0, "sequences": 0, "chunks": 0, "gen_s": 0.0, "wait_s": 0.0, "syncs": 0,
                        "resumed": 0, "started": None}
 
@@ -174,9 +175,9 @@ class RolloutWorker:
         if pending is None:
             return False
         weights, version = pending
-        with self._model:
+        with self._model:  # the version changes with the weights, as the generation loop reads it
             self.rollout.update_weights(weights.items(), version)
-        self.version = version
+            self.version = version
         self.stats_["syncs"] += 1
         return True
 
@@ -218,20 +219,30 @@ class RolloutWorker:
         """Generate `n` responses for each prompt index, cutting at segments to take new weights."""
         import torch
 
-        from verl_lite.trainer.ppo_trainer import left_pad
-
         seqs = [_Seq(list(self.examples[i].prompt_ids)) for i in indices for _ in range(self.n)]
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        self._chunk_active = True
+        try:
+            self._generate_segments(seqs, pad, eos)
+        finally:
+            self._chunk_active = False
+        self.stats_["sequences"] += len(seqs)
+        return self._assemble(seqs, indices, serial, torch)
+
+    def _generate_segments(self, seqs: List[_Seq], pad: int, eos: int) -> None:
+        from verl_lite.trainer.ppo_trainer import left_pad
+
         while True:
             active = [s for s in seqs if not s.done]
             if not active:
                 break
             in_flight = bool(active[0].tokens)  # active sequences always share one response length
-            if self._apply_pending(in_flight=in_flight) and in_flight:
-                self.stats_["resumed"] += len(active)  # cut at this sync, resumed under the new weights
+            self._apply_pending(in_flight=in_flight)
             length = min(self.segment, self.response_length - len(active[0].tokens))
             with self._model:
                 version = self.version
+                if in_flight and version not in active[0].versions:
+                    self.stats_["resumed"] += len(active)  # cut at a sync, resumed under the new weights
                 out = self.rollout.generate(left_pad([s.prompt + s.tokens for s in active], pad), length, self.sampling)
                 log_probs = self._log_probs(out) if self.with_log_probs else None
             for i, s in enumerate(active):
@@ -243,8 +254,6 @@ class RolloutWorker:
                 s.versions.add(version)
                 s.done = eos in new or len(s.tokens) >= self.response_length or not new
             self.stats_["tokens"] += int(out["response_mask"].sum())
-        self.stats_["sequences"] += len(seqs)
-        return self._assemble(seqs, indices, serial, torch)
 
     def _log_probs(self, out: Dict[str, Any]):
         """Log-probs of the sampled tokens under the weights that sampled them (the behaviour policy)."""
@@ -310,15 +319,15 @@ class RolloutWorker:
     # -- validation ------------------------------------------------------------------------------
 
     def validate(self) -> Dict[str, float]:
-        """Score the validation prompts with this replica's current weights (between two segments)."""
+        """Score the validation prompts with the newest pushed weights (between two segments; with
+        partial_rollout=False, weights that arrive while a chunk is in flight wait for it)."""
         from collections import defaultdict
 
         from verl_lite.trainer.ppo_trainer import left_pad
 
         if not self.val_examples:
             return {}
-        if self.version < 0:  # asked before the loop took its first weights
-            self._apply_pending(in_flight=False)
+        self._apply_pending(in_flight=self._chunk_active)
         vk = dict(self.cfg.actor_rollout_ref.rollout.val_kwargs)
         n = int(vk.get("n", 1))
         rep = [e for e in self.val_examples for _ in range(n)]
