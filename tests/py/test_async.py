@@ -224,3 +224,28 @@ def test_the_fsdp_train_worker_computes_old_log_probs_from_the_published_snapsho
     assert set(worker.cpu_models) == {"published"}
     with pytest.raises(KeyError, match="no CPU snapshot 'v7'"):
         worker.restore_model_from_cpu("v7")
+
+
+# ---------------------------------------------------------------------------- the Ascend example
+
+
+def test_the_ascend_fully_async_example_dry_runs_and_passes_the_preflight_check_on_a_cpu_box(tmp_path):
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from verl_lite.trainer.async_rules import async_problems, rollout_replicas, train_world
+
+    script = "examples/ascend/run_qwen3_vl_30b_a3b_fully_async.sh"
+    env = dict(os.environ, HOME=str(tmp_path), PYTHON=sys.executable)
+    dry = subprocess.run(["bash", script], env=dict(env, DRY_RUN="1"), capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    words = shlex.split(dry.stdout.replace("\\\n", " "), comments=True)
+    overrides = words[words.index("verl_lite.main") + 1:]
+    cfg = load_config(overrides)
+    assert async_problems(cfg) == []
+    assert (train_world(cfg), rollout_replicas(cfg)) == (8, 6)  # 2x4 training NPUs, 2x12 rollout NPUs at TP 4
+    check = subprocess.run(["bash", script], env=dict(env, CHECK="1"), capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stderr
+    assert "verl_lite.check: OK" in check.stdout and "MindSpeedLMEngine" in check.stdout
