@@ -253,27 +253,45 @@ class TorchLMEngine(BaseEngine):
             payload = {"model": model_sd, "optimizer": optim_sd,
                        "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None}
             torch.save(payload, os.path.join(path, "model.pt"))
-        torch.save({"cpu": torch.get_rng_state()}, os.path.join(path, f"rng_rank{self.dp_rank}.pt"))
+        rng = {"cpu": torch.get_rng_state()}
+        if self.device in ("cuda", "npu"):  # sampling in the rollout draws from the device generator too
+            rng[self.device] = getattr(torch, self.device).get_rng_state()
+        torch.save(rng, os.path.join(path, f"rng_rank{self.dp_rank}.pt"))
 
     def load_checkpoint(self, path: str) -> None:
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                              set_optimizer_state_dict)
 
-        payload = torch.load(os.path.join(path, "model.pt"), map_location="cpu", weights_only=True)
-        if self.sharded:
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            set_model_state_dict(self.module, payload["model"], options=opts)
-            if self.optimizer is not None and payload.get("optimizer") is not None:
+        from verl_lite.trainer.checkpoint import CheckpointError, load_tensors
+
+        model_file = os.path.join(path, "model.pt")
+        payload = load_tensors(model_file)  # weights_only=True: pickled objects are refused, never run
+        if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
+            raise CheckpointError(f"checkpoint file {model_file} is not a {self.role} checkpoint of this engine "
+                                  f"(expected a dict with 'model', 'optimizer', 'lr_scheduler')")
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        try:
+            if self.sharded:
+                set_model_state_dict(self.module, payload["model"], options=opts)
+            else:
+                self.module.load_state_dict(payload["model"])
+        except RuntimeError as e:  # missing/unexpected keys or shape mismatch: another model's checkpoint
+            raise CheckpointError(f"checkpoint file {model_file} does not fit the {self.role} model "
+                                  f"({' '.join(str(e).split())[:240]}); resume with the model it was "
+                                  f"saved from, or set trainer.resume_mode=disable") from e
+        if self.optimizer is not None and payload.get("optimizer") is not None:
+            if self.sharded:
                 set_optimizer_state_dict(self.module, self.optimizer, payload["optimizer"], options=opts)
-        else:
-            self.module.load_state_dict(payload["model"])
-            if self.optimizer is not None and payload.get("optimizer") is not None:
+            else:
                 self.optimizer.load_state_dict(payload["optimizer"])
         if self.lr_scheduler is not None and payload.get("lr_scheduler") is not None:
             self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
         rng_file = os.path.join(path, f"rng_rank{self.dp_rank}.pt")
         if os.path.isfile(rng_file):
-            torch.set_rng_state(torch.load(rng_file, weights_only=True)["cpu"])
+            rng = load_tensors(rng_file)
+            torch.set_rng_state(rng["cpu"])
+            if self.device in ("cuda", "npu") and self.device in rng:
+                getattr(torch, self.device).set_rng_state(rng[self.device])
 
     # -- topology ------------------------------------------------------------------------------
 
