@@ -5,15 +5,24 @@ and the worker runtime env. No torch, megatron, ray or transformers is imported,
 well under a second on a laptop, for a cluster's layout.
 
 `collect_problems(cfg, for_training=True)` adds what only matters on the machine that trains:
-data and model paths, a writable checkpoint dir, the device and packages being present.
-`python -m verl_lite.main` runs it before training.
+data and model paths, a readable model config and a tokenizer, a writable checkpoint dir with room
+for a checkpoint, the device, enough devices on a one-node run, and packages being present.
+`python -m verl_lite.main` runs it before training, so all of this is refused before Ray starts.
+
+Secrets: values of env vars whose names contain KEY, TOKEN (not TOKENIZER), SECRET or PASSWORD
+are printed as <masked> (`redact`), here and in the trainer's logs, wherever they appear.
 """
 
 from __future__ import annotations
 
+import glob
+import json
+import os
+import re
+import shutil
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from verl_lite import device as devices
 from verl_lite import registry
@@ -22,6 +31,34 @@ from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.repatch import build_repatch_dict
 
 PROG = "verl_lite.check"
+# TOKEN but not TOKENIZER: TOKENIZERS_PARALLELISM is a switch, not a credential.
+SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER)|SECRET|PASSWORD", re.IGNORECASE)
+MASK = "<masked>"
+# Bytes per trained parameter in a checkpoint: fp32 weights + Adam's two fp32 moments.
+CKPT_BYTES_PER_PARAM = 12
+DEVICE_NODES = {"cuda": ("CUDA_VISIBLE_DEVICES", "nvidia[0-9]*"), "npu": ("ASCEND_RT_VISIBLE_DEVICES", "davinci[0-9]*")}
+
+
+def is_secret(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
+    """Values of secret-named env vars, longest first; 4+ characters, so that a flag such as 1 or
+    true is not masked all over the output."""
+    env = os.environ if environ is None else environ
+    return sorted({v for k, v in env.items() if is_secret(k) and len(v) >= 4}, key=len, reverse=True)
+
+
+def redact(text: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """`text` with every secret env value replaced by <masked>."""
+    for value in secret_values(environ):
+        text = text.replace(value, MASK)
+    return text
+
+
+def mask_env(env: Mapping[str, str]) -> Dict[str, str]:
+    return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
 
 
 def _target_device(cfg: Any) -> str:
@@ -59,8 +96,188 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     problems += rules.rollout_problems(cfg)
     if for_training:
         problems += rules.path_problems(cfg)
+        problems += model_file_problems(cfg)
+        problems += disk_problems(cfg, hf_cache.get(cfg.actor_rollout_ref.model.path))
         problems += rules.environment_problems(cfg, device, explicit=cfg.trainer.device != "auto")
+        problems += device_count_problems(cfg, device)
+        problems += resume_problems(cfg)
     return list(dict.fromkeys(problems))
+
+
+def resume_problems(cfg: Any) -> List[str]:
+    """trainer.resume_mode=resume_path needs a checkpoint dir with a manifest (its hashes are
+    checked when the run loads it: hashing a large checkpoint is not a sub-second check)."""
+    t = cfg.trainer
+    if t.resume_mode != "resume_path":
+        return []
+    from verl_lite.trainer.checkpoint import MANIFEST
+
+    fix = "(point it at a global_step_N directory of a finished save, or set trainer.resume_mode=auto)"
+    if not t.resume_from_path:
+        return [f"trainer.resume_mode=resume_path needs trainer.resume_from_path {fix}"]
+    path = os.path.abspath(os.path.expanduser(t.resume_from_path))
+    if not os.path.isdir(path):
+        return [f"trainer.resume_from_path={t.resume_from_path} does not exist {fix}"]
+    if not os.path.isfile(os.path.join(path, MANIFEST)):
+        return [f"trainer.resume_from_path={t.resume_from_path} has no {MANIFEST}: its save never finished {fix}"]
+    return []
+
+
+# ---------------------------------------------------------------------------- training-machine checks
+
+
+def model_file_problems(cfg: Any) -> List[str]:
+    """A config.json that transformers would choke on, a missing tokenizer, a vocab too small for it."""
+    from verl_lite.data.tokenizer import CHAR_TOKENIZER_FILE, tokenizer_problem
+    from verl_lite.models import model_dir_problem
+
+    model = cfg.actor_rollout_ref.model
+    problems = []
+    hf = None
+    if model_dir_problem(model.path) is None:
+        config = os.path.join(resolve_model_dir(model.path), "config.json")
+        try:
+            with open(config, encoding="utf-8") as f:
+                hf = json.load(f)
+        except ValueError as e:
+            problems.append(f"actor_rollout_ref.model.path: {config} is not valid JSON ({e}); fix or replace the file")
+        except OSError as e:
+            problems.append(f"actor_rollout_ref.model.path: {config} is not readable ({e.strerror})")
+        if hf is not None and not isinstance(hf, dict):
+            problems.append(f"actor_rollout_ref.model.path: {config} holds a {type(hf).__name__}, not a JSON object")
+            hf = None
+        if hf is not None and not (hf.get("model_type") or rules.text_config(hf).get("model_type")):
+            problems.append(f"actor_rollout_ref.model.path: {config} has no model_type, so transformers cannot "
+                            f"pick a model class (add e.g. \"model_type\": \"qwen3_5_text\")")
+    tok_path = model.tokenizer_path or model.path
+    if model.tokenizer_path or model_dir_problem(model.path) is None:
+        problem = tokenizer_problem(tok_path)
+        if problem:
+            problems.append(f"actor_rollout_ref.model.tokenizer_path: {problem}")
+        elif hf is not None:
+            problems += _vocab_problems(hf, os.path.join(resolve_model_dir(tok_path), CHAR_TOKENIZER_FILE), model.path)
+    return problems
+
+
+def _vocab_problems(hf: Dict[str, Any], char_file: str, path: str) -> List[str]:
+    """The char tokenizer's ids must fit the model's embedding (else an IndexError deep in a worker)."""
+    from verl_lite.data.tokenizer import DEFAULT_CHARS, SPECIAL_TOKENS
+
+    vocab = rules.text_config(hf).get("vocab_size") or hf.get("vocab_size")
+    if not os.path.isfile(char_file) or not isinstance(vocab, int):
+        return []
+    try:
+        with open(char_file, encoding="utf-8") as f:
+            ids = len(SPECIAL_TOKENS) + len(json.load(f).get("chars", DEFAULT_CHARS))
+    except (OSError, ValueError, AttributeError) as e:
+        return [f"actor_rollout_ref.model.tokenizer_path: {char_file} is not a readable char tokenizer ({e})"]
+    if vocab < ids:
+        return [f"actor_rollout_ref.model.path: vocab_size={vocab} in {path} is smaller than the {ids} ids of its "
+                f"tokenizer ({char_file}); set vocab_size >= {ids}"]
+    return []
+
+
+def estimate_params(hf: Optional[Dict[str, Any]]) -> Optional[int]:
+    """A rough parameter count from an HF config (embeddings, attention, dense or expert MLPs)."""
+    if not hf:
+        return None
+    text = rules.text_config(hf)
+    h, layers, vocab = text.get("hidden_size"), text.get("num_hidden_layers"), text.get("vocab_size")
+    if not all(isinstance(x, int) and x > 0 for x in (h, layers, vocab)):
+        return None
+    inter = text.get("intermediate_size") or 4 * h
+    experts = rules.expert_count(hf)
+    if experts:
+        mlp = experts * 3 * h * (text.get("moe_intermediate_size") or inter)
+        mlp += 3 * h * (text.get("shared_expert_intermediate_size") or 0)
+    else:
+        mlp = 3 * h * inter
+    tied = text.get("tie_word_embeddings", hf.get("tie_word_embeddings", False))
+    return vocab * h * (1 if tied else 2) + layers * (4 * h * h + mlp)
+
+
+def _nearest_existing(path: str) -> str:
+    probe = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    return probe
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _count(n: int) -> str:
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def disk_problems(cfg: Any, hf: Optional[Dict[str, Any]]) -> List[str]:
+    """The checkpoint dir's disk must hold one checkpoint (actor, plus critic when it trains)."""
+    if cfg.trainer.save_freq is not None and cfg.trainer.save_freq <= 0:
+        return []
+    params = estimate_params(hf)
+    if params is None:
+        return []
+    trained = 2 if roles.critic_enabled(cfg) else 1
+    need = params * CKPT_BYTES_PER_PARAM * trained
+    where = _nearest_existing(cfg.trainer.default_local_dir)
+    if not os.path.isdir(where):
+        return []  # rules.path_problems already says the dir cannot be created
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        return []
+    if free >= need:
+        return []
+    return [f"trainer.default_local_dir: {cfg.trainer.default_local_dir} has {_size(free)} free on its disk, but one "
+            f"checkpoint of this run needs about {_size(need)} (~{_count(params)} parameters x {trained} trained "
+            f"model(s) x {CKPT_BYTES_PER_PARAM} bytes); free space or point it at a bigger disk"]
+
+
+def visible_devices(device: str, probe: Optional[devices.Probe] = None) -> Optional[int]:
+    """How many `device` devices this machine shows (device nodes, narrowed by *_VISIBLE_DEVICES);
+    None when it cannot tell."""
+    if device not in DEVICE_NODES:
+        return None
+    probe = probe or devices.Probe()
+    var, pattern = DEVICE_NODES[device]
+    prefix = pattern.split("[")[0]
+    count = len([p for p in glob.glob(os.path.join(probe.root, "dev", pattern))
+                 if os.path.basename(p)[len(prefix):].isdigit()])
+    gpus = os.path.join(probe.root, "proc", "driver", "nvidia", "gpus")
+    if device == "cuda" and os.path.isdir(gpus):
+        count = max(count, len(os.listdir(gpus)))
+    visible = probe.environ.get(var)
+    if visible is not None and visible.strip():
+        listed = len([v for v in visible.split(",") if v.strip()])
+        count = min(count, listed) if count else listed
+    return count or None
+
+
+def device_count_problems(cfg: Any, device: str, probe: Optional[devices.Probe] = None) -> List[str]:
+    """A one-node run needs nnodes x n_gpus_per_node ranks here; trainer.ray=false runs exactly one."""
+    t = cfg.trainer
+    world = rules.world_size(cfg)
+    if not t.ray and world > 1:
+        return [f"trainer.ray=false runs one in-process worker, but the layout has {world} ranks "
+                f"(trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}); set trainer.ray=true "
+                f"or trainer.n_gpus_per_node=1"]
+    if device == "cpu" or t.nnodes != 1 or cfg.ray_init.address:
+        return []  # CPU ranks are processes; other nodes' devices are not visible from here
+    found = visible_devices(device, probe)
+    if found is None or found >= t.n_gpus_per_node:
+        return []
+    var = DEVICE_NODES[device][0]
+    return [f"trainer.n_gpus_per_node={t.n_gpus_per_node}, but this node shows {found} {device} device(s) "
+            f"(device nodes and {var}); lower trainer.n_gpus_per_node and the parallel sizes to fit {found}, "
+            f"or run on a node with {t.n_gpus_per_node}"]
 
 
 def summarize(cfg: Any) -> str:
@@ -100,8 +317,8 @@ def summarize(cfg: Any) -> str:
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
-    env = get_runtime_env(cfg, device, gpu_capability=capability)["env_vars"]
-    lines.append("runtime env   : " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    env = mask_env(get_runtime_env(cfg, device, gpu_capability=capability)["env_vars"])
+    lines.append("runtime env   : " + redact(" ".join(f"{k}={v}" for k, v in sorted(env.items()))))
     if device == "cuda" and uses_megatron(cfg) and capability is None:
         lines.append(
             f"{'':16}(GPU capability unknown here: CUDA_DEVICE_MAX_CONNECTIONS=1 is added on compute capability "
@@ -164,9 +381,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if problems:
         print(f"{PROG}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
         for p in problems:
-            print(f"  - {p}", file=sys.stderr)
+            print(f"  - {redact(p)}", file=sys.stderr)
         return 1
-    print(summarize(cfg))
+    print(redact(summarize(cfg)))
     print(f"{PROG}: OK ({time.perf_counter() - start:.2f} s)")
     return 0
 

@@ -1,14 +1,20 @@
 """Training entry: `python -m verl_lite.main <overrides...>` (what the launcher scripts call).
 
 Composes the config, runs the preflight check for training (layout, batch arithmetic, data and
-model paths, checkpoint dir, device and packages), prints every problem and exits 1 without a
-traceback, or hands the config to the trainer.
+model paths, tokenizer, checkpoint dir and its free space, device count and packages), prints every
+problem and exits 1 without a traceback, or hands the config to the trainer.
+
+Exit status: 0 done; 1 a problem or a failure (one line on stderr naming it and the step it
+interrupted; VERL_LITE_TRACEBACK=1 shows the traceback too); 130/143 stopped by SIGINT/SIGTERM
+after saving a checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import traceback
 from typing import Optional, Sequence
 
 PROG = "verl_lite.main"
@@ -16,9 +22,11 @@ TRAINER_MODULE = "verl_lite.trainer.run"
 
 
 def _report(problems: Sequence[str]) -> None:
+    from verl_lite.check import redact
+
     print(f"{PROG}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
     for p in problems:
-        print(f"  - {p}", file=sys.stderr)
+        print(f"  - {redact(p)}", file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -49,7 +57,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return 1
-    return int(run(cfg))
+    try:
+        return int(run(cfg))
+    except KeyboardInterrupt:  # Ctrl-C before the trainer's own handler was installed
+        print(f"{PROG}: interrupted before training started", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line naming what failed and where, not a traceback
+        from verl_lite.trainer.run import describe_failure
+
+        if os.environ.get("VERL_LITE_TRACEBACK") == "1":
+            traceback.print_exc()
+        from verl_lite.check import redact
+
+        print(redact(f"{PROG}: {describe_failure(e)}{_save_traceback(cfg)}"), file=sys.stderr)
+        return 1
+
+
+def _save_traceback(cfg) -> str:
+    """Write the traceback next to the checkpoints (a long run's failure must be debuggable without
+    a rerun); returns the note pointing at it, or "" when it could not be written."""
+    from verl_lite.check import redact
+
+    path = os.path.join(os.path.abspath(os.path.expanduser(cfg.trainer.default_local_dir)), "last_error.txt")
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(redact(traceback.format_exc()))
+    except OSError:
+        return ""
+    return f" (traceback: {path})"
 
 
 if __name__ == "__main__":

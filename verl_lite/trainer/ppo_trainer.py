@@ -8,6 +8,7 @@ models. One step:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,12 +20,12 @@ import numpy as np
 import torch
 
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.batch import Batch, concat, select, split
-from verl_lite.trainer.checkpoint import CheckpointManager
+from verl_lite.trainer.batch import Batch, select, split
+from verl_lite.trainer.checkpoint import (DRIVER_STATE, RESUME_FIX, CheckpointError, CheckpointManager, fault_point,
+                                          select_checkpoint)
 
 logger = logging.getLogger(__name__)
 
-DRIVER_STATE = "driver_state.json"
 CONSOLE_KEYS = ("critic/score/mean", "val/score", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
                 "response_length/mean", "timing_s/step", "perf/tokens_per_s")
 
@@ -69,9 +70,21 @@ def dp_shards(batch: Batch, num_mini: int, dp: int) -> List[Batch]:
     return split(ordered, [n // dp] * dp)
 
 
+_UNSET: Any = object()
+class StopRequest:
+    """Set by a SIGINT/SIGTERM handler; the trainer finishes the current step, saves and stops."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
 class PPOTrainer:
     def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
-                 tracking, out_dir: str):
+                 tracking, out_dir: str, stop: Optional[StopRequest] = None, resume: Any = _UNSET):
         self.cfg, self.device = cfg, device
         self.actor_wg, self.critic_wg = actor_wg, critic_wg
         self.tokenizer, self.train_set, self.val_set = tokenizer, train_set, val_set
@@ -82,6 +95,9 @@ class PPOTrainer:
                                     bool(cfg.data.shuffle))
         self.ckpt = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep)
         self.global_step = 0
+        self.saved_step = 0
+        self.stop = stop or StopRequest()
+        self.resume = resume  # select_checkpoint's answer when the caller already asked (run.py does)
         self.history: List[Dict[str, Any]] = []
         t = cfg.trainer
         per_epoch = self.sampler.batches_per_epoch
@@ -100,33 +116,27 @@ class PPOTrainer:
                 json.dump({"global_step": step, "sampler": self.sampler.state_dict(), "history": self.history}, f)
 
         path = self.ckpt.save(step, write)
+        self.saved_step = step
         logger.info("saved checkpoint %s", path)
 
-    def _maybe_resume(self) -> None:
-        t = self.cfg.trainer
-        if t.resume_mode == "disable":
-            return
-        if t.resume_mode == "resume_path":
-            from verl_lite.trainer.checkpoint import verify
-
-            path = os.path.abspath(os.path.expanduser(t.resume_from_path or ""))
-            problem = verify(path) if os.path.isdir(path) else "no such directory"
-            if problem:
-                raise FileNotFoundError(f"trainer.resume_from_path={t.resume_from_path!r} is not a usable checkpoint: {problem}")
-        else:
-            found = self.ckpt.latest_complete()
-            if found is None:
-                return
-            path = found[1]
-        with open(os.path.join(path, DRIVER_STATE), encoding="utf-8") as f:
-            state = json.load(f)
-        self.actor_wg.call_all("load_checkpoint", path)
-        if self.critic_wg is not None:
-            self.critic_wg.call_all("load_checkpoint", path)
+    def _maybe_resume(self) -> bool:
+        """Load the checkpoint that trainer.resume_mode selects; True if one was loaded."""
+        if self.resume is _UNSET:
+            self.resume = select_checkpoint(self.cfg)
+        if self.resume is None:
+            return False
+        path, state = self.resume
+        try:
+            self.actor_wg.call_all("load_checkpoint", path)
+            if self.critic_wg is not None:
+                self.critic_wg.call_all("load_checkpoint", path)
+        except Exception as e:
+            raise CheckpointError(f"resuming from {path} failed: {e} {RESUME_FIX}") from e
         self.sampler.load_state_dict(state["sampler"])
-        self.global_step = int(state["global_step"])
+        self.global_step = self.saved_step = int(state["global_step"])
         self.history = list(state.get("history", []))
         logger.info("resumed from %s at step %d", path, self.global_step)
+        return True
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -211,6 +221,7 @@ class PPOTrainer:
             res = self.actor_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp),
                                             update_meta(train_batch, num_mini, dp))
             metrics.update(_merge_rank_metrics(res))
+            fault_point("step")
             self.actor_wg.call_all("sync_rollout_weights", self.global_step + 1)
         timing["update_actor"] = time.perf_counter() - t
         timing["step"] = time.perf_counter() - t0
@@ -262,22 +273,51 @@ class PPOTrainer:
         with logging_redirect_tqdm():
             return self._fit(progress)
 
+    @contextlib.contextmanager
+    def _during(self, what: str, step: int):
+        """A failure inside the block gets a note naming the step it interrupted (main prints it)."""
+        try:
+            yield
+        except Exception as e:
+            e.add_note(f"{what} {step} of {self.total_steps}")
+            raise
+
     def _fit(self, progress: bool) -> List[Dict[str, Any]]:
         from tqdm import tqdm
 
-        self._maybe_resume()
+        with self._during("resuming before step", self.global_step + 1):
+            resumed = self._maybe_resume()
+        self.tracking.rewind(self.global_step if resumed else -1)
         t = self.cfg.trainer
-        if self.global_step == 0 and t.val_before_train:
-            m = self.validate()
+        if self.global_step == 0 and t.val_before_train and not self.stop.requested:
+            with self._during("validating before step", 1):
+                m = self.validate()
             self.tracking.log(m, 0)
         bar = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO" if self.cfg.algorithm.adv_estimator == "grpo" else "PPO",
                    disable=not progress, dynamic_ncols=True, unit="step")
-        while self.global_step < self.total_steps:
-            metrics = self.step()
+        try:
+            self._loop(bar)
+        finally:
+            bar.close()  # also on a failure, so the error line starts on a line of its own
+        if self.stop.requested:
+            if self.global_step > self.saved_step:
+                with self._during("saving the checkpoint of step", self.global_step):
+                    self._save()
+            logger.warning("stopped by signal %d after step %d of %d; checkpoint %s; run again to resume",
+                           self.stop.signum, self.global_step, self.total_steps,
+                           self.ckpt.step_dir(self.saved_step) if self.saved_step else "none (no step finished)")
+        return self.history
+
+    def _loop(self, bar) -> None:
+        t = self.cfg.trainer
+        while self.global_step < self.total_steps and not self.stop.requested:
+            with self._during("at step", self.global_step + 1):
+                metrics = self.step()
             self.global_step += 1
             is_last = self.global_step >= self.total_steps
             if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
-                metrics.update(self.validate())
+                with self._during("validating after step", self.global_step):
+                    metrics.update(self.validate())
             sample = metrics.pop("sample", "")
             self.tracking.log(metrics, self.global_step)
             self.history.append({"step": self.global_step, "score": metrics["critic/score/mean"],
@@ -285,9 +325,8 @@ class PPOTrainer:
             bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}", sample=repr(sample)[:16])
             bar.update(1)
             if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
-                self._save()
-        bar.close()
-        return self.history
+                with self._during("saving the checkpoint of step", self.global_step):
+                    self._save()
 
 
 def _merge_rank_metrics(per_rank: List[Dict[str, List[float]]]) -> Dict[str, float]:

@@ -1,22 +1,45 @@
-"""Build and run a training job from a checked config: data, reward, Ray, worker groups, trainer."""
+"""Build and run a training job from a checked config: data, reward, Ray, worker groups, trainer.
+
+Stopping: the first SIGINT or SIGTERM lets the current step finish, writes a checkpoint and
+makes `run` return 130 or 143 (128 + the signal); a second one abandons the step at once
+(checkpoints are written atomically, so nothing half-written is ever resumed from). Whatever
+happens, the worker groups and a Ray instance started here are shut down before returning.
+Failures carry a note naming the step they interrupted; `describe_failure` makes the one line
+that `python -m verl_lite.main` prints.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import tempfile
-from typing import Any
+import threading
+from typing import Any, Iterator, Optional
+
+from verl_lite.check import redact
 
 logger = logging.getLogger("verl_lite")
 
 
-def _init_ray(cfg: Any, device: str, world: int) -> None:
+
+class Abandoned(BaseException):
+    """A second stop signal: leave the current step now (not an Exception: nothing may swallow it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by a second {signal.Signals(signum).name}: the current step was abandoned")
+        self.signum = signum
+
+
+def _init_ray(cfg: Any, device: str, world: int) -> bool:
+    """Start (or join) Ray; True when this call started it, so that only then run() shuts it down."""
     import ray
 
     from verl_lite.runtime_env import get_runtime_env
 
     if ray.is_initialized():
-        return
+        return False
     ri = cfg.ray_init
     kwargs: dict = {"include_dashboard": bool(ri.include_dashboard), "log_to_driver": True,
                     "runtime_env": get_runtime_env(cfg, device), "logging_level": logging.WARNING}
@@ -28,79 +51,204 @@ def _init_ray(cfg: Any, device: str, world: int) -> None:
         kwargs["_temp_dir"] = ri.temp_dir or os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "verl_lite_ray")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(**kwargs)
+    return True
+
+
+# ---------------------------------------------------------------------------- secrets
+
+
+class RedactSecrets(logging.Filter):
+    """A handler filter that masks secret env values in every record it formats."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+@contextlib.contextmanager
+def _redacted_logs() -> Iterator[None]:
+    handlers = list(logging.getLogger().handlers)
+    flt = RedactSecrets()
+    for h in handlers:
+        h.addFilter(flt)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(flt)
+
+
+# ---------------------------------------------------------------------------- stopping
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: Any) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop.signum` (finish the step, save, stop); a second one raises Abandoned.
+    Installed after ray.init, which sets its own SIGTERM handler; the previous handlers come back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        if stop.requested:
+            raise Abandoned(signum)
+        stop.signum = signum
+        logger.warning("%s: finishing the current step, then saving a checkpoint and stopping (send it again to "
+                       "stop at once)", signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def describe_failure(e: BaseException) -> str:
+    """One line for a failed run: the error, its type, and the step it interrupted (if any)."""
+    notes = "; ".join(getattr(e, "__notes__", []) or [])
+    text = " ".join(str(e).split()) or type(e).__name__
+    kind = type(e).__name__
+    if kind not in ("WorkerError", "CheckpointError", "DataError", "RewardFunctionError", "ConfigError"):
+        text = f"{kind}: {text}"
+    return redact(f"{notes}: {text}" if notes else text)
 
 
 def run(cfg: Any) -> int:
+    """Train; 0 when done, 128 + signal number when stopped by SIGINT/SIGTERM. Errors propagate."""
     if cfg.async_training.enable:
         from verl_lite.trainer.async_run import run_async
 
         return run_async(cfg)
-    from omegaconf import OmegaConf
+    from verl_lite.trainer.checkpoint import fault_spec, reset_faults
 
-    from verl_lite.config import roles
-    from verl_lite.data.dataset import PromptDataset, as_file_list, expand
-    from verl_lite.data.tokenizer import load_tokenizer
-    from verl_lite.device import resolve_device
-    from verl_lite.reward.manager import RewardManager
-    from verl_lite.trainer.plot import plot_rewards
-    from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
-    from verl_lite.trainer.tracking import Tracking
-    from verl_lite.trainer.worker_group import WorkerGroup
-    from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
+    reset_faults()
+    fault_spec()  # a malformed VERL_LITE_FAULT is refused before anything starts
+    with _redacted_logs():
+        # Data, tokenizer, reward and the checkpoint to resume from first, with no torch import:
+        # their errors come in about a second, before Ray starts and before any model is built.
+        job = _Job(cfg)
+        from verl_lite.trainer.ppo_trainer import StopRequest
 
-    t = cfg.trainer
-    device = resolve_device(t.device)
-    arr = cfg.actor_rollout_ref
-    out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
-    os.makedirs(out_dir, exist_ok=True)
-    tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
-    d = cfg.data
-    train_set = PromptDataset(d.train_files, tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
-                              d.filter_overlong_prompts)
-    val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
-    val_set = (PromptDataset(val_files, tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
-                             d.filter_overlong_prompts) if val_files else None)
-    crf = cfg.custom_reward_function
-    reward_fn = RewardManager.from_custom(crf.path, crf.name) if crf.path else RewardManager()
-    world = int(t.nnodes) * int(t.n_gpus_per_node)
-    cfg_dict = OmegaConf.to_container(cfg, resolve=True)
-    threads = max(1, (os.cpu_count() or 1) // max(1, world)) if device == "cpu" else 1
-    logger.info("device=%s ranks=%d strategy=%s rollout=%s train_prompts=%d", device, world, arr.actor.strategy,
-                arr.rollout.name, len(train_set))
-    if t.ray:
-        _init_ray(cfg, device, world)
-    tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS)
-    actor_wg = critic_wg = None
-    try:
-        timeout = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
-        actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", cfg_dict, world, device, bool(t.ray),
-                               threads, call_timeout_s=timeout)
-        if roles.critic_enabled(cfg):
-            critic_wg = WorkerGroup(CriticWorker, "critic", cfg_dict, world, device, bool(t.ray), threads,
-                                    call_timeout_s=timeout)
-        trainer = PPOTrainer(cfg, device, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn, tracking,
-                             out_dir)
-        history = trainer.fit(progress=True)
+        stop = StopRequest()
+        started_ray = False
+        try:
+            if cfg.trainer.ray:
+                started_ray = _init_ray(cfg, job.device, job.world)
+            with _stop_on_signals(stop):
+                try:
+                    job.train(stop)
+                except Abandoned as e:
+                    stop.signum = e.signum
+                    logger.warning("%s", e)
+        finally:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+    return 128 + stop.signum if stop.requested else 0
+
+
+class _Job:
+    """What the driver holds: data, tokenizer, reward function; `train` builds the workers and fits."""
+
+    def __init__(self, cfg: Any):
+        from verl_lite.data.dataset import PromptDataset, as_file_list, expand
+        from verl_lite.data.tokenizer import load_tokenizer
+        from verl_lite.device import resolve_device
+        from verl_lite.reward.manager import RewardManager
+
+        self.cfg = cfg
+        t, arr, d = cfg.trainer, cfg.actor_rollout_ref, cfg.data
+        self.device = resolve_device(t.device)
+        self.world = int(t.nnodes) * int(t.n_gpus_per_node)
+        self.out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
+        os.makedirs(self.out_dir, exist_ok=True)
+        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
+        self.train_set = PromptDataset(d.train_files, self.tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
+                                       d.filter_overlong_prompts)
+        val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
+        self.val_set = (PromptDataset(val_files, self.tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
+                                      d.filter_overlong_prompts) if val_files else None)
+        crf = cfg.custom_reward_function
+        self.reward_fn = RewardManager.from_custom(crf.path, crf.name) if crf.path else RewardManager()
+        self._check_fit(crf.path)
+        from verl_lite.trainer.checkpoint import select_checkpoint
+
+        self.resume = select_checkpoint(cfg)  # a damaged checkpoint is refused before Ray and the models
+
+    def _check_fit(self, custom_reward: Optional[str]) -> None:
+        """What would otherwise fail only after the models are built: too few prompts for one batch,
+        data sources that the default reward cannot score."""
+        from verl_lite.data.dataset import DataError
+        from verl_lite.reward.manager import GSM8K_SOURCES, SYNTHETIC_PREFIX
+
+        bs = int(self.cfg.data.train_batch_size)
+        if bs > len(self.train_set):
+            raise DataError(f"data.train_batch_size={bs} exceeds the {len(self.train_set)} prompts in "
+                            f"data.train_files (lower data.train_batch_size or add data)")
+        if custom_reward:
+            return
+        sets = [("data.train_files", self.train_set)] + ([("data.val_files", self.val_set)] if self.val_set else [])
+        for key, ds in sets:
+            unknown = sorted({e.data_source for e in ds.examples
+                              if e.data_source not in GSM8K_SOURCES and not e.data_source.startswith(SYNTHETIC_PREFIX)})
+            if unknown:
+                raise DataError(f"{key}: no rule reward for data_source {', '.join(map(repr, unknown[:3]))} "
+                                f"(the default reward scores {', '.join(GSM8K_SOURCES)} and {SYNTHETIC_PREFIX}*); "
+                                f"set custom_reward_function.path to a reward function for this data")
+
+    def train(self, stop: Any) -> None:
+        from omegaconf import OmegaConf
+
+        from verl_lite.config import roles
+        from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
+        from verl_lite.trainer.tracking import Tracking
+        from verl_lite.trainer.worker_group import WorkerGroup
+        from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
+
+        cfg, device, world, out_dir = self.cfg, self.device, self.world, self.out_dir
+        t, arr = cfg.trainer, cfg.actor_rollout_ref
+        cfg_dict = OmegaConf.to_container(cfg, resolve=True)
+        threads = max(1, (os.cpu_count() or 1) // max(1, world)) if device == "cpu" else 1
+        logger.info("device=%s ranks=%d strategy=%s rollout=%s train_prompts=%d", device, world, arr.actor.strategy,
+                    arr.rollout.name, len(self.train_set))
+        tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS)
+        actor_wg = critic_wg = None
+        try:
+            timeout = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
+            actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", cfg_dict, world, device, bool(t.ray),
+                                   threads, call_timeout_s=timeout)
+            if roles.critic_enabled(cfg):
+                critic_wg = WorkerGroup(CriticWorker, "critic", cfg_dict, world, device, bool(t.ray), threads,
+                                        call_timeout_s=timeout)
+            trainer = PPOTrainer(cfg, device, actor_wg, critic_wg, self.tokenizer, self.train_set, self.val_set,
+                                 self.reward_fn, tracking, out_dir, stop=stop, resume=self.resume)
+            history = trainer.fit(progress=True)
+            if not stop.requested:
+                self._report(history, tracking)
+        finally:
+            tracking.close()
+            for wg in (actor_wg, critic_wg):
+                if wg is not None:
+                    wg.shutdown()
+
+    def _report(self, history: list, tracking: Any) -> None:
+        from verl_lite.trainer.plot import plot_rewards
+
+        t = self.cfg.trainer
         if t.plot_rewards and history:
-            png = plot_rewards(history, os.path.join(out_dir, "reward_curve.png"),
+            png = plot_rewards(history, os.path.join(self.out_dir, "reward_curve.png"),
                                f"{t.project_name}/{t.experiment_name}: mean reward")
             logger.info("reward curve: %s", png)
         if "jsonl" in t.logger:
             logger.info("metrics: %s", tracking.jsonl_path)
         if history:
-            first, last = history[0]["score"], history[-1]["score"]
+            first = history[0]["score"]
             k = min(10, len(history))
             tail = sum(h["score"] for h in history[-k:]) / k
             logger.info("done: %d steps, reward %.3f at the first step, %.3f mean over the last %d", len(history),
                         first, tail, k)
-        return 0
-    finally:
-        tracking.close()
-        for wg in (actor_wg, critic_wg):
-            if wg is not None:
-                wg.shutdown()
-        if t.ray:
-            import ray
-
-            if ray.is_initialized():
-                ray.shutdown()

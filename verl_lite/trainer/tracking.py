@@ -47,6 +47,34 @@ class JsonlLogger:
         self.f.write(json.dumps(row) + "\n")
         self.f.flush()
 
+    def rewind(self, keep_through: int) -> int:
+        """Keep only rows with step <= keep_through (drop all when it is < 0), so a run resumed
+        from a checkpoint does not repeat the steps a crash lost; a torn last line is dropped too.
+        Returns how many rows were dropped. The file is replaced atomically."""
+        self.f.close()
+        kept, dropped = [], 0
+        with open(self.path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                    step = int(row["step"])
+                except (ValueError, KeyError, TypeError):
+                    dropped += 1
+                    continue
+                if step <= keep_through:
+                    kept.append(line if line.endswith("\n") else line + "\n")
+                else:
+                    dropped += 1
+        if dropped:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(kept)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        self.f = open(self.path, "a", encoding="utf-8")
+        return dropped
+
     def close(self) -> None:
         self.f.close()
 
@@ -87,6 +115,15 @@ class Tracking:
     def log(self, metrics: Dict[str, Any], step: int) -> None:
         for lg in self.loggers:
             lg.log(metrics, step)
+
+    def rewind(self, keep_through: int) -> None:
+        """Forget logged steps after `keep_through` (the step a run resumes from; -1: a fresh start)."""
+        for lg in self.loggers:
+            if isinstance(lg, JsonlLogger):
+                dropped = lg.rewind(keep_through)
+                if dropped:
+                    logger.info("%s: dropped %d row(s) after step %d (steps lost with the process that wrote them)",
+                                lg.path, dropped, max(keep_through, 0))
 
     def close(self) -> None:
         for lg in self.loggers:

@@ -3,12 +3,17 @@ data-parallel dispatch: split a batch over DP ranks, call every rank, gather the
 
 A worker that dies or raises makes every call fail fast with the worker's error, the method and
 the rank: the driver never waits forever (each call has a timeout, `trainer.ray_timeout_s`, on
-top of Ray's own death detection).
+top of Ray's own death detection). A worker killed by a signal (the OOM killer's SIGKILL, a
+`kill`) is reported as such, with its pid.
+
+With `VERL_LITE_FAULT=ACTION:worker.METHOD[:N]` (crash tests only; see checkpoint.py) the worker
+class is wrapped so that METHOD hits the fault point inside the worker's own process.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from typing import Any, Dict, List, Optional, Sequence
@@ -43,19 +48,27 @@ class WorkerGroup:
                  init_timeout_s: float = 600.0):
         self.name, self.world_size, self.use_ray = name, world_size, use_ray
         self.call_timeout_s = call_timeout_s
+        self.pids: List[Optional[int]] = []
         port = free_port()
         args = lambda rank: (cfg_dict, rank, world_size, "127.0.0.1", port, device, threads)  # noqa: E731
+        cls = with_fault_hook(cls)
         if use_ray:
             import ray
 
             remote_cls = ray.remote(cls).options(max_restarts=0, max_task_retries=0, **worker_resources(device))
             self.workers = [remote_cls.remote(*args(rank)) for rank in range(world_size)]
             self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
+            self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
+            logger.info("%s: %d rank(s) ready, pids %s", name, world_size, self.pids)
         else:
             if world_size != 1:
                 raise ValueError(f"trainer.ray=false runs one in-process worker; {name} needs {world_size} ranks "
                                  f"(set trainer.ray=true or a single-device layout)")
-            self.workers = [cls(*args(0))]
+            try:
+                self.workers = [cls(*args(0))]
+            except Exception as e:
+                raise WorkerError(f"{name} rank 0 failed in __init__: {type(e).__name__}: {e}") from e
+            self.pids = [None]
         self.topology = self.call_all("topology")
         self.dp_size = self.topology[0]["dp_size"]
         self.leaders = sorted((t["dp_rank"], i) for i, t in enumerate(self.topology) if t["leader"])
@@ -80,7 +93,9 @@ class WorkerGroup:
                 ray.get(ready[0])  # surface the first failure at once, not after the slowest rank
             except Exception as e:  # RayTaskError / RayActorError / OOM
                 rank = refs.index(ready[0])
-                raise WorkerError(f"{self.name} rank {rank} failed in {method}: {_short(e)}") from e
+                pid = self.pids[rank] if rank < len(self.pids) and self.pids[rank] else None
+                who = f"{self.name} rank {rank}" + (f" (pid {pid})" if pid else "")
+                raise WorkerError(f"{who} failed in {method}: {_short(e)}") from e
         return ray.get(refs)
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
@@ -113,15 +128,54 @@ class WorkerGroup:
             import ray
 
             for w in self.workers:
-                ray.kill(w, no_restart=True)
+                try:
+                    ray.kill(w, no_restart=True)
+                except Exception as e:  # already dead, or Ray is going down: nothing left to stop
+                    logger.debug("%s: ray.kill: %s", self.name, e)
         self.workers = []
+
+
+def _pid(_worker: Any) -> int:
+    import os
+
+    return os.getpid()
+
+
+def with_fault_hook(cls: type) -> type:
+    """`cls`, or a subclass whose METHOD first hits the fault point `worker.METHOD` when
+    VERL_LITE_FAULT names one (crash tests). The subclass keeps the name, so Ray's process titles
+    stay `ray::<Class>`; it is defined here, so Ray ships it to the workers by value."""
+    from verl_lite.trainer.checkpoint import FAULT_ENV, fault_spec
+
+    spec = fault_spec()
+    if spec is None or not spec.point.startswith("worker."):
+        return cls
+    method = spec.point[len("worker."):]
+    original = getattr(cls, method, None)
+    if not callable(original):
+        return cls
+    text = f"{spec.action}:{spec.point}:{spec.nth}"
+
+    def hooked(self, *args, **kwargs):
+        fault_spec({FAULT_ENV: text}).hit(spec.point)  # counted in the worker's own process
+        return original(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {method: hooked})
 
 
 def _short(e: BaseException) -> str:
     """The worker's own error line(s), without Ray's wrapper boilerplate."""
     cause = getattr(e, "cause", None)
     if cause is not None and not isinstance(cause, type(e)):
-        return f"{type(cause).__name__}: {cause}"
-    text = str(e).strip().splitlines()
-    tail = [t for t in text if t.strip()][-3:]
+        text = " ".join(str(cause).split())
+        return f"{type(cause).__name__}: {text}" if text else f"{type(cause).__name__} (no message)"
+    text = " ".join(str(e).split())
+    died = re.search(r"Worker exit detail: (.*?\.)(?: |$)(?:(End of file\.))?", text)
+    if died:  # Ray's ActorDiedError: keep the exit detail, drop the advice paragraph
+        detail = " ".join(g for g in died.groups() if g)
+        return (f"its process died ({detail} It was killed, e.g. by SIGKILL or the kernel's OOM killer, "
+                f"or it crashed)")
+    if "running low on memory" in text:  # Ray's memory monitor killed it
+        return "Ray's memory monitor killed it: " + text.split(". ")[0] + " (give the workers more memory)"
+    tail = [t for t in str(e).strip().splitlines() if t.strip()][-3:]
     return " | ".join(tail) if tail else type(e).__name__
