@@ -433,6 +433,8 @@ vl_main() {
     vl_print_dry_run
     return 0
   fi
+  command -v "$PYTHON" >/dev/null 2>&1 ||
+    vl_die "PYTHON=$PYTHON is not an executable on PATH (set PYTHON to a python3 that has verl_lite installed)"
   local word
   for word in "${VL_ENV[@]}"; do export "${word?}"; done
   if ((${#VL_PREPARE[@]})); then
