@@ -1,0 +1,1 @@
+compute_score = 1.0
