@@ -258,10 +258,10 @@ class CheckpointManager:
             _fsync_dir(self.root)
         except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            kept = self.latest_complete()
+            kept = self.list_steps()  # not re-hashed: a big checkpoint takes minutes to verify
             raise CheckpointError(
                 f"writing checkpoint global_step_{step} in {self.root} failed ({e.strerror or e}); "
-                f"{'global_step_%d is intact' % kept[0] if kept else 'no earlier checkpoint exists'} "
+                f"{'global_step_%d is intact' % kept[-1][0] if kept else 'no earlier checkpoint exists'} "
                 f"(free space or point trainer.default_local_dir at a writable disk with room)") from e
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
