@@ -13,6 +13,7 @@ class is wrapped so that METHOD hits the fault point inside the worker's own pro
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import time
@@ -25,6 +26,15 @@ logger = logging.getLogger(__name__)
 
 class WorkerError(RuntimeError):
     """A worker rank failed (raised, died or timed out) while running a method."""
+
+
+def cpu_threads() -> int:
+    """torch threads for one CPU worker: OMP_NUM_THREADS when set, else 1."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    try:
+        return max(1, int(value)) if value else 1
+    except ValueError:
+        raise ValueError(f"OMP_NUM_THREADS={value!r} is not a positive integer (unset it or set e.g. 2)") from None
 
 
 def free_port() -> int:
