@@ -94,6 +94,10 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
         except registry.RegistryError as e:
             problems.append(f"{role}: {e}")
     problems += rules.rollout_problems(cfg)
+    if cfg.async_training.enable:
+        from verl_lite.trainer.async_rules import async_problems  # pure config arithmetic, no torch/ray
+
+        problems += async_problems(cfg)
     if for_training:
         problems += rules.path_problems(cfg)
         problems += model_file_problems(cfg)

@@ -661,3 +661,13 @@ def test_optional_megatron_sizes_are_checked_only_when_set():
         "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=0 must be a positive integer",
         "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=0 must be a positive integer",
     ]
+
+
+def test_an_async_run_without_a_rollout_pool_of_its_own_is_rejected_by_the_check():
+    found = check.collect_problems(
+        load_config(["async_training.enable=true", "actor_rollout_ref.rollout.nnodes=0"]), for_training=False
+    )
+    assert any(p.startswith("async_training.enable=True needs a rollout pool of its own") for p in found), found
+    ok = load_config(["async_training.enable=true", "actor_rollout_ref.rollout.nnodes=1",
+                      "actor_rollout_ref.rollout.n_gpus_per_node=1"])
+    assert not any("rollout pool" in p for p in check.collect_problems(ok, for_training=False))
