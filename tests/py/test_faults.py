@@ -165,10 +165,11 @@ def alive(pids: List[int]) -> List[str]:
 
 
 def error_line(text: str) -> str:
-    """The driver's last line, which must be its one-line error (the progress bar was closed first)."""
-    lines = [x for x in text.splitlines() if x.strip()]
-    assert lines and lines[-1].startswith("verl_lite.main: "), text[-3000:]
-    return lines[-1]
+    """The driver's one-line error, which must start a line of its own (the progress bar was closed
+    first); Ray's log monitor may still print a line of its own after it."""
+    lines = [x for x in text.splitlines() if x.startswith("verl_lite.main: ")]
+    assert len(lines) == 1, text[-3000:]
+    return lines[0]
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
