@@ -15,7 +15,7 @@ cd "$repo"
 ray_tmp=$(mktemp -d "${TMPDIR:-/tmp}/verl_lite_ray.XXXXXX")
 trap 'rm -rf "$ray_tmp"' EXIT
 export RAY_AUTH_MODE=disabled RAY_TMPDIR=$ray_tmp
-export PYTHONDONTWRITEBYTECODE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONDONTWRITEBYTECODE=1
 
 status=0
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of pytest options, split on purpose

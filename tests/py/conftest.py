@@ -50,3 +50,14 @@ def write_model(tmp_path: Path) -> Callable[..., str]:
         return str(path)
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environ():
+    """Each test sees the environment as it was: megatron records its attention backend in
+    NVTE_* variables of the process, and a value left by one test trips the next test's model
+    build (children spawned by later tests inherit it)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
