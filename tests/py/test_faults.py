@@ -408,18 +408,9 @@ def test_a_ray_worker_that_raises_runs_out_of_memory_or_hangs_fails_the_call_nam
     wait_for(lambda: not alive([pid]), 20, f"worker pid {pid} to exit after shutdown")
 
 
-@pytest.fixture
-def restored_environ():
-    """Megatron's model build sets NVTE_* attention variables in os.environ; processes that later
-    tests spawn would inherit them (test_mindspeed_engine's flash backend then refuses to start)."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 @pytest.mark.megatron
-def test_an_interrupted_megatron_run_resumes_to_the_same_weights_and_metrics(data_dir, tmp_path, restored_environ):
+def test_an_interrupted_megatron_run_resumes_to_the_same_weights_and_metrics(data_dir, tmp_path):
+    # megatron sets NVTE_* variables in os.environ; conftest's autouse fixture puts the env back.
     if importlib.util.find_spec("megatron") is None:
         pytest.skip("megatron-core is not installed")
     from verl_lite.trainer.run import run
