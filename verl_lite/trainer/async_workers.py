@@ -305,16 +305,9 @@ class RolloutWorker:
         return chunk
 
     def _score(self, batch: Dict[str, Any]):
-        import torch
+        from verl_lite.trainer.ppo_trainer import score_responses
 
-        mask = batch["response_mask"]
-        texts = [self.tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True)
-                 for r, m in zip(batch["responses"], mask)]
-        scores = self.reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
-        token_scores = torch.zeros(mask.shape, dtype=torch.float32)
-        last = (mask.sum(-1) - 1).clamp(min=0)
-        token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
-        return token_scores
+        return score_responses(self.tokenizer, self.reward_fn, batch)[0]
 
     # -- validation ------------------------------------------------------------------------------
 

@@ -56,6 +56,20 @@ def reorder_for_dp(n: int, num_mini: int, dp: int) -> List[int]:
     return order
 
 
+def score_responses(tokenizer: Any, reward_fn: Any, batch: Batch):
+    """Decode each response (up to EOS), score it, and put the score on its last token.
+
+    Returns (token-level scores (B, R), decoded texts)."""
+    mask = batch["response_mask"]
+    texts = [tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True)
+             for r, m in zip(batch["responses"], mask)]
+    scores = reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
+    token_scores = torch.zeros(mask.shape, dtype=torch.float32)
+    last = (mask.sum(-1) - 1).clamp(min=0)
+    token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
+    return token_scores, texts
+
+
 def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
     """Global token and sequence counts per mini-batch, so per-rank losses add up to the global one."""
     mask = batch["response_mask"]
@@ -157,14 +171,7 @@ class PPOTrainer:
         return batch
 
     def _score(self, batch: Batch) -> torch.Tensor:
-        mask = batch["response_mask"]
-        texts = [self.tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True)
-                 for r, m in zip(batch["responses"], mask)]
-        scores = self.reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
-        token_scores = torch.zeros(mask.shape, dtype=torch.float32)
-        last = (mask.sum(-1) - 1).clamp(min=0)
-        token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
-        batch["_texts"] = texts
+        token_scores, batch["_texts"] = score_responses(self.tokenizer, self.reward_fn, batch)
         return token_scores
 
     def step(self) -> Dict[str, Any]:
