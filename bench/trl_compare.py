@@ -1,7 +1,7 @@
 """GRPO step throughput of verl_lite next to TRL's GRPOTrainer, same tiny model and task, one machine.
 
 Usage:
-  python bench/trl_compare.py                                  # 3- and 16-token settings, 2 rounds each
+  python bench/trl_compare.py                                  # 3- and 16-token settings, 3 rounds each
   python bench/trl_compare.py --response-lengths 3 --rounds 1  # a quick look
   python bench/trl_compare.py --systems verl_lite,trl --json /tmp/trl_compare.json
 
@@ -9,18 +9,19 @@ Both sides train the shipped tiny Qwen3.5 (verl_lite/assets/tiny-qwen3_5, random
 so both start from identical weights) on the synthetic copy task, with 16 prompts x 8 samples per
 step, lr 2e-3, no KL, one optimizer update per step, on CPU with the same torch thread count
 (--threads, default 1 as the main job's CPU workers; exported as OMP_NUM_THREADS to every run).
-  verl_lite      `python -m verl_lite.main ...` as the main job runs it (Ray workers, the default)
+  verl_lite         `python -m verl_lite.main ...` as the main job runs it (Ray workers, the default)
   verl_lite_nice0   the Ray path with RAY_worker_niceness=0 (Ray starts workers at nice 15, so on
                     a shared box they lose the CPU to every normal-priority process)
   verl_lite_inproc  the same job with trainer.ray=false (one in-process worker)
-  trl            trl.GRPOTrainer over a PreTrainedTokenizerFast built locally on the same char vocab
+  trl               trl.GRPOTrainer over a PreTrainedTokenizerFast built locally on the same char vocab
 Each run is its own process. Runs alternate between systems within a round, so a load change on a
 shared machine hits every system alike. The first --warmup steps of a run are dropped.
 
 Per-step figures: s/step is verl_lite's `timing_s/step` (prompts -> rollout -> reward -> old
 log-probs -> update -> weight sync) and TRL's on_step_begin..on_step_end (generation, reward,
 loss, backward, optimizer step); logging is outside both. tokens/s is generated (response) tokens
-of a step over that step's time; gen tok/s counts the generation call alone.
+of a step over that step's time; gen-only tokens/s counts the generation call alone. The ratio
+to TRL is taken per round (runs minutes apart, under similar load) and its median reported.
 TRL is a benchmark-only dependency: pip install 'trl==1.16.*' 'torch==<the installed version>'.
 """
 
