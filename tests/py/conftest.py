@@ -61,3 +61,14 @@ def _isolated_environ():
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """A local Ray instance for one test module (auth off, its own temp dir), shut down after."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
+             _temp_dir=os.environ.get("RAY_TMPDIR") or str(tmp_path_factory.mktemp("ray")))
+    yield ray
+    ray.shutdown()

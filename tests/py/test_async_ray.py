@@ -20,16 +20,6 @@ ASYNC = ["async_training.enable=True", "actor_rollout_ref.rollout.nnodes=1",
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
-             _temp_dir=os.environ.get("RAY_TMPDIR") or str(tmp_path_factory.mktemp("ray")))
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny_async_ray")
     generate(str(d), task="copy", digits=3, n_train=512, n_val=16, seed=0)

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 
 from verl_lite.config import load_config
 from verl_lite.data.synthetic import generate
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    ray = pytest.importorskip("ray")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
-             _temp_dir=os.environ.get("RAY_TMPDIR") or str(tmp_path_factory.mktemp("ray")))
-    yield ray
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")
