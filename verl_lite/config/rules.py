@@ -106,7 +106,8 @@ def positive_problems(cfg: Any) -> List[str]:
         "actor_rollout_ref.actor.ppo_mini_batch_size",
         "actor_rollout_ref.rollout.tensor_model_parallel_size",
     ]
-    optional = ["critic.ppo_mini_batch_size"]
+    optional = ["critic.ppo_mini_batch_size", "actor_rollout_ref.model.linear_attention_chunk_size",
+                "critic.model.linear_attention_chunk_size"]
     for role in roles.active_roles(cfg):
         if roles.strategy(cfg, role) == "megatron":
             prefix = f"{roles.SECTION[role]}.megatron."

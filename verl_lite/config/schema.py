@@ -99,6 +99,9 @@ class ModelConfig:
     override_config: Dict[str, Any] = field(default_factory=dict)
     # Random init seed when the path holds no weights.
     init_seed: int = 0
+    # Chunk of the pure-torch GDN (linear_attention) rule, used where flash-linear-attention is not
+    # installed (CPU): null = by sequence length (16 up to 128 tokens); 64 = transformers' own.
+    linear_attention_chunk_size: Optional[int] = None
 
 
 # ---------------------------------------------------------------------------- actor / ref / rollout

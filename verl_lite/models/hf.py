@@ -3,10 +3,12 @@ directory holds no weights). Imports torch and transformers: only workers import
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import os
-from typing import Any
+import sys
+from typing import Any, Optional
 
 import torch
 
@@ -38,8 +40,51 @@ def load_hf_config(model_config: Any):
     return cfg
 
 
+# transformers' pure-torch gated delta rule (GDN "linear_attention" layers of Qwen3.5 / Qwen3-Next)
+# pads every sequence to a multiple of its chunk (64) and does O(chunk^2) work per chunk, so short
+# sequences pay for 64 positions. It is the path taken wherever flash-linear-attention is absent (CPU).
+CHUNK_RULE = "torch_chunk_gated_delta_rule"
+
+
+def auto_chunk_size(seq_len: int) -> int:
+    """Chunk for the torch gated delta rule by sequence length (CPU, 1 thread, fwd+bwd: 16 is
+    2.6-6x faster than 64 up to ~128 tokens, 32 leads around 512, 64 from ~2k; bench/gdn_chunk_bench.py)."""
+    if seq_len <= 128:
+        return 16
+    return 32 if seq_len <= 1024 else 64
+
+
+def set_linear_attention_chunk_size(model: Any, chunk_size: Optional[int]) -> bool:
+    """Make the model's GDN layers call the torch gated delta rule with `chunk_size` (None: by
+    sequence length, `auto_chunk_size`). The result is the same up to float rounding (~1e-7); only
+    the speed changes. The rule is a function of the model's transformers module, so this applies
+    to every model of that class in the process. Returns False when the model has no such layers.
+
+    flash-linear-attention, when installed, replaces the torch rule and ignores the chunk size.
+    """
+    module = sys.modules.get(type(model).__module__)
+    rule = getattr(module, CHUNK_RULE, None)
+    if rule is None:
+        return False
+    original = getattr(rule, "__verl_lite_original__", rule)
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"linear_attention_chunk_size={chunk_size!r} must be a positive integer or null (auto)")
+
+    @functools.wraps(original)
+    def chunked_rule(*args, **kwargs):
+        if "chunk_size" not in kwargs:
+            key = args[1] if len(args) > 1 else kwargs["key"]  # [batch, seq, heads, dim]
+            kwargs["chunk_size"] = chunk_size or auto_chunk_size(key.shape[1])
+        return original(*args, **kwargs)
+
+    chunked_rule.__verl_lite_original__ = original
+    setattr(module, CHUNK_RULE, chunked_rule)
+    return True
+
+
 def build_causal_lm(model_config: Any, dtype: torch.dtype = torch.float32):
-    """AutoModelForCausalLM from the model path: its weights if present, else seeded random init."""
+    """AutoModelForCausalLM from the model path: its weights if present, else seeded random init.
+    GDN layers get the chunk size of `linear_attention_chunk_size` (see set_linear_attention_chunk_size)."""
     from transformers import AutoModelForCausalLM
 
     path = _get(model_config, "path")
@@ -52,4 +97,5 @@ def build_causal_lm(model_config: Any, dtype: torch.dtype = torch.float32):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(_get(model_config, "init_seed", 0)))
             model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+    set_linear_attention_chunk_size(model, _get(model_config, "linear_attention_chunk_size", None))
     return model
