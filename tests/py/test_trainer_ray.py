@@ -1,4 +1,5 @@
-"""The Ray path: worker groups as Ray actors, data parallelism over two CPU ranks (FSDP2 on gloo)."""
+"""The worker calls a step makes (in-process), and the Ray path: worker groups as Ray actors, data
+parallelism over two CPU ranks (FSDP2 on gloo)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,85 @@ def fixed_batch(cfg):
     gen["advantages"] = torch.randn(gen["responses"].shape) * gen["response_mask"]
     gen["temperature"] = 1.0
     return gen
+
+
+TRAIN_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "advantages", "temperature")
+
+
+def new_worker(cfg):
+    from omegaconf import OmegaConf
+
+    from verl_lite.trainer.workers import ActorRolloutRefWorker
+
+    return ActorRolloutRefWorker(OmegaConf.to_container(cfg, resolve=True), 0, 1)
+
+
+def test_the_on_policy_update_equals_the_update_with_recomputed_old_log_probs(data_dir, tmp_path):
+    """One mini-batch, one epoch: the old log-probs the trainer no longer computes are the update's own."""
+    from verl_lite.trainer.ppo_trainer import update_meta
+
+    cfg = make_cfg(data_dir, tmp_path, 1, "actor_rollout_ref.actor.ppo_mini_batch_size=4")
+    batch = fixed_batch(cfg)
+    train = {k: batch[k] for k in TRAIN_KEYS}
+    meta = update_meta(train, 1, 1)
+    recomputed, on_policy = new_worker(cfg), new_worker(cfg)
+    before = {k: v.clone() for k, v in recomputed.actor_state_dict().items()}
+    m1 = recomputed.update_actor(dict(train, old_log_probs=batch["old_log_probs"]), meta)
+    m2 = on_policy.update_actor(train, dict(meta, on_policy=True))
+    assert m1["actor/pg_loss"] == pytest.approx(m2["actor/pg_loss"], abs=1e-6)
+    assert abs(m1["actor/pg_loss"][0]) > 1e-4, "a zero loss would not tell the two updates apart"
+    assert m2["actor/entropy"][0] > 0  # measured by the update when no scoring pass ran
+    w1, w2 = recomputed.actor_state_dict(), on_policy.actor_state_dict()
+    assert any(not torch.equal(before[k], w1[k]) for k in w1), "the update did not move the weights"
+    for k in w1:
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-6, rtol=1e-5, msg=f"weights differ after the update: {k}")
+
+
+def test_an_on_policy_update_over_several_mini_batches_is_refused(data_dir, tmp_path):
+    from verl_lite.trainer.ppo_trainer import update_meta
+
+    cfg = make_cfg(data_dir, tmp_path, 1)  # 4 prompts, mini-batch 2: two updates from one generation
+    batch = fixed_batch(cfg)
+    train = {k: batch[k] for k in TRAIN_KEYS}
+    with pytest.raises(ValueError, match="on_policy needs one mini-batch and ppo_epochs=1, got 2 mini-batches"):
+        new_worker(cfg).update_actor(train, dict(update_meta(train, 2, 1), on_policy=True))
+
+
+def test_generate_with_log_probs_scores_the_responses_as_compute_log_prob_does(data_dir, tmp_path):
+    from verl_lite.data.tokenizer import load_tokenizer
+    from verl_lite.trainer.ppo_trainer import left_pad
+
+    cfg = make_cfg(data_dir, tmp_path, 1, "actor_rollout_ref.actor.use_kl_loss=True")
+    worker = new_worker(cfg)
+    tok = load_tokenizer("tiny-qwen3_5")
+    prompts = left_pad([[1, 5, 6, 7], [1, 8, 9]] * 4, tok.pad_token_id)
+    sampling = {"temperature": 0.7, "top_k": -1, "top_p": 1.0, "do_sample": True}
+    gen = worker.generate_sequences(prompts, 3, sampling, log_probs=True, ref_log_probs=True)
+    assert set(gen["timing_s"]) == {"gen", "old_log_prob"} and gen["timing_s"]["old_log_prob"] > 0
+    scored = dict(gen, temperature=0.7)
+    torch.testing.assert_close(gen["old_log_probs"], worker.compute_log_prob(scored)["old_log_probs"])
+    torch.testing.assert_close(gen["entropy"], worker.compute_log_prob(scored)["entropy"])
+    torch.testing.assert_close(gen["ref_log_prob"], worker.compute_ref_log_prob(scored)["ref_log_prob"])
+    plain = worker.generate_sequences(prompts, 3, sampling)
+    assert "old_log_probs" not in plain and plain["timing_s"]["old_log_prob"] == 0.0
+
+
+def test_update_actor_pushes_the_new_weights_to_the_rollout_when_asked(data_dir, tmp_path):
+    from verl_lite.trainer.ppo_trainer import update_meta
+
+    cfg = make_cfg(data_dir, tmp_path, 1)
+    batch = fixed_batch(cfg)
+    train = {k: batch[k] for k in TRAIN_KEYS + ("old_log_probs",)}
+    worker = new_worker(cfg)
+    rollout_before = {k: v.clone() for k, v in worker.rollout.model.state_dict().items()}
+    worker.update_actor(train, update_meta(train, 2, 1))  # no version: the rollout keeps its weights
+    assert all(torch.equal(rollout_before[k], v) for k, v in worker.rollout.model.state_dict().items())
+    worker.update_actor(train, dict(update_meta(train, 2, 1), sync_weights_version=7))
+    actor = worker.actor_state_dict()
+    rollout = worker.rollout.model.state_dict()
+    assert worker.rollout.weight_version == worker.weight_version == 7
+    for k, v in actor.items():
+        assert torch.equal(rollout[k], v), f"rollout tensor {k} is not the actor's after the sync"
 
 
 def test_dp2_over_two_ray_workers_gives_the_dp1_loss_and_weights_on_the_same_global_batch(ray_cluster, data_dir, tmp_path):

@@ -141,10 +141,14 @@ class BatchSampler:
         return self.n // self.batch_size
 
     def _order(self, epoch: int) -> List[int]:
-        order = list(range(self.n))
-        if self.state.shuffle:
-            random.Random(self.state.seed * 100003 + epoch).shuffle(order)
-        return order
+        # One shuffle per epoch (the permutation is a function of seed, shuffle and epoch only).
+        key = (self.state.seed, self.state.shuffle, epoch)
+        if getattr(self, "_cached", (None, None))[0] != key:
+            order = list(range(self.n))
+            if self.state.shuffle:
+                random.Random(self.state.seed * 100003 + epoch).shuffle(order)
+            self._cached = (key, order)
+        return self._cached[1]
 
     def next_batch(self) -> Optional[List[int]]:
         """Indices of the next batch, or None at the end of the epoch (which then advances)."""

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,11 +32,8 @@ CONSOLE_KEYS = ("critic/score/mean", "val/score", "actor/pg_loss", "actor/kl_los
 
 def left_pad(seqs: List[List[int]], pad_id: int) -> Dict[str, torch.Tensor]:
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[i, width - len(s):] = 1
+    ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -61,8 +58,8 @@ def score_responses(tokenizer: Any, reward_fn: Any, batch: Batch):
 
     Returns (token-level scores (B, R), decoded texts)."""
     mask = batch["response_mask"]
-    texts = [tokenizer.decode(r[m.bool()].tolist(), skip_special_tokens=True)
-             for r, m in zip(batch["responses"], mask)]
+    texts = [tokenizer.decode([t for t, keep in zip(r, m) if keep], skip_special_tokens=True)
+             for r, m in zip(batch["responses"].tolist(), mask.tolist())]
     scores = reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
     token_scores = torch.zeros(mask.shape, dtype=torch.float32)
     last = (mask.sum(-1) - 1).clamp(min=0)
@@ -76,6 +73,18 @@ def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
     per_mini = mask.shape[0] // num_mini
     tokens = [int(mask[j * per_mini:(j + 1) * per_mini].sum()) for j in range(num_mini)]
     return {"num_mini_batches": num_mini, "mini_tokens": tokens, "mini_seqs": [per_mini] * num_mini, "dp_size": dp}
+
+
+# Per-row Python values stay on the driver (reward, advantages by uid); workers get tensors only.
+LIST_KEYS = ("uid", "data_source", "ground_truth", "extra_info")
+PROMPT_KEYS = ("input_ids", "attention_mask")
+
+
+def _tensors(batch: Batch, keys: Optional[Sequence[str]] = None) -> Batch:
+    """The tensor (and scalar) fields of `batch` a worker needs: `keys`, or all but the per-row lists."""
+    if keys is not None:
+        return {k: batch[k] for k in keys}
+    return {k: v for k, v in batch.items() if k not in LIST_KEYS and not k.startswith("_")}
 
 
 def dp_shards(batch: Batch, num_mini: int, dp: int) -> List[Batch]:
@@ -182,25 +191,30 @@ class PPOTrainer:
         prompts = self._next_prompts()
         sampling = {"temperature": arr.rollout.temperature, "top_k": arr.rollout.top_k, "top_p": arr.rollout.top_p,
                     "do_sample": arr.rollout.do_sample}
-        gen = self.actor_wg.dp_call("generate_sequences", prompts, int(cfg.data.max_response_length), sampling)
-        timing["gen"] = time.perf_counter() - t0
-        keep = ("uid", "data_source", "ground_truth", "extra_info")
-        for k in keep:
+        num_mini = self._num_mini(arr.actor.ppo_mini_batch_size)
+        # One mini-batch trained once: the update's own forward gives the old log-probs (verl's dp_actor
+        # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
+        on_policy = num_mini == 1 and int(arr.actor.ppo_epochs) == 1
+        use_kl = bool(arr.actor.use_kl_loss)
+        gen = self.actor_wg.dp_call("generate_sequences", _tensors(prompts, PROMPT_KEYS),
+                                    int(cfg.data.max_response_length), sampling,
+                                    log_probs=not on_policy, ref_log_probs=use_kl)
+        worker_timing = gen.pop("timing_s")
+        timing["old_log_prob"] = worker_timing["old_log_prob"]
+        timing["gen"] = time.perf_counter() - t0 - timing["old_log_prob"]
+        for k in LIST_KEYS:
             gen[k] = prompts[k]
         gen["temperature"] = float(arr.rollout.temperature)
         t = time.perf_counter()
         gen["token_level_scores"] = self._score(gen)
         timing["reward"] = time.perf_counter() - t
-        t = time.perf_counter()
-        tensors = {k: v for k, v in gen.items() if k not in ("_texts",)}
-        lp = self.actor_wg.dp_call("compute_log_prob", tensors)
-        gen["old_log_probs"] = lp["old_log_probs"]
-        entropy = core_algos.masked_mean(lp["entropy"], gen["response_mask"].float()).item()
-        if arr.actor.use_kl_loss:
-            gen["ref_log_prob"] = self.actor_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
+        entropy = None
+        if not on_policy:
+            entropy = core_algos.masked_mean(gen.pop("entropy"), gen["response_mask"].float()).item()
         if self.critic_wg is not None:
-            gen["values"] = self.critic_wg.dp_call("compute_values", tensors)["values"]
-        timing["old_log_prob"] = time.perf_counter() - t
+            t = time.perf_counter()
+            gen["values"] = self.critic_wg.dp_call("compute_values", _tensors(gen))["values"]
+            timing["old_log_prob"] += time.perf_counter() - t
         rewards = gen["token_level_scores"]
         mask = gen["response_mask"].float()
         if cfg.algorithm.adv_estimator == "grpo":
@@ -211,25 +225,25 @@ class PPOTrainer:
                                                                float(cfg.algorithm.gamma), float(cfg.algorithm.lam))
         gen["advantages"], gen["returns"] = adv, ret
         metrics: Dict[str, Any] = {}
-        train_batch = {k: v for k, v in gen.items() if k not in ("_texts", "data_source", "ground_truth", "extra_info", "uid")}
+        train_batch = _tensors(gen)
         n_seq = mask.shape[0]
         t = time.perf_counter()
         if self.critic_wg is not None:
-            num_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size)
+            critic_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size)
             dp = self.critic_wg.dp_size
-            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, num_mini, dp),
-                                             update_meta(train_batch, num_mini, dp))
+            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp),
+                                             update_meta(train_batch, critic_mini, dp))
             metrics.update(_merge_rank_metrics(res))
         timing["update_critic"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.global_step >= int(cfg.trainer.critic_warmup):
-            num_mini = self._num_mini(arr.actor.ppo_mini_batch_size)
             dp = self.actor_wg.dp_size
-            res = self.actor_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp),
-                                            update_meta(train_batch, num_mini, dp))
+            meta = update_meta(train_batch, num_mini, dp)
+            # The worker pushes the new weights to its rollout before it answers: one round trip.
+            meta.update(on_policy=on_policy, sync_weights_version=self.global_step + 1)
+            res = self.actor_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp), meta)
             metrics.update(_merge_rank_metrics(res))
             fault_point("step")
-            self.actor_wg.call_all("sync_rollout_weights", self.global_step + 1)
         timing["update_actor"] = time.perf_counter() - t
         timing["step"] = time.perf_counter() - t0
         scores = rewards.sum(-1)
@@ -237,12 +251,14 @@ class PPOTrainer:
         metrics.update({
             "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
             "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
-            "actor/entropy": entropy, "response_length/mean": resp_len.mean().item(),
+            "response_length/mean": resp_len.mean().item(),
             "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
             "prompt_length/mean": gen["attention_mask"][:, :-mask.shape[1]].sum(-1).float().mean().item(),
             "perf/tokens_per_s": resp_len.sum().item() / max(timing["gen"], 1e-9),
             "perf/num_sequences": n_seq,
         })
+        if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
+            metrics["actor/entropy"] = entropy
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics["sample"] = gen["_texts"][0]
         return metrics
@@ -261,8 +277,10 @@ class PPOTrainer:
         examples = self.val_set.examples
         bs = len(examples) - len(examples) % max(1, self.actor_wg.dp_size)
         batch = self._prompt_batch(examples[:bs], n)
-        gen = self.actor_wg.dp_call("generate_sequences", batch, int(self.cfg.data.max_response_length), vk)
-        for k in ("uid", "data_source", "ground_truth", "extra_info"):
+        gen = self.actor_wg.dp_call("generate_sequences", _tensors(batch, PROMPT_KEYS),
+                                    int(self.cfg.data.max_response_length), vk)
+        gen.pop("timing_s")
+        for k in LIST_KEYS:
             gen[k] = batch[k]
         scores = self._score(gen).sum(-1)
         out: Dict[str, List[float]] = defaultdict(list)

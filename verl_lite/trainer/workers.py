@@ -113,10 +113,29 @@ class ActorRolloutRefWorker(_EngineWorker):
         return True
 
     def sync_rollout_weights(self, version: int) -> int:
+        self.weight_version = version
         return self.rollout.update_weights(self.actor.export_weights(), version)
 
-    def generate_sequences(self, prompts: Dict[str, Any], response_length: int, sampling: Dict[str, Any]) -> Dict[str, Any]:
-        return self.rollout.generate(prompts, response_length, sampling)
+    def generate_sequences(self, prompts: Dict[str, Any], response_length: int, sampling: Dict[str, Any],
+                           log_probs: bool = False, ref_log_probs: bool = False) -> Dict[str, Any]:
+        """Sample responses. With `log_probs` / `ref_log_probs` the actor / ref also score them here,
+        in the same call, which spares the driver a round trip per pass. `timing_s` holds this rank's
+        seconds for generation (`gen`) and the scoring passes (`old_log_prob`)."""
+        import time
+
+        t = time.perf_counter()
+        out = self.rollout.generate(prompts, response_length, sampling)
+        timing = {"gen": time.perf_counter() - t, "old_log_prob": 0.0}
+        if log_probs or ref_log_probs:
+            t = time.perf_counter()
+            scored = dict(out, temperature=float(sampling.get("temperature", 1.0)))
+            if log_probs:
+                out.update(self.compute_log_prob(scored))
+            if ref_log_probs:
+                out.update(self.compute_ref_log_prob(scored))
+            timing["old_log_prob"] = time.perf_counter() - t
+        out["timing_s"] = timing
+        return out
 
     def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False) -> Dict[str, Any]:
         import torch
@@ -142,22 +161,35 @@ class ActorRolloutRefWorker(_EngineWorker):
         return self._log_probs(self.ref, batch, "ref_log_prob")
 
     def update_actor(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
+        """PPO update of the actor on this rank's shard. Optional `meta` keys:
+        - `on_policy`: the batch is trained once, in one mini-batch (ppo_epochs=1), so the policy that
+          sampled it is the one being updated: the old log-probs are this forward's own, detached (as
+          verl's dp_actor does), and `batch` needs no `old_log_probs`. `actor/entropy` is measured here.
+        - `sync_weights_version`: push the updated weights to the rollout before returning."""
         from verl_lite.trainer import core_algos
 
         actor = self.cfg.actor_rollout_ref.actor
         low = actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio
         high = actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio
         mode, dp = actor.loss_agg_mode, meta["dp_size"]
+        on_policy = bool(meta.get("on_policy", False))
+        if on_policy and (meta["num_mini_batches"] != 1 or int(actor.ppo_epochs) != 1):
+            raise ValueError(f"update_actor: on_policy needs one mini-batch and ppo_epochs=1, got "
+                             f"{meta['num_mini_batches']} mini-batches and ppo_epochs={actor.ppo_epochs} "
+                             f"(send old_log_probs instead)")
 
         def make_loss(gtok: int, gseq: int):
             def loss_fn(out, mb):
                 mask = mb["response_mask"].float()
+                old = out["log_probs"].detach() if on_policy else mb["old_log_probs"]
                 pg = core_algos.compute_policy_loss_vanilla(
-                    mb["old_log_probs"], out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
+                    old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
                     mode, global_batch_size=gseq, global_token_num=gtok)
                 loss = pg["pg_loss"]
                 metrics = {"actor/pg_loss": pg["pg_loss"].item(), "actor/pg_clipfrac": pg["pg_clipfrac"].item(),
                            "actor/ppo_kl": pg["ppo_kl"].item(), "actor/pg_clipfrac_lower": pg["pg_clipfrac_lower"].item()}
+                if on_policy:
+                    metrics["actor/entropy"] = core_algos.masked_mean(out["entropy"].detach(), mask).item()
                 if actor.entropy_coeff != 0:
                     ent = core_algos.agg_loss(out["entropy"], mask, mode, global_batch_size=gseq, global_token_num=gtok)
                     loss = loss - actor.entropy_coeff * ent
@@ -172,8 +204,11 @@ class ActorRolloutRefWorker(_EngineWorker):
             return loss_fn
 
         micro = actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size or 64
-        return self._update(self.actor, batch, meta, make_loss, actor.ppo_epochs, int(micro),
-                            calculate_entropy=actor.entropy_coeff != 0)
+        result = self._update(self.actor, batch, meta, make_loss, actor.ppo_epochs, int(micro),
+                              calculate_entropy=actor.entropy_coeff != 0 or on_policy)
+        if meta.get("sync_weights_version") is not None:
+            self.sync_rollout_weights(int(meta["sync_weights_version"]))
+        return result
 
     def actor_state_dict(self) -> Dict[str, Any]:
         """Full actor weights on CPU (HF names), for tests and inspection."""
