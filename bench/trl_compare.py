@@ -9,11 +9,15 @@ Both sides train the shipped tiny Qwen3.5 (verl_lite/assets/tiny-qwen3_5, random
 so both start from identical weights) on the synthetic copy task, with 16 prompts x 8 samples per
 step, lr 2e-3, no KL, one optimizer update per step, on CPU with the same torch thread count
 (--threads, default 1 as the main job's CPU workers; exported as OMP_NUM_THREADS to every run).
-  verl_lite         `python -m verl_lite.main ...` as the main job runs it (Ray workers, the default)
-  verl_lite_nice0   the Ray path with RAY_worker_niceness=0 (Ray starts workers at nice 15, so on
-                    a shared box they lose the CPU to every normal-priority process)
-  verl_lite_inproc  the same job with trainer.ray=false (one in-process worker)
-  trl               trl.GRPOTrainer over a PreTrainedTokenizerFast built locally on the same char vocab
+  verl_lite          `python -m verl_lite.main ...` as the main job runs it (Ray workers, the default)
+  verl_lite_chunk64  the same with linear_attention_chunk_size=64, transformers' own GDN chunk
+  verl_lite_nice0    the Ray path with RAY_worker_niceness=0 (Ray starts workers at nice 15, so on
+                     a shared box they lose the CPU to every normal-priority process; not run by default)
+  verl_lite_inproc   the same job with trainer.ray=false (one in-process worker)
+  trl                trl.GRPOTrainer over a PreTrainedTokenizerFast built locally on the same char vocab,
+                     the model as transformers builds it (GDN chunk 64)
+  trl_chunk_auto     TRL with verl_lite's GDN chunk choice applied to its model: what is left of the
+                     gap when both use the faster kernel setting
 Each run is its own process. Runs alternate between systems within a round, so a load change on a
 shared machine hits every system alike. The first --warmup steps of a run are dropped.
 
@@ -39,7 +43,8 @@ from typing import Any, Dict, List, Optional
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = "tiny-qwen3_5"
-SYSTEMS = ("verl_lite", "verl_lite_nice0", "verl_lite_inproc", "trl")
+SYSTEMS = ("verl_lite", "verl_lite_chunk64", "verl_lite_nice0", "verl_lite_inproc", "trl", "trl_chunk_auto")
+DEFAULT_SYSTEMS = ("verl_lite", "verl_lite_chunk64", "verl_lite_inproc", "trl", "trl_chunk_auto")
 TIMING_KEYS = ("gen", "reward", "old_log_prob", "update_actor")
 
 # Shared settings: the issue's comparison values (see docs/benchmarks.md).
@@ -64,10 +69,11 @@ def load_avg() -> List[float]:
 # -- verl_lite ---------------------------------------------------------------------------------
 
 
-def verl_lite_overrides(data_dir: str, run_dir: str, response_length: int, total_steps: int, ray: bool) -> List[str]:
+def verl_lite_overrides(data_dir: str, run_dir: str, response_length: int, total_steps: int, ray: bool,
+                        chunk: Optional[int] = None) -> List[str]:
     """The main job's overrides (examples/grpo/run_tiny.sh) with one update per step and no side work."""
     batch = PROMPTS_PER_STEP * GROUP_SIZE
-    return [
+    return [f"actor_rollout_ref.model.linear_attention_chunk_size={'null' if chunk is None else chunk}",
         "algorithm.adv_estimator=grpo",
         f"actor_rollout_ref.actor.optim.lr={LR}",
         "actor_rollout_ref.actor.use_kl_loss=False",
@@ -100,9 +106,9 @@ def verl_lite_overrides(data_dir: str, run_dir: str, response_length: int, total
 
 
 def run_verl_lite(data_dir: str, run_dir: str, response_length: int, total_steps: int, ray: bool,
-                  env: Dict[str, str]) -> List[Dict]:
+                  env: Dict[str, str], chunk: Optional[int] = None) -> List[Dict]:
     cmd = [sys.executable, "-m", "verl_lite.main"] + verl_lite_overrides(data_dir, run_dir, response_length,
-                                                                         total_steps, ray)
+                                                                         total_steps, ray, chunk)
     _run(cmd, os.path.join(run_dir, "run.log"), env)
     steps = []
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
@@ -171,7 +177,8 @@ def trl_worker(spec: Dict[str, Any]) -> None:
     dataset = Dataset.from_list([{"prompt": "".join(str(m["content"]) for m in r["prompt"]),
                                   "ground_truth": r["reward_model"]["ground_truth"],
                                   "data_source": r["data_source"]} for r in rows])
-    model = build_causal_lm({"path": MODEL, "init_seed": 0})  # verl_lite's init: same weights on both sides
+    # verl_lite's init: same weights on both sides. Chunk 64 is transformers' own setting (stock TRL).
+    model = build_causal_lm({"path": MODEL, "init_seed": 0, "linear_attention_chunk_size": spec["chunk"]})
     tokens: List[int] = []
     gen_s: List[float] = []
     scores: List[float] = []
@@ -225,8 +232,9 @@ def trl_worker(spec: Dict[str, Any]) -> None:
         json.dump(steps, f)
 
 
-def run_trl(data_dir: str, run_dir: str, response_length: int, total_steps: int, env: Dict[str, str]) -> List[Dict]:
-    spec = {"data_dir": data_dir, "run_dir": run_dir, "response_length": response_length,
+def run_trl(data_dir: str, run_dir: str, response_length: int, total_steps: int, env: Dict[str, str],
+            chunk: Optional[int] = 64) -> List[Dict]:
+    spec = {"data_dir": data_dir, "run_dir": run_dir, "response_length": response_length, "chunk": chunk,
             "total_steps": total_steps, "threads": int(env["OMP_NUM_THREADS"]),
             "result": os.path.join(run_dir, "steps.json")}
     _run([sys.executable, os.path.abspath(__file__), "--trl-worker", json.dumps(spec)],
@@ -256,16 +264,18 @@ def summarise(steps: List[Dict]) -> Dict[str, Any]:
 def run_one(system: str, data_dir: str, run_dir: str, response_length: int, total_steps: int,
             threads: int) -> List[Dict]:
     env = {"OMP_NUM_THREADS": str(threads)}
-    if system == "trl":
-        return run_trl(data_dir, run_dir, response_length, total_steps, env)
+    if system.startswith("trl"):
+        return run_trl(data_dir, run_dir, response_length, total_steps, env,
+                       None if system == "trl_chunk_auto" else 64)
     if system == "verl_lite_nice0":
         env["RAY_worker_niceness"] = "0"
-    return run_verl_lite(data_dir, run_dir, response_length, total_steps, system != "verl_lite_inproc", env)
+    return run_verl_lite(data_dir, run_dir, response_length, total_steps, system != "verl_lite_inproc", env,
+                         64 if system == "verl_lite_chunk64" else None)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="bench/trl_compare.py", description=__doc__.splitlines()[0])
-    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
     p.add_argument("--response-lengths", default="3,16", help="comma list of max response lengths")
     p.add_argument("--warmup", type=int, default=5, help="steps dropped at the start of each run")
     p.add_argument("--steps", type=int, default=25, help="measured steps per run")
