@@ -63,6 +63,9 @@ def test_grpo_steps_log_metrics_save_a_verified_checkpoint_and_plot(data_dir, tm
                 "response_length/mean"):
         assert all(r[key] is not None for r in rows), key
     assert 0.0 <= rows[0]["critic/score/mean"] <= 1.0
+    for r in rows:  # 8 prompts x 8 samples, each prompt + response tokens, per second of step on 1 device
+        assert r["perf/total_num_tokens"] > 64 * (1 + r["response_length/mean"]) - 1
+        assert r["perf/throughput"] == pytest.approx(r["perf/total_num_tokens"] / r["timing_s/step"])
     assert "val/score" in rows[-1]
     assert verify(str(out / "global_step_3")) is None
     assert (out / "latest_checkpointed_iteration.txt").read_text() == "3"

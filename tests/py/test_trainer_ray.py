@@ -167,3 +167,34 @@ def test_the_default_ray_path_trains_and_checkpoints(ray_cluster, data_dir, tmp_
     assert cfg.trainer.ray is True
     assert run(cfg) == 0
     assert (out / "global_step_2" / "manifest.json").is_file()
+
+
+NICENESS_PROBE = """
+import os, sys, ray
+from verl_lite.config import load_config
+from verl_lite.trainer.run import _init_ray
+assert _init_ray(load_config(["trainer.device=cpu", "ray_init.temp_dir=" + sys.argv[1]]), "cpu", 1)
+print("worker nice", ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()))
+ray.shutdown()
+"""
+
+
+@pytest.mark.parametrize("preset, expected", [(None, 0), ("7", 7)])
+def test_a_local_cluster_runs_its_workers_at_normal_priority_unless_told_otherwise(preset, expected):
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="vl_nice_")  # short: Ray's socket paths must stay under 108 bytes
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    env.update(RAY_AUTH_MODE="disabled", **({"RAY_worker_niceness": preset} if preset else {}))
+    try:
+        out = subprocess.run([sys.executable, "-c", NICENESS_PROBE, temp], capture_output=True, text=True, env=env,
+                             timeout=300)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"worker nice {expected}" in out.stdout

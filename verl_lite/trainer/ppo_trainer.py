@@ -110,6 +110,7 @@ class PPOTrainer:
                  tracking, out_dir: str, stop: Optional[StopRequest] = None, resume: Any = _UNSET):
         self.cfg, self.device = cfg, device
         self.actor_wg, self.critic_wg = actor_wg, critic_wg
+        self.n_devices = max(1, int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node))
         self.tokenizer, self.train_set, self.val_set = tokenizer, train_set, val_set
         self.reward_fn, self.tracking, self.out_dir = reward_fn, tracking, out_dir
         from verl_lite.data.dataset import BatchSampler
@@ -248,14 +249,19 @@ class PPOTrainer:
         timing["step"] = time.perf_counter() - t0
         scores = rewards.sum(-1)
         resp_len = mask.sum(-1)
+        total_tokens = int(gen["attention_mask"].sum())
         metrics.update({
             "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
             "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
             "response_length/mean": resp_len.mean().item(),
             "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
             "prompt_length/mean": gen["attention_mask"][:, :-mask.shape[1]].sum(-1).float().mean().item(),
+            # Generated tokens over the generate call alone (not the step; see perf/throughput).
             "perf/tokens_per_s": resp_len.sum().item() / max(timing["gen"], 1e-9),
             "perf/num_sequences": n_seq,
+            # verl's definitions: prompt + response tokens of the step, per second of step per device.
+            "perf/total_num_tokens": total_tokens,
+            "perf/throughput": total_tokens / max(timing["step"], 1e-9) / self.n_devices,
         })
         if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
             metrics["actor/entropy"] = entropy

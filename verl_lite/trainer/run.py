@@ -49,6 +49,9 @@ def _init_ray(cfg: Any, device: str, world: int) -> bool:
         cpus = ri.num_cpus or max(os.cpu_count() or 1, world + 1 if device == "cpu" else 1)
         kwargs["num_cpus"] = int(cpus)
         kwargs["_temp_dir"] = ri.temp_dir or os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "verl_lite_ray")
+        # Ray starts workers at nice 15; on a local cluster they do all the work while the driver
+        # waits, and at 15 any other job on the box starves them. Set RAY_worker_niceness to override.
+        os.environ.setdefault("RAY_worker_niceness", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(**kwargs)
     return True
