@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 REQUIRED_COLUMNS = ("data_source", "reward_model")
 
@@ -135,6 +135,7 @@ class BatchSampler:
             raise DataError(f"data.train_batch_size={batch_size} exceeds the {n} prompts in data.train_files")
         self.n, self.batch_size = n, batch_size
         self.state = SamplerState(seed=seed, shuffle=shuffle)
+        self._cached: Tuple[Any, List[int]] = (None, [])  # (seed, shuffle, epoch) -> that epoch's order
 
     @property
     def batches_per_epoch(self) -> int:
@@ -143,7 +144,7 @@ class BatchSampler:
     def _order(self, epoch: int) -> List[int]:
         # One shuffle per epoch (the permutation is a function of seed, shuffle and epoch only).
         key = (self.state.seed, self.state.shuffle, epoch)
-        if getattr(self, "_cached", (None, None))[0] != key:
+        if self._cached[0] != key:
             order = list(range(self.n))
             if self.state.shuffle:
                 random.Random(self.state.seed * 100003 + epoch).shuffle(order)
