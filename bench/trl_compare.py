@@ -21,8 +21,8 @@ step, lr 2e-3, no KL, one optimizer update per step, on CPU with the same torch 
 Each run is its own process. Runs alternate between systems within a round, so a load change on a
 shared machine hits every system alike. The first --warmup steps of a run are dropped.
 
-Per-step figures: s/step is verl_lite's `timing_s/step` (prompts -> rollout -> reward -> old
-log-probs -> update -> weight sync) and TRL's on_step_begin..on_step_end (generation, reward,
+Per-step figures: s/step is verl_lite's `timing_s/step` (prompts -> rollout -> reward -> update
+-> weight sync; with one update per step there is no old-log-prob pass) and TRL's on_step_begin..on_step_end (generation, reward,
 loss, backward, optimizer step); logging is outside both. tokens/s is generated (response) tokens
 of a step over that step's time; gen-only tokens/s counts the generation call alone. The ratio
 to TRL is taken per round (runs minutes apart, under similar load) and its median reported.
