@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from verl_lite.trainer.workers import ActorRolloutRefWorker, _setup_process
+from verl_lite.trainer.workers import ActorRolloutRefWorker
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +49,11 @@ class TrainWorker(ActorRolloutRefWorker):
     def init_model(self) -> None:
         if self.actor is not None:
             return
-        from omegaconf import OmegaConf
-
         from verl_lite.config import roles
 
-        self.cfg = cfg = OmegaConf.create(self.cfg_dict)
         master_addr, master_port, threads = self._process
-        _setup_process(cfg, self.rank, self.world_size, master_addr, master_port, self.device, threads)
+        cfg = self._init_process(self.cfg_dict, self.rank, self.world_size, master_addr, master_port, self.device,
+                                 threads)
         arr = cfg.actor_rollout_ref
         self.actor = self._make_engine(arr.model, arr.actor, arr.actor.optim, "actor")
         if roles.ref_enabled(cfg):

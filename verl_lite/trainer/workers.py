@@ -39,7 +39,21 @@ def _reduce_metrics(per_mini: List[Dict[str, float]]) -> Dict[str, List[float]]:
 
 
 class _EngineWorker:
-    """Shared plumbing: build an engine from the registry and run PPO-style updates on it."""
+    """Shared plumbing: set up the rank's process, build an engine from the registry and run
+    PPO-style updates on it."""
+
+    def _init_process(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str,
+                      master_port: int, device: str, threads: int) -> Any:
+        """The config as an OmegaConf object (also `self.cfg`), with seeds, threads and the process group set."""
+        from omegaconf import OmegaConf
+
+        self.cfg = cfg = OmegaConf.create(cfg_dict)
+        self.rank, self.world_size, self.device = rank, world_size, device
+        _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
+        return cfg
+
+    def ready(self) -> bool:
+        return True
 
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
         from verl_lite.registry import load_engine
@@ -86,14 +100,10 @@ class _EngineWorker:
 class ActorRolloutRefWorker(_EngineWorker):
     def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, device: str = "cpu", threads: int = 1):
-        from omegaconf import OmegaConf
-
         from verl_lite.data.tokenizer import load_tokenizer
         from verl_lite.registry import ROLLOUTS
 
-        self.cfg = cfg = OmegaConf.create(cfg_dict)
-        self.rank, self.world_size, self.device = rank, world_size, device
-        _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
+        cfg = self._init_process(cfg_dict, rank, world_size, master_addr, master_port, device, threads)
         arr = cfg.actor_rollout_ref
         self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
         self.actor = self._make_engine(arr.model, arr.actor, arr.actor.optim, "actor")
@@ -108,9 +118,6 @@ class ActorRolloutRefWorker(_EngineWorker):
 
     def _main_engine(self):
         return self.actor
-
-    def ready(self) -> bool:
-        return True
 
     def sync_rollout_weights(self, version: int) -> int:
         self.weight_version = version
@@ -225,12 +232,9 @@ class ActorRolloutRefWorker(_EngineWorker):
 class CriticWorker(_EngineWorker):
     def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29501, device: str = "cpu", threads: int = 1):
-        from omegaconf import OmegaConf
-
-        self.cfg = cfg = OmegaConf.create(cfg_dict)
-        self.rank, self.world_size, self.device = rank, world_size, device
-        _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
         from verl_lite.config import roles
+
+        cfg = self._init_process(cfg_dict, rank, world_size, master_addr, master_port, device, threads)
 
         critic = cfg.critic
         # An empty critic.model.path means the actor's model (roles.model_path reads it the same way).
@@ -239,9 +243,6 @@ class CriticWorker(_EngineWorker):
 
     def _main_engine(self):
         return self.critic
-
-    def ready(self) -> bool:
-        return True
 
     def compute_values(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         import torch
