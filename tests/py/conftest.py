@@ -1,5 +1,5 @@
 """Shared pytest fixtures: the repo on sys.path, a subprocess runner for `python -m` entry points,
-and a writer for model config.json files."""
+a writer for model config.json files, and a launcher of two-rank megatron scenarios."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
@@ -37,6 +37,32 @@ def run_module() -> Callable[..., subprocess.CompletedProcess]:
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def spawn_ranks(tmp_path_factory) -> Callable[..., List[Dict[str, Any]]]:
+    """spawn_ranks(fn, name) -> [record of rank 0, record of rank 1]: runs fn(rank, 2, port, out_dir)
+    in two spawned processes (a gloo group on a free port); each rank saves its record dict to
+    out_dir/rank{rank}.pt, with an "error" traceback if it failed. Skips without megatron-core,
+    never importing it here (7-9 s): only the spawned ranks do."""
+
+    def spawn(fn: Callable[..., None], name: str, nprocs: int = 2) -> List[Dict[str, Any]]:
+        import importlib.util
+
+        if importlib.util.find_spec("megatron.core") is None:
+            pytest.skip("megatron-core is not installed (pip install 'megatron-core==0.16.*')")
+        import torch
+
+        from verl_lite.trainer.worker_group import free_port
+
+        out = tmp_path_factory.mktemp(name)
+        torch.multiprocessing.spawn(fn, args=(nprocs, free_port(), str(out)), nprocs=nprocs, join=True)
+        recs = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(nprocs)]
+        for r, rec in enumerate(recs):
+            assert "error" not in rec, f"rank {r} failed:\n{rec['error']}"
+        return recs
+
+    return spawn
 
 
 @pytest.fixture

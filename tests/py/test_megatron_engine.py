@@ -8,9 +8,7 @@ the other in the same two processes: TP=2, then TP=1 with two data-parallel rank
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import traceback
@@ -209,26 +207,9 @@ def _scenario(rank, world, port, out_dir):
 
 
 
-def skip_without_megatron() -> None:
-    """Skip without megatron-core, never importing it here (7-9 s): only spawned ranks import it."""
-    if importlib.util.find_spec("megatron.core") is None:
-        pytest.skip("megatron-core is not installed (pip install 'megatron-core==0.16.*')")
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    skip_without_megatron()
-    out = tmp_path_factory.mktemp("megatron")
-    torch.multiprocessing.spawn(_scenario, args=(2, _free_port(), str(out)), nprocs=2, join=True)
-    recs = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    for r, rec in enumerate(recs):
-        assert "error" not in rec, f"rank {r} failed:\n{rec['error']}"
-    return recs
+def run(spawn_ranks):
+    return spawn_ranks(_scenario, "megatron")
 
 
 # ------------------------------------------------------------------------------ layouts

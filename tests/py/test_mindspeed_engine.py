@@ -10,8 +10,7 @@ Two runs of two spawned gloo processes, each with tests/py/mindspeed_double firs
 
 from __future__ import annotations
 
-import importlib.util
-import socket
+import os
 import sys
 import traceback
 import types
@@ -78,7 +77,7 @@ def _start(rank, world, port):
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
 
 
-def _order_scenario(rank, world, port, out_path):
+def _order_scenario(rank, world, port, out_dir):
     _start(rank, world, port)
     rec = {}
     try:
@@ -143,10 +142,10 @@ def _order_scenario(rank, world, port, out_path):
         rec["events"] = _plain(double.EVENTS)
     except Exception:
         rec["error"] = traceback.format_exc()
-    torch.save(rec, f"{out_path}.rank{rank}")
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def _failure_scenario(rank, world, port, out_path):
+def _failure_scenario(rank, world, port, out_dir):
     _start(rank, world, port)
     rec = {}
     try:
@@ -242,39 +241,18 @@ def _failure_scenario(rank, world, port, out_path):
                               if k in ("repatch", "initialize_model_parallel", "cp_ring_groups_created")]
     except Exception:
         rec["error"] = traceback.format_exc()
-    torch.save(rec, f"{out_path}.rank{rank}")
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
-
-
-def skip_without_megatron() -> None:
-    """Skip without megatron-core, never importing it here (7-9 s): only spawned ranks import it."""
-    if importlib.util.find_spec("megatron.core") is None:
-        pytest.skip("megatron-core is not installed (pip install 'megatron-core==0.16.*')")
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _spawn(fn, tmp_path_factory):
-    skip_without_megatron()
-    out = tmp_path_factory.mktemp("mindspeed") / "rec"
-    torch.multiprocessing.spawn(fn, args=(2, _free_port(), str(out)), nprocs=2, join=True)
-    recs = [torch.load(f"{out}.rank{r}", weights_only=False) for r in range(2)]
-    for r, rec in enumerate(recs):
-        assert "error" not in rec, f"rank {r} failed:\n{rec['error']}"
-    return recs
 
 
 @pytest.fixture(scope="module")
-def order(tmp_path_factory):
-    return _spawn(_order_scenario, tmp_path_factory)
+def order(spawn_ranks):
+    return spawn_ranks(_order_scenario, "mindspeed_order")
 
 
 @pytest.fixture(scope="module")
-def failures(tmp_path_factory):
-    return _spawn(_failure_scenario, tmp_path_factory)
+def failures(spawn_ranks):
+    return spawn_ranks(_failure_scenario, "mindspeed_failures")
 
 
 def _kinds(events):
