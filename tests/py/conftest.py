@@ -1,5 +1,5 @@
 """Shared pytest fixtures: the repo on sys.path, a subprocess runner for `python -m` entry points,
-a writer for model config.json files, and a launcher of two-rank megatron scenarios."""
+a writer for model config.json files, the synthetic task's data, and a launcher of two-rank megatron scenarios."""
 
 from __future__ import annotations
 
@@ -37,6 +37,24 @@ def run_module() -> Callable[..., subprocess.CompletedProcess]:
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def copy_task_data(tmp_path_factory) -> Callable[..., Path]:
+    """copy_task_data(n_train, n_val) -> a directory with train/val.parquet of the 3-digit copy task
+    (seed 0), written once per size for the whole session; tests only read it."""
+    made: Dict[tuple, Path] = {}
+
+    def get(n_train: int, n_val: int) -> Path:
+        if (n_train, n_val) not in made:
+            from verl_lite.data.synthetic import generate
+
+            d = tmp_path_factory.mktemp(f"copy_{n_train}_{n_val}")
+            generate(str(d), task="copy", digits=3, n_train=n_train, n_val=n_val, seed=0)
+            made[(n_train, n_val)] = d
+        return made[(n_train, n_val)]
+
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -13,17 +13,14 @@ import pytest
 import torch
 
 from verl_lite.config import load_config
-from verl_lite.data.synthetic import generate
 
 ASYNC = ["async_training.enable=True", "actor_rollout_ref.rollout.nnodes=1",
          "actor_rollout_ref.rollout.n_gpus_per_node=1"]
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_async")
-    generate(str(d), task="copy", digits=3, n_train=64, n_val=8, seed=0)
-    return d
+def data_dir(copy_task_data):
+    return copy_task_data(n_train=64, n_val=8)
 
 
 def tiny_cfg(data_dir, *extra):

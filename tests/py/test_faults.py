@@ -27,7 +27,6 @@ import pytest
 import torch
 
 from verl_lite.config import load_config
-from verl_lite.data.synthetic import generate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STEPS = 6
@@ -35,10 +34,8 @@ TIMEOUT_S = 240  # per subprocess: far above the ~10 s a healthy one takes on 2 
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fault_data")
-    generate(str(d), task="copy", digits=3, n_train=64, n_val=8, seed=0)
-    return d
+def data_dir(copy_task_data):
+    return copy_task_data(n_train=64, n_val=8)
 
 
 def overrides(data_dir, out_dir, *extra: str) -> List[str]:

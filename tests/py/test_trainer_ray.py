@@ -8,14 +8,11 @@ import pytest
 import torch
 
 from verl_lite.config import load_config
-from verl_lite.data.synthetic import generate
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_data_ray")
-    generate(str(d), task="copy", digits=3, n_train=64, n_val=8, seed=0)
-    return d
+def data_dir(copy_task_data):
+    return copy_task_data(n_train=64, n_val=8)
 
 
 def make_cfg(data_dir, out_dir, devices: int, *extra):
