@@ -15,17 +15,26 @@ cd "$repo"
 ray_tmp=$(mktemp -d "${TMPDIR:-/tmp}/verl_lite_ray.XXXXXX")
 trap 'rm -rf "$ray_tmp"' EXIT
 export RAY_AUTH_MODE=disabled RAY_TMPDIR=$ray_tmp
+unset RAY_ADDRESS  # a cluster named in the caller's environment is never joined by tests
 export PYTHONDONTWRITEBYTECODE=1
+# Every dependency of the suite is installed by the README's test command: a test that skips for a
+# missing one fails the run (tests marked gpu or no_wheel may skip; tests/py/conftest.py).
+export VERL_LITE_STRICT_SKIPS=1
 
 status=0
+start=$SECONDS
+# -rs: every skip prints its reason.
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of pytest options, split on purpose
-python3 -m pytest -q ${PYTEST_ARGS:-} tests/py || status=$?
+python3 -m pytest -q -rs ${PYTEST_ARGS:-} tests/py || status=$?
 # 5 = pytest collected no test: that is a failure of the suite, not a pass.
 if ((status != 0)); then
   printf 'verl_lite: pytest exited %d\n' "$status" >&2
 fi
+printf 'tests: pytest took %d s\n' "$((SECONDS - start))" >&2
 bats_status=0
+start=$SECONDS
 bash tests/bats/run.sh || bats_status=$?
+printf 'tests: bats took %d s\n' "$((SECONDS - start))" >&2
 if ((status != 0 || bats_status != 0)); then
   exit 1
 fi

@@ -1,8 +1,19 @@
 """Shared pytest fixtures: the repo on sys.path, a subprocess runner for `python -m` entry points,
-a writer for model config.json files, the synthetic task's data, and a launcher of two-rank megatron scenarios."""
+a writer for model config.json files, the synthetic task's data, and a launcher of two-rank megatron scenarios.
+
+Tests marked `megatron`, and tests that use `spawn_ranks`, need megatron-core (the README's test
+command installs it). Where it is missing they are skipped with one reason, decided here once: no
+test checks for it itself.
+
+With VERL_LITE_STRICT_SKIPS=1 (tests/run.sh, and so CI, sets it) a skip fails the run unless the
+test is marked `gpu` (needs an accelerator) or `no_wheel` (a package with no wheel for this
+platform): everything else the suite needs is installed by the README's test command, so a skip
+there means a dependency went missing and that its tests did not run.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +26,58 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # plain `pytest` (not `python -m pytest`) from a checkout
     sys.path.insert(0, str(REPO_ROOT))
+
+MEGATRON_MISSING = "megatron-core is not installed (pip install -e '.[test]' installs it)"
+
+
+def megatron_core_installed() -> bool:
+    """Whether megatron.core can be imported, without importing it (that costs 7-9 s).
+    find_spec("megatron.core") imports the parent package and raises ModuleNotFoundError when
+    `megatron` itself is missing, so that counts as not installed."""
+    try:
+        return importlib.util.find_spec("megatron.core") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+ALLOWED_SKIP_MARKERS = ("gpu", "no_wheel")
+_allowed_skips: set = set()
+_unexpected_skips: List[str] = []
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    _allowed_skips.update(item.nodeid for item in items
+                          if any(item.get_closest_marker(m) for m in ALLOWED_SKIP_MARKERS))
+    if megatron_core_installed():
+        return
+    skip = pytest.mark.skip(reason=MEGATRON_MISSING)
+    for item in items:
+        if item.get_closest_marker("megatron") or "spawn_ranks" in getattr(item, "fixturenames", ()):
+            item.add_marker(skip)
+
+
+def _strict_skips() -> bool:
+    return os.environ.get("VERL_LITE_STRICT_SKIPS") == "1"
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.skipped and _strict_skips() and report.nodeid not in _allowed_skips:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _unexpected_skips:
+        terminalreporter.section("skips that fail the run (VERL_LITE_STRICT_SKIPS=1)", red=True)
+        for line in _unexpected_skips:
+            terminalreporter.line(line)
+        terminalreporter.line(f"{len(_unexpected_skips)} test(s) skipped for a missing dependency: "
+                              "pip install -e '.[test]' installs everything the suite needs")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _unexpected_skips and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture
@@ -61,14 +124,10 @@ def copy_task_data(tmp_path_factory) -> Callable[..., Path]:
 def spawn_ranks(tmp_path_factory) -> Callable[..., List[Dict[str, Any]]]:
     """spawn_ranks(fn, name) -> [record of rank 0, record of rank 1]: runs fn(rank, 2, port, out_dir)
     in two spawned processes (a gloo group on a free port); each rank saves its record dict to
-    out_dir/rank{rank}.pt, with an "error" traceback if it failed. Skips without megatron-core,
-    never importing it here (7-9 s): only the spawned ranks do."""
+    out_dir/rank{rank}.pt, with an "error" traceback if it failed. Tests that use it skip without
+    megatron-core (pytest_collection_modifyitems), which only the spawned ranks import (7-9 s each)."""
 
     def spawn(fn: Callable[..., None], name: str, nprocs: int = 2) -> List[Dict[str, Any]]:
-        import importlib.util
-
-        if importlib.util.find_spec("megatron.core") is None:
-            pytest.skip("megatron-core is not installed (pip install 'megatron-core==0.16.*')")
         import torch
 
         from verl_lite.trainer.worker_group import free_port
@@ -110,7 +169,8 @@ def _isolated_environ():
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
     """A local Ray instance for one test module (auth off, its own temp dir), shut down after."""
-    ray = pytest.importorskip("ray")
+    import ray
+
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
              _temp_dir=os.environ.get("RAY_TMPDIR") or str(tmp_path_factory.mktemp("ray")))

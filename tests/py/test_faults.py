@@ -11,7 +11,6 @@ left running.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -294,7 +293,6 @@ def test_a_second_stop_signal_abandons_the_step_at_once():
 
 @pytest.fixture
 def ray_env():
-    pytest.importorskip("ray")
     # Ray's socket paths must stay under 107 bytes: a short temp dir (tests/run.sh sets RAY_TMPDIR).
     temp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="vl_ray")
     return ["trainer.ray=true", f"ray_init.temp_dir={temp}", "ray_init.num_cpus=2"]
@@ -351,7 +349,8 @@ def test_a_killed_ray_worker_ends_the_driver_within_60_s_naming_the_worker_and_s
 @pytest.fixture(scope="module")
 def ray_here():
     """Ray in this process, for worker groups of a light worker (no torch import: ~1 s to start)."""
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              _temp_dir=os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="vl_ray"))
     yield ray
@@ -408,8 +407,6 @@ def test_a_ray_worker_that_raises_runs_out_of_memory_or_hangs_fails_the_call_nam
 @pytest.mark.megatron
 def test_an_interrupted_megatron_run_resumes_to_the_same_weights_and_metrics(data_dir, tmp_path):
     # megatron sets NVTE_* variables in os.environ; conftest's autouse fixture puts the env back.
-    if importlib.util.find_spec("megatron") is None:
-        pytest.skip("megatron-core is not installed")
     from verl_lite.trainer.run import run
 
     megatron = ["trainer.ray=false", "trainer.total_training_steps=4", "actor_rollout_ref.model.path=tiny-qwen3",

@@ -21,7 +21,6 @@ from verl_lite.engine import megatron_weights as mw
 from verl_lite.engine.megatron import StorageParking, attention_mask_4d
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.megatron
 
 B, T, R = 3, 10, 4
 

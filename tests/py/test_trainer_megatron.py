@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
+from test_trainer import data_dir, read_metrics, run_training, tiny_overrides  # noqa: F401
 
-if importlib.util.find_spec("megatron") is None:  # find_spec: importing megatron.core costs ~7 s
-    pytest.skip("megatron-core is not installed (pip install -e '.[megatron]')", allow_module_level=True)
-
-from test_trainer import data_dir, read_metrics, run_training, tiny_overrides  # noqa: E402,F401
+pytestmark = pytest.mark.megatron  # conftest skips it where megatron-core is missing
 
 MEGATRON = ("actor_rollout_ref.model.path=tiny-qwen3", "actor_rollout_ref.actor.strategy=megatron",
             "actor_rollout_ref.actor.megatron.sequence_parallel=false",
             "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false")
 
 
-@pytest.mark.megatron
 def test_grpo_with_the_megatron_engine_raises_the_mean_reward(data_dir, tmp_path):  # noqa: F811
     out = tmp_path / "megatron"
     run_training(tiny_overrides(data_dir, out, 60, *MEGATRON, "data.train_batch_size=16",
