@@ -267,13 +267,15 @@ def visible_devices(device: str, probe: Optional[devices.Probe] = None) -> Optio
 
 def device_count_problems(cfg: Any, device: str, probe: Optional[devices.Probe] = None) -> List[str]:
     """A one-node run needs nnodes x n_gpus_per_node ranks here; trainer.ray=false runs exactly one."""
+    from verl_lite.runtime_env import ray_join_address
+
     t = cfg.trainer
     world = rules.world_size(cfg)
     if not t.ray and world > 1:
         return [f"trainer.ray=false runs one in-process worker, but the layout has {world} ranks "
                 f"(trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}); set trainer.ray=true "
                 f"or trainer.n_gpus_per_node=1"]
-    if device == "cpu" or t.nnodes != 1 or cfg.ray_init.address:
+    if device == "cpu" or t.nnodes != 1 or ray_join_address(cfg):
         return []  # CPU ranks are processes; other nodes' devices are not visible from here
     found = visible_devices(device, probe)
     if found is None or found >= t.n_gpus_per_node:
@@ -286,7 +288,8 @@ def device_count_problems(cfg: Any, device: str, probe: Optional[devices.Probe] 
 
 def summarize(cfg: Any) -> str:
     """What the run would do: device, layouts, engine classes, repatch dicts, worker env."""
-    from verl_lite.runtime_env import get_runtime_env, needs_max_connections, query_gpu_capability, uses_megatron
+    from verl_lite.runtime_env import (describe_ray, get_runtime_env, needs_max_connections, query_gpu_capability,
+                                       uses_megatron)
 
     device = _target_device(cfg)
     t = cfg.trainer
@@ -320,6 +323,7 @@ def summarize(cfg: Any) -> str:
         f"rollout       : {rollout.name} TP {rollout.tensor_model_parallel_size} -> "
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
+    lines.append(f"ray           : {describe_ray(cfg, device, rules.world_size(cfg))}")
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
     env = mask_env(get_runtime_env(cfg, device, gpu_capability=capability)["env_vars"])
     lines.append("runtime env   : " + redact(" ".join(f"{k}={v}" for k, v in sorted(env.items()))))

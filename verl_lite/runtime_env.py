@@ -91,3 +91,55 @@ def get_runtime_env(
         if key in environ:
             env[key] = environ[key]
     return {"env_vars": env}
+
+
+# ---------------------------------------------------------------------------- which Ray cluster
+
+# A local cluster that the trainer starts is private to the job. Ray reads these variables when the
+# cluster starts; a value the user exported wins. A cluster the job joins is left as it is.
+LOCAL_RAY_ENV = {
+    # Ray's single-machine mode: the node address is 127.0.0.1, so the GCS, raylet and workers
+    # listen on the loopback interface only (by default they listen on every interface).
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # Token auth protects a cluster that others can reach; this one is loopback-only and lives as
+    # long as the job. Setting the mode also stops Ray's token warning on every run.
+    "RAY_AUTH_MODE": "disabled",
+    # Ray starts workers at nice 15; on a local cluster they do all the work while the driver
+    # waits, and at 15 any other job on the box starves them.
+    "RAY_worker_niceness": "0",
+}
+
+
+def ray_join_address(cfg: Any) -> Optional[str]:
+    """The cluster to join: `ray_init.address`, else RAY_ADDRESS; None means a local cluster is
+    started for the job ("local" means that too, as in Ray)."""
+    address = cfg.ray_init.address or os.environ.get("RAY_ADDRESS") or None
+    return None if address == "local" else address
+
+
+def local_ray_cpus(cfg: Any, device: str, world: int) -> int:
+    """CPUs of a local cluster: `ray_init.num_cpus`, else the machine's, at least one per rank + the driver's actors on CPU."""
+    return int(cfg.ray_init.num_cpus or max(os.cpu_count() or 1, world + 1 if device == "cpu" else 1))
+
+
+def describe_ray(cfg: Any, device: str, world: int) -> str:
+    """Which Ray cluster the run uses and with which settings (the preflight summary's line)."""
+    if not cfg.trainer.ray:
+        return "not used (trainer.ray=false: one in-process worker)"
+    address = ray_join_address(cfg)
+    if address:
+        source = "ray_init.address" if cfg.ray_init.address else "RAY_ADDRESS"
+        return f"joins {address} ({source}); that cluster keeps its own settings (CPUs, dashboard, auth, temp dir)"
+    env = {**LOCAL_RAY_ENV, **{k: os.environ[k] for k in LOCAL_RAY_ENV if k in os.environ}}
+    loopback = env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() not in ("1", "true")
+    parts = [
+        "127.0.0.1 only" if loopback else "every interface (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is set)",
+        f"{local_ray_cpus(cfg, device, world)} CPUs",
+        "dashboard on" if cfg.ray_init.include_dashboard else "dashboard off",
+        f"RAY_AUTH_MODE={env['RAY_AUTH_MODE']}" + ("" if "RAY_AUTH_MODE" in os.environ else " for this cluster"),
+    ]
+    text = "local cluster started for this job: " + ", ".join(parts)
+    if cfg.trainer.nnodes > 1:
+        text += (f" (trainer.nnodes={cfg.trainer.nnodes} needs the other nodes: start them with launch/ray_cluster.sh "
+                 "and set RAY_ADDRESS or ray_init.address to the head)")
+    return text

@@ -166,32 +166,106 @@ def test_the_default_ray_path_trains_and_checkpoints(ray_cluster, data_dir, tmp_
     assert (out / "global_step_2" / "manifest.json").is_file()
 
 
-NICENESS_PROBE = """
-import os, sys, ray
+LOCAL_PROBE = """
+import json, os, sys, ray
 from verl_lite.config import load_config
-from verl_lite.trainer.run import _init_ray
+from verl_lite.trainer.run import _end_ray, _init_ray
 assert _init_ray(load_config(["trainer.device=cpu", "ray_init.temp_dir=" + sys.argv[1]]), "cpu", 1)
-print("worker nice", ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()))
-ray.shutdown()
+print(json.dumps({
+    "nice": ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()),
+    "nodes": [n["NodeManagerAddress"] for n in ray.nodes()],
+    "auth_during": os.environ.get("RAY_AUTH_MODE"),
+}))
+_end_ray(True)
+print(json.dumps({"env_after": {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_worker_niceness",
+                                                                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}}))
 """
 
 
-@pytest.mark.parametrize("preset, expected", [(None, 0), ("7", 7)])
-def test_a_local_cluster_runs_its_workers_at_normal_priority_unless_told_otherwise(preset, expected):
+def _probe(script: str, *args: str, env: dict, timeout: float = 120):
     import os
-    import shutil
     import subprocess
     import sys
+
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RAY_AUTH_MODE", "RAY_worker_niceness", "RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          env={**base, **env}, timeout=timeout)
+
+
+@pytest.fixture
+def short_tmp():
+    import shutil
     import tempfile
 
-    temp = tempfile.mkdtemp(prefix="vl_nice_")  # short: Ray's socket paths must stay under 108 bytes
+    temp = tempfile.mkdtemp(prefix="vl_ray_")  # short: Ray's socket paths must stay under 108 bytes
+    yield temp
+    shutil.rmtree(temp, ignore_errors=True)
 
-    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
-    env.update(RAY_AUTH_MODE="disabled", **({"RAY_worker_niceness": preset} if preset else {}))
-    try:
-        out = subprocess.run([sys.executable, "-c", NICENESS_PROBE, temp], capture_output=True, text=True, env=env,
-                             timeout=300)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+
+@pytest.mark.parametrize("preset, expected", [(None, 0), ("7", 7)])
+def test_a_local_cluster_runs_its_workers_at_normal_priority_unless_told_otherwise(preset, expected, short_tmp):
+    import json
+
+    out = _probe(LOCAL_PROBE, short_tmp, env={"RAY_AUTH_MODE": "disabled",
+                                              **({"RAY_worker_niceness": preset} if preset else {})})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert f"worker nice {expected}" in out.stdout
+    assert json.loads(out.stdout.splitlines()[0])["nice"] == expected
+
+
+def test_a_local_cluster_started_for_the_job_is_quiet_loopback_only_and_leaves_the_environment_as_it_was(
+        short_tmp):
+    import json
+
+    out = _probe(LOCAL_PROBE, short_tmp, env={})  # RAY_AUTH_MODE unset, as for a user
+    assert out.returncode == 0, out.stderr[-2000:]
+    during, after = (json.loads(line) for line in out.stdout.splitlines()[:2])
+    assert "Token authentication" not in out.stderr, out.stderr[-2000:]
+    assert during["auth_during"] == "disabled"
+    assert during["nodes"] == ["127.0.0.1"]  # Ray's loopback mode: its servers listen on 127.0.0.1
+    assert after["env_after"] == {"RAY_AUTH_MODE": None, "RAY_worker_niceness": None,
+                                  "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": None}
+
+
+JOIN_PROBE = """
+import json, os, ray
+from verl_lite.config import load_config
+from verl_lite.trainer.run import _end_ray, _init_ray
+assert _init_ray(load_config(["trainer.device=cpu", "ray_init.num_cpus=5"]), "cpu", 1)
+print(json.dumps({"cpus": ray.cluster_resources().get("CPU"), "answer": ray.get(ray.remote(lambda: 41 + 1).remote()),
+                  "auth": os.environ.get("RAY_AUTH_MODE"), "nodes": [n["NodeManagerAddress"] for n in ray.nodes()]}))
+_end_ray(True)
+"""
+
+
+def test_a_run_joins_the_cluster_that_ray_address_names_and_keeps_that_clusters_settings(short_tmp):
+    import json
+    import os
+    import re
+    import subprocess
+    import sys
+
+    # --block keeps the head in this Popen: ending it stops that cluster alone (`ray stop` would stop
+    # every Ray instance on the machine).
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    head = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port=0",
+                             "--num-cpus=1", f"--temp-dir={short_tmp}", "--include-dashboard=false",
+                             "--disable-usage-stats"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    try:
+        seen = []
+        for line in head.stdout:  # the head prints how to join it, then blocks
+            seen.append(line)
+            found = re.search(r"--address='([^']+)'", line)
+            if found:
+                break
+        assert found, "".join(seen)[-2000:]
+        address = found.group(1)
+        out = _probe(JOIN_PROBE, env={"RAY_ADDRESS": address}, timeout=90)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rec = json.loads(out.stdout.splitlines()[0])
+        # the head's 1 CPU, not ray_init.num_cpus (Ray refuses num_cpus when joining); auth left to the cluster
+        assert rec == {"cpus": 1.0, "answer": 42, "auth": None, "nodes": [address.split(":")[0]]}
+    finally:
+        head.terminate()
+        head.wait(timeout=60)

@@ -393,7 +393,7 @@ def run_async(cfg: Any) -> int:
     from verl_lite.trainer.async_workers import TrainWorker
     from verl_lite.trainer.plot import plot_rewards
     from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS
-    from verl_lite.trainer.run import _init_ray
+    from verl_lite.trainer.run import _end_ray, _init_ray
     from verl_lite.trainer.tracking import Tracking
     from verl_lite.trainer.worker_group import WorkerGroup, cpu_threads
 
@@ -430,8 +430,7 @@ def run_async(cfg: Any) -> int:
                 cfg.async_training.stale_policy)
     import ray
 
-    own_ray = not ray.is_initialized()  # a caller's cluster (tests) is left running
-    _init_ray(cfg, device, workers)
+    own_ray = _init_ray(cfg, device, workers)  # a caller's cluster (tests) is left running
 
     tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS + ASYNC_CONSOLE_KEYS)
     train_wg = pool = buffer = None
@@ -469,5 +468,4 @@ def run_async(cfg: Any) -> int:
             ray.kill(buffer, no_restart=True)
         if train_wg is not None:
             train_wg.shutdown()
-        if own_ray and ray.is_initialized():
-            ray.shutdown()
+        _end_ray(own_ray)

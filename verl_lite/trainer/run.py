@@ -14,11 +14,13 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
 from verl_lite.check import redact
+from verl_lite.runtime_env import LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address
 
 logger = logging.getLogger("verl_lite")
 
@@ -32,29 +34,65 @@ class Abandoned(BaseException):
         self.signum = signum
 
 
+_restore: list = []  # undo callables for what _init_ray set for a local cluster
+
+
 def _init_ray(cfg: Any, device: str, world: int) -> bool:
-    """Start (or join) Ray; True when this call started it, so that only then run() shuts it down."""
+    """Start (or join) Ray; True when this call started it (or connected to it), so that only then
+    `_end_ray` shuts it down.
+
+    A cluster to join (`ray_init.address`, else RAY_ADDRESS) keeps its own settings: only the address,
+    the runtime env and logging are passed (Ray refuses num_cpus and friends when joining).
+    A local cluster is started with `ray_init.num_cpus`, `ray_init.temp_dir` (else RAY_TMPDIR, else
+    <tmp>/verl_lite_ray), the dashboard only with `ray_init.include_dashboard`, and LOCAL_RAY_ENV.
+    """
+    address = ray_join_address(cfg)
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        return False
+    if not address:
+        _set_local_env()
     import ray
 
-    from verl_lite.runtime_env import get_runtime_env
-
-    if ray.is_initialized():
-        return False
-    ri = cfg.ray_init
-    kwargs: dict = {"include_dashboard": bool(ri.include_dashboard), "log_to_driver": True,
-                    "runtime_env": get_runtime_env(cfg, device), "logging_level": logging.WARNING}
-    if ri.address:
-        kwargs["address"] = ri.address
+    kwargs: dict = {"log_to_driver": True, "runtime_env": get_runtime_env(cfg, device),
+                    "logging_level": logging.WARNING}
+    if address:
+        kwargs["address"] = address
     else:
-        cpus = ri.num_cpus or max(os.cpu_count() or 1, world + 1 if device == "cpu" else 1)
-        kwargs["num_cpus"] = int(cpus)
-        kwargs["_temp_dir"] = ri.temp_dir or os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "verl_lite_ray")
-        # Ray starts workers at nice 15; on a local cluster they do all the work while the driver
-        # waits, and at 15 any other job on the box starves them. Set RAY_worker_niceness to override.
-        os.environ.setdefault("RAY_worker_niceness", "0")
+        ri = cfg.ray_init
+        kwargs.update(num_cpus=local_ray_cpus(cfg, device, world), include_dashboard=bool(ri.include_dashboard),
+                      _node_ip_address="127.0.0.1",
+                      _temp_dir=ri.temp_dir or os.environ.get("RAY_TMPDIR")
+                      or os.path.join(tempfile.gettempdir(), "verl_lite_ray"))
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except BaseException:
+        _end_ray(started=False)
+        raise
     return True
+
+
+def _set_local_env() -> None:
+    for name, value in LOCAL_RAY_ENV.items():
+        if name not in os.environ:
+            os.environ[name] = value
+            _restore.append(lambda name=name: os.environ.pop(name, None))
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, on import; this process imported Ray before.
+        before = constants.ENABLE_RAY_CLUSTER
+        constants.ENABLE_RAY_CLUSTER = os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() in ("1", "true")
+        _restore.append(lambda: setattr(constants, "ENABLE_RAY_CLUSTER", before))
+
+
+def _end_ray(started: bool) -> None:
+    """Shut down a Ray instance that `_init_ray` started, and undo what it set for it."""
+    if started:
+        import ray
+
+        ray.shutdown()
+    while _restore:
+        _restore.pop()()
 
 
 # ---------------------------------------------------------------------------- secrets
@@ -148,10 +186,7 @@ def run(cfg: Any) -> int:
                     stop.signum = e.signum
                     logger.warning("%s", e)
         finally:
-            if started_ray:
-                import ray
-
-                ray.shutdown()
+            _end_ray(started_ray)
     return 128 + stop.signum if stop.requested else 0
 
 
