@@ -223,6 +223,21 @@ def test_the_fsdp_train_worker_computes_old_log_probs_from_the_published_snapsho
         worker.restore_model_from_cpu("v7")
 
 
+def test_fully_async_with_a_strategy_without_cpu_snapshots_names_the_strategy_and_the_fix(data_dir):
+    from omegaconf import OmegaConf
+
+    from verl_lite.trainer.async_workers import TrainWorker
+
+    worker = TrainWorker(OmegaConf.to_container(tiny_cfg(data_dir), resolve=True), 0, 1)
+    assert worker.ready()
+    worker.cfg.actor_rollout_ref.actor.strategy = "torchtitan"  # an engine with no CPU snapshot support
+    with pytest.raises(ValueError, match=r"strategy 'torchtitan' has no CPU snapshot support: set "
+                                         r"actor_rollout_ref\.actor\.strategy=fsdp or megatron, or "
+                                         r"async_training\.enable=False"):
+        worker.save_model_to_cpu("published")
+    assert worker.cpu_models == {}
+
+
 # ---------------------------------------------------------------------------- the Ascend example
 
 

@@ -1,9 +1,11 @@
 """MindSpeed (NPU) engines on CPU against the MindSpeed contract double.
 
-Two runs of two spawned gloo processes, each with tests/py/mindspeed_double first on sys.path:
-- `_order_scenario` builds the npu actor, ref and critic through the engine registry, their
-  megatron internals on CPU (`MindSpeedEngineMixin.internals_device = "cpu"`), trains, offloads,
-  and keeps the double's event log;
+Spawned gloo processes, each with tests/py/mindspeed_double first on sys.path:
+- `_order_scenario` (two ranks) builds the npu actor, ref and critic through the engine registry,
+  their megatron internals on CPU (`MindSpeedEngineMixin.internals_device = "cpu"`), trains,
+  offloads, and keeps the double's event log;
+- `_critic_alone_scenario` (one rank) builds the critic as the only engine of its process, as a
+  Ray critic worker does, with FP8 on and weight reuse off, and moves it;
 - `_failure_scenario` reproduces each upstream failure with the naive call order or plan, then
   shows the engines' way (build_repatch_dict, repatch before parallel init) passing.
 """
@@ -21,7 +23,6 @@ import torch
 
 from verl_lite.engine.mindspeed import MindSpeedLMEngine
 
-pytestmark = pytest.mark.megatron
 DOUBLE_DIR = str(Path(__file__).resolve().parent / "mindspeed_double")
 B, T, R = 2, 8, 3
 OVERRIDES = {
@@ -145,6 +146,41 @@ def _order_scenario(rank, world, port, out_dir):
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+def _critic_alone_scenario(rank, world, port, out_dir):
+    """The critic as the first and only engine of its process (a Ray critic worker), with FP8 on
+    and fp8_reuse_quantized_weight off: the repatch must still come before the parallel init, and
+    moving the engine must leave MindSpeed's FP8 reuse cache alone."""
+    _start(rank, world, port)
+    rec = {}
+    try:
+        import mindspeed._double as double
+
+        from verl_lite.engine import mindspeed as ms
+        from verl_lite.registry import ENGINES
+
+        ms.MindSpeedEngineMixin.internals_device = "cpu"
+        model, _, _, critic = sections(overrides={**OVERRIDES, "fp8_reuse_quantized_weight": False})
+        double.record("test_start")
+        engine = ENGINES.load("value_model", "megatron", "npu")(model, critic, critic.optim, "npu", "critic")
+        engine.initialize()
+        rec["values"] = engine.forward_backward([make_batch()], forward_only=True)[0]["values"]
+
+        from mindspeed.te.pytorch.fp8 import reuse
+
+        cached = torch.ones(16)
+        reuse.cache_quantized_weight(cached)
+        double.record("moves_start")
+        engine.train_mode()
+        for device in ("cpu", "npu"):
+            engine.to(device)
+            double.record("engine_moved", device=device)
+        rec["cache_storage_after_moves"] = cached.untyped_storage().size()
+        rec["events"] = _plain(double.EVENTS)
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
 def _failure_scenario(rank, world, port, out_dir):
     _start(rank, world, port)
     rec = {}
@@ -251,6 +287,11 @@ def order(spawn_ranks):
 
 
 @pytest.fixture(scope="module")
+def critic_alone(spawn_ranks):
+    return spawn_ranks(_critic_alone_scenario, "mindspeed_critic_alone", nprocs=1)[0]
+
+
+@pytest.fixture(scope="module")
 def failures(spawn_ranks):
     return spawn_ranks(_failure_scenario, "mindspeed_failures")
 
@@ -273,6 +314,26 @@ def test_mindspeed_is_imported_and_repatched_before_initialize_model_parallel(or
     assert kinds.index("adaptor_imported") < kinds.index("repatch") < kinds.index("initialize_model_parallel")
     repatch = dict(order[0]["events"])["repatch"]
     assert repatch["after_parallel_init"] is False
+
+
+def test_a_critic_alone_in_its_process_imports_mindspeed_and_repatches_before_initialize_model_parallel(
+        critic_alone):
+    events = critic_alone["events"]
+    kinds = _kinds(events)
+    start = kinds.index("test_start")
+    assert kinds.count("repatch") == 1 and kinds.count("initialize_model_parallel") == 1
+    assert start < kinds.index("adaptor_imported") < kinds.index("repatch") < kinds.index("initialize_model_parallel")
+    repatch = dict(events)["repatch"]
+    assert repatch["after_parallel_init"] is False
+    assert repatch["args"]["use_ascend_gdn"] is True and repatch["args"]["fp8_reuse_quantized_weight"] is False
+    assert critic_alone["values"].shape == (B, R) and torch.isfinite(critic_alone["values"]).all()
+
+
+def test_with_fp8_reuse_off_moving_an_engine_never_touches_the_fp8_reuse_cache(critic_alone):
+    kinds = _kinds(critic_alone["events"])
+    assert kinds[kinds.index("moves_start"):].count("engine_moved") == 2
+    assert not [k for k in kinds if k.startswith("fp8_")], kinds
+    assert critic_alone["cache_storage_after_moves"] == 16 * 4  # the planted cache entry keeps its storage
 
 
 def test_actor_ref_and_critic_in_one_process_repatch_once_and_init_the_mesh_once(order):

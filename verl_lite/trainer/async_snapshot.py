@@ -30,7 +30,9 @@ def handlers(strategy: str) -> Handlers:
         from verl_lite.trainer import async_snapshot_megatron as megatron
 
         return megatron.copy_to_cpu, megatron.restore_from_cpu
-    raise ValueError(f"no CPU snapshot handlers for strategy {strategy!r} (choose fsdp or megatron)")
+    raise ValueError(
+        f"fully-async training keeps CPU snapshots of the actor's weights, and strategy {strategy!r} has no "
+        "CPU snapshot support: set actor_rollout_ref.actor.strategy=fsdp or megatron, or async_training.enable=False")
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
