@@ -127,11 +127,70 @@ MASK = t([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
         ("token-sum", 7.0),  # 1 + 2 + 4
         ("seq-mean-token-sum", 3.5),  # (3 + 4) / 2 sequences with tokens
         ("seq-mean-token-mean", 2.75),  # (1.5 + 4) / 2
-        ("seq-mean-token-sum-norm", 1.75),  # (3 + 4 + 0) / R=4
+        ("seq-mean-token-sum-norm", 0.875),  # (3 + 4) / 2 sequences / R=4 (verl 0.9 divides by both)
     ],
 )
 def test_each_aggregation_mode_reduces_the_loss_matrix_as_verl(mode, expected):
     assert ca.agg_loss(LOSS, MASK, mode).item() == pytest.approx(expected)
+
+
+def verl_agg_loss(loss_mat, loss_mask, mode, global_batch_size=None, batch_num_tokens=None):
+    """verl 0.9.0's `core_algos.agg_loss` at dp_size=1, written out from its definition."""
+    if mode == "token-mean":
+        return (loss_mat * loss_mask).sum() / (loss_mask.sum() if batch_num_tokens is None else batch_num_tokens)
+    if mode == "token-sum":
+        return (loss_mat * loss_mask).sum()
+    seq_tokens = loss_mask.sum(-1)
+    seq_mask = (seq_tokens > 0).float()
+    seq_losses = (loss_mat * loss_mask).sum(-1)
+    if mode == "seq-mean-token-mean":
+        seq_losses = seq_losses / (seq_tokens + 1e-8)
+    gbs = seq_mask.sum() if global_batch_size is None else global_batch_size
+    loss = (seq_losses * seq_mask).sum() / gbs
+    return loss / loss_mask.shape[-1] if mode == "seq-mean-token-sum-norm" else loss
+
+
+@pytest.mark.parametrize("mode", ca.LOSS_AGG_MODES)
+def test_every_aggregation_mode_equals_verls_definition_on_ragged_batches_and_micro_batches(mode):
+    g = torch.Generator().manual_seed(3)
+    loss = torch.randn(6, 7, generator=g)
+    lengths = torch.tensor([7, 3, 0, 1, 5, 2])
+    mask = (torch.arange(7) < lengths[:, None]).float()
+    assert ca.agg_loss(loss, mask, mode).item() == pytest.approx(verl_agg_loss(loss, mask, mode).item(), abs=1e-6)
+    # micro-batches of the same mini-batch with the global counts, as the workers pass them
+    tokens, seqs = int(mask.sum()), int((mask.sum(-1) > 0).sum())
+    for rows in (slice(0, 2), slice(2, 6)):
+        ours = ca.agg_loss(loss[rows], mask[rows], mode, global_batch_size=seqs, global_token_num=tokens)
+        theirs = verl_agg_loss(loss[rows], mask[rows], mode, global_batch_size=seqs, batch_num_tokens=tokens)
+        assert ours.item() == pytest.approx(theirs.item(), abs=1e-6)
+
+
+def verl_vanilla_policy_loss(old, new, adv, mask, low, high, clip_c, mode):
+    """verl 0.9.0's `compute_policy_loss_vanilla` (no rollout weights), written out from its definition."""
+    neg_kl = torch.clamp(new - old, -20.0, 20.0)
+    ratio = torch.exp(neg_kl)
+    masked_mean = lambda x: (x * mask).sum() / mask.sum()  # noqa: E731
+    loss1, loss2 = -adv * ratio, -adv * torch.clamp(ratio, 1 - low, 1 + high)
+    clipped = torch.maximum(loss1, loss2)
+    loss3 = -adv * clip_c
+    losses = torch.where(adv < 0, torch.min(loss3, clipped), clipped)
+    return {"pg_loss": verl_agg_loss(losses, mask, mode), "pg_clipfrac": masked_mean(torch.gt(loss2, loss1).float()),
+            "ppo_kl": masked_mean(-neg_kl),
+            "pg_clipfrac_lower": masked_mean(torch.gt(clipped, loss3) * (adv < 0).float())}
+
+
+@pytest.mark.parametrize("mode", ca.LOSS_AGG_MODES)
+def test_the_vanilla_policy_loss_and_its_metrics_equal_verls_in_every_aggregation_mode(mode):
+    g = torch.Generator().manual_seed(5)
+    old = torch.randn(5, 6, generator=g)
+    new = old + 0.6 * torch.randn(5, 6, generator=g)  # ratios well outside [0.8, 1.28]: both clips fire
+    adv = 2 * torch.randn(5, 1, generator=g).expand(5, 6)
+    mask = (torch.arange(6) < torch.tensor([6, 4, 1, 3, 5])[:, None]).float()
+    ours = ca.compute_policy_loss_vanilla(old, new, adv, mask, 0.2, 0.28, 3.0, mode)
+    theirs = verl_vanilla_policy_loss(old, new, adv, mask, 0.2, 0.28, 3.0, mode)
+    assert theirs["pg_clipfrac"] > 0 and theirs["pg_clipfrac_lower"] > 0
+    for key, value in theirs.items():
+        assert ours[key].item() == pytest.approx(value.item(), abs=1e-6), key
 
 
 def test_token_mean_is_the_default_aggregation_mode():

@@ -166,8 +166,8 @@ def agg_loss(
     seq-mean-token-sum: per-sequence token sums, averaged over sequences with at least one token
       (divided by `global_batch_size` when given).
     seq-mean-token-mean: per-sequence token means, averaged the same way.
-    seq-mean-token-sum-norm: sum of per-sequence token sums / R (loss_mask.shape[-1], as verl; Dr.
-      GRPO). It is already additive over micro-batches padded to the same R, so it ignores the globals.
+    seq-mean-token-sum-norm: seq-mean-token-sum divided by R (loss_mask.shape[-1]), as verl 0.9
+      (Dr. GRPO's constant normaliser): the sequence sums are averaged over the sequences too.
     """
     if loss_agg_mode == "token-mean":
         denom = loss_mask.sum() if global_token_num is None else global_token_num
@@ -176,13 +176,12 @@ def agg_loss(
         return masked_sum(loss_mat, loss_mask)
     if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
         seq_sums = masked_sum(loss_mat, loss_mask, dim=-1)
-        if loss_agg_mode == "seq-mean-token-sum-norm":
-            return seq_sums.sum() / loss_mask.shape[-1]
         tokens = loss_mask.sum(dim=-1)
-        seq_values = seq_sums if loss_agg_mode == "seq-mean-token-sum" else seq_sums / (tokens + 1e-8)
+        seq_values = seq_sums / (tokens + 1e-8) if loss_agg_mode == "seq-mean-token-mean" else seq_sums
         seq_mask = (tokens > 0).to(seq_values.dtype)  # fully masked sequences do not count
         denom = seq_mask.sum() if global_batch_size is None else global_batch_size
-        return masked_sum(seq_values, seq_mask) / denom
+        loss = masked_sum(seq_values, seq_mask) / denom
+        return loss / loss_mask.shape[-1] if loss_agg_mode == "seq-mean-token-sum-norm" else loss
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
 
 
