@@ -132,7 +132,7 @@ def resume_problems(cfg: Any) -> List[str]:
 
 def model_file_problems(cfg: Any) -> List[str]:
     """A config.json that transformers would choke on, a missing tokenizer, a vocab too small for it."""
-    from verl_lite.data.tokenizer import CHAR_TOKENIZER_FILE, tokenizer_problem
+    from verl_lite.data.tokenizer import tokenizer_problem
     from verl_lite.models import model_dir_problem
 
     model = cfg.actor_rollout_ref.model
@@ -155,29 +155,46 @@ def model_file_problems(cfg: Any) -> List[str]:
                             f"pick a model class (add e.g. \"model_type\": \"qwen3_5_text\")")
     tok_path = model.tokenizer_path or model.path
     if model.tokenizer_path or model_dir_problem(model.path) is None:
-        problem = tokenizer_problem(tok_path)
+        problem = tokenizer_problem(tok_path, needs_chat_template=bool(cfg.data.apply_chat_template))
         if problem:
             problems.append(f"actor_rollout_ref.model.tokenizer_path: {problem}")
         elif hf is not None:
-            problems += _vocab_problems(hf, os.path.join(resolve_model_dir(tok_path), CHAR_TOKENIZER_FILE), model.path)
+            problems += _vocab_problems(hf, resolve_model_dir(tok_path), model.path)
     return problems
 
 
-def _vocab_problems(hf: Dict[str, Any], char_file: str, path: str) -> List[str]:
-    """The char tokenizer's ids must fit the model's embedding (else an IndexError deep in a worker)."""
-    from verl_lite.data.tokenizer import DEFAULT_CHARS, SPECIAL_TOKENS
+def _tokenizer_ids(tok_dir: str) -> Optional[tuple]:
+    """(number of ids, file) of the tokenizer in tok_dir: the char tokenizer's alphabet, or the
+    largest id in an HF tokenizer.json (its vocab and added tokens) + 1; None when unknown."""
+    from verl_lite.data.tokenizer import CHAR_TOKENIZER_FILE, DEFAULT_CHARS, SPECIAL_TOKENS
 
+    char_file = os.path.join(tok_dir, CHAR_TOKENIZER_FILE)
+    if os.path.isfile(char_file):
+        with open(char_file, encoding="utf-8") as f:
+            return len(SPECIAL_TOKENS) + len(json.load(f).get("chars", DEFAULT_CHARS)), char_file
+    tok_file = os.path.join(tok_dir, "tokenizer.json")
+    if os.path.isfile(tok_file):
+        with open(tok_file, encoding="utf-8") as f:
+            spec = json.load(f)
+        vocab = (spec.get("model") or {}).get("vocab") or {}
+        ids = [int(i) for i in (vocab.values() if isinstance(vocab, dict) else [])]
+        ids += [int(t["id"]) for t in spec.get("added_tokens") or [] if isinstance(t, dict) and "id" in t]
+        return (max(ids) + 1, tok_file) if ids else None
+    return None
+
+
+def _vocab_problems(hf: Dict[str, Any], tok_dir: str, path: str) -> List[str]:
+    """The tokenizer's ids must fit the model's embedding (else an IndexError deep in a worker)."""
     vocab = rules.text_config(hf).get("vocab_size") or hf.get("vocab_size")
-    if not os.path.isfile(char_file) or not isinstance(vocab, int):
+    if not isinstance(vocab, int):
         return []
     try:
-        with open(char_file, encoding="utf-8") as f:
-            ids = len(SPECIAL_TOKENS) + len(json.load(f).get("chars", DEFAULT_CHARS))
-    except (OSError, ValueError, AttributeError) as e:
-        return [f"actor_rollout_ref.model.tokenizer_path: {char_file} is not a readable char tokenizer ({e})"]
-    if vocab < ids:
-        return [f"actor_rollout_ref.model.path: vocab_size={vocab} in {path} is smaller than the {ids} ids of its "
-                f"tokenizer ({char_file}); set vocab_size >= {ids}"]
+        found = _tokenizer_ids(tok_dir)
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        return [f"actor_rollout_ref.model.tokenizer_path: the tokenizer in {tok_dir} is not readable ({e})"]
+    if found and vocab < found[0]:
+        return [f"actor_rollout_ref.model.path: vocab_size={vocab} in {path} is smaller than the {found[0]} ids of its "
+                f"tokenizer ({found[1]}); set vocab_size >= {found[0]}"]
     return []
 
 

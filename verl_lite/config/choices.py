@@ -40,8 +40,10 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "async_training.stale_policy": ("drop", "reweight"),
 }
 # List settings whose every element must be one of these.
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+# A plain string given for one of these is taken as a one-element list (verl accepts `trainer.logger=console`).
 LIST_CHOICES: Dict[str, Tuple[str, ...]] = {
-    "trainer.logger": ("console", "jsonl", "tensorboard"),
+    "trainer.logger": LOGGERS,
 }
 
 # Removed upstream strategy/backend values -> the strategy that replaces them.

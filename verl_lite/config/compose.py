@@ -116,6 +116,8 @@ def _apply(cfg: DictConfig, override: Override) -> Optional[str]:
             del parent[leaf]
         else:
             force_add = override.kind in ("add", "force_add")
+            if key in choices.LIST_CHOICES and isinstance(value, str):
+                value = [value]  # `trainer.logger=console`: one name for a list, as verl accepts it
             OmegaConf.update(cfg, key, value, merge=True, force_add=force_add)
     except (oc_errors.ConfigKeyError, oc_errors.ConfigAttributeError) as e:
         full_key = getattr(e, "full_key", None) or key

@@ -400,7 +400,29 @@ def environment_problems(cfg: Any, device: str, explicit: bool) -> List[str]:
             needed.append(("mindspeed", "MindSpeed (source install, see the README's Ascend section)"))
     if cfg.actor_rollout_ref.rollout.name == "vllm":
         needed.append(("vllm", "vllm (or use actor_rollout_ref.rollout.name=hf)"))
+    loggers = list(cfg.trainer.logger or ())
+    if "tensorboard" in loggers:
+        needed.append(("tensorboard", "tensorboard for trainer.logger (pip install tensorboard)"))
+    if "wandb" in loggers:
+        needed.append(("wandb", "wandb for trainer.logger (pip install wandb)"))
+        problems += wandb_problems()
     for module, what in needed:
         if importlib.util.find_spec(module) is None:
             problems.append(f"this run needs {what}: module {module!r} is not installed")
     return problems
+
+
+def wandb_problems(environ: Optional[Dict[str, str]] = None) -> List[str]:
+    """wandb online needs credentials, else it stops the run after Ray has started to ask for them."""
+    env = os.environ if environ is None else environ
+    if env.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun") or env.get("WANDB_API_KEY"):
+        return []
+    netrc = env.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        with open(netrc, encoding="utf-8") as f:
+            if "api.wandb.ai" in f.read():
+                return []
+    except OSError:
+        pass
+    return ["trainer.logger has wandb, but no wandb credentials are set (WANDB_API_KEY or `wandb login`); "
+            "set them, or WANDB_MODE=offline to write the run locally (`wandb sync` uploads it later)"]

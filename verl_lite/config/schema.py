@@ -31,6 +31,13 @@ class DataConfig:
     shuffle: bool = True
     seed: int = 1
     return_raw_chat: bool = False
+    # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
+    # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
+    # text, with the tokenizer's special tokens; for base models without a chat template.
+    # verl_lite's own key (verl always applies the template).
+    apply_chat_template: bool = True
+    # Extra keyword arguments of tokenizer.apply_chat_template, as verl's key (e.g. {enable_thinking: false}).
+    apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- optimizer

@@ -3,6 +3,11 @@
 A row holds `prompt` (chat messages: a list of {role, content}), `data_source` (str),
 `reward_model.ground_truth` and optionally `extra_info` (a dict). A bad row is reported with the
 file, the row number and the column, before any model is built.
+
+Prompts are tokenized as verl does: the chat template with a generation prompt
+(`data.apply_chat_template_kwargs` passed along), for any Hugging Face tokenizer or the shipped
+char tokenizer. With `data.apply_chat_template=False` the message contents (or a plain-string
+prompt) are encoded as text instead, for base models without a template.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 REQUIRED_COLUMNS = ("data_source", "reward_model")
 
@@ -31,11 +36,14 @@ def expand(path: str) -> str:
     return os.path.abspath(os.path.expanduser(os.path.expandvars(path)))
 
 
-def _check_row(path: str, i: int, row: Dict[str, Any], prompt_key: str) -> None:
+def _check_row(path: str, i: int, row: Dict[str, Any], prompt_key: str, plain_text_ok: bool = False) -> None:
     where = f"data file {path} row {i}"
     messages = row.get(prompt_key)
+    if plain_text_ok and isinstance(messages, str) and messages:
+        messages = [{"content": messages}]
     if not isinstance(messages, (list, tuple)) or not messages:
-        raise DataError(f"{where}: column '{prompt_key}' must be a non-empty list of chat messages, got {messages!r:.80}")
+        expected = "a non-empty list of chat messages" + (" or a non-empty string" if plain_text_ok else "")
+        raise DataError(f"{where}: column '{prompt_key}' must be {expected}, got {messages!r:.80}")
     for j, m in enumerate(messages):
         if not isinstance(m, dict) or "content" not in m or m.get("content") is None:
             raise DataError(f"{where}: column '{prompt_key}' message {j} has no 'content' (expected {{role, content}})")
@@ -49,8 +57,10 @@ def _check_row(path: str, i: int, row: Dict[str, Any], prompt_key: str) -> None:
         raise DataError(f"{where}: column 'extra_info' must be a dict or null, got {type(extra).__name__}")
 
 
-def read_rows(files: Union[str, Sequence[str]], prompt_key: str = "prompt") -> List[Dict[str, Any]]:
-    """Read and validate every row of the given parquet files."""
+def read_rows(files: Union[str, Sequence[str]], prompt_key: str = "prompt",
+              plain_text_ok: bool = False) -> List[Dict[str, Any]]:
+    """Read and validate every row of the given parquet files (`plain_text_ok`: a prompt may be a
+    string, for data.apply_chat_template=False)."""
     import pyarrow.parquet as pq
 
     paths = as_file_list(files)
@@ -72,7 +82,7 @@ def read_rows(files: Union[str, Sequence[str]], prompt_key: str = "prompt") -> L
                 f"data file {path}: column '{missing[0]}' is missing (columns present: {', '.join(table.column_names)})"
             )
         for i, row in enumerate(table.to_pylist()):
-            _check_row(path, i, row, prompt_key)
+            _check_row(path, i, row, prompt_key, plain_text_ok)
             rows.append(row)
     if not rows:
         raise DataError(f"data files {', '.join(paths)} hold no rows")
@@ -88,16 +98,52 @@ class Example:
     uid: str
 
 
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether `apply_chat_template` can work: a Hugging Face tokenizer needs a template; the char
+    tokenizer (no `chat_template` attribute) has its own fixed one."""
+    return not hasattr(tokenizer, "chat_template") or bool(tokenizer.chat_template)
+
+
+NO_TEMPLATE_FIX = ("give the tokenizer a chat template (a chat_template entry in tokenizer_config.json or a "
+                   "chat_template.jinja file), or set data.apply_chat_template=False to encode the prompt text as is")
+
+
+def encode_prompt(tokenizer: Any, prompt: Any, apply_chat_template: bool = True,
+                  chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> List[int]:
+    """Token ids of one prompt (chat messages, or a string when apply_chat_template is False).
+
+    With the template: `apply_chat_template(messages, add_generation_prompt=True, tokenize=True)`,
+    whose result is a list of ids (the char tokenizer, older transformers) or a BatchEncoding
+    (transformers 5): its `input_ids` are taken. Without: the text is encoded with the tokenizer's
+    special tokens (a BOS where the tokenizer adds one)."""
+    if not apply_chat_template:
+        text = prompt if isinstance(prompt, str) else "".join(str(m["content"]) for m in prompt)
+        return [int(i) for i in tokenizer.encode(text, add_special_tokens=True)]
+    if not has_chat_template(tokenizer):
+        raise DataError(f"the tokenizer {type(tokenizer).__name__} has no chat template: {NO_TEMPLATE_FIX}")
+    out = tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=True,
+                                        **dict(chat_template_kwargs or {}))
+    ids = out["input_ids"] if isinstance(out, Mapping) else out
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if ids and isinstance(ids[0], (list, tuple)):  # a batch of one conversation
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
 class PromptDataset:
     """Tokenized prompts; prompts longer than max_prompt_length follow data.truncation."""
 
     def __init__(self, files, tokenizer, max_prompt_length: int, prompt_key: str = "prompt",
-                 truncation: str = "error", filter_overlong: bool = False):
+                 truncation: str = "error", filter_overlong: bool = False, apply_chat_template: bool = True,
+                 chat_template_kwargs: Optional[Mapping[str, Any]] = None):
         if truncation not in ("error", "left", "right"):
             raise ValueError(f"data.truncation={truncation!r} (choose error, left or right)")
+        if apply_chat_template and not has_chat_template(tokenizer):
+            raise DataError(f"the tokenizer {type(tokenizer).__name__} has no chat template: {NO_TEMPLATE_FIX}")
         self.examples: List[Example] = []
-        for i, row in enumerate(read_rows(files, prompt_key)):
-            ids = list(tokenizer.apply_chat_template(list(row[prompt_key]), add_generation_prompt=True, tokenize=True))
+        for i, row in enumerate(read_rows(files, prompt_key, plain_text_ok=not apply_chat_template)):
+            ids = encode_prompt(tokenizer, row[prompt_key], apply_chat_template, chat_template_kwargs)
             if len(ids) > max_prompt_length:
                 if filter_overlong:
                     continue
@@ -111,6 +157,12 @@ class PromptDataset:
                                          dict(row.get("extra_info") or {}), uid=f"{i}"))
         if not self.examples:
             raise DataError("every prompt was filtered as overlong (raise data.max_prompt_length)")
+
+    @classmethod
+    def from_config(cls, files: Any, tokenizer: Any, data: Any) -> "PromptDataset":
+        """The dataset of `files` with the `data.*` settings (the trainer's train and val sets)."""
+        return cls(files, tokenizer, data.max_prompt_length, data.prompt_key, data.truncation,
+                   data.filter_overlong_prompts, data.apply_chat_template, data.apply_chat_template_kwargs)
 
     def __len__(self) -> int:
         return len(self.examples)

@@ -94,15 +94,35 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     )
 
 
-def tokenizer_problem(path: Optional[str]) -> Optional[str]:
-    """None if load_tokenizer(path) will find a tokenizer, else the reason (no heavy imports)."""
+def has_chat_template_file(resolved: str) -> bool:
+    """Whether a Hugging Face tokenizer directory ships a chat template (read without transformers):
+    a `chat_template` entry in tokenizer_config.json, or chat_template.jinja / chat_template.json."""
+    if any(os.path.isfile(os.path.join(resolved, n)) for n in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        with open(os.path.join(resolved, "tokenizer_config.json"), encoding="utf-8") as f:
+            return bool(json.load(f).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def tokenizer_problem(path: Optional[str], needs_chat_template: bool = False) -> Optional[str]:
+    """None if load_tokenizer(path) will find a tokenizer (with a chat template when
+    `needs_chat_template`), else the reason (no heavy imports)."""
     from verl_lite.models import resolve_model_dir
 
     resolved = resolve_model_dir(path or "")
-    names = (CHAR_TOKENIZER_FILE, "tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-    if any(os.path.isfile(os.path.join(resolved, n)) for n in names):
-        return None
-    return (
-        f"no tokenizer in {path!r} (expected {CHAR_TOKENIZER_FILE} or tokenizer.json there; set "
-        f"actor_rollout_ref.model.tokenizer_path)"
-    )
+    if os.path.isfile(os.path.join(resolved, CHAR_TOKENIZER_FILE)):
+        return None  # the char tokenizer has its own fixed template
+    names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    if not any(os.path.isfile(os.path.join(resolved, n)) for n in names):
+        return (
+            f"no tokenizer in {path!r} (expected {CHAR_TOKENIZER_FILE} or tokenizer.json there; set "
+            f"actor_rollout_ref.model.tokenizer_path)"
+        )
+    if needs_chat_template and not has_chat_template_file(resolved):
+        return (
+            f"the tokenizer in {path!r} has no chat template (no chat_template in tokenizer_config.json, no "
+            f"chat_template.jinja): add one, or set data.apply_chat_template=False to encode the prompt text as is"
+        )
+    return None

@@ -408,11 +408,9 @@ def run_async(cfg: Any) -> int:
     out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
     os.makedirs(out_dir, exist_ok=True)
     tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
-    train_set = PromptDataset(d.train_files, tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
-                              d.filter_overlong_prompts)
+    train_set = PromptDataset.from_config(d.train_files, tokenizer, d)
     val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
-    val_examples = (PromptDataset(val_files, tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
-                                  d.filter_overlong_prompts).examples if val_files else [])
+    val_examples = PromptDataset.from_config(val_files, tokenizer, d).examples if val_files else []
     batch, n = int(d.train_batch_size), int(arr.rollout.n)
     total = int(t.total_training_steps) if t.total_training_steps else (len(train_set) // batch) * int(t.total_epochs)
     train_world, replicas = async_rules.train_world(cfg), async_rules.rollout_replicas(cfg)
@@ -432,7 +430,8 @@ def run_async(cfg: Any) -> int:
 
     own_ray = _init_ray(cfg, device, workers)  # a caller's cluster (tests) is left running
 
-    tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS + ASYNC_CONSOLE_KEYS)
+    tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS + ASYNC_CONSOLE_KEYS, t.project_name, t.experiment_name,
+                        cfg_dict)
     train_wg = pool = buffer = None
     try:
         train_wg = WorkerGroup(TrainWorker, "trainer", cfg_dict, train_world, device, True, threads,

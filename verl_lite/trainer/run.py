@@ -206,11 +206,9 @@ class _Job:
         self.out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
         os.makedirs(self.out_dir, exist_ok=True)
         self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
-        self.train_set = PromptDataset(d.train_files, self.tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
-                                       d.filter_overlong_prompts)
+        self.train_set = PromptDataset.from_config(d.train_files, self.tokenizer, d)
         val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
-        self.val_set = (PromptDataset(val_files, self.tokenizer, d.max_prompt_length, d.prompt_key, d.truncation,
-                                      d.filter_overlong_prompts) if val_files else None)
+        self.val_set = PromptDataset.from_config(val_files, self.tokenizer, d) if val_files else None
         crf = cfg.custom_reward_function
         self.reward_fn = RewardManager.from_custom(crf.path, crf.name) if crf.path else RewardManager()
         self._check_fit(crf.path)
@@ -257,7 +255,8 @@ class _Job:
         threads = cpu_threads() if device == "cpu" else 1
         logger.info("device=%s ranks=%d strategy=%s rollout=%s train_prompts=%d", device, world, arr.actor.strategy,
                     arr.rollout.name, len(self.train_set))
-        tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS)
+        tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS, t.project_name, t.experiment_name,
+                            cfg_dict)
         actor_wg = critic_wg = None
         try:
             timeout = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None

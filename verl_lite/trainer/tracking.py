@@ -1,6 +1,9 @@
-"""Per-step metrics: console lines (key=value), a JSONL file, and tensorboard when asked.
+"""Per-step metrics: console lines (key=value), a JSONL file, tensorboard and wandb when asked.
 
 Every backend is an object with `log(metrics, step)` and `close()`; unknown names are an error.
+wandb runs as verl's does (project = trainer.project_name, run name = trainer.experiment_name,
+the resolved config attached); its files go under the run's output dir, and WANDB_MODE=offline
+writes the run there with no network (`wandb sync` uploads it later).
 """
 
 from __future__ import annotations
@@ -9,11 +12,11 @@ import json
 import logging
 import math
 import os
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from verl_lite.config.choices import LOGGERS
 
 logger = logging.getLogger(__name__)
-
-BACKENDS = ("console", "jsonl", "tensorboard")
 
 
 def _fmt(v: Any) -> str:
@@ -97,11 +100,30 @@ class TensorboardLogger:
         self.writer.close()
 
 
+class WandbLogger:
+    def __init__(self, project: str, experiment: str, config: Optional[Mapping[str, Any]], out_dir: str):
+        try:
+            import wandb
+        except ImportError as e:
+            raise ImportError("trainer.logger has wandb but the wandb package is missing "
+                              "(pip install wandb, or drop it from trainer.logger)") from e
+        os.makedirs(out_dir, exist_ok=True)
+        self.run = wandb.init(project=project, name=experiment, config=dict(config or {}), dir=out_dir)
+
+    def log(self, metrics: Dict[str, Any], step: int) -> None:
+        self.run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
 class Tracking:
-    def __init__(self, backends: Sequence[str], out_dir: str, console_keys: Sequence[str] = ()):
-        unknown = [b for b in backends if b not in BACKENDS]
+    def __init__(self, backends: Sequence[str], out_dir: str, console_keys: Sequence[str] = (),
+                 project: str = "verl_lite", experiment: str = "run", config: Optional[Mapping[str, Any]] = None):
+        backends = [backends] if isinstance(backends, str) else list(backends)
+        unknown = [b for b in backends if b not in LOGGERS]
         if unknown:
-            raise ValueError(f"trainer.logger has unknown backend(s) {unknown} (choose from {', '.join(BACKENDS)})")
+            raise ValueError(f"trainer.logger has unknown backend(s) {unknown} (choose from {', '.join(LOGGERS)})")
         self.jsonl_path = os.path.join(out_dir, "metrics.jsonl")
         self.loggers: List[Any] = []
         for b in backends:
@@ -109,8 +131,10 @@ class Tracking:
                 self.loggers.append(ConsoleLogger(console_keys))
             elif b == "jsonl":
                 self.loggers.append(JsonlLogger(self.jsonl_path))
-            else:
+            elif b == "tensorboard":
                 self.loggers.append(TensorboardLogger(os.path.join(out_dir, "tensorboard")))
+            else:
+                self.loggers.append(WandbLogger(project, experiment, config, out_dir))
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
         for lg in self.loggers:

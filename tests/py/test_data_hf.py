@@ -1,0 +1,159 @@
+"""Real Hugging Face tokenizers on the data path: a byte-level BPE tokenizer trained here (nothing
+downloaded) with Qwen's ChatML template, the shipped tiny-qwen3_5-bpe model, verl's raw-prompt
+and template-kwargs settings, EOS and pad ids through the rollout to the reward, and a short
+training run on GSM8K-format rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from verl_lite.data.dataset import DataError, PromptDataset, encode_prompt
+from verl_lite.data.synthetic import write_parquet
+from verl_lite.data.tiny_hf import CHATML_TEMPLATE, GSM8K_INSTRUCTION, corpus, train_tokenizer
+from verl_lite.data.tokenizer import load_tokenizer, tokenizer_problem
+
+QUESTION = "Ann has 3 apples and gets 4 more. How many apples does Ann have now?"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(corpus(n=200), vocab_size=400)
+
+
+def gsm8k_row(question: str, answer: str, i: int) -> dict:
+    """A row as verl's examples/data_preprocess/gsm8k.py writes it."""
+    return {"data_source": "openai/gsm8k", "ability": "math",
+            "prompt": [{"role": "user", "content": f"{question} {GSM8K_INSTRUCTION}"}],
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": "train", "index": i}}
+
+
+def test_chat_template_ids_round_trip_to_the_chatml_text(tok):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
+    ids = encode_prompt(tok, messages)
+    assert all(isinstance(i, int) for i in ids)
+    assert tok.decode(ids, skip_special_tokens=False) == (
+        f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n")
+    assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")  # the marker is one id, not its characters
+
+
+def test_the_shipped_bpe_model_tokenizes_prompts_with_its_own_vocab_and_special_ids():
+    tok = load_tokenizer("tiny-qwen3_5-bpe")
+    from verl_lite.models import read_hf_config, resolve_model_dir
+
+    hf = read_hf_config(resolve_model_dir("tiny-qwen3_5-bpe"))
+    assert len(tok) == hf["vocab_size"] == 512
+    assert (tok.eos_token, tok.eos_token_id, tok.pad_token, tok.pad_token_id) == ("<|im_end|>", hf["eos_token_id"],
+                                                                                  "<|endoftext|>", hf["pad_token_id"])
+    ids = encode_prompt(tok, [{"role": "user", "content": QUESTION}])
+    assert max(ids) < hf["vocab_size"] and len(ids) < len(QUESTION)  # merges learned: fewer ids than characters
+
+
+def test_truncation_keeps_the_end_or_the_start_and_an_overlong_prompt_is_refused_by_default(tok, tmp_path):
+    path = str(tmp_path / "train.parquet")
+    write_parquet([gsm8k_row(QUESTION, "7", 0)], path)
+    full = PromptDataset(path, tok, 512).examples[0].prompt_ids
+    left = PromptDataset(path, tok, 10, truncation="left").examples[0].prompt_ids
+    right = PromptDataset(path, tok, 10, truncation="right").examples[0].prompt_ids
+    assert len(full) > 10 and left == full[-10:] and right == full[:10]
+    with pytest.raises(DataError, match=rf"prompt of row 0 has {len(full)} tokens > data.max_prompt_length=10"):
+        PromptDataset(path, tok, 10)
+
+
+def test_prompts_of_different_lengths_are_left_padded_with_the_pad_id(tok):
+    from verl_lite.trainer.ppo_trainer import left_pad
+
+    short = encode_prompt(tok, [{"role": "user", "content": "Hi"}])
+    long = encode_prompt(tok, [{"role": "user", "content": QUESTION}])
+    batch = left_pad([short, long], tok.pad_token_id)
+    gap = len(long) - len(short)
+    assert batch["input_ids"][0].tolist() == [tok.pad_token_id] * gap + short
+    assert batch["attention_mask"][0].tolist() == [0] * gap + [1] * len(short)
+    assert batch["input_ids"][1].tolist() == long
+
+
+def test_a_tokenizer_without_a_chat_template_is_refused_with_the_fix(tok, tmp_path):
+    tok.save_pretrained(tmp_path / "no_template")
+    for name in ("chat_template.jinja", "chat_template.json"):
+        (tmp_path / "no_template" / name).unlink(missing_ok=True)
+    config = json.loads((tmp_path / "no_template" / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (tmp_path / "no_template" / "tokenizer_config.json").write_text(json.dumps(config))
+    bare = load_tokenizer(str(tmp_path / "no_template"))
+    fix = r"has no chat template: .*set data\.apply_chat_template=False"
+    with pytest.raises(DataError, match=fix):
+        encode_prompt(bare, [{"role": "user", "content": "hi"}])
+    problem = tokenizer_problem(str(tmp_path / "no_template"), needs_chat_template=True)
+    assert "has no chat template" in problem and "data.apply_chat_template=False" in problem
+    assert tokenizer_problem(str(tmp_path / "no_template"), needs_chat_template=False) is None
+    assert encode_prompt(bare, "Ann has 3", apply_chat_template=False) == bare.encode("Ann has 3")
+
+
+def test_without_the_template_a_plain_string_or_the_messages_text_is_encoded_as_is(tok, tmp_path):
+    chat, raw = str(tmp_path / "chat.parquet"), str(tmp_path / "raw.parquet")
+    write_parquet([gsm8k_row(QUESTION, "7", 0)], chat)
+    write_parquet([{**gsm8k_row(QUESTION, "7", 0), "prompt": "Count: 1 2 3"}], raw)
+    with pytest.raises(DataError, match="row 0: column 'prompt' must be a non-empty list of chat messages, got"):
+        PromptDataset(raw, tok, 512)
+    assert PromptDataset(raw, tok, 512, apply_chat_template=False).examples[0].prompt_ids == tok.encode("Count: 1 2 3")
+    text_ids = PromptDataset(chat, tok, 512, apply_chat_template=False).examples[0].prompt_ids
+    assert text_ids == tok.encode(f"{QUESTION} {GSM8K_INSTRUCTION}")
+
+
+def test_apply_chat_template_kwargs_reach_the_template(tok):
+    from transformers import PreTrainedTokenizerFast
+
+    templated = PreTrainedTokenizerFast(tokenizer_object=tok.backend_tokenizer, eos_token="<|im_end|>",
+                                        pad_token="<|endoftext|>",
+                                        chat_template="{% if brief %}Be brief. {% endif %}" + CHATML_TEMPLATE)
+    messages = [{"role": "user", "content": "Hi"}]
+    plain = templated.decode(encode_prompt(templated, messages), skip_special_tokens=False)
+    brief = templated.decode(encode_prompt(templated, messages, chat_template_kwargs={"brief": True}),
+                             skip_special_tokens=False)
+    assert brief == "Be brief. " + plain
+
+
+def test_eos_ends_the_response_mask_and_the_reward_sees_the_text_without_special_tokens():
+    from verl_lite.reward.manager import RewardManager
+    from verl_lite.rollout.hf import response_mask_from
+    from verl_lite.trainer.ppo_trainer import score_responses
+
+    tok = load_tokenizer("tiny-qwen3_5-bpe")
+    right, wrong = tok.encode("So #### 7"), tok.encode("So #### 8")
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    width = max(len(right), len(wrong)) + 3
+    rows = [right + [eos] + [pad] * (width - len(right) - 1), wrong + [eos, 5] + [pad] * (width - len(wrong) - 2)]
+    responses = torch.tensor(rows)
+    mask = response_mask_from(responses, eos)
+    assert mask[0].tolist() == [1] * (len(right) + 1) + [0] * (width - len(right) - 1)  # EOS counts, then nothing
+    batch = {"responses": responses, "response_mask": mask, "data_source": ["openai/gsm8k"] * 2,
+             "ground_truth": ["7", "7"], "extra_info": [{}, {}]}
+    token_scores, texts = score_responses(tok, RewardManager(), batch)[:2]
+    assert texts == ["So #### 7", "So #### 8"]
+    assert token_scores.sum(-1).tolist() == [1.0, 0.0]
+    assert token_scores[0, len(right)] == 1.0  # the score sits on the EOS, the response's last token
+
+
+def test_a_grpo_step_runs_on_the_bpe_model_with_gsm8k_rows(tmp_path):
+    from verl_lite.config import load_config
+    from verl_lite.trainer.run import run
+
+    rows = [gsm8k_row(f"Ann has {a} apples and gets {b} more. How many apples does Ann have now?", str(a + b), i)
+            for i, (a, b) in enumerate([(3, 4), (5, 2), (10, 7), (8, 8)])]
+    write_parquet(rows, str(tmp_path / "train.parquet"))
+    out = tmp_path / "run"
+    cfg = load_config([
+        "actor_rollout_ref.model.path=tiny-qwen3_5-bpe", f"data.train_files={tmp_path}/train.parquet",
+        "data.val_files=[]", "data.train_batch_size=2", "data.max_prompt_length=64", "data.max_response_length=8",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.device=cpu",
+        "trainer.ray=false", "trainer.total_training_steps=2", f"trainer.default_local_dir={out}",
+        "trainer.logger=jsonl", "trainer.plot_rewards=false",
+    ])
+    assert run(cfg) == 0
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(0 < m["response_length/mean"] <= 8 for m in metrics)
+    assert all(m["critic/score/mean"] in (0.0, 0.25, 0.5, 0.75, 1.0) for m in metrics)
