@@ -108,6 +108,42 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     return list(dict.fromkeys(problems))
 
 
+def collect_warnings(cfg: Any) -> List[str]:
+    """Settings that are valid but make a run that cannot learn, or that nothing reads in this run."""
+    warnings = []
+    algo, rollout = cfg.algorithm, cfg.actor_rollout_ref.rollout
+    if algo.adv_estimator == "grpo" and int(rollout.n) == 1:
+        warnings.append(
+            "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1: each group holds one response, so "
+            "every advantage is 0 and the policy does not learn; set actor_rollout_ref.rollout.n >= 2 (verl's GRPO "
+            "scripts use 5-8), or algorithm.adv_estimator=gae to train a critic")
+    if not roles.critic_enabled(cfg):
+        from omegaconf import OmegaConf
+
+        from verl_lite.config.schema import CriticConfig
+
+        set_keys = _differing_keys(OmegaConf.to_container(cfg.critic, resolve=False),
+                                   OmegaConf.to_container(OmegaConf.structured(CriticConfig), resolve=False), "critic")
+        set_keys = [k for k in set_keys if k != "critic.enable"]
+        if set_keys:
+            shown = ", ".join(set_keys[:3]) + (f" and {len(set_keys) - 3} more" if len(set_keys) > 3 else "")
+            warnings.append(
+                f"{shown} {'is' if len(set_keys) == 1 else 'are'} set, but no critic runs "
+                f"(algorithm.adv_estimator={algo.adv_estimator}{', critic.enable=False' if cfg.critic.enable is False else ''}"
+                "): the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True")
+    return warnings
+
+
+def _differing_keys(value: Any, default: Any, prefix: str) -> List[str]:
+    """Dotted keys under `prefix` whose value differs from the default (the user set them)."""
+    if isinstance(value, dict) and isinstance(default, dict):
+        out: List[str] = []
+        for k in value:
+            out += _differing_keys(value[k], default.get(k), f"{prefix}.{k}") if k in default else [f"{prefix}.{k}"]
+        return out
+    return [] if value == default else [prefix]
+
+
 def resume_problems(cfg: Any) -> List[str]:
     """trainer.resume_mode=resume_path needs a checkpoint dir with a manifest (its hashes are
     checked when the run loads it: hashing a large checkpoint is not a sub-second check)."""
@@ -409,6 +445,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  - {redact(p)}", file=sys.stderr)
         return 1
     print(redact(summarize(cfg)))
+    for warning in collect_warnings(cfg):
+        print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
     print(f"{PROG}: OK ({time.perf_counter() - start:.2f} s)")
     return 0
 

@@ -30,7 +30,7 @@ def _report(problems: Sequence[str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from verl_lite.check import collect_problems
+    from verl_lite.check import collect_problems, collect_warnings, redact
     from verl_lite.config.compose import compose_config
 
     overrides = list(sys.argv[1:] if argv is None else argv)
@@ -45,6 +45,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if problems:
         _report(problems)
         return 1
+    for warning in collect_warnings(cfg):
+        print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

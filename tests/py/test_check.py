@@ -671,3 +671,41 @@ def test_an_async_run_without_a_rollout_pool_of_its_own_is_rejected_by_the_check
     ok = load_config(["async_training.enable=true", "actor_rollout_ref.rollout.nnodes=1",
                       "actor_rollout_ref.rollout.n_gpus_per_node=1"])
     assert not any("rollout pool" in p for p in check.collect_problems(ok, for_training=False))
+
+
+# ---------------------------------------------------------------------------- runs that cannot learn
+
+
+def test_grpo_with_one_response_per_prompt_gets_a_warning_that_nothing_is_learned(capsys):
+    warnings = check.collect_warnings(load_config(["actor_rollout_ref.rollout.n=1"]))
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1: each group holds one response, so every "
+        "advantage is 0")
+    assert check.main(["actor_rollout_ref.rollout.n=1"]) == 0
+    assert "verl_lite.check: warning: algorithm.adv_estimator=grpo with" in capsys.readouterr().err
+    assert check.collect_warnings(load_config(["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae"])) == []
+
+
+def test_critic_settings_without_a_critic_get_a_warning_naming_the_estimator():
+    cfg = load_config(["actor_rollout_ref.rollout.n=4", "critic.optim.lr=1e-4", "critic.megatron.param_offload=True"])
+    assert check.collect_warnings(cfg) == [
+        "critic.optim.lr, critic.megatron.param_offload are set, but no critic runs (algorithm.adv_estimator=grpo): "
+        "the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True"]
+    assert check.collect_warnings(load_config(["critic.optim.lr=1e-4", "algorithm.adv_estimator=gae"])) == []
+    off = check.collect_warnings(load_config(["critic.optim.lr=1e-4", "critic.enable=False",
+                                              "algorithm.adv_estimator=gae"]))
+    assert off and "(algorithm.adv_estimator=gae, critic.enable=False)" in off[0]
+
+
+def test_the_shipped_tiny_job_has_no_warnings_and_the_bare_default_warns_about_rollout_n():
+    # The bare default is GRPO with verl's rollout.n=1 (verl's own default estimator is gae): the
+    # quickstart-PPO case, which now gets the warning instead of training silently without learning.
+    assert [w.split(":")[0] for w in check.collect_warnings(load_config([]))] == [
+        "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1"]
+    import os
+    import subprocess
+
+    out = subprocess.run(["bash", "examples/grpo/run_tiny.sh"], env={**os.environ, "CHECK": "1"},
+                         capture_output=True, text=True, cwd=str(Path(__file__).resolve().parents[2]), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "warning" not in out.stderr and "verl_lite.check: OK" in out.stdout
