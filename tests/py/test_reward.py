@@ -32,6 +32,13 @@ def test_gsm8k_flexible_takes_the_last_number_anywhere():
     assert gsm8k.compute_score("about 1,000", "1000", method="flexible") == 0.0
 
 
+def test_gsm8k_flexible_answers_a_lone_full_stop_when_nothing_else_matched():
+    # as verl: "No idea." yields the answer "." (a wrong answer), not no answer
+    assert gsm8k.extract_solution("No idea.", method="flexible") == "."
+    assert gsm8k.compute_score("No idea.", "72", method="flexible", format_score=0.1) == 0.1
+    assert gsm8k.extract_solution("It is 72 .", method="flexible") == "72"
+
+
 def test_gsm8k_only_searches_the_last_300_characters():
     # the marked answer sits 301 characters from the end, so it is cut off
     assert gsm8k.compute_score("#### 72" + "x" * 300, "72") == 0.0

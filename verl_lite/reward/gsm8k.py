@@ -3,8 +3,9 @@
 Same extraction and scores as verl's `verl/utils/reward_score/gsm8k.py`, so reward curves compare:
 only the last 300 characters are searched (answers come last; the regex stays fast on long text);
 strict takes the last `#### <number>` with commas and `$` removed; flexible takes the last number
-anywhere, as written (commas kept, as verl). No answer scores 0, a wrong one `format_score`, a
-correct one `score`.
+anywhere, as written (commas kept, as verl; a lone "." is skipped, but when it is all that matched,
+as in "No idea.", the answer is "." and scores `format_score`, as verl). No answer scores 0, a
+wrong one `format_score`, a correct one `score`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ def extract_solution(solution_str: str, method: str = "strict") -> Optional[str]
     if method == "strict":
         found = _STRICT.findall(tail)
         return found[-1].replace(",", "").replace("$", "") if found else None
-    numbers = [n for n in _NUMBER.findall(tail) if n not in ("", ".")]
-    return numbers[-1] if numbers else None
+    numbers = _NUMBER.findall(tail)
+    if not numbers:
+        return None
+    # the last match that is not a lone ".", or (as verl) the first match when all of them are
+    return next((n for n in reversed(numbers) if n != "."), numbers[0])
 
 
 def compute_score(
