@@ -10,8 +10,9 @@ import pytest
 
 import verl_lite.data
 from verl_lite.reward import RewardFunctionError, RewardManager, default_compute_score, load_custom_reward_fn
-from verl_lite.reward import gsm8k
-from verl_lite.reward.manager import describe_fn
+from verl_lite.reward import gsm8k, has_default_scorer
+from verl_lite.reward import math as math_reward
+from verl_lite.reward.manager import GSM8K_SOURCES, MATH_SOURCES, describe_fn
 
 # ---------------------------------------------------------------------------- gsm8k
 
@@ -52,6 +53,38 @@ def test_gsm8k_compares_a_numeric_ground_truth_as_text():
 def test_gsm8k_unknown_method_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown gsm8k extraction method 'loose'; valid methods: strict, flexible"):
         gsm8k.compute_score("#### 1", "1", method="loose")
+
+
+# ---------------------------------------------------------------------------- MATH
+
+
+def test_math_scores_the_last_boxed_answer_after_normalisation():
+    assert math_reward.compute_score("so $\\boxed{\\dfrac{1}{2}}$", "\\frac12") == 1.0
+    assert math_reward.compute_score("$\\boxed{1/2}$ or rather $\\boxed{3}$", "\\frac{1}{2}") == 0.0
+
+
+def test_math_last_boxed_answer_balances_braces_and_gives_none_without_one():
+    assert math_reward.last_boxed_answer("x $\\boxed{\\sqrt{\\frac{1}{2}}}$ y") == "\\sqrt{\\frac{1}{2}}"
+    assert math_reward.last_boxed_answer("the answer is 5") is None
+    assert math_reward.last_boxed_answer("\\boxed{5") is None  # never closed
+
+
+def test_math_normalise_cuts_units_degrees_and_spaces():
+    assert math_reward.normalise("90^{\\circ}") == "90"
+    assert math_reward.normalise("5 \\text{ cm}") == "5"
+    assert math_reward.normalise("k = \\frac 1 2") == "\\frac{1}{2}"
+
+
+@pytest.mark.parametrize("response", [None, 5, b"\\boxed{5}", "\\boxed{\\sqrt}", "\\boxed{\\frac}"])
+def test_math_odd_input_scores_zero_instead_of_raising(response):
+    assert math_reward.compute_score(response, "5") == 0.0
+
+
+def test_math_compares_a_numeric_ground_truth_as_text():
+    # verl compares the text answer with the int itself and never matches; verl_lite, as for gsm8k, uses its text
+    assert math_reward.compute_score("$\\boxed{72}$", 72) == 1.0
+    assert math_reward.compute_score("$\\boxed{0.5}$", 0.5) == 1.0
+    assert math_reward.compute_score("$\\boxed{72}$", None) == 0.0
 
 
 # ---------------------------------------------------------------------------- custom reward files
@@ -118,13 +151,38 @@ def test_default_score_sends_verl_lite_sources_to_the_synthetic_module(monkeypat
     assert calls == [("verl_lite/reverse", "cba", "cba", {"n": 3})]
 
 
+@pytest.mark.parametrize("source", MATH_SOURCES)
+def test_default_score_dispatches_the_math_datasets_to_the_math_rule(source):
+    assert default_compute_score(source, "$\\boxed{0.5}$", "\\frac{1}{2}") == 1.0
+    assert default_compute_score(source, "#### 72", "72") == 0.0  # a gsm8k answer is no boxed answer
+
+
 def test_an_unknown_data_source_names_it_the_supported_ones_and_the_custom_key():
     with pytest.raises(NotImplementedError) as err:
-        default_compute_score("lighteval/MATH", "x", "y")
+        default_compute_score("math_dapo", "x", "y")
     message = str(err.value)
-    assert "'lighteval/MATH'" in message
-    assert "openai/gsm8k, gsm8k, verl_lite/*" in message
+    assert "'math_dapo'" in message
+    assert ("supported: openai/gsm8k, gsm8k, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, "
+            "HuggingFaceH4/MATH-500, verl_lite/* (synthetic tasks)") in message
     assert "custom_reward_function.path" in message
+
+
+def test_has_default_scorer_says_yes_exactly_where_default_compute_score_scores():
+    for source in GSM8K_SOURCES + MATH_SOURCES + ("verl_lite/reverse",):
+        assert has_default_scorer(source)
+        default_compute_score(source, "1", "1")  # and it does not raise
+    for source in ("math_dapo", "lighteval/math", "openai/gsm8k ", "", None, 3):
+        assert not has_default_scorer(source)
+        with pytest.raises(NotImplementedError):
+            default_compute_score(source, "1", "1")
+
+
+def test_has_default_scorer_needs_no_heavy_import():
+    code = ("import sys; from verl_lite.reward.manager import has_default_scorer; "
+            "assert has_default_scorer('HuggingFaceH4/MATH-500'); "
+            "heavy = sorted({'torch', 'pandas', 'pyarrow', 'verl_lite.data'} & set(sys.modules)); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # ---------------------------------------------------------------------------- manager

@@ -1,9 +1,11 @@
 """Score responses: route each sample to its rule reward and turn failures into errors that point at
 the function and the sample.
 
-`default_compute_score` dispatches on the parquet row's `data_source` as verl's does;
-`RewardManager` applies a score function (the default or `custom_reward_function.path/name`) to
-a batch and checks what it returns. Imports no torch: the driver scores without loading models.
+`default_compute_score` dispatches on the parquet row's `data_source` as verl's does (GSM8K and
+MATH datasets, plus verl_lite's synthetic tasks); `has_default_scorer` says whether it can score a
+data_source, so data can be checked before training. `RewardManager` applies a score function (the
+default or `custom_reward_function.path/name`) to a batch and checks what it returns. Imports no
+torch: the driver scores without loading models.
 """
 
 from __future__ import annotations
@@ -13,12 +15,21 @@ import inspect
 import math
 import numbers
 import sys
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from verl_lite.reward import gsm8k
+from verl_lite.reward import math as math_reward
 
+# The data_source names the default reward scores, as verl's default_compute_score routes them
+# ("gsm8k" alone is verl_lite's own short name), and the prefix of the synthetic tasks.
 GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
+MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
 SYNTHETIC_PREFIX = "verl_lite/"
+_RULE_REWARDS: Dict[str, Callable[[str, Any], float]] = {
+    **dict.fromkeys(GSM8K_SOURCES, gsm8k.compute_score),
+    **dict.fromkeys(MATH_SOURCES, math_reward.compute_score),
+}
+SUPPORTED_SOURCES = ", ".join(_RULE_REWARDS) + f", {SYNTHETIC_PREFIX}* (synthetic tasks)"
 _PREVIEW_CHARS = 80
 
 
@@ -26,17 +37,23 @@ class RewardFunctionError(RuntimeError):
     """A reward function raised, or returned something that is not a finite number."""
 
 
+def has_default_scorer(data_source: Any) -> bool:
+    """Whether `default_compute_score` can score rows of this `data_source` (see SUPPORTED_SOURCES)."""
+    return isinstance(data_source, str) and (data_source in _RULE_REWARDS or data_source.startswith(SYNTHETIC_PREFIX))
+
+
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
-    """The rule reward for `data_source`: GSM8K (`#### answer`) or a verl_lite synthetic task."""
-    if data_source in GSM8K_SOURCES:
-        return gsm8k.compute_score(solution_str, ground_truth)
-    if isinstance(data_source, str) and data_source.startswith(SYNTHETIC_PREFIX):
-        from verl_lite.data import synthetic  # lazy: the data package is not needed to score GSM8K
+    """The rule reward for `data_source`: GSM8K (`#### answer`), MATH (last `\\boxed{answer}`) or a
+    verl_lite synthetic task."""
+    rule = _RULE_REWARDS.get(data_source) if isinstance(data_source, str) else None
+    if rule is not None:
+        return rule(solution_str, ground_truth)
+    if has_default_scorer(data_source):
+        from verl_lite.data import synthetic  # lazy: the data package is not needed to score GSM8K or MATH
 
         return synthetic.compute_score(data_source, solution_str, ground_truth, extra_info)
-    supported = ", ".join(GSM8K_SOURCES) + f", {SYNTHETIC_PREFIX}* (synthetic tasks)"
     raise NotImplementedError(
-        f"no rule reward for data_source {data_source!r}; supported: {supported}. "
+        f"no rule reward for data_source {data_source!r}; supported: {SUPPORTED_SOURCES}. "
         "For other data, write a reward function and set custom_reward_function.path (and .name)"
     )
 
