@@ -105,6 +105,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
         problems += rules.environment_problems(cfg, device, explicit=cfg.trainer.device != "auto")
         problems += device_count_problems(cfg, device)
         problems += resume_problems(cfg)
+        problems += data_source_problems(cfg)
     return list(dict.fromkeys(problems))
 
 
@@ -142,6 +143,36 @@ def _differing_keys(value: Any, default: Any, prefix: str) -> List[str]:
             out += _differing_keys(value[k], default.get(k), f"{prefix}.{k}") if k in default else [f"{prefix}.{k}"]
         return out
     return [] if value == default else [prefix]
+
+
+def data_source_problems(cfg: Any) -> List[str]:
+    """Rows whose data_source no built-in scorer handles, when no custom reward function is set:
+    found here from the data_source column alone, before Ray starts and any model is built."""
+    if cfg.custom_reward_function.path:
+        return []
+    import pyarrow.parquet as pq
+
+    from verl_lite.data.dataset import as_file_list, expand
+    from verl_lite.reward.manager import SUPPORTED_SOURCES, has_default_scorer
+
+    problems = []
+    for key, files in (("data.train_files", cfg.data.train_files), ("data.val_files", cfg.data.val_files)):
+        for raw in as_file_list(files):
+            path = expand(raw)
+            try:
+                sources = pq.read_table(path, columns=["data_source"]).column(0).to_pylist()
+            except Exception:  # a missing or unreadable file, or no such column: the data checks say so
+                continue
+            unknown: Dict[str, int] = {}
+            for source in sources:  # empty or non-string values are the row checks' to report
+                if isinstance(source, str) and source and not has_default_scorer(source):
+                    unknown[repr(source)] = unknown.get(repr(source), 0) + 1
+            if unknown:
+                shown = ", ".join(f"{name} ({n} row{'s' if n != 1 else ''})" for name, n in list(unknown.items())[:3])
+                problems.append(f"{key}: {raw} has data_source {shown}{' and more' if len(unknown) > 3 else ''}, "
+                                f"which no built-in scorer handles (it scores {SUPPORTED_SOURCES}); set "
+                                f"custom_reward_function.path to a reward function for them")
+    return problems
 
 
 def resume_problems(cfg: Any) -> List[str]:

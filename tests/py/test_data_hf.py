@@ -157,3 +157,67 @@ def test_a_grpo_step_runs_on_the_bpe_model_with_gsm8k_rows(tmp_path):
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(0 < m["response_length/mean"] <= 8 for m in metrics)
     assert all(m["critic/score/mean"] in (0.0, 0.25, 0.5, 0.75, 1.0) for m in metrics)
+
+
+def test_the_main_job_runs_20_steps_on_the_bpe_model_with_preprocessed_gsm8k_rows(tmp_path):
+    """The user's path: a local GSM8K-layout copy -> verl's parquet -> run_tiny.sh on a real tokenizer."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from verl_lite.data.dataset import read_rows
+    from verl_lite.data.tiny_hf import write_gsm8k_layout
+    from verl_lite.reward.manager import RewardManager
+
+    repo = Path(__file__).resolve().parents[2]
+    write_gsm8k_layout(str(tmp_path / "local"), n_train=64, n_test=8)
+    subprocess.run([sys.executable, "examples/data_preprocess/gsm8k.py", "--local_dataset_path", str(tmp_path / "local"),
+                    "--local_save_dir", str(tmp_path / "data")], check=True, cwd=str(repo), capture_output=True)
+    rows = read_rows(str(tmp_path / "data" / "train.parquet"))
+    truths = [r["reward_model"]["ground_truth"] for r in rows[:2]]
+    planted = [f"So the answer is\n#### {truths[0]}", f"So the answer is\n#### {int(truths[1]) + 1}"]
+    assert RewardManager()([rows[0]["data_source"], rows[1]["data_source"]], planted, truths) == [1.0, 0.0]
+
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_MODEL_PATH": "tiny-qwen3_5-bpe", "TRAIN_FILES": str(tmp_path / "data" / "train.parquet"),
+           "VAL_FILES": str(tmp_path / "data" / "test.parquet"), "MAX_PROMPT_LENGTH": "64",
+           "MAX_RESPONSE_LENGTH": "16", "TOTAL_STEPS": "20", "SAVE_FREQ": "-1", "TEST_FREQ": "10"}
+    done = subprocess.run(["bash", "examples/grpo/run_tiny.sh", f"trainer.default_local_dir={out}",
+                           "trainer.plot_rewards=false", "ray_init.num_cpus=2"],
+                          env=env, cwd=str(repo), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "critic/score/mean" in m]
+    assert [m["step"] for m in steps] == list(range(1, 21))
+    assert all(0 < m["response_length/mean"] <= 16 for m in steps)
+    assert any("val/score" in m for m in metrics)
+
+
+def test_mixed_gsm8k_and_math_files_load_together_and_each_row_is_scored_by_its_own_source(tmp_path):
+    from verl_lite.check import data_source_problems
+    from verl_lite.config import load_config
+    from verl_lite.reward.manager import RewardManager
+
+    write_parquet([gsm8k_row(QUESTION, "7", 0)], str(tmp_path / "gsm8k.parquet"))
+    math_row = {"data_source": "DigitalLearningGmbH/MATH-lighteval", "ability": "math",
+                "prompt": [{"role": "user", "content": "What is $\\frac{2}{4}$?"}],
+                "reward_model": {"style": "rule", "ground_truth": "\\frac{1}{2}"}, "extra_info": {"index": 0}}
+    write_parquet([math_row], str(tmp_path / "math.parquet"))
+    files = f"data.train_files=[{tmp_path}/gsm8k.parquet,{tmp_path}/math.parquet]"
+    cfg = load_config([files, "data.val_files=[]"])
+    assert data_source_problems(cfg) == []
+    tok = load_tokenizer("tiny-qwen3_5-bpe")
+    examples = PromptDataset.from_config(cfg.data.train_files, tok, cfg.data).examples
+    assert [e.data_source for e in examples] == ["openai/gsm8k", "DigitalLearningGmbH/MATH-lighteval"]
+    score = RewardManager()
+    sources, truths = [e.data_source for e in examples], [e.ground_truth for e in examples]
+    assert score(sources, ["#### 7", "It is $\\boxed{\\dfrac{1}{2}}$."], truths) == [1.0, 1.0]
+    assert score(sources, ["\\boxed{7}", "#### 0.5"], truths) == [0.0, 0.0]  # each source keeps its own format
+
+    write_parquet([{**math_row, "data_source": "my/olympiad"}] * 2, str(tmp_path / "other.parquet"))
+    problems = data_source_problems(load_config([f"data.train_files={tmp_path}/other.parquet", "data.val_files=[]"]))
+    assert len(problems) == 1 and "has data_source 'my/olympiad' (2 rows), which no built-in scorer handles" in problems[0]
+    custom = load_config([f"data.train_files={tmp_path}/other.parquet", "data.val_files=[]",
+                          f"custom_reward_function.path={tmp_path}/reward.py"])
+    assert data_source_problems(custom) == []

@@ -220,7 +220,7 @@ class _Job:
         """What would otherwise fail only after the models are built: too few prompts for one batch,
         data sources that the default reward cannot score."""
         from verl_lite.data.dataset import DataError
-        from verl_lite.reward.manager import GSM8K_SOURCES, SYNTHETIC_PREFIX
+        from verl_lite.reward.manager import SUPPORTED_SOURCES, has_default_scorer
 
         bs = int(self.cfg.data.train_batch_size)
         if bs > len(self.train_set):
@@ -230,11 +230,10 @@ class _Job:
             return
         sets = [("data.train_files", self.train_set)] + ([("data.val_files", self.val_set)] if self.val_set else [])
         for key, ds in sets:
-            unknown = sorted({e.data_source for e in ds.examples
-                              if e.data_source not in GSM8K_SOURCES and not e.data_source.startswith(SYNTHETIC_PREFIX)})
+            unknown = sorted({e.data_source for e in ds.examples if not has_default_scorer(e.data_source)})
             if unknown:
                 raise DataError(f"{key}: no rule reward for data_source {', '.join(map(repr, unknown[:3]))} "
-                                f"(the default reward scores {', '.join(GSM8K_SOURCES)} and {SYNTHETIC_PREFIX}*); "
+                                f"(the default reward scores {SUPPORTED_SOURCES}); "
                                 f"set custom_reward_function.path to a reward function for this data")
 
     def train(self, stop: Any) -> None:
