@@ -40,6 +40,17 @@ def test_chat_template_ids_round_trip_to_the_chatml_text(tok):
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")  # the marker is one id, not its characters
 
 
+def test_a_slow_python_tokenizer_takes_the_same_path():
+    from transformers import ByT5Tokenizer, PythonBackend
+
+    slow = ByT5Tokenizer()  # byte-level, needs no vocabulary file
+    assert isinstance(slow, PythonBackend)
+    slow.chat_template = CHATML_TEMPLATE
+    ids = encode_prompt(slow, [{"role": "user", "content": "Hi 3"}])
+    assert slow.decode(ids) == "<|im_start|>user\nHi 3<|im_end|>\n<|im_start|>assistant\n"
+    assert encode_prompt(slow, "Hi", apply_chat_template=False) == slow.encode("Hi") == [75, 108, slow.eos_token_id]
+
+
 def test_the_shipped_bpe_model_tokenizes_prompts_with_its_own_vocab_and_special_ids():
     tok = load_tokenizer("tiny-qwen3_5-bpe")
     from verl_lite.models import read_hf_config, resolve_model_dir
