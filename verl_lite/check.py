@@ -18,47 +18,22 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 import shutil
 import sys
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import choices, roles, rules
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.repatch import build_repatch_dict
+from verl_lite.secrets import mask_env, redact
 
 PROG = "verl_lite.check"
-# TOKEN but not TOKENIZER: TOKENIZERS_PARALLELISM is a switch, not a credential.
-SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER)|SECRET|PASSWORD", re.IGNORECASE)
-MASK = "<masked>"
 # Bytes per trained parameter in a checkpoint: fp32 weights + Adam's two fp32 moments.
 CKPT_BYTES_PER_PARAM = 12
 DEVICE_NODES = {"cuda": ("CUDA_VISIBLE_DEVICES", "nvidia[0-9]*"), "npu": ("ASCEND_RT_VISIBLE_DEVICES", "davinci[0-9]*")}
-
-
-def is_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
-
-
-def secret_values(environ: Optional[Mapping[str, str]] = None) -> List[str]:
-    """Values of secret-named env vars, longest first; 4+ characters, so that a flag such as 1 or
-    true is not masked all over the output."""
-    env = os.environ if environ is None else environ
-    return sorted({v for k, v in env.items() if is_secret(k) and len(v) >= 4}, key=len, reverse=True)
-
-
-def redact(text: str, environ: Optional[Mapping[str, str]] = None) -> str:
-    """`text` with every secret env value replaced by <masked>."""
-    for value in secret_values(environ):
-        text = text.replace(value, MASK)
-    return text
-
-
-def mask_env(env: Mapping[str, str]) -> Dict[str, str]:
-    return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
 
 
 def _target_device(cfg: Any) -> str:
@@ -95,7 +70,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
             problems.append(f"{role}: {e}")
     problems += rules.rollout_problems(cfg)
     if cfg.async_training.enable:
-        from verl_lite.trainer.async_rules import async_problems  # pure config arithmetic, no torch/ray
+        from verl_lite.config.async_rules import async_problems  # pure config arithmetic, no torch/ray
 
         problems += async_problems(cfg)
     if for_training:

@@ -22,7 +22,7 @@ TRAINER_MODULE = "verl_lite.trainer.run"
 
 
 def _report(problems: Sequence[str]) -> None:
-    from verl_lite.check import redact
+    from verl_lite.secrets import redact
 
     print(f"{PROG}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
     for p in problems:
@@ -30,7 +30,8 @@ def _report(problems: Sequence[str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from verl_lite.check import collect_problems, collect_warnings, redact
+    from verl_lite.check import collect_problems, collect_warnings
+    from verl_lite.secrets import redact
     from verl_lite.config.compose import compose_config
 
     overrides = list(sys.argv[1:] if argv is None else argv)
@@ -69,7 +70,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         if os.environ.get("VERL_LITE_TRACEBACK") == "1":
             traceback.print_exc()
-        from verl_lite.check import redact
+        from verl_lite.secrets import redact
 
         print(redact(f"{PROG}: {describe_failure(e)}{_save_traceback(cfg)}"), file=sys.stderr)
         return 1
@@ -78,7 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _save_traceback(cfg) -> str:
     """Write the traceback next to the checkpoints (a long run's failure must be debuggable without
     a rerun); returns the note pointing at it, or "" when it could not be written."""
-    from verl_lite.check import redact
+    from verl_lite.secrets import redact
 
     path = os.path.join(os.path.abspath(os.path.expanduser(cfg.trainer.default_local_dir)), "last_error.txt")
     try:

@@ -36,7 +36,7 @@ def tiny_cfg(data_dir, *extra):
 
 
 def test_an_async_config_with_both_pools_set_has_no_problems(data_dir):
-    from verl_lite.trainer.async_rules import async_problems, queue_capacity_batches
+    from verl_lite.config.async_rules import async_problems, queue_capacity_batches
 
     cfg = tiny_cfg(data_dir, "async_training.trigger_parameter_sync_step=4", "async_training.staleness_threshold=2")
     assert async_problems(cfg) == []
@@ -44,7 +44,7 @@ def test_an_async_config_with_both_pools_set_has_no_problems(data_dir):
 
 
 def test_async_rules_name_each_bad_setting_and_the_fix(data_dir):
-    from verl_lite.trainer.async_rules import async_problems
+    from verl_lite.config.async_rules import async_problems
 
     cfg = tiny_cfg(data_dir, "actor_rollout_ref.rollout.n_gpus_per_node=0", "trainer.ray=false",
                    "async_training.require_batches=2", "algorithm.adv_estimator=gae",
@@ -247,7 +247,7 @@ def test_the_ascend_fully_async_example_dry_runs_and_passes_the_preflight_check_
     import subprocess
     import sys
 
-    from verl_lite.trainer.async_rules import async_problems, rollout_replicas, train_world
+    from verl_lite.config.async_rules import async_problems, rollout_replicas, train_world
 
     script = "examples/ascend/run_qwen3_vl_30b_a3b_fully_async.sh"
     env = dict(os.environ, HOME=str(tmp_path), PYTHON=sys.executable)

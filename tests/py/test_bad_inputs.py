@@ -218,7 +218,7 @@ def test_the_check_summary_masks_a_secret_forwarded_in_the_runtime_env(run_modul
 
 
 def test_training_logs_and_errors_never_print_a_secret_value(good_data, tmp_path, run_module):
-    from verl_lite.check import redact
+    from verl_lite.secrets import redact
 
     secret = SECRETS["HF_TOKEN"]
     assert redact(f"path /x/{secret}/y", {"HF_TOKEN": secret}) == "path /x/<masked>/y"
@@ -236,7 +236,7 @@ def test_training_logs_and_errors_never_print_a_secret_value(good_data, tmp_path
 
 
 def test_a_checkpoint_with_a_pickled_payload_is_refused_by_the_loader_itself(tmp_path):
-    from verl_lite.trainer.checkpoint import CheckpointError, load_tensors
+    from verl_lite.checkpoint_files import CheckpointError, load_tensors
 
     make_checkpoint("pickle", tmp_path)
     with pytest.raises(CheckpointError, match="holds objects other than tensors and was refused"):

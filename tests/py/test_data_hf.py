@@ -75,7 +75,7 @@ def test_truncation_keeps_the_end_or_the_start_and_an_overlong_prompt_is_refused
 
 
 def test_prompts_of_different_lengths_are_left_padded_with_the_pad_id(tok):
-    from verl_lite.trainer.ppo_trainer import left_pad
+    from verl_lite.batch import left_pad
 
     short = encode_prompt(tok, [{"role": "user", "content": "Hi"}])
     long = encode_prompt(tok, [{"role": "user", "content": QUESTION}])
@@ -130,7 +130,7 @@ def test_apply_chat_template_kwargs_reach_the_template(tok):
 def test_eos_ends_the_response_mask_and_the_reward_sees_the_text_without_special_tokens():
     from verl_lite.reward.manager import RewardManager
     from verl_lite.rollout.hf import response_mask_from
-    from verl_lite.trainer.ppo_trainer import score_responses
+    from verl_lite.reward.manager import score_responses
 
     tok = load_tokenizer("tiny-qwen3_5-bpe")
     right, wrong = tok.encode("So #### 7"), tok.encode("So #### 8")

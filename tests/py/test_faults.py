@@ -261,7 +261,8 @@ def test_pruning_keeps_the_newest_checkpoints_and_leaves_no_half_deleted_dir(tmp
 def test_a_disk_that_fills_up_during_a_save_names_the_intact_checkpoint_and_leaves_no_partial_dir(tmp_path):
     import errno
 
-    from verl_lite.trainer.checkpoint import CheckpointError, CheckpointManager
+    from verl_lite.checkpoint_files import CheckpointError
+    from verl_lite.trainer.checkpoint import CheckpointManager
 
     manager = CheckpointManager(str(tmp_path))
     manager.save(2, lambda d: Path(d, "driver_state.json").write_text("2"))
@@ -383,7 +384,7 @@ def light_worker_class():
 ])
 def test_a_ray_worker_that_raises_runs_out_of_memory_or_hangs_fails_the_call_naming_rank_pid_and_error(
         ray_here, monkeypatch, fault, expected):
-    from verl_lite.trainer.checkpoint import reset_faults
+    from verl_lite.faults import reset_faults
     from verl_lite.trainer.worker_group import WorkerError, WorkerGroup
 
     monkeypatch.setenv("VERL_LITE_FAULT", fault)

@@ -32,7 +32,7 @@ def fixed_batch(cfg):
 
     from verl_lite.data.dataset import PromptDataset
     from verl_lite.data.tokenizer import load_tokenizer
-    from verl_lite.trainer.ppo_trainer import left_pad
+    from verl_lite.batch import left_pad
     from verl_lite.trainer.workers import ActorRolloutRefWorker
 
     worker = ActorRolloutRefWorker(OmegaConf.to_container(cfg, resolve=True), 0, 1)
@@ -91,7 +91,7 @@ def test_an_on_policy_update_over_several_mini_batches_is_refused(data_dir, tmp_
 
 def test_generate_with_log_probs_scores_the_responses_as_compute_log_prob_does(data_dir, tmp_path):
     from verl_lite.data.tokenizer import load_tokenizer
-    from verl_lite.trainer.ppo_trainer import left_pad
+    from verl_lite.batch import left_pad
 
     cfg = make_cfg(data_dir, tmp_path, 1, "actor_rollout_ref.actor.use_kl_loss=True")
     worker = new_worker(cfg)

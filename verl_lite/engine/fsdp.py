@@ -262,7 +262,7 @@ class TorchLMEngine(BaseEngine):
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                              set_optimizer_state_dict)
 
-        from verl_lite.trainer.checkpoint import CheckpointError, load_tensors
+        from verl_lite.checkpoint_files import CheckpointError, load_tensors
 
         model_file = os.path.join(path, "model.pt")
         payload = load_tensors(model_file)  # weights_only=True: pickled objects are refused, never run

@@ -142,3 +142,20 @@ class RewardManager:
         if not math.isfinite(value):
             raise RewardFunctionError(f"{where} returned {value}; rewards must be finite (it would poison advantages)")
         return value
+
+
+def score_responses(tokenizer: Any, reward_fn: Any, batch: Dict[str, Any]):
+    """Decode each response (up to EOS), score it, and put the score on its last token (the driver
+    and the fully-async rollout workers score the same way).
+
+    Returns (token-level scores (B, R), decoded texts)."""
+    import torch
+
+    mask = batch["response_mask"]
+    texts = [tokenizer.decode([t for t, keep in zip(r, m) if keep], skip_special_tokens=True)
+             for r, m in zip(batch["responses"].tolist(), mask.tolist())]
+    scores = reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
+    token_scores = torch.zeros(mask.shape, dtype=torch.float32)
+    last = (mask.sum(-1) - 1).clamp(min=0)
+    token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
+    return token_scores, texts

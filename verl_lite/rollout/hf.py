@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from verl_lite.models.hf import build_causal_lm
-from verl_lite.trainer.batch import Batch, concat, split_by_size
+from verl_lite.batch import Batch, concat, split_by_size
 
 logger = logging.getLogger(__name__)
 

@@ -123,7 +123,7 @@ class RolloutPool:
 
 def split_groups(chunk: Dict[str, Any], n: int) -> List[Dict[str, Any]]:
     """A chunk's prompt groups (n rows each) with the oldest weight version that generated them."""
-    from verl_lite.trainer.batch import batch_size, select
+    from verl_lite.batch import batch_size, select
 
     groups = []
     for start in range(0, batch_size(chunk), n):
@@ -135,7 +135,7 @@ def split_groups(chunk: Dict[str, Any], n: int) -> List[Dict[str, Any]]:
 
 def merge_groups(groups: List[Dict[str, Any]]) -> Dict[str, Any]:
     """One batch from groups; the shared left padding of the prompts is trimmed."""
-    from verl_lite.trainer.batch import concat
+    from verl_lite.batch import concat
 
     batch = concat([g["data"] for g in groups])
     width = batch["prompts"].shape[1]
@@ -388,7 +388,7 @@ def run_async(cfg: Any) -> int:
     from verl_lite.data.dataset import PromptDataset, as_file_list, expand
     from verl_lite.data.tokenizer import load_tokenizer
     from verl_lite.device import resolve_device
-    from verl_lite.trainer import async_rules
+    from verl_lite.config import async_rules
     from verl_lite.trainer.async_buffer import ChunkBuffer
     from verl_lite.trainer.async_workers import TrainWorker
     from verl_lite.trainer.plot import plot_rewards

@@ -228,7 +228,7 @@ class RolloutWorker:
         return self._assemble(seqs, indices, serial, torch)
 
     def _generate_segments(self, seqs: List[_Seq], pad: int, eos: int) -> None:
-        from verl_lite.trainer.ppo_trainer import left_pad
+        from verl_lite.batch import left_pad
 
         while True:
             active = [s for s in seqs if not s.done]
@@ -303,7 +303,7 @@ class RolloutWorker:
         return chunk
 
     def _score(self, batch: Dict[str, Any]):
-        from verl_lite.trainer.ppo_trainer import score_responses
+        from verl_lite.reward.manager import score_responses
 
         return score_responses(self.tokenizer, self.reward_fn, batch)[0]
 
@@ -314,7 +314,7 @@ class RolloutWorker:
         partial_rollout=False, weights that arrive while a chunk is in flight wait for it)."""
         from collections import defaultdict
 
-        from verl_lite.trainer.ppo_trainer import left_pad
+        from verl_lite.batch import left_pad
 
         if not self.val_examples:
             return {}

@@ -19,22 +19,17 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
+from verl_lite.batch import Batch, left_pad, select, split
+from verl_lite.checkpoint_files import CheckpointError
+from verl_lite.faults import fault_point
+from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.batch import Batch, select, split
-from verl_lite.trainer.checkpoint import (DRIVER_STATE, RESUME_FIX, CheckpointError, CheckpointManager, fault_point,
-                                          select_checkpoint)
+from verl_lite.trainer.checkpoint import DRIVER_STATE, RESUME_FIX, CheckpointManager, select_checkpoint
 
 logger = logging.getLogger(__name__)
 
 CONSOLE_KEYS = ("critic/score/mean", "val/score", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
                 "response_length/mean", "timing_s/step", "perf/tokens_per_s")
-
-
-def left_pad(seqs: List[List[int]], pad_id: int) -> Dict[str, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
-    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": mask}
 
 
 def reorder_for_dp(n: int, num_mini: int, dp: int) -> List[int]:
@@ -51,20 +46,6 @@ def reorder_for_dp(n: int, num_mini: int, dp: int) -> List[int]:
             start = j * per_mini + r * per_part
             order.extend(range(start, start + per_part))
     return order
-
-
-def score_responses(tokenizer: Any, reward_fn: Any, batch: Batch):
-    """Decode each response (up to EOS), score it, and put the score on its last token.
-
-    Returns (token-level scores (B, R), decoded texts)."""
-    mask = batch["response_mask"]
-    texts = [tokenizer.decode([t for t, keep in zip(r, m) if keep], skip_special_tokens=True)
-             for r, m in zip(batch["responses"].tolist(), mask.tolist())]
-    scores = reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
-    token_scores = torch.zeros(mask.shape, dtype=torch.float32)
-    last = (mask.sum(-1) - 1).clamp(min=0)
-    token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
-    return token_scores, texts
 
 
 def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:

@@ -19,8 +19,8 @@ import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
-from verl_lite.check import redact
 from verl_lite.runtime_env import LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address
+from verl_lite.secrets import redact, redacted_logs
 
 logger = logging.getLogger("verl_lite")
 
@@ -95,33 +95,6 @@ def _end_ray(started: bool) -> None:
         _restore.pop()()
 
 
-# ---------------------------------------------------------------------------- secrets
-
-
-class RedactSecrets(logging.Filter):
-    """A handler filter that masks secret env values in every record it formats."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        masked = redact(message)
-        if masked != message:
-            record.msg, record.args = masked, None
-        return True
-
-
-@contextlib.contextmanager
-def _redacted_logs() -> Iterator[None]:
-    handlers = list(logging.getLogger().handlers)
-    flt = RedactSecrets()
-    for h in handlers:
-        h.addFilter(flt)
-    try:
-        yield
-    finally:
-        for h in handlers:
-            h.removeFilter(flt)
-
-
 # ---------------------------------------------------------------------------- stopping
 
 
@@ -164,11 +137,11 @@ def run(cfg: Any) -> int:
         from verl_lite.trainer.async_run import run_async
 
         return run_async(cfg)
-    from verl_lite.trainer.checkpoint import fault_spec, reset_faults
+    from verl_lite.faults import fault_spec, reset_faults
 
     reset_faults()
     fault_spec()  # a malformed VERL_LITE_FAULT is refused before anything starts
-    with _redacted_logs():
+    with redacted_logs():
         # Data, tokenizer, reward and the checkpoint to resume from first, with no torch import:
         # their errors come in about a second, before Ray starts and before any model is built.
         job = _Job(cfg)

@@ -19,7 +19,7 @@ import socket
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from verl_lite.trainer.batch import Batch, chunk, concat
+from verl_lite.batch import Batch, chunk, concat
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def with_fault_hook(cls: type) -> type:
     """`cls`, or a subclass whose METHOD first hits the fault point `worker.METHOD` when
     VERL_LITE_FAULT names one (crash tests). The subclass keeps the name, so Ray's process titles
     stay `ray::<Class>`; it is defined here, so Ray ships it to the workers by value."""
-    from verl_lite.trainer.checkpoint import FAULT_ENV, fault_spec
+    from verl_lite.faults import FAULT_ENV, fault_spec
 
     spec = fault_spec()
     if spec is None or not spec.point.startswith("worker."):

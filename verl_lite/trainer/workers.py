@@ -70,7 +70,7 @@ class _EngineWorker:
 
     def _update(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
                 micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:
-        from verl_lite.trainer.batch import chunk, split_by_size
+        from verl_lite.batch import chunk, split_by_size
 
         engine.train_mode()
         per_mini: List[Dict[str, float]] = []
@@ -147,7 +147,7 @@ class ActorRolloutRefWorker(_EngineWorker):
     def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False) -> Dict[str, Any]:
         import torch
 
-        from verl_lite.trainer.batch import split_by_size
+        from verl_lite.batch import split_by_size
 
         arr = self.cfg.actor_rollout_ref
         micro = arr.rollout.log_prob_micro_batch_size_per_gpu or arr.actor.ppo_micro_batch_size_per_gpu or 64
@@ -247,7 +247,7 @@ class CriticWorker(_EngineWorker):
     def compute_values(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         import torch
 
-        from verl_lite.trainer.batch import split_by_size
+        from verl_lite.batch import split_by_size
 
         micro = self.cfg.critic.ppo_micro_batch_size_per_gpu or 64
         self.critic.eval_mode()

@@ -80,3 +80,11 @@ def union(a: Batch, b: Batch) -> Batch:
     out = dict(a)
     out.update(b)
     return out
+
+
+def left_pad(seqs: List[List[int]], pad_id: int) -> Dict[str, torch.Tensor]:
+    """Token id lists as one left-padded (input_ids, attention_mask) pair: the generation input."""
+    width = max(len(s) for s in seqs)
+    ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in seqs], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": mask}
