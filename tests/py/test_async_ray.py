@@ -1,6 +1,6 @@
 """Fully-async training end to end on Ray (CPU): one rollout replica and one train worker.
 
-Every run shares one Ray cluster (run_async leaves a caller's cluster running). The fault runs
+Every run shares one Ray cluster (run() leaves a caller's cluster running). The fault runs
 happen in a thread with a time limit, so a hang fails the test instead of stalling the suite.
 """
 
@@ -40,11 +40,11 @@ def read_metrics(out_dir):
 
 
 def test_async_grpo_learns_the_copy_task_and_logs_staleness_and_queue_depth_every_step(ray_cluster, data_dir, tmp_path):
-    from verl_lite.trainer.async_run import run_async
+    from verl_lite.trainer.run import run
     from verl_lite.trainer.checkpoint import verify
 
     out = tmp_path / "learn"
-    assert run_async(load_config(overrides(data_dir, out, 30, "trainer.save_freq=30"))) == 0
+    assert run(load_config(overrides(data_dir, out, 30, "trainer.save_freq=30"))) == 0
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == list(range(1, 31))
     for r in rows:
@@ -75,8 +75,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def run_faulty(data_dir, tmp_path, at, fault, *extra, limit_s=180):
-    """run_async whose reward function runs `fault` at its `at`-th call; a hang fails the test."""
-    from verl_lite.trainer.async_run import run_async
+    """run() whose reward function runs `fault` at its `at`-th call; a hang fails the test."""
+    from verl_lite.trainer.run import run
 
     reward = tmp_path / "reward.py"
     reward.write_text(FAULTY_REWARD.format(at=at, fault=fault), encoding="utf-8")
@@ -85,7 +85,7 @@ def run_faulty(data_dir, tmp_path, at, fault, *extra, limit_s=180):
 
     def target():
         try:
-            outcome["rc"] = run_async(cfg)
+            outcome["rc"] = run(cfg)
         except BaseException as e:  # noqa: BLE001 - the test inspects whatever ended the run
             outcome["error"] = e
 
@@ -131,3 +131,56 @@ def test_a_queue_that_stays_empty_past_the_timeout_says_why(ray_cluster, data_di
     text = str(error)
     assert text.startswith("the rollout queue stayed empty for 4 s (async_training.queue_timeout_s) at step 2")
     assert "replica 0: 1 chunks" in text and "raise async_training.queue_timeout_s" in text
+
+
+# ---------------------------------------------------------------------------- one run path
+
+
+SMALL = ("data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8")
+
+
+def test_a_sigint_in_an_async_run_saves_the_step_and_a_half_written_resave_is_recovered_on_resume(
+        ray_cluster, data_dir, tmp_path, monkeypatch, caplog):
+    import logging
+    import shutil
+
+    from verl_lite.trainer.run import run
+
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "out"
+    monkeypatch.setenv("VERL_LITE_FAULT", "sigint:step:3")  # SIGINT to the driver in the middle of step 3
+    assert run(load_config(overrides(data_dir, out, 6, "trainer.save_freq=2", *SMALL))) == 130
+    assert "stopped by signal 2 after step 3 of 6" in caplog.text
+    assert [r["step"] for r in read_metrics(out)] == [1, 2, 3]
+    assert (out / "latest_checkpointed_iteration.txt").read_text() == "3"
+    # A re-save of step 3 killed between its two renames leaves step 3 moved aside, and a later
+    # save killed while writing leaves a temporary dir: resuming puts step 3 back and goes on from it.
+    aside = out / ".global_step_3.old-1234"
+    aside.mkdir()
+    shutil.move(str(out / "global_step_3"), str(aside / "ckpt"))
+    (out / ".global_step_4.tmp-5678").mkdir()
+    monkeypatch.delenv("VERL_LITE_FAULT")
+    caplog.clear()
+    assert run(load_config(overrides(data_dir, out, 5, "trainer.save_freq=2", *SMALL))) == 0
+    assert f"resumed from {out}/global_step_3 at step 3" in caplog.text
+    assert [r["step"] for r in read_metrics(out)] == [1, 2, 3, 4, 5]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_async_run_hits_the_fault_points_notes_the_step_and_masks_secrets_in_its_logs(
+        ray_cluster, data_dir, tmp_path, monkeypatch, caplog):
+    import logging
+
+    from verl_lite.trainer.run import run
+
+    secret = "hf_async_s3cr3t_value"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    monkeypatch.setenv("VERL_LITE_FAULT", "raise:step:2")
+    caplog.set_level(logging.INFO)
+    out = tmp_path / secret  # the secret shows in every log line naming the output dir
+    with pytest.raises(RuntimeError, match="fault injected by VERL_LITE_FAULT at step") as err:
+        run(load_config(overrides(data_dir, out, 3, "trainer.save_freq=1", *SMALL)))
+    assert err.value.__notes__ == ["at step 2 of 3"]
+    assert "saved checkpoint" in caplog.text and "<masked>" in caplog.text
+    assert secret not in caplog.text

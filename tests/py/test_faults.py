@@ -279,7 +279,7 @@ def test_a_disk_that_fills_up_during_a_save_names_the_intact_checkpoint_and_leav
 
 
 def test_a_second_stop_signal_abandons_the_step_at_once():
-    from verl_lite.trainer.ppo_trainer import StopRequest
+    from verl_lite.trainer.loop import StopRequest
     from verl_lite.trainer.run import Abandoned, _stop_on_signals
 
     stop = StopRequest()

@@ -23,9 +23,12 @@ import collections
 import json
 import logging
 import os
-import sys
 import time
 from typing import Any, Dict, List, Optional
+
+from verl_lite.faults import fault_point
+from verl_lite.trainer.checkpoint import DRIVER_STATE
+from verl_lite.trainer.loop import StepLoop, StopRequest
 
 logger = logging.getLogger("verl_lite")
 
@@ -146,15 +149,16 @@ def merge_groups(groups: List[Dict[str, Any]]) -> Dict[str, Any]:
     return batch
 
 
-class AsyncTrainer:
+class AsyncTrainer(StepLoop):
     def __init__(self, cfg: Any, train_wg: Any, pool: RolloutPool, buffer: Any, tracking: Any, out_dir: str,
-                 state: Dict[str, Any], total_steps: int):
+                 state: Dict[str, Any], total_steps: int, stop: Optional[StopRequest] = None):
         from verl_lite.trainer.checkpoint import CheckpointManager
 
         self.cfg, self.train_wg, self.pool, self.buffer = cfg, train_wg, pool, buffer
         self.tracking, self.out_dir, self.total_steps = tracking, out_dir, total_steps
         self.ckpt = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep)
-        self.global_step = int(state.get("global_step", 0))
+        self.stop = stop or StopRequest()
+        self.global_step = self.saved_step = int(state.get("global_step", 0))
         self.history: List[Dict[str, Any]] = list(state.get("history", []))
         a = cfg.async_training
         self.k, self.threshold = int(a.trigger_parameter_sync_step), int(a.staleness_threshold)
@@ -277,6 +281,7 @@ class AsyncTrainer:
                                         update_meta(train_batch, num_mini, dp))
         metrics.update(_merge_rank_metrics(res))
         timing["update_actor"] = time.perf_counter() - t
+        fault_point("step")  # crash tests: mid-step, after the update, before the weights are published
         self.global_step += 1
         if self.global_step % self.k == 0:
             timing["publish"] = self.publish()
@@ -322,26 +327,33 @@ class AsyncTrainer:
         with logging_redirect_tqdm():
             bar = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO async", disable=not progress,
                        dynamic_ncols=True, unit="step")
-            while self.global_step < self.total_steps:
-                metrics = self.step()
-                is_last = self.global_step >= self.total_steps
-                if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
-                    metrics.update(self.pool.validate())
-                self.tracking.log(metrics, self.global_step)
-                self.history.append({"step": self.global_step, "score": metrics["critic/score/mean"],
-                                     **({"val": metrics["val/score"]} if "val/score" in metrics else {})})
-                bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}",
-                                stale=f"{metrics['async/staleness/mean']:.1f}", queue=metrics["async/queue_depth"])
-                bar.update(1)
-                if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
-                    self.save()
-            bar.close()
+            try:
+                while self.global_step < self.total_steps and not self.stop.requested:
+                    with self.during("at step", self.global_step + 1):
+                        metrics = self.step()
+                    is_last = self.global_step >= self.total_steps
+                    if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
+                        with self.during("validating after step", self.global_step):
+                            metrics.update(self.pool.validate())
+                    self.tracking.log(metrics, self.global_step)
+                    self.history.append({"step": self.global_step, "score": metrics["critic/score/mean"],
+                                         **({"val": metrics["val/score"]} if "val/score" in metrics else {})})
+                    bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}",
+                                    stale=f"{metrics['async/staleness/mean']:.1f}", queue=metrics["async/queue_depth"])
+                    bar.update(1)
+                    if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
+                        with self.during("saving the checkpoint of step", self.global_step):
+                            self._save()
+            finally:
+                bar.close()  # also on a failure, so the error line starts on a line of its own
+            self.finish_stop()
+        if self.history and not self.stop.requested:
+            logger.info("fully-async: trainer idle %.0f%% of the time, %d stale groups dropped",
+                        100 * self.idle_s / max(time.perf_counter() - self.started, 1e-9), self.dropped_total)
         return self.history
 
-    def save(self) -> None:
+    def _save(self) -> None:
         import ray
-
-        from verl_lite.trainer.ppo_trainer import DRIVER_STATE
 
         sampler = ray.get(self.buffer.sampler_state.remote(), timeout=60)
         step, history = self.global_step, self.history
@@ -353,118 +365,65 @@ class AsyncTrainer:
                            "history": history, "mode": "async"}, f)
 
         logger.info("saved checkpoint %s", self.ckpt.save(step, write))
+        self.saved_step = step
 
 
-def load_resume_state(cfg: Any, train_wg: Any) -> Dict[str, Any]:
-    """Load the checkpoint trainer.resume_mode points at into the train workers; its driver state."""
-    from verl_lite.trainer.checkpoint import CheckpointManager, verify
-    from verl_lite.trainer.ppo_trainer import DRIVER_STATE
+def fit_async(job: Any, cfg_dict: Dict[str, Any], tracking: Any, stop: StopRequest) -> List[Dict[str, Any]]:
+    """The fully-async trainer for run.py's job: the training pool, the queue and the rollout pool,
+    resumed from the checkpoint the job selected; returns the step history."""
+    import ray
 
-    t = cfg.trainer
-    if t.resume_mode == "disable":
-        return {}
-    if t.resume_mode == "resume_path":
-        path = os.path.abspath(os.path.expanduser(t.resume_from_path or ""))
-        problem = verify(path) if os.path.isdir(path) else "no such directory"
-        if problem:
-            raise FileNotFoundError(
-                f"trainer.resume_from_path={t.resume_from_path!r} is not a usable checkpoint: {problem}")
-    else:
-        found = CheckpointManager(t.default_local_dir).latest_complete()
-        if found is None:
-            return {}
-        path = found[1]
-    with open(os.path.join(path, DRIVER_STATE), encoding="utf-8") as f:
-        state = json.load(f)
-    train_wg.call_all("load_checkpoint", path)
-    logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are skipped)",
-                path, state["global_step"])
-    return state
-
-
-def run_async(cfg: Any) -> int:
-    from omegaconf import OmegaConf
-
-    from verl_lite.data.dataset import PromptDataset, as_file_list, expand
-    from verl_lite.data.tokenizer import load_tokenizer
-    from verl_lite.device import resolve_device
+    from verl_lite.checkpoint_files import CheckpointError
     from verl_lite.config import async_rules
     from verl_lite.trainer.async_buffer import ChunkBuffer
     from verl_lite.trainer.async_workers import TrainWorker
-    from verl_lite.trainer.plot import plot_rewards
-    from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS
-    from verl_lite.trainer.run import _end_ray, _init_ray
-    from verl_lite.trainer.tracking import Tracking
-    from verl_lite.trainer.worker_group import WorkerGroup, cpu_threads
+    from verl_lite.trainer.checkpoint import RESUME_FIX
+    from verl_lite.trainer.worker_group import WorkerGroup
 
-    problems = async_rules.async_problems(cfg)
-    if problems:
-        print(f"verl_lite.main: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
-        for p in problems:
-            print(f"  - {p}", file=sys.stderr)
-        return 1
-    t, d, arr = cfg.trainer, cfg.data, cfg.actor_rollout_ref
-    device = resolve_device(t.device)
-    out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
-    os.makedirs(out_dir, exist_ok=True)
-    tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
-    train_set = PromptDataset.from_config(d.train_files, tokenizer, d)
-    val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
-    val_examples = PromptDataset.from_config(val_files, tokenizer, d).examples if val_files else []
-    batch, n = int(d.train_batch_size), int(arr.rollout.n)
-    total = int(t.total_training_steps) if t.total_training_steps else (len(train_set) // batch) * int(t.total_epochs)
+    cfg, t, d, actor_rollout_ref = job.cfg, job.cfg.trainer, job.cfg.data, job.cfg.actor_rollout_ref
+    batch, n = int(d.train_batch_size), int(actor_rollout_ref.rollout.n)
+    total = (int(t.total_training_steps) if t.total_training_steps
+             else (len(job.train_set) // batch) * int(t.total_epochs))
     train_world, replicas = async_rules.train_world(cfg), async_rules.rollout_replicas(cfg)
-    workers = train_world + replicas
-    # One torch thread per CPU worker unless OMP_NUM_THREADS says otherwise: the tiny model's
-    # matmuls are too small to gain from threads, and extra threads thrash on a shared 2-core box
-    # (0.41 vs 2.87 s/step measured under load).
-    threads = cpu_threads() if device == "cpu" else 1
-    cfg_dict = OmegaConf.to_container(cfg, resolve=True)
-    timeout = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
     logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
-                "sync every %d step(s), staleness <= %d (%s)", device, t.nnodes, t.n_gpus_per_node,
-                arr.actor.strategy, arr.rollout.nnodes, arr.rollout.n_gpus_per_node, replicas, arr.rollout.name,
+                "sync every %d step(s), staleness <= %d (%s)", job.device, t.nnodes, t.n_gpus_per_node,
+                actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.nnodes,
+                actor_rollout_ref.rollout.n_gpus_per_node, replicas, actor_rollout_ref.rollout.name,
                 cfg.async_training.trigger_parameter_sync_step, cfg.async_training.staleness_threshold,
                 cfg.async_training.stale_policy)
-    import ray
-
-    own_ray = _init_ray(cfg, device, workers)  # a caller's cluster (tests) is left running
-
-    tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS + ASYNC_CONSOLE_KEYS, t.project_name, t.experiment_name,
-                        cfg_dict)
     train_wg = pool = buffer = None
     try:
-        train_wg = WorkerGroup(TrainWorker, "trainer", cfg_dict, train_world, device, True, threads,
-                               call_timeout_s=timeout)
-        state = load_resume_state(cfg, train_wg)
-        chunk_groups = max(1, min(batch, int(arr.rollout.micro_batch_size or 256) // n))
+        train_wg = WorkerGroup(TrainWorker, "trainer", cfg_dict, train_world, job.device, True, job.threads,
+                               call_timeout_s=job.call_timeout_s)
+        state: Dict[str, Any] = {}
+        if job.resume is not None:
+            path, state = job.resume
+            try:
+                train_wg.call_all("load_checkpoint", path)
+            except Exception as e:
+                raise CheckpointError(f"resuming from {path} failed: {e} {RESUME_FIX}") from e
+            logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are "
+                        "skipped)", path, state["global_step"])
+        chunk_groups = max(1, min(batch, int(actor_rollout_ref.rollout.micro_batch_size or 256) // n))
         capacity = max(async_rules.queue_capacity_batches(cfg) * batch, chunk_groups)
         resumed = {"sampler": state["sampler"], "pending": state.get("pending", [])} if state else None
         buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0).remote(
-            len(train_set), batch, int(d.seed), bool(d.shuffle), capacity, chunk_groups, resumed)
-        pool = RolloutPool(cfg_dict, replicas, device, threads, train_set.examples, val_examples, timeout)
-        trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, out_dir, state, total)
+            len(job.train_set), batch, int(d.seed), bool(d.shuffle), capacity, chunk_groups, resumed)
+        val_examples = job.val_set.examples if job.val_set else []
+        pool = RolloutPool(cfg_dict, replicas, job.device, job.threads, job.train_set.examples, val_examples,
+                           job.call_timeout_s)
+        trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, job.out_dir, state, total, stop)
+        tracking.rewind(trainer.global_step if state else -1)  # steps logged after the checkpoint are redone
         trainer.publish()
         pool.start(buffer)
-        if t.val_before_train and trainer.global_step == 0:
-            tracking.log(pool.validate(), 0)
-        history = trainer.fit(progress=True)
-        if t.plot_rewards and history:
-            plot_rewards(history, os.path.join(out_dir, "reward_curve.png"),
-                         f"{t.project_name}/{t.experiment_name}: mean reward (fully-async)")
-        if history:
-            k = min(10, len(history))
-            logger.info("done: %d steps, reward %.3f at the first step, %.3f mean over the last %d; trainer idle "
-                        "%.0f%% of the time, %d stale groups dropped", len(history), history[0]["score"],
-                        sum(h["score"] for h in history[-k:]) / k, k,
-                        100 * trainer.idle_s / max(time.perf_counter() - trainer.started, 1e-9), trainer.dropped_total)
-        return 0
+        if t.val_before_train and trainer.global_step == 0 and not stop.requested:
+            with trainer.during("validating before step", 1):
+                tracking.log(pool.validate(), 0)
+        return trainer.fit(progress=True)
     finally:
-        tracking.close()
         if pool is not None:
             pool.shutdown(buffer)
         if buffer is not None:
             ray.kill(buffer, no_restart=True)
         if train_wg is not None:
             train_wg.shutdown()
-        _end_ray(own_ray)

@@ -8,7 +8,6 @@ models. One step:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.checkpoint import DRIVER_STATE, RESUME_FIX, CheckpointManager, select_checkpoint
+from verl_lite.trainer.loop import StepLoop, StopRequest
 
 logger = logging.getLogger(__name__)
 
@@ -75,18 +75,7 @@ def dp_shards(batch: Batch, num_mini: int, dp: int) -> List[Batch]:
 
 
 _UNSET: Any = object()
-class StopRequest:
-    """Set by a SIGINT/SIGTERM handler; the trainer finishes the current step, saves and stops."""
-
-    def __init__(self) -> None:
-        self.signum: Optional[int] = None
-
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
-
-
-class PPOTrainer:
+class PPOTrainer(StepLoop):
     def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
                  tracking, out_dir: str, stop: Optional[StopRequest] = None, resume: Any = _UNSET):
         self.cfg, self.device = cfg, device
@@ -285,24 +274,15 @@ class PPOTrainer:
         with logging_redirect_tqdm():
             return self._fit(progress)
 
-    @contextlib.contextmanager
-    def _during(self, what: str, step: int):
-        """A failure inside the block gets a note naming the step it interrupted (main prints it)."""
-        try:
-            yield
-        except Exception as e:
-            e.add_note(f"{what} {step} of {self.total_steps}")
-            raise
-
     def _fit(self, progress: bool) -> List[Dict[str, Any]]:
         from tqdm import tqdm
 
-        with self._during("resuming before step", self.global_step + 1):
+        with self.during("resuming before step", self.global_step + 1):
             resumed = self._maybe_resume()
         self.tracking.rewind(self.global_step if resumed else -1)
         t = self.cfg.trainer
         if self.global_step == 0 and t.val_before_train and not self.stop.requested:
-            with self._during("validating before step", 1):
+            with self.during("validating before step", 1):
                 m = self.validate()
             self.tracking.log(m, 0)
         bar = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO" if self.cfg.algorithm.adv_estimator == "grpo" else "PPO",
@@ -311,24 +291,18 @@ class PPOTrainer:
             self._loop(bar)
         finally:
             bar.close()  # also on a failure, so the error line starts on a line of its own
-        if self.stop.requested:
-            if self.global_step > self.saved_step:
-                with self._during("saving the checkpoint of step", self.global_step):
-                    self._save()
-            logger.warning("stopped by signal %d after step %d of %d; checkpoint %s; run again to resume",
-                           self.stop.signum, self.global_step, self.total_steps,
-                           self.ckpt.step_dir(self.saved_step) if self.saved_step else "none (no step finished)")
+        self.finish_stop()
         return self.history
 
     def _loop(self, bar) -> None:
         t = self.cfg.trainer
         while self.global_step < self.total_steps and not self.stop.requested:
-            with self._during("at step", self.global_step + 1):
+            with self.during("at step", self.global_step + 1):
                 metrics = self.step()
             self.global_step += 1
             is_last = self.global_step >= self.total_steps
             if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
-                with self._during("validating after step", self.global_step):
+                with self.during("validating after step", self.global_step):
                     metrics.update(self.validate())
             sample = metrics.pop("sample", "")
             self.tracking.log(metrics, self.global_step)
@@ -337,7 +311,7 @@ class PPOTrainer:
             bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}", sample=repr(sample)[:16])
             bar.update(1)
             if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
-                with self._during("saving the checkpoint of step", self.global_step):
+                with self.during("saving the checkpoint of step", self.global_step):
                     self._save()
 
 

@@ -17,10 +17,14 @@ import signal
 import sys
 import tempfile
 import threading
-from typing import Any, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
+from verl_lite.config import async_rules
+from verl_lite.config.compose import ConfigError
+from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.runtime_env import LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address
 from verl_lite.secrets import redact, redacted_logs
+from verl_lite.trainer.loop import StopRequest
 
 logger = logging.getLogger("verl_lite")
 
@@ -132,26 +136,20 @@ def describe_failure(e: BaseException) -> str:
 
 
 def run(cfg: Any) -> int:
-    """Train; 0 when done, 128 + signal number when stopped by SIGINT/SIGTERM. Errors propagate."""
-    if cfg.async_training.enable:
-        from verl_lite.trainer.async_run import run_async
-
-        return run_async(cfg)
-    from verl_lite.faults import fault_spec, reset_faults
-
+    """Train, synchronously or fully-async (`async_training.enable`); 0 when done, 128 + signal number
+    when stopped by SIGINT/SIGTERM. Errors propagate. Both modes share everything up to the trainer's
+    fit: fault points, log redaction, early data and checkpoint checks, Ray, signal handling."""
     reset_faults()
     fault_spec()  # a malformed VERL_LITE_FAULT is refused before anything starts
     with redacted_logs():
         # Data, tokenizer, reward and the checkpoint to resume from first, with no torch import:
         # their errors come in about a second, before Ray starts and before any model is built.
         job = _Job(cfg)
-        from verl_lite.trainer.ppo_trainer import StopRequest
-
         stop = StopRequest()
         started_ray = False
         try:
-            if cfg.trainer.ray:
-                started_ray = _init_ray(cfg, job.device, job.world)
+            if job.uses_ray:
+                started_ray = _init_ray(cfg, job.device, job.ray_workers)
             with _stop_on_signals(stop):
                 try:
                     job.train(stop)
@@ -164,30 +162,49 @@ def run(cfg: Any) -> int:
 
 
 class _Job:
-    """What the driver holds: data, tokenizer, reward function; `train` builds the workers and fits."""
+    """What the driver holds: data, tokenizer, reward function, the checkpoint to resume from; `train`
+    builds the workers and runs the synchronous or the fully-async trainer's fit."""
 
     def __init__(self, cfg: Any):
         from verl_lite.data.dataset import PromptDataset, as_file_list, expand
         from verl_lite.data.tokenizer import load_tokenizer
         from verl_lite.device import resolve_device
         from verl_lite.reward.manager import RewardManager
+        from verl_lite.trainer.checkpoint import select_checkpoint
 
         self.cfg = cfg
-        t, arr, d = cfg.trainer, cfg.actor_rollout_ref, cfg.data
+        t, actor_rollout_ref, d = cfg.trainer, cfg.actor_rollout_ref, cfg.data
+        self.is_async = bool(cfg.async_training.enable)
+        if self.is_async:
+            problems = async_rules.async_problems(cfg)
+            if problems:
+                raise ConfigError(problems)
         self.device = resolve_device(t.device)
         self.world = int(t.nnodes) * int(t.n_gpus_per_node)
+        # Fully-async runs on Ray always: a training pool and a rollout pool.
+        self.uses_ray = bool(t.ray) or self.is_async
+        self.ray_workers = (async_rules.train_world(cfg) + async_rules.rollout_replicas(cfg) if self.is_async
+                            else self.world)
         self.out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
         os.makedirs(self.out_dir, exist_ok=True)
-        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
+        model = actor_rollout_ref.model
+        self.tokenizer = load_tokenizer(model.tokenizer_path or model.path, model.trust_remote_code)
         self.train_set = PromptDataset.from_config(d.train_files, self.tokenizer, d)
         val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
         self.val_set = PromptDataset.from_config(val_files, self.tokenizer, d) if val_files else None
-        crf = cfg.custom_reward_function
-        self.reward_fn = RewardManager.from_custom(crf.path, crf.name) if crf.path else RewardManager()
-        self._check_fit(crf.path)
-        from verl_lite.trainer.checkpoint import select_checkpoint
+        reward = cfg.custom_reward_function
+        self.reward_fn = RewardManager.from_custom(reward.path, reward.name) if reward.path else RewardManager()
+        self._check_fit(reward.path)
+        # One resume path for both modes: a damaged checkpoint is refused before Ray and the models,
+        # and what an interrupted save left is tidied first.
+        self.resume = select_checkpoint(cfg)
+        # One torch thread per CPU worker unless OMP_NUM_THREADS says otherwise: the tiny model's
+        # matmuls are too small to gain from threads, and extra threads thrash on a shared 2-core box
+        # (0.41 vs 2.87 s/step measured under load).
+        from verl_lite.trainer.worker_group import cpu_threads
 
-        self.resume = select_checkpoint(cfg)  # a damaged checkpoint is refused before Ray and the models
+        self.threads = cpu_threads() if self.device == "cpu" else 1
+        self.call_timeout_s = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
 
     def _check_fit(self, custom_reward: Optional[str]) -> None:
         """What would otherwise fail only after the models are built: too few prompts for one batch,
@@ -212,49 +229,29 @@ class _Job:
     def train(self, stop: Any) -> None:
         from omegaconf import OmegaConf
 
-        from verl_lite.config import roles
-        from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
+        from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
+        from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS
         from verl_lite.trainer.tracking import Tracking
-        from verl_lite.trainer.worker_group import WorkerGroup, cpu_threads
-        from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
 
-        cfg, device, world, out_dir = self.cfg, self.device, self.world, self.out_dir
-        t, arr = cfg.trainer, cfg.actor_rollout_ref
+        cfg, t = self.cfg, self.cfg.trainer
         cfg_dict = OmegaConf.to_container(cfg, resolve=True)
-        # One torch thread per CPU worker unless OMP_NUM_THREADS says otherwise: the tiny model's
-        # matmuls are too small to gain from threads, and extra threads thrash on a shared 2-core box
-        # (0.41 vs 2.87 s/step measured under load).
-        threads = cpu_threads() if device == "cpu" else 1
-        logger.info("device=%s ranks=%d strategy=%s rollout=%s train_prompts=%d", device, world, arr.actor.strategy,
-                    arr.rollout.name, len(self.train_set))
-        tracking = Tracking(list(t.logger), out_dir, CONSOLE_KEYS, t.project_name, t.experiment_name,
-                            cfg_dict)
-        actor_wg = critic_wg = None
+        keys = CONSOLE_KEYS + (ASYNC_CONSOLE_KEYS if self.is_async else ())
+        tracking = Tracking(list(t.logger), self.out_dir, keys, t.project_name, t.experiment_name, cfg_dict)
         try:
-            timeout = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
-            actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", cfg_dict, world, device, bool(t.ray),
-                                   threads, call_timeout_s=timeout)
-            if roles.critic_enabled(cfg):
-                critic_wg = WorkerGroup(CriticWorker, "critic", cfg_dict, world, device, bool(t.ray), threads,
-                                        call_timeout_s=timeout)
-            trainer = PPOTrainer(cfg, device, actor_wg, critic_wg, self.tokenizer, self.train_set, self.val_set,
-                                 self.reward_fn, tracking, out_dir, stop=stop, resume=self.resume)
-            history = trainer.fit(progress=True)
+            fit = fit_async if self.is_async else _fit_sync
+            history = fit(self, cfg_dict, tracking, stop)
             if not stop.requested:
                 self._report(history, tracking)
         finally:
             tracking.close()
-            for wg in (actor_wg, critic_wg):
-                if wg is not None:
-                    wg.shutdown()
 
     def _report(self, history: list, tracking: Any) -> None:
         from verl_lite.trainer.plot import plot_rewards
 
         t = self.cfg.trainer
         if t.plot_rewards and history:
-            png = plot_rewards(history, os.path.join(self.out_dir, "reward_curve.png"),
-                               f"{t.project_name}/{t.experiment_name}: mean reward")
+            title = f"{t.project_name}/{t.experiment_name}: mean reward" + (" (fully-async)" if self.is_async else "")
+            png = plot_rewards(history, os.path.join(self.out_dir, "reward_curve.png"), title)
             logger.info("reward curve: %s", png)
         if "jsonl" in t.logger:
             logger.info("metrics: %s", tracking.jsonl_path)
@@ -264,3 +261,30 @@ class _Job:
             tail = sum(h["score"] for h in history[-k:]) / k
             logger.info("done: %d steps, reward %.3f at the first step, %.3f mean over the last %d", len(history),
                         first, tail, k)
+
+
+def _fit_sync(job: _Job, cfg_dict: Dict[str, Any], tracking: Any, stop: Any) -> list:
+    """The synchronous trainer: an actor/rollout/ref worker group (and a critic group for gae)."""
+    from verl_lite.config import roles
+    from verl_lite.trainer.ppo_trainer import PPOTrainer
+    from verl_lite.trainer.worker_group import WorkerGroup
+    from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
+
+    cfg, t = job.cfg, job.cfg.trainer
+    actor_rollout_ref = cfg.actor_rollout_ref
+    logger.info("device=%s ranks=%d strategy=%s rollout=%s train_prompts=%d", job.device, job.world,
+                actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.name, len(job.train_set))
+    actor_wg = critic_wg = None
+    try:
+        actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", cfg_dict, job.world, job.device,
+                               bool(t.ray), job.threads, call_timeout_s=job.call_timeout_s)
+        if roles.critic_enabled(cfg):
+            critic_wg = WorkerGroup(CriticWorker, "critic", cfg_dict, job.world, job.device, bool(t.ray), job.threads,
+                                    call_timeout_s=job.call_timeout_s)
+        trainer = PPOTrainer(cfg, job.device, actor_wg, critic_wg, job.tokenizer, job.train_set, job.val_set,
+                             job.reward_fn, tracking, job.out_dir, stop=stop, resume=job.resume)
+        return trainer.fit(progress=True)
+    finally:
+        for wg in (actor_wg, critic_wg):
+            if wg is not None:
+                wg.shutdown()

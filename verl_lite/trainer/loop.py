@@ -1,0 +1,57 @@
+"""What the synchronous and the fully-async trainers share around their steps: the step counter
+against the total, a note naming the step on any failure, and the stop request (a SIGINT/SIGTERM
+lets the current step finish, then the last finished step is saved and the run stops)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator, Optional
+
+logger = logging.getLogger(__name__)
+
+
+class StopRequest:
+    """Set by a SIGINT/SIGTERM handler; the trainer finishes the current step, saves and stops."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+class StepLoop:
+    """Base of the trainers: subclasses set these attributes and implement `_save` (write a
+    checkpoint of `global_step` through `ckpt` and set `saved_step`)."""
+
+    global_step: int = 0
+    saved_step: int = 0
+    total_steps: int = 0
+    stop: StopRequest
+    ckpt: Any
+
+    def _save(self) -> None:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def during(self, what: str, step: int) -> Iterator[None]:
+        """A failure inside the block gets a note naming the step it interrupted (main prints it)."""
+        try:
+            yield
+        except Exception as e:
+            e.add_note(f"{what} {step} of {self.total_steps}")
+            raise
+
+    def finish_stop(self) -> None:
+        """After a stop request: save the last finished step unless it is saved, and say where the
+        run can resume from."""
+        if not self.stop.requested:
+            return
+        if self.global_step > self.saved_step:
+            with self.during("saving the checkpoint of step", self.global_step):
+                self._save()
+        logger.warning("stopped by signal %d after step %d of %d; checkpoint %s; run again to resume",
+                       self.stop.signum, self.global_step, self.total_steps,
+                       self.ckpt.step_dir(self.saved_step) if self.saved_step else "none (no step finished)")
