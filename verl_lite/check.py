@@ -50,6 +50,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     problems = rules.positive_problems(cfg)
     if problems:  # the arithmetic below divides by these
         return problems
+    problems += rules.clip_problems(cfg)
     active = [r for r in roles.active_roles(cfg) if roles.strategy(cfg, r) in choices.STRATEGIES]
     hf_cache: Dict[str, Optional[Dict[str, Any]]] = {}
     for role in active:

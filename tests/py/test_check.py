@@ -709,3 +709,18 @@ def test_the_shipped_tiny_job_has_no_warnings_and_the_bare_default_warns_about_r
                          capture_output=True, text=True, cwd=str(Path(__file__).resolve().parents[2]), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "warning" not in out.stderr and "verl_lite.check: OK" in out.stdout
+
+
+# ---------------------------------------------------------------------------- gradient clip keys
+
+
+def test_a_changed_grad_clip_is_refused_with_the_clip_key_verls_engines_read():
+    (problem,) = check.collect_problems(load_config(["actor_rollout_ref.actor.grad_clip=0.5"]), for_training=False)
+    assert problem == ("actor_rollout_ref.actor.grad_clip=0.5 is not read: verl's engines clip gradients at "
+                       "actor_rollout_ref.actor.optim.clip_grad (now 1.0); set "
+                       "actor_rollout_ref.actor.optim.clip_grad=0.5 instead")
+    gae = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=2", "critic.grad_clip=2.0"])
+    assert [p.split(" is not read")[0] for p in check.collect_problems(gae, for_training=False)] == [
+        "critic.grad_clip=2.0"]
+    for fine in (["actor_rollout_ref.actor.optim.clip_grad=0.5"], ["actor_rollout_ref.actor.grad_clip=1.0"]):
+        assert check.collect_problems(load_config(fine), for_training=False) == []

@@ -2,6 +2,7 @@
 error reported at once with a fix."""
 
 import pytest
+import torch
 from omegaconf import DictConfig
 
 from verl_lite.config import ConfigError, VerlLiteConfig, compose_config, keys, load_config, to_dataclass
@@ -232,7 +233,7 @@ def test_the_old_mindspeed_section_points_at_the_megatron_section():
         ("algorithm.adv_estimator=rloo", "grpo, gae"),
         ("actor_rollout_ref.actor.loss_agg_mode=mean", "token-mean, token-sum"),
         ("critic.loss_agg_mode=mean", "token-mean, token-sum"),
-        ("actor_rollout_ref.actor.kl_loss_type=k9", "kl, abs, mse, low_var_kl"),
+        ("actor_rollout_ref.actor.kl_loss_type=k9", "kl, k1, abs, mse, k2, low_var_kl, k3, kl+, k1+"),
         ("actor_rollout_ref.rollout.name=sglang", "hf, vllm"),
         ("trainer.resume_mode=always", "disable, auto, resume_path"),
     ],
@@ -241,6 +242,15 @@ def test_enum_like_settings_reject_other_values_and_list_the_allowed_ones(overri
     key, value = override.split("=")
     (problem,) = problems_of(override)
     assert problem.startswith(f"{key}={value!r} is not supported: choose one of {allowed}")
+
+
+def test_every_kl_name_the_loss_accepts_is_accepted_by_the_config_too():
+    from verl_lite.trainer import core_algos
+
+    lp, ref = torch.tensor([[0.1, -0.2]]), torch.tensor([[0.0, 0.3]])
+    for name in ("k1", "k2", "k3", "low_var_kl", "k3+", "abs"):
+        assert load_config([f"actor_rollout_ref.actor.kl_loss_type={name}"]).actor_rollout_ref.actor.kl_loss_type == name
+        assert torch.isfinite(core_algos.kl_penalty(lp, ref, name)).all()
 
 
 def test_an_enum_typo_gets_the_closest_allowed_value():

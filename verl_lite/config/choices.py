@@ -21,6 +21,19 @@ LOSS_AGG_MODES = (
     "seq-mean-token-sum-norm",
 )
 
+# Each KL estimator name and the aliases verl accepts for it (http://joschu.net/blog/kl-approx.html);
+# any of them may end in "+" (the forward value of that estimator, the gradient of k2).
+KL_TYPES = {
+    "kl": "kl",
+    "k1": "kl",
+    "abs": "abs",
+    "mse": "mse",
+    "k2": "mse",
+    "low_var_kl": "low_var_kl",
+    "k3": "low_var_kl",
+}
+KL_LOSS_TYPES = tuple(KL_TYPES) + tuple(f"{name}+" for name in KL_TYPES)
+
 # Dotted key -> allowed values. None in a tuple means null is allowed (ref/critic inherit the
 # actor's strategy when null).
 CHOICES: Dict[str, Tuple[Any, ...]] = {
@@ -31,7 +44,7 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "algorithm.adv_estimator": ("grpo", "gae"),
     "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
     "critic.loss_agg_mode": LOSS_AGG_MODES,
-    "actor_rollout_ref.actor.kl_loss_type": ("kl", "abs", "mse", "low_var_kl"),
+    "actor_rollout_ref.actor.kl_loss_type": KL_LOSS_TYPES,
     "actor_rollout_ref.rollout.name": ("hf", "vllm"),
     "trainer.resume_mode": ("disable", "auto", "resume_path"),
     "data.truncation": ("error", "left", "right"),

@@ -123,6 +123,26 @@ def positive_problems(cfg: Any) -> List[str]:
     return problems
 
 
+def clip_problems(cfg: Any) -> List[str]:
+    """verl 0.9's engines (FSDP and Megatron alike) clip gradients at `<section>.optim.clip_grad`;
+    `<section>.grad_clip` is the legacy key they no longer read. A grad_clip the user changed is
+    refused with the key to set instead, never silently dropped."""
+    from verl_lite.config.schema import ActorConfig, CriticConfig
+
+    defaults = {"actor": ActorConfig().grad_clip, "critic": CriticConfig().grad_clip}
+    problems = []
+    for role in ("actor", "critic"):
+        if role not in roles.active_roles(cfg):
+            continue
+        section = roles.SECTION[role]
+        value = roles.section(cfg, role).grad_clip
+        if value != defaults[role]:
+            problems.append(f"{section}.grad_clip={value} is not read: verl's engines clip gradients at "
+                            f"{section}.optim.clip_grad (now {roles.section(cfg, role).optim.clip_grad}); "
+                            f"set {section}.optim.clip_grad={value} instead")
+    return problems
+
+
 def _select(cfg: Any, key: str) -> Any:
     node = cfg
     for part in key.split("."):

@@ -18,24 +18,7 @@ from typing import Dict, Hashable, Optional, Sequence, Tuple
 
 import torch
 
-LOSS_AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-
-# Each KL estimator name and the aliases verl accepts for it (http://joschu.net/blog/kl-approx.html).
-KL_TYPES = {
-    "kl": "kl",
-    "k1": "kl",
-    "abs": "abs",
-    "mse": "mse",
-    "k2": "mse",
-    "low_var_kl": "low_var_kl",
-    "k3": "low_var_kl",
-}
+from verl_lite.config.choices import KL_TYPES, LOSS_AGG_MODES
 
 
 # ---------------------------------------------------------------------------- masked statistics
