@@ -20,6 +20,8 @@ from typing import Callable, Mapping, Optional
 
 DEVICES = ("auto", "cuda", "npu", "cpu")
 ALIASES = {"gpu": "cuda"}
+# torch.distributed backend of each resolved device.
+DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
 
 class DeviceError(ValueError):
@@ -123,3 +125,12 @@ def device_available(device: str, probe: Optional[Probe] = None) -> bool:
     if device == "cuda":
         return probe.cuda()
     return True
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a process group's rendezvous."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -130,7 +130,7 @@ def spawn_ranks(tmp_path_factory) -> Callable[..., List[Dict[str, Any]]]:
     def spawn(fn: Callable[..., None], name: str, nprocs: int = 2) -> List[Dict[str, Any]]:
         import torch
 
-        from verl_lite.trainer.worker_group import free_port
+        from verl_lite.device import free_port
 
         out = tmp_path_factory.mktemp(name)
         torch.multiprocessing.spawn(fn, args=(nprocs, free_port(), str(out)), nprocs=nprocs, join=True)

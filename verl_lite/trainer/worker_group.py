@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from verl_lite.batch import Batch, chunk, concat
+from verl_lite.device import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -35,12 +35,6 @@ def cpu_threads() -> int:
         return max(1, int(value)) if value else 1
     except ValueError:
         raise ValueError(f"OMP_NUM_THREADS={value!r} is not a positive integer (unset it or set e.g. 2)") from None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def worker_resources(device: str) -> Dict[str, Any]:
