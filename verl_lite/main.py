@@ -18,7 +18,6 @@ import traceback
 from typing import Optional, Sequence
 
 PROG = "verl_lite.main"
-TRAINER_MODULE = "verl_lite.trainer.run"
 
 
 def _report(problems: Sequence[str]) -> None:
@@ -31,8 +30,8 @@ def _report(problems: Sequence[str]) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from verl_lite.check import collect_problems, collect_warnings
-    from verl_lite.secrets import redact
     from verl_lite.config.compose import compose_config
+    from verl_lite.secrets import redact
 
     overrides = list(sys.argv[1:] if argv is None else argv)
     if overrides[:1] in (["-h"], ["--help"]):
@@ -50,16 +49,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        from verl_lite.trainer.run import run
-    except ModuleNotFoundError as e:
-        if e.name != TRAINER_MODULE:
-            raise  # a dependency of the trainer is missing: show the real import error
-        print(
-            f"{PROG}: the config is valid, but this checkout has no trainer ({TRAINER_MODULE} is missing)",
-            file=sys.stderr,
-        )
-        return 1
+    from verl_lite.trainer.run import run
+
     try:
         return int(run(cfg))
     except KeyboardInterrupt:  # Ctrl-C before the trainer's own handler was installed
