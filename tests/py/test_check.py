@@ -600,15 +600,6 @@ def test_main_hands_a_valid_config_to_the_trainer_and_returns_its_status(monkeyp
     assert seen["cfg"].data.train_batch_size == 32
 
 
-def test_main_says_so_when_the_trainer_is_missing(monkeypatch, capsys, training_files):
-    monkeypatch.setitem(sys.modules, "verl_lite.trainer.run", None)  # import of it fails as if absent
-    assert main_module.main(BASE + training_files) == 1
-    assert (
-        "the config is valid, but this checkout has no trainer (verl_lite.trainer.run is missing)"
-        in capsys.readouterr().err
-    )
-
-
 def test_the_check_cli_applies_overrides_in_order_around_the_training_flag(capsys):
     overrides = ["data.train_batch_size=256", "--training", "data.train_batch_size=8"]
     assert check.main(overrides + ["actor_rollout_ref.actor.ppo_mini_batch_size=8", "data.val_files=null"]) == 1

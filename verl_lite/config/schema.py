@@ -18,18 +18,34 @@ class DataConfig:
     # Parquet files (a path or a list of paths) in verl's row format: prompt (chat messages),
     # data_source, reward_model.ground_truth, extra_info.
     train_files: Any = "~/data/verl_lite/tiny/train.parquet"
+    # Validation parquet files, same format; scored every trainer.test_freq steps and with val_before_train.
+    # null or [] = no validation; a listed file that does not exist is refused before training.
     val_files: Any = "~/data/verl_lite/tiny/val.parquet"
+    # Parquet column holding the prompt: chat messages [{role, content}], or a plain string with
+    # apply_chat_template=False.
     prompt_key: str = "prompt"
     # Prompts per step (before repetition by rollout.n).
     train_batch_size: int = 32
+    # verl: prompts per validation batch (null = the whole set at once). Not read by verl_lite yet:
+    # validation generates the whole validation set in one call.
     val_batch_size: Optional[int] = None
+    # Longest prompt in tokens (after the chat template); longer ones follow data.truncation, or are
+    # dropped with filter_overlong_prompts.
     max_prompt_length: int = 512
+    # Most tokens generated per response, in training and validation (generation stops at EOS).
+    # verl_lite reads this, not rollout.response_length.
     max_response_length: int = 512
     # "error" rejects a longer prompt, "left"/"right" truncate it.
     truncation: str = "error"
+    # True: drop prompts longer than max_prompt_length when the data is loaded (wins over truncation).
     filter_overlong_prompts: bool = False
+    # Shuffle the prompt order every epoch (a permutation of data.seed and the epoch, so a resumed run
+    # keeps its order). False = file order.
     shuffle: bool = True
+    # Seed of the prompt shuffle (data.shuffle).
     seed: int = 1
+    # verl: also hand on the untemplated chat messages (for agent loops, reward models).
+    # Not read by verl_lite yet.
     return_raw_chat: bool = False
     # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
     # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
@@ -45,16 +61,29 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
+    # Peak learning rate (reached after warm-up). Adam with decoupled weight decay: torch AdamW on fsdp,
+    # megatron's Adam on megatron.
     lr: float = 1e-6
+    # Decoupled (AdamW-style) weight decay.
     weight_decay: float = 0.01
+    # Adam's beta1 and beta2.
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-    # Warm-up: explicit steps win over the ratio (-1 = use the ratio).
+    # Linear warm-up length in training steps (the LR schedule steps once per update). Negative = use
+    # lr_warmup_steps_ratio; 0 = no warm-up.
     lr_warmup_steps: int = -1
+    # Warm-up as a fraction of optim.total_training_steps, used when lr_warmup_steps is negative;
+    # no warm-up while optim.total_training_steps is -1.
     lr_warmup_steps_ratio: float = 0.0
-    # constant | cosine
+    # LR after warm-up: constant, or cosine decay to min_lr_ratio * lr at optim.total_training_steps
+    # (cosine needs that set: the megatron engine refuses -1, the fsdp engine then stays constant).
     lr_scheduler_type: str = "constant"
+    # cosine: the final learning rate as a fraction of lr.
     min_lr_ratio: float = 0.0
+    # Clip of the global gradient L2 norm at each optimizer step, on fsdp and megatron; 0 = no clipping.
+    # The one clip setting, as in verl 0.9's engines (the role's grad_clip is not read).
     clip_grad: float = 1.0
+    # Length of the LR schedule in training steps (cosine, warm-up ratio); -1 = unknown. verl injects it
+    # from the trainer; verl_lite does not yet, so set it yourself for cosine or a warm-up ratio.
     total_training_steps: int = -1
 
 
@@ -63,30 +92,58 @@ class OptimConfig:
 
 @dataclass
 class MegatronConfig:
+    # Tensor parallel size (TP): each layer's weights split over TP devices; must divide the model's
+    # attention and key/value heads. DP = devices / (TP*PP*CP).
     tensor_model_parallel_size: int = 1
+    # Pipeline parallel size (PP): layers split into PP stages; the layer count must divide by PP*VPP
+    # unless override_transformer_config sets uneven first/last stages.
     pipeline_model_parallel_size: int = 1
+    # Virtual pipeline stages (model chunks) per PP rank, for the interleaved schedule; null = none.
     virtual_pipeline_model_parallel_size: Optional[int] = None
+    # Context parallel size (CP): sequences split over CP devices; counts in DP = devices / (TP*PP*CP).
+    # verl_lite's Megatron forward does not run CP > 1 yet (it raises).
     context_parallel_size: int = 1
+    # Expert parallel size (EP) for MoE models: must divide the expert count; EP*ETP*PP must divide the
+    # devices. verl_lite's Megatron engines build dense models only so far (1 for dense models).
     expert_model_parallel_size: int = 1
+    # Tensor parallel size inside the experts (ETP); null = TP.
     expert_tensor_parallel_size: Optional[int] = None
+    # verl: Megatron sequence parallelism (activations split along the sequence over the TP group).
+    # Not supported by verl_lite yet: with TP > 1 it logs a warning and runs without it.
     sequence_parallel: bool = True
+    # Shard the optimizer state over data-parallel ranks (Megatron's distributed optimizer);
+    # on cuda and npu only, ignored on cpu.
     use_distributed_optimizer: bool = True
+    # verl: offload the parameters to CPU between uses (less device memory, slower).
+    # Not read by verl_lite yet.
     param_offload: bool = False
+    # verl: offload the gradients to CPU between uses. Not read by verl_lite yet.
     grad_offload: bool = False
+    # verl: offload the optimizer state to CPU between uses. Not read by verl_lite yet.
     optimizer_offload: bool = False
+    # Seed of Megatron's model-parallel RNG tracker (model_parallel_cuda_manual_seed).
     seed: int = 42
     # Passed to megatron's TransformerConfig and to MindSpeed's repatch on NPU. Open: `+key=value`.
     override_transformer_config: Dict[str, Any] = field(default_factory=dict)
+    # verl: convert weights between HF and Megatron with mbridge. Not read by verl_lite yet: it maps
+    # HF weights with its own converter (engine/megatron_weights.py).
     use_mbridge: bool = False
+    # verl: a Megatron distributed checkpoint to load the initial weights from (use_dist_checkpointing).
+    # Not read by verl_lite yet.
     dist_checkpointing_path: Optional[str] = None
 
 
 @dataclass
 class FSDPConfig:
+    # verl: offload the parameters to CPU (less device memory, slower). Not read by verl_lite yet.
     param_offload: bool = False
+    # verl: offload the optimizer state to CPU. Not read by verl_lite yet.
     optimizer_offload: bool = False
-    # -1 = shard over all data-parallel ranks.
+    # verl: ranks per FSDP shard group (hybrid sharding); -1 = all ranks. Not read by verl_lite yet:
+    # it always shards over all data-parallel ranks.
     fsdp_size: int = -1
+    # FSDP2: free the gathered parameters after forward (less memory, another all-gather in backward);
+    # matters only with more than one rank.
     reshard_after_forward: bool = True
 
 
@@ -95,12 +152,20 @@ class FSDPConfig:
 
 @dataclass
 class ModelConfig:
-    # A local directory with config.json (and weights, else random init) or a shipped tiny
-    # config name such as "tiny-qwen3_5". Nothing is ever downloaded.
+    # A local directory with config.json (and weights, else random init) or a shipped tiny config name
+    # such as "tiny-qwen3_5"; nothing is ever downloaded. critic.model.path "" = the actor's model section.
     path: str = "tiny-qwen3_5"
+    # Tokenizer directory; null = the model path. Only actor_rollout_ref.model's is read (the critic
+    # needs no tokenizer).
     tokenizer_path: Optional[str] = None
+    # Let transformers run the model directory's own Python code (config, model, tokenizer); only for
+    # directories you trust.
     trust_remote_code: bool = False
+    # verl: pack sequences without padding in the forward. Not implemented in verl_lite: only the
+    # preflight reads it (refused for Qwen3.5 GDN models on megatron).
     use_remove_padding: bool = False
+    # Recompute activations in backward to save memory (transformers' gradient checkpointing);
+    # fsdp strategy only, the megatron engine does not read it.
     enable_gradient_checkpointing: bool = False
     # Extra HF config fields for the model (`+...override_config.x=y`).
     override_config: Dict[str, Any] = field(default_factory=dict)
@@ -119,29 +184,58 @@ class ActorConfig:
     # fsdp (torch-native) | megatron. On device npu, megatron is served by MindSpeed engines.
     strategy: str = "fsdp"
     optim: OptimConfig = field(default_factory=OptimConfig)
+    # Prompts per PPO mini-batch, one optimizer step each (x rollout.n sequences): a step makes
+    # train_batch_size / ppo_mini_batch_size updates per epoch.
     ppo_mini_batch_size: int = 32
+    # verl's deprecated global micro batch. verl_lite takes it, not divided by the DP size, as the
+    # per-rank micro batch of the actor update when ppo_micro_batch_size_per_gpu is null.
     ppo_micro_batch_size: Optional[int] = None
+    # Sequences per forward/backward on each rank in the actor update (gradients accumulate over a
+    # mini-batch); null = ppo_micro_batch_size, else 64. Also the log-prob passes' fallback.
     ppo_micro_batch_size_per_gpu: Optional[int] = None
+    # verl: size micro-batches by tokens (ppo_max_token_len_per_gpu). Not implemented in verl_lite: only
+    # the preflight reads it (skips the micro-batch divisibility check; refused for GDN on megatron).
     use_dynamic_bsz: bool = False
+    # verl: token budget per rank of a dynamic micro-batch (use_dynamic_bsz). Not read by verl_lite yet.
     ppo_max_token_len_per_gpu: int = 16384
+    # Passes over each step's batch in the actor update. With 1 epoch and 1 mini-batch the update's own
+    # forward gives the old log-probs (no scoring pass).
     ppo_epochs: int = 1
+    # verl: shuffle the samples between PPO epochs. Not read by verl_lite yet (mini-batches keep their order).
     shuffle: bool = False
+    # PPO clip epsilon: the ratio is clipped to [1 - clip_ratio, 1 + clip_ratio]; default of
+    # clip_ratio_low and clip_ratio_high.
     clip_ratio: float = 0.2
+    # Lower clip epsilon (ratio >= 1 - clip_ratio_low); null = clip_ratio.
     clip_ratio_low: Optional[float] = None
+    # Upper clip epsilon (ratio <= 1 + clip_ratio_high; DAPO's clip-higher uses 0.28); null = clip_ratio.
     clip_ratio_high: Optional[float] = None
+    # Dual-clip constant: for negative advantages the loss is capped at -A * clip_ratio_c; must be > 1.
     clip_ratio_c: float = 3.0
-    # token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm
+    # How the per-token policy, entropy and KL losses become one number: mean or sum over all tokens,
+    # or per sequence first; normalised by global counts over DP ranks.
     loss_agg_mode: str = "token-mean"
+    # verl: the policy loss (vanilla, clip-cov, kl-cov, gpg, ...; verl 0.9 has policy_loss.loss_mode).
+    # Not read by verl_lite yet: the loss is always vanilla PPO (clip and dual clip).
     policy_loss: str = "vanilla"
+    # Entropy bonus: loss -= entropy_coeff * entropy (aggregated by loss_agg_mode); 0 = off.
     entropy_coeff: float = 0.0
+    # Add kl_loss_coef * KL(actor || ref) to the actor loss (GRPO style); builds the ref model and scores
+    # ref log-probs every step.
     use_kl_loss: bool = False
+    # Weight of the KL loss (use_kl_loss).
     kl_loss_coef: float = 0.001
-    # kl | abs | mse | low_var_kl
+    # KL estimator of the KL loss: kl (k1), abs, mse (k2) or low_var_kl (k3, clamped to +-10).
     kl_loss_type: str = "low_var_kl"
+    # verl's legacy clip key, no longer read by verl 0.9: optim.clip_grad is the clip applied. Not read
+    # by verl_lite either; the preflight refuses a changed value and names optim.clip_grad.
     grad_clip: float = 1.0
+    # verl: torch.compile the model. Not read by verl_lite yet.
     use_torch_compile: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    # verl: what checkpoints save and load (save_contents, load_contents, async_save). Not read by
+    # verl_lite yet: a checkpoint always holds the model, optimizer, LR schedule and RNG state.
     checkpoint: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -162,9 +256,15 @@ def _ref_megatron() -> MegatronConfig:
 
 @dataclass
 class RefConfig:
+    # Backend of the reference model, built only when actor.use_kl_loss or algorithm.use_kl_in_reward is on.
     strategy: Optional[str] = None  # None = same as the actor
+    # verl's deprecated global micro batch of the ref log-prob pass. Not read by verl_lite yet.
     log_prob_micro_batch_size: Optional[int] = None
+    # verl: sequences per forward on each rank in the ref log-prob pass. Not read by verl_lite yet:
+    # the ref uses rollout.log_prob_micro_batch_size_per_gpu.
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    # verl: token-sized micro-batches in the ref log-prob pass. Not implemented in verl_lite: only the
+    # preflight reads it (refused for GDN models on megatron).
     log_prob_use_dynamic_bsz: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
@@ -172,38 +272,68 @@ class RefConfig:
 
 @dataclass
 class RolloutConfig:
-    # hf (transformers generate) | vllm (named slot, needs vllm installed)
+    # Generation backend: hf samples with transformers' generate; vllm is a named slot that stops the
+    # run at start (not implemented yet).
     name: str = "hf"
+    # verl: sync (LLM) or async (AsyncLLM server) rollout. Not read by verl_lite yet.
     mode: str = "sync"
+    # Responses sampled per prompt (GRPO's group size); a step has train_batch_size * n sequences.
     n: int = 1
+    # Sampling temperature of training rollouts; log-probs are taken from logits / temperature too.
+    # 0 = greedy.
     temperature: float = 1.0
+    # Top-k sampling; -1 (or 0) = off.
     top_k: int = -1
+    # Nucleus (top-p) sampling; 1.0 = off.
     top_p: float = 1.0
+    # False = greedy decoding in training rollouts.
     do_sample: bool = True
+    # Devices per rollout engine (inference TP); must divide the node's devices. The hf rollout runs
+    # one replica per device (async mode needs 1); async replicas = rollout devices / TP.
     tensor_model_parallel_size: int = 1
+    # verl: fraction of device memory the vLLM/SGLang engine takes (weights + KV cache).
+    # Not read by verl_lite yet.
     gpu_memory_utilization: float = 0.5
+    # verl's deprecated global micro batch of the log-prob passes. Not read by verl_lite yet.
     log_prob_micro_batch_size: Optional[int] = None
+    # Sequences per forward on each rank when scoring old (actor) and ref log-probs;
+    # null = actor.ppo_micro_batch_size_per_gpu, else 64.
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    # verl: token-sized micro-batches in the log-prob passes. Not implemented in verl_lite: only the
+    # preflight reads it (refused for GDN models on megatron).
     log_prob_use_dynamic_bsz: bool = False
-    # Generation micro batch for the hf rollout (sequences per generate call).
+    # Sequences per generate call of the hf rollout; in async mode also the chunk a replica generates
+    # at once. verl_lite's own key.
     micro_batch_size: int = 256
+    # verl: the rollout's max response length (null = data.max_response_length). Not read by verl_lite
+    # yet: generation always uses data.max_response_length.
     response_length: Optional[int] = None
+    # verl: the rollout's max prompt length (null = data.max_prompt_length). Not read by verl_lite yet.
     prompt_length: Optional[int] = None
+    # verl: dtype of the rollout engine's weights. Not read by verl_lite yet: the hf rollout runs in float32.
     dtype: str = "bfloat16"
+    # verl: run vLLM without CUDA graphs. Not read by verl_lite yet.
     enforce_eager: bool = False
+    # verl: free the inference engine's KV cache after each generation. Not read by verl_lite yet.
     free_cache_engine: bool = True
+    # verl: how the rollout engine loads its first weights (dummy = random, then synced). Not read by
+    # verl_lite yet: the hf rollout builds from model.path and receives the actor's weights at start.
     load_format: str = "dummy"
-    # Validation sampling.
+    # Validation sampling: n, do_sample, temperature, top_k, top_p, as for training; the score is the
+    # mean over all validation responses.
     val_kwargs: Dict[str, Any] = field(
         default_factory=lambda: {"n": 1, "do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0}
     )
-    # Separate rollout resources for fully-async training.
+    # Nodes of the rollout pool of its own in fully-async training (async_training.enable); 0 = none.
     nnodes: int = 0
+    # Devices per node of that rollout pool; when > 0 the rollout's TP must divide it.
     n_gpus_per_node: int = 0
 
 
 @dataclass
 class ActorRolloutRefConfig:
+    # verl: actor and rollout share one worker and its devices (verl supports only true). Not read by
+    # verl_lite yet: synchronous training always colocates actor, ref and rollout.
     hybrid_engine: bool = True
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
@@ -216,17 +346,30 @@ class ActorRolloutRefConfig:
 
 @dataclass
 class CriticConfig:
+    # Train a value model (the critic).
     enable: Optional[bool] = None  # None = on when algorithm.adv_estimator == gae
+    # Backend of the critic.
     strategy: Optional[str] = None  # None = same as the actor
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     model: ModelConfig = field(default_factory=lambda: ModelConfig(path=""))
+    # Prompts per critic mini-batch, one optimizer step each; null = actor.ppo_mini_batch_size.
     ppo_mini_batch_size: Optional[int] = None
+    # verl's deprecated global micro batch. Not read by verl_lite yet (the critic uses
+    # ppo_micro_batch_size_per_gpu).
     ppo_micro_batch_size: Optional[int] = None
+    # Sequences per forward/backward on each rank in the critic update and value pass; null = 64.
     ppo_micro_batch_size_per_gpu: Optional[int] = None
+    # verl: token-sized micro-batches for the critic. Not implemented in verl_lite: only the preflight
+    # reads it (skips the micro-batch divisibility check; refused for GDN on megatron).
     use_dynamic_bsz: bool = False
+    # Critic passes over each batch; null = actor.ppo_epochs.
     ppo_epochs: Optional[int] = None
+    # Value clipping: new values are clipped to old values +- cliprange_value in the value loss.
     cliprange_value: float = 0.5
+    # How per-token value losses are aggregated (as actor.loss_agg_mode); not copied from the actor.
     loss_agg_mode: str = "token-mean"
+    # verl's legacy clip key, no longer read by verl 0.9: critic.optim.clip_grad is the clip applied.
+    # Not read by verl_lite either; the preflight refuses a changed value and names optim.clip_grad.
     grad_clip: float = 1.0
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
@@ -237,28 +380,41 @@ class CriticConfig:
 
 @dataclass
 class KLControlConfig:
+    # verl: controller of the in-reward KL coefficient, fixed or adaptive. Not read by verl_lite yet.
     type: str = "fixed"
+    # verl: (initial) coefficient of the in-reward KL penalty. Not read by verl_lite yet.
     kl_coef: float = 0.001
+    # verl: horizon of the adaptive KL controller. Not read by verl_lite yet.
     horizon: int = 10000
+    # verl: target KL of the adaptive KL controller. Not read by verl_lite yet.
     target_kl: float = 0.1
 
 
 @dataclass
 class AlgorithmConfig:
-    # grpo | gae
+    # Advantage estimator: grpo normalises each reward within its prompt's group of rollout.n responses;
+    # gae uses a critic (built when critic.enable is null). verl's default is gae.
     adv_estimator: str = "grpo"
+    # GRPO: divide by the group's reward std; False = only subtract the group mean (Dr. GRPO).
     norm_adv_by_std_in_grpo: bool = True
+    # GAE discount factor (adv_estimator=gae).
     gamma: float = 1.0
+    # GAE lambda, the bias/variance trade-off (adv_estimator=gae).
     lam: float = 1.0
+    # verl: subtract a KL(actor || ref) penalty from the rewards. verl_lite only builds the ref model
+    # for it; the penalty is not applied yet.
     use_kl_in_reward: bool = False
+    # verl: KL estimator of the in-reward penalty (kl, abs, mse, low_var_kl, full). Not read by verl_lite yet.
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
 
 
 @dataclass
 class RewardModelConfig:
+    # verl: score with a reward model. Not read by verl_lite yet (rule or custom reward functions only).
     enable: bool = False
-    # naive: one score per response from the rule/custom reward function
+    # verl: the reward manager (naive, prime, dapo, batch, ...). Not read by verl_lite yet: it always
+    # scores like naive, one score per response on its last token.
     reward_manager: str = "naive"
 
 
@@ -267,6 +423,7 @@ class CustomRewardFunctionConfig:
     # A Python file whose function `name(data_source, solution_str, ground_truth, extra_info)`
     # returns a float. The file is executed as code: only point at files you trust.
     path: Optional[str] = None
+    # Name of the function in that file.
     name: str = "compute_score"
 
 
@@ -275,13 +432,24 @@ class CustomRewardFunctionConfig:
 
 @dataclass
 class AsyncTrainingConfig:
+    # Fully-async training: replicas on the rollout pool (rollout.nnodes x n_gpus_per_node) generate
+    # while the training pool trains; GRPO only, needs trainer.ray.
     enable: bool = False
+    # Weight versions a sample may lag behind before stale_policy applies; the queue holds
+    # staleness_threshold * trigger_parameter_sync_step batches.
     staleness_threshold: int = 1
+    # Training steps between weight pushes to the rollout replicas (version = step // this).
     trigger_parameter_sync_step: int = 1
+    # verl: batches of data.train_batch_size per step. verl_lite supports only 1 (the preflight
+    # refuses others).
     require_batches: int = 1
+    # At a weight sync: True cuts the responses in flight and resumes them under the new weights;
+    # False lets the chunk in flight finish first.
     partial_rollout: bool = True
+    # Seconds the trainer waits on an empty rollout queue before it stops with an error.
     queue_timeout_s: float = 600.0
-    # drop | reweight
+    # Samples staler than staleness_threshold: drop them, or train on them with advantages scaled by
+    # a truncated importance weight (reweight_cap).
     stale_policy: str = "drop"
     # New tokens a rollout generates between two looks for new weights; 0 = whole responses (a
     # sync then waits for the responses in flight). Smaller values cut rollouts at a sync sooner.
@@ -295,29 +463,49 @@ class AsyncTrainingConfig:
 
 @dataclass
 class TrainerConfig:
+    # Project name for the trackers (wandb project); part of default_local_dir.
     project_name: str = "verl_lite"
+    # Run name for the trackers (wandb run name); part of default_local_dir.
     experiment_name: str = "default"
-    # console | jsonl | tensorboard
+    # Metric backends: console lines, jsonl (default_local_dir/metrics.jsonl), tensorboard, wandb;
+    # a single string is taken as a one-element list.
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
+    # verl: validation samples to log to the trackers at each validation. Not read by verl_lite yet.
     log_val_generations: int = 0
+    # Nodes of the training pool; ranks = nnodes * n_gpus_per_node, one worker each.
     nnodes: int = 1
+    # Devices per node for training (GPUs or NPUs; CPU processes on cpu).
     n_gpus_per_node: int = 1
-    # auto | cuda | npu | cpu (gpu is accepted as cuda)
+    # Device to train on: auto probes npu, then cuda, else cpu; gpu (any case) is accepted as cuda.
     device: str = "auto"
+    # Passes over train_files when total_training_steps is null (steps per epoch = prompts //
+    # train_batch_size).
     total_epochs: int = 1
+    # Steps of the run; null = total_epochs * steps per epoch. Does not set optim.total_training_steps.
     total_training_steps: Optional[int] = None
+    # Save a checkpoint every N steps and after the last one; <= 0 = no periodic saves (a run stopped
+    # by a signal still saves).
     save_freq: int = -1
+    # Validate every N steps and after the last one; <= 0 = never (val_before_train aside).
     test_freq: int = -1
+    # Validate once before the first step (not on a resumed run).
     val_before_train: bool = False
+    # Steps in which only the critic trains; the actor updates from step critic_warmup + 1 on.
     critic_warmup: int = 0
+    # Output dir: checkpoints (global_step_N), metrics.jsonl, reward_curve.png, tensorboard, last_error.txt.
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
-    # disable | auto | resume_path
+    # auto: resume from the newest complete checkpoint in default_local_dir; resume_path: from
+    # resume_from_path; disable: start afresh.
     resume_mode: str = "auto"
+    # A global_step_N checkpoint dir to resume from (resume_mode=resume_path).
     resume_from_path: Optional[str] = None
+    # Keep only the newest N checkpoints (whole global_step_N dirs, critic included); null = all.
     max_actor_ckpt_to_keep: Optional[int] = None
+    # Seed of torch's RNG in each worker (seed * 1000 + rank), which drives the rollout's sampling.
     seed: int = 1
     # false runs the workers in-process (unit tests); the default path is Ray.
     ray: bool = True
+    # Seconds the driver waits for one call to the workers before it fails the run; <= 0 = no limit.
     ray_timeout_s: float = 60.0
     # Write a reward-curve PNG next to the metrics at the end.
     plot_rewards: bool = True
