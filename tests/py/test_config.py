@@ -397,3 +397,21 @@ def test_plain_overrides_compose_without_importing_hydra():
     root = Path(keys.__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(root), check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_added_override_transformer_config_key_survives_the_typed_config_and_reaches_the_repatch_plan():
+    import pickle
+
+    from verl_lite.repatch import build_repatch_dict
+
+    cfg = load_config(["actor_rollout_ref.actor.strategy=megatron",
+                       f"+{OTC}.use_ascend_gdn=True", f"+{OTC}.use_triton_gdn=False"])
+    typed = pickle.loads(pickle.dumps(to_dataclass(cfg)))  # what crosses Ray to the workers
+    megatron = typed.actor_rollout_ref.actor.megatron
+    assert megatron.override_transformer_config["use_ascend_gdn"] is True
+    plan = build_repatch_dict(megatron)  # what the MindSpeed engine repatches and gives its TransformerConfig
+    assert plan["use_ascend_gdn"] is True and plan["use_triton_gdn"] is False
+    # a key added inside a typed section would be dropped by the conversion: it is refused instead
+    (problem,) = problems_of("+actor_rollout_ref.actor.use_ascend_gdn=True")
+    assert problem.startswith("unknown key 'actor_rollout_ref.actor.use_ascend_gdn' (+key=value adds keys only "
+                              "inside the open sections:")
