@@ -337,14 +337,14 @@ def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]]) -> Li
 
 
 def _gdn_problems(cfg: Any, role: str) -> List[str]:
-    arr = cfg.actor_rollout_ref
+    actor_rollout_ref = cfg.actor_rollout_ref
     flags = {
         "actor": [
-            ("actor_rollout_ref.model.use_remove_padding", arr.model.use_remove_padding),
-            ("actor_rollout_ref.actor.use_dynamic_bsz", arr.actor.use_dynamic_bsz),
-            ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", arr.rollout.log_prob_use_dynamic_bsz),
+            ("actor_rollout_ref.model.use_remove_padding", actor_rollout_ref.model.use_remove_padding),
+            ("actor_rollout_ref.actor.use_dynamic_bsz", actor_rollout_ref.actor.use_dynamic_bsz),
+            ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", actor_rollout_ref.rollout.log_prob_use_dynamic_bsz),
         ],
-        "ref": [("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", arr.ref.log_prob_use_dynamic_bsz)],
+        "ref": [("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", actor_rollout_ref.ref.log_prob_use_dynamic_bsz)],
         "critic": [
             ("critic.model.use_remove_padding", cfg.critic.model.use_remove_padding),
             ("critic.use_dynamic_bsz", cfg.critic.use_dynamic_bsz),

@@ -243,7 +243,7 @@ class AsyncTrainer(StepLoop):
         from verl_lite.trainer import core_algos
         from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
 
-        cfg, arr = self.cfg, self.cfg.actor_rollout_ref
+        cfg, actor_rollout_ref = self.cfg, self.cfg.actor_rollout_ref
         timing: Dict[str, float] = {}
         t0 = time.perf_counter()
         got = self.collect()
@@ -252,7 +252,7 @@ class AsyncTrainer(StepLoop):
         batch = merge_groups(groups)
         mask = batch["response_mask"].float()
         tensors = {k: batch[k] for k in TRAIN_KEYS}
-        tensors["temperature"] = float(arr.rollout.temperature)
+        tensors["temperature"] = float(actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
         if self.global_step % self.k:  # the weights moved on since they were published
             lp = self.train_wg.dp_call("compute_log_prob_from", tensors, PUBLISHED)
@@ -260,7 +260,7 @@ class AsyncTrainer(StepLoop):
             lp = self.train_wg.dp_call("compute_log_prob", tensors)
         old = lp["old_log_probs"]
         train_batch = dict(tensors, old_log_probs=old)
-        if arr.actor.use_kl_loss:
+        if actor_rollout_ref.actor.use_kl_loss:
             train_batch["ref_log_prob"] = self.train_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
         timing["old_log_prob"] = time.perf_counter() - t
         rewards = batch["token_level_scores"]
@@ -275,7 +275,7 @@ class AsyncTrainer(StepLoop):
             metrics["async/is_weight/mean"] = core_algos.masked_mean(weight[rows], mask[rows]).item()
         train_batch.update(advantages=adv, returns=ret)
         t = time.perf_counter()
-        num_mini = max(1, int(cfg.data.train_batch_size) // int(arr.actor.ppo_mini_batch_size))
+        num_mini = max(1, int(cfg.data.train_batch_size) // int(actor_rollout_ref.actor.ppo_mini_batch_size))
         dp = self.train_wg.dp_size
         res = self.train_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp),
                                         update_meta(train_batch, num_mini, dp))

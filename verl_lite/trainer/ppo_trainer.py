@@ -156,17 +156,18 @@ class PPOTrainer(StepLoop):
 
     def step(self) -> Dict[str, Any]:
         cfg = self.cfg
-        arr = cfg.actor_rollout_ref
+        actor_rollout_ref = cfg.actor_rollout_ref
         timing: Dict[str, float] = {}
         t0 = time.perf_counter()
         prompts = self._next_prompts()
-        sampling = {"temperature": arr.rollout.temperature, "top_k": arr.rollout.top_k, "top_p": arr.rollout.top_p,
-                    "do_sample": arr.rollout.do_sample}
-        num_mini = self._num_mini(arr.actor.ppo_mini_batch_size)
+        rollout = actor_rollout_ref.rollout
+        sampling = {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p,
+                    "do_sample": rollout.do_sample}
+        num_mini = self._num_mini(actor_rollout_ref.actor.ppo_mini_batch_size)
         # One mini-batch trained once: the update's own forward gives the old log-probs (verl's dp_actor
         # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
-        on_policy = num_mini == 1 and int(arr.actor.ppo_epochs) == 1
-        use_kl = bool(arr.actor.use_kl_loss)
+        on_policy = num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1
+        use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
         gen = self.actor_wg.dp_call("generate_sequences", _tensors(prompts, PROMPT_KEYS),
                                     int(cfg.data.max_response_length), sampling,
                                     log_probs=not on_policy, ref_log_probs=use_kl)
@@ -175,7 +176,7 @@ class PPOTrainer(StepLoop):
         timing["gen"] = time.perf_counter() - t0 - timing["old_log_prob"]
         for k in LIST_KEYS:
             gen[k] = prompts[k]
-        gen["temperature"] = float(arr.rollout.temperature)
+        gen["temperature"] = float(actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
         gen["token_level_scores"] = self._score(gen)
         timing["reward"] = time.perf_counter() - t
@@ -200,7 +201,7 @@ class PPOTrainer(StepLoop):
         n_seq = mask.shape[0]
         t = time.perf_counter()
         if self.critic_wg is not None:
-            critic_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size)
+            critic_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or actor_rollout_ref.actor.ppo_mini_batch_size)
             dp = self.critic_wg.dp_size
             res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp),
                                              update_meta(train_batch, critic_mini, dp))
@@ -285,8 +286,9 @@ class PPOTrainer(StepLoop):
             with self.during("validating before step", 1):
                 m = self.validate()
             self.tracking.log(m, 0)
-        bar = tqdm(total=self.total_steps, initial=self.global_step, desc="GRPO" if self.cfg.algorithm.adv_estimator == "grpo" else "PPO",
-                   disable=not progress, dynamic_ncols=True, unit="step")
+        desc = "GRPO" if self.cfg.algorithm.adv_estimator == "grpo" else "PPO"
+        bar = tqdm(total=self.total_steps, initial=self.global_step, desc=desc, disable=not progress,
+                   dynamic_ncols=True, unit="step")
         try:
             self._loop(bar)
         finally:
