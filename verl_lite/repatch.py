@@ -75,7 +75,8 @@ def _as_plain_dict(node: Any) -> Dict[str, Any]:
     return dict(vars(node))
 
 
-def _truthy(value: Any) -> bool:
+def truthy(value: Any) -> bool:
+    """A switch inside an open dict (`override_transformer_config`): a bool, or a string a user typed."""
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)
@@ -106,8 +107,8 @@ def build_repatch_dict(
     elif isinstance(backend, AttnBackendRef) and resolve_attn_backend is not None:
         plan["attention_backend"] = resolve_attn_backend(backend.name)
 
-    if _truthy(plan.get("use_flash_attn_npu_batch_invariant", False)):
-        if _truthy(plan.get("use_flash_attn", False)):
+    if truthy(plan.get("use_flash_attn_npu_batch_invariant", False)):
+        if truthy(plan.get("use_flash_attn", False)):
             logger.warning(
                 "use_flash_attn_npu_batch_invariant=True replaces DotProductAttention.forward; "
                 "forcing use_flash_attn=False (both on raises 'the patch of forward exist !')"

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 from verl_lite import device as devices
 from verl_lite.config import roles
 from verl_lite.models import is_gdn_model, model_dir_problem
-from verl_lite.repatch import RepatchError, build_repatch_dict
+from verl_lite.repatch import RepatchError, build_repatch_dict, truthy
 
 BRIDGE_KEYS = ("use_ascend_gdn", "use_triton_gdn")
 # Megatron settings that place layers unevenly over pipeline stages; with them the layer count
@@ -283,19 +283,13 @@ def npu_problems(cfg: Any, layout: Layout) -> List[str]:
         build_repatch_dict(roles.section(cfg, layout.role).megatron)
     except RepatchError as e:
         return [f"{layout.role}: {e}"]
-    if _truthy(_override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
+    if truthy(_override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
         return [
             f"{layout.role}: {prefix}.use_flash_attn_npu_batch_invariant does not work with context parallelism "
             f"(CP={layout.cp}); MindSpeed rejects it ('--use-flash-attn-npu-batch-invariant does not support context "
             f"parallelism yet.'): set {layout.prefix}.context_parallel_size=1 or drop the flag"
         ]
     return []
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 # ---------------------------------------------------------------------------- model-config rules
