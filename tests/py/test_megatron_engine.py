@@ -41,21 +41,25 @@ RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform", "re
 
 
 def sections(tp=1, pp=1, lr=1e-2, overrides=None):
+    """Model, actor and ref from one config tree (the ref's layout follows the actor's by
+    interpolation), the critic as a plain dataclass: both kinds of section must work."""
     from omegaconf import OmegaConf
 
-    from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig
+    from verl_lite.config.schema import CriticConfig, VerlLiteConfig
 
-    model = OmegaConf.structured(ModelConfig(path="tiny-qwen3", init_seed=3))
-    actor = OmegaConf.structured(ActorConfig(strategy="megatron"))
+    cfg = OmegaConf.structured(VerlLiteConfig)
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    model.path, model.init_seed = "tiny-qwen3", 3
+    actor.strategy = "megatron"
     actor.megatron.tensor_model_parallel_size = tp
     actor.megatron.pipeline_model_parallel_size = pp
     actor.optim.lr = lr
     actor.megatron.override_transformer_config = dict(overrides or {})
-    critic = CriticConfig(strategy="megatron")  # a dataclass, not a DictConfig: both must work
+    critic = CriticConfig(strategy="megatron")
     critic.megatron.tensor_model_parallel_size = tp
     critic.megatron.pipeline_model_parallel_size = pp
     critic.optim.lr = lr
-    return model, actor, critic
+    return model, actor, cfg.actor_rollout_ref.ref, critic
 
 
 def nll_loss(outputs, batch):
@@ -97,7 +101,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
 
     from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
 
-    model, actor, critic = sections(tp=2, overrides=RECOMPUTE)  # full recompute, as the scripts run
+    model, actor, ref_section, critic = sections(tp=2, overrides=RECOMPUTE)  # full recompute, as the scripts run
     batch = make_batch()
     lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
     lm.initialize()
@@ -141,7 +145,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
     lm.to("cpu")  # a CPU engine: nothing moves, and it must still work afterwards
     rec["after_to"] = (lm.forward_backward([batch], forward_only=True)[0]["log_probs"] - restored).abs().max().item()
 
-    ref = MegatronLMEngine(model, actor, None, "cpu", "ref")  # shares the actor's parallel groups
+    ref = MegatronLMEngine(model, ref_section, None, "cpu", "ref")  # shares the actor's parallel groups
     ref.initialize()
     rec["ref_matches_initial"] = (ref.forward_backward([batch], forward_only=True)[0]["log_probs"] - rec["tp2_log_probs"]).abs().max().item()
     try:
@@ -156,11 +160,23 @@ def _phase_tp2(rank, rec, ckpt_dir):
     rec["value_losses"], _ = train(value, batch, value_loss, 4)
     rec["value_export"] = sorted(n for n, _ in value.export_weights() if not n.startswith("model.layers"))
 
+    # optim.clip_grad is the one clip setting (actor.grad_clip stays at 1.0 and is not read); an optim
+    # section without weight_decay, as an untyped dict arrives, takes the schema's 0.01
+    clipped = MegatronLMEngine(model, actor, {"lr": 1e-3, "clip_grad": 0.5}, "cpu", "actor")
+    clipped.initialize()
+    clipped.train_mode()
+    clipped.optimizer_zero_grad()
+    clipped.forward_backward([batch], nll_loss)
+    rec["clip_returned_norm"] = clipped.optimizer_step()
+    rec["clip_norm_after_step"] = float(clipped.optimizer.get_grad_norm())
+    optimizers = getattr(clipped.optimizer, "chained_optimizers", [clipped.optimizer])
+    rec["default_weight_decay"] = max(g["weight_decay"] for opt in optimizers for g in opt.param_groups)
+
 
 def _phase_tp1_dp2(rank, rec):
     from verl_lite.engine.megatron import MegatronLMEngine
 
-    model, actor, _ = sections(tp=1)
+    model, actor, _, _ = sections(tp=1)
     lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
     lm.initialize()
     batch = make_batch()
@@ -178,7 +194,7 @@ def _phase_tp1_dp2(rank, rec):
 def _phase_pp2(rank, rec):
     from verl_lite.engine.megatron import MegatronLMEngine
 
-    model, actor, _ = sections(pp=2)
+    model, actor, _, _ = sections(pp=2)
     lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
     lm.initialize()
     batch = make_batch()
@@ -266,6 +282,16 @@ def test_optimizer_step_returns_the_gradient_norm_before_clipping(run):
     norms = run[0]["lm_grad_norms"]
     assert all(n > 1.0 for n in norms), norms  # above optim.clip_grad=1.0, so clipping was active
     assert run[0]["lm_lr"] == pytest.approx(1e-2)
+
+
+def test_the_gradient_is_clipped_at_optim_clip_grad_and_the_returned_norm_is_the_one_before(run):
+    for rec in run:  # both TP ranks: the norm is over the whole model
+        assert rec["clip_returned_norm"] > 0.5, rec["clip_returned_norm"]  # above the clip: it was active
+        assert rec["clip_norm_after_step"] <= 0.5 + 1e-4, rec["clip_norm_after_step"]  # not actor.grad_clip=1.0
+
+
+def test_an_optim_dict_without_weight_decay_gets_the_schemas_default(run):
+    assert run[0]["default_weight_decay"] == pytest.approx(0.01)
 
 
 def test_ref_engine_shares_the_mesh_starts_from_the_same_weights_and_cannot_step(run):

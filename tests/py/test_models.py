@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from verl_lite.config import load_config
+from verl_lite.config.schema import ModelConfig
 from verl_lite.models.hf import auto_chunk_size, build_causal_lm
 
 
@@ -47,7 +48,7 @@ def test_auto_and_fixed_chunks_reach_the_rule_and_change_only_rounding(rule_modu
     ids = torch.randint(3, 48, (4, 11), generator=torch.Generator().manual_seed(0))
     out = {}
     for chunk in (None, 8, 64):
-        model = build_causal_lm({"path": "tiny-qwen3_5", "init_seed": 0, "linear_attention_chunk_size": chunk})
+        model = build_causal_lm(ModelConfig(path="tiny-qwen3_5", init_seed=0, linear_attention_chunk_size=chunk))
         seen.clear()
         out[chunk] = logits(model, ids)
         assert seen == [(11, chunk or 16)], f"chunk {chunk}: the GDN layer called the rule with {seen}"
@@ -59,13 +60,13 @@ def test_rebuilding_wraps_the_original_rule_not_the_previous_wrapper(rule_module
     rule = rule_module.torch_chunk_gated_delta_rule
     original = getattr(rule, "__verl_lite_original__", rule)  # earlier tests in this process built models
     assert original.__module__ == rule_module.__name__
-    build_causal_lm({"path": "tiny-qwen3_5", "linear_attention_chunk_size": 8})
-    build_causal_lm({"path": "tiny-qwen3_5", "linear_attention_chunk_size": 32})
+    build_causal_lm(ModelConfig(path="tiny-qwen3_5", linear_attention_chunk_size=8))
+    build_causal_lm(ModelConfig(path="tiny-qwen3_5", linear_attention_chunk_size=32))
     assert rule_module.torch_chunk_gated_delta_rule.__verl_lite_original__ is original
 
 
 def test_a_model_without_gdn_layers_is_left_alone():
-    model = build_causal_lm({"path": "tiny-qwen3", "linear_attention_chunk_size": 16})
+    model = build_causal_lm(ModelConfig(path="tiny-qwen3", linear_attention_chunk_size=16))
     assert model.config.model_type == "qwen3"
     import transformers.models.qwen3.modeling_qwen3 as qwen3
 
@@ -81,6 +82,11 @@ def test_a_chunk_below_one_is_reported_by_the_preflight(value):
         f"actor_rollout_ref.model.linear_attention_chunk_size={value} must be a positive integer"]
 
 
+def test_the_builder_takes_a_typed_model_section_and_names_the_conversion_for_a_dict():
+    with pytest.raises(TypeError, match=r"must be a verl_lite\.config\.schema\.ModelConfig.*as_section\(ModelConfig"):
+        build_causal_lm({"path": "tiny-qwen3"})
+
+
 def test_a_chunk_below_one_is_refused_by_the_builder_too():
     with pytest.raises(ValueError, match="linear_attention_chunk_size=0 must be a positive integer or null"):
-        build_causal_lm({"path": "tiny-qwen3_5", "linear_attention_chunk_size": 0})
+        build_causal_lm(ModelConfig(path="tiny-qwen3_5", linear_attention_chunk_size=0))

@@ -51,11 +51,11 @@ TRAIN_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "respo
 
 
 def new_worker(cfg):
-    from omegaconf import OmegaConf
-
+    """A worker given the typed config, as the driver passes it (fixed_batch's worker gets a plain dict)."""
+    from verl_lite.config import to_dataclass
     from verl_lite.trainer.workers import ActorRolloutRefWorker
 
-    return ActorRolloutRefWorker(OmegaConf.to_container(cfg, resolve=True), 0, 1)
+    return ActorRolloutRefWorker(to_dataclass(cfg), 0, 1)
 
 
 def test_the_on_policy_update_equals_the_update_with_recomputed_old_log_probs(data_dir, tmp_path):
@@ -127,8 +127,7 @@ def test_update_actor_pushes_the_new_weights_to_the_rollout_when_asked(data_dir,
 
 
 def test_dp2_over_two_ray_workers_gives_the_dp1_loss_and_weights_on_the_same_global_batch(ray_cluster, data_dir, tmp_path):
-    from omegaconf import OmegaConf
-
+    from verl_lite.config import to_dataclass
     from verl_lite.trainer.ppo_trainer import dp_shards, update_meta
     from verl_lite.trainer.worker_group import WorkerGroup
     from verl_lite.trainer.workers import ActorRolloutRefWorker
@@ -140,7 +139,7 @@ def test_dp2_over_two_ray_workers_gives_the_dp1_loss_and_weights_on_the_same_glo
     num_mini = 2  # train_batch_size 4 prompts / ppo_mini_batch_size 2
     results = {}
     for dp, cfg in ((1, cfg1), (2, cfg2)):
-        wg = WorkerGroup(ActorRolloutRefWorker, f"actor_dp{dp}", OmegaConf.to_container(cfg, resolve=True), dp, "cpu",
+        wg = WorkerGroup(ActorRolloutRefWorker, f"actor_dp{dp}", to_dataclass(cfg), dp, "cpu",  # typed across Ray
                          use_ray=True, threads=1, call_timeout_s=120)
         assert wg.dp_size == dp
         metrics = wg.call_shards("update_actor", dp_shards(train, num_mini, dp), update_meta(train, num_mini, dp))

@@ -21,6 +21,9 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from verl_lite.config.schema import ModelConfig, OptimConfig
+from verl_lite.config.sections import as_section, role_section_class
+
 MODEL_TYPES = ("language_model", "value_model")
 
 # loss_fn(outputs, micro_batch) -> (loss tensor to backpropagate, metrics dict of floats)
@@ -28,14 +31,21 @@ LossFn = Callable[[Dict[str, Any], Dict[str, Any]], Tuple[Any, Dict[str, float]]
 
 
 class BaseEngine(abc.ABC):
-    """Abstract training engine. Subclasses are registered in `verl_lite.registry`."""
+    """Abstract training engine. Subclasses are registered in `verl_lite.registry`.
+
+    The sections arrive as schema dataclasses, DictConfig nodes or plain dicts and are turned into
+    the schema's dataclasses here, once (`verl_lite.config.sections.as_section`):
+      model_config   ModelConfig                             the model to build
+      engine_config  ActorConfig | RefConfig | CriticConfig  the role's section (megatron, fsdp_config)
+      optim_config   OptimConfig, or None for an engine that never steps (the ref)
+    """
 
     model_type: str = "language_model"
 
     def __init__(self, model_config: Any, engine_config: Any, optim_config: Any, device: str, role: str = "actor"):
-        self.model_config = model_config
-        self.engine_config = engine_config
-        self.optim_config = optim_config
+        self.model_config: ModelConfig = as_section(ModelConfig, model_config)
+        self.engine_config = as_section(role_section_class(role), engine_config)
+        self.optim_config: Optional[OptimConfig] = None if optim_config is None else as_section(OptimConfig, optim_config)
         self.device = device
         self.role = role
         self._mode = "eval"
@@ -77,7 +87,8 @@ class BaseEngine(abc.ABC):
 
     @abc.abstractmethod
     def optimizer_step(self) -> float:
-        """Clip gradients, step the optimizer; returns the gradient norm before clipping."""
+        """Clip gradients to `optim.clip_grad` (0 = off), step the optimizer; returns the gradient norm
+        before clipping. `optim.clip_grad` is the only clip setting (verl 0.9's engines read it alone)."""
 
     @abc.abstractmethod
     def lr_scheduler_step(self) -> float:

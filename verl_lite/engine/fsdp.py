@@ -16,16 +16,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from verl_lite.config.schema import OptimConfig
 from verl_lite.engine.base import BaseEngine, LossFn
 
 logger = logging.getLogger(__name__)
-
-
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    if cfg is None:
-        return default
-    getter = getattr(cfg, "get", None)
-    return getter(key, default) if callable(getter) else getattr(cfg, key, default)
 
 
 def torch_device(device: str) -> torch.device:
@@ -56,12 +50,13 @@ class ValueHeadModel(nn.Module):
         return self.value_head(hidden).squeeze(-1)
 
 
-def make_lr_lambda(optim: Any, total_steps: int):
-    warmup = int(_get(optim, "lr_warmup_steps", -1))
+def make_lr_lambda(optim: OptimConfig, total_steps: int):
+    """LR multiplier by step: linear warm-up, then constant or cosine down to `min_lr_ratio`."""
+    warmup = int(optim.lr_warmup_steps)
     if warmup < 0:
-        warmup = int(float(_get(optim, "lr_warmup_steps_ratio", 0.0)) * max(total_steps, 0))
-    kind = str(_get(optim, "lr_scheduler_type", "constant"))
-    min_ratio = float(_get(optim, "min_lr_ratio", 0.0) or 0.0)
+        warmup = int(float(optim.lr_warmup_steps_ratio) * max(total_steps, 0))
+    kind = optim.lr_scheduler_type
+    min_ratio = float(optim.min_lr_ratio)
     if kind not in ("constant", "cosine"):
         raise ValueError(f"optim.lr_scheduler_type={kind!r} (choose constant or cosine)")
 
@@ -98,21 +93,19 @@ class TorchLMEngine(BaseEngine):
         import torch.distributed as dist
 
         module = self._build_module()
-        if _get(self.model_config, "enable_gradient_checkpointing", False) and hasattr(module, "gradient_checkpointing_enable"):
+        if self.model_config.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
         module.to(torch_device(self.device))
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
             module = self._shard(module)
         self.module = module
-        if self.optim_config is not None:
-            self.optimizer = torch.optim.AdamW(
-                self.module.parameters(), lr=float(_get(self.optim_config, "lr", 1e-6)),
-                betas=tuple(_get(self.optim_config, "betas", (0.9, 0.999))),
-                weight_decay=float(_get(self.optim_config, "weight_decay", 0.0)),
-            )
-            total = int(_get(self.optim_config, "total_training_steps", -1) or -1)
-            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, make_lr_lambda(self.optim_config, total))
+        optim = self.optim_config
+        if optim is not None:
+            self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=float(optim.lr), betas=tuple(optim.betas),
+                                               weight_decay=float(optim.weight_decay))
+            total = int(optim.total_training_steps)
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, make_lr_lambda(optim, total))
         self.eval_mode()
 
     def _shard(self, module: nn.Module) -> nn.Module:
@@ -120,7 +113,7 @@ class TorchLMEngine(BaseEngine):
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh(torch_device(self.device).type, (self.dp_size,))
-        reshard = bool(_get(_get(self.engine_config, "fsdp_config"), "reshard_after_forward", True))
+        reshard = bool(self.engine_config.fsdp_config.reshard_after_forward)
         layers = getattr(getattr(module, "model", module), "layers", [])
         for layer in layers:
             fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
@@ -183,7 +176,9 @@ class TorchLMEngine(BaseEngine):
         self.optimizer.zero_grad(set_to_none=True)
 
     def optimizer_step(self) -> float:
-        clip = float(_get(self.engine_config, "grad_clip", _get(self.optim_config, "clip_grad", 1.0)) or 0.0)
+        """Clip gradients to `optim.clip_grad` (0 = no clipping), step; returns the norm before clipping.
+        `clip_grad` is the one clip setting, as in verl 0.9's engines (`actor.grad_clip` is not read)."""
+        clip = float(self.optim_config.clip_grad)
         params = [p for p in self.module.parameters() if p.grad is not None]
         if clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
@@ -310,7 +305,7 @@ class TorchValueEngine(TorchLMEngine):
 
         lm = build_causal_lm(self.model_config)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(_get(self.model_config, "init_seed", 0)) + 1)
+            torch.manual_seed(int(self.model_config.init_seed) + 1)
             return ValueHeadModel(lm)
 
     def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:

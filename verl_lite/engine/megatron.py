@@ -38,6 +38,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from verl_lite.config.schema import MegatronConfig
 from verl_lite.engine import megatron_weights as mw
 from verl_lite.engine.base import BaseEngine, LossFn
 
@@ -45,36 +46,6 @@ logger = logging.getLogger(__name__)
 
 BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
 _NEG = -1.0e30  # logit for padded vocabulary entries: exp() underflows to 0, 0 * _NEG stays finite
-
-
-def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    """Read a field from a dataclass, an OmegaConf node or a mapping (missing -> default)."""
-    if cfg is None:
-        return default
-    if isinstance(cfg, dict):
-        return cfg.get(key, default)
-    getter = getattr(cfg, "get", None)
-    if callable(getter) and not dataclasses.is_dataclass(cfg):
-        return getter(key, default)
-    return getattr(cfg, key, default)
-
-
-def plain_dict(node: Any) -> Dict[str, Any]:
-    if node is None:
-        return {}
-    if isinstance(node, dict):
-        return dict(node)
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(node, DictConfig):
-        return dict(OmegaConf.to_container(node, resolve=True))
-    return dict(vars(node))
-
-
-def truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 # ------------------------------------------------------------------------------ tensor helpers
@@ -185,7 +156,7 @@ class MegatronLMEngine(BaseEngine):
 
     def __init__(self, model_config: Any, engine_config: Any, optim_config: Any, device: str, role: str = "actor"):
         super().__init__(model_config, engine_config, optim_config, device, role)
-        self.mcfg = cfg_get(engine_config, "megatron")
+        self.megatron_config: MegatronConfig = self.engine_config.megatron
         self.model: List[Any] = []  # one module per virtual pipeline stage (DDP-wrapped when training)
         self.optimizer: Any = None
         self.lr_scheduler: Any = None
@@ -202,22 +173,20 @@ class MegatronLMEngine(BaseEngine):
         """Where tensors live ("cpu", "cuda", "npu"). MindSpeed engines may override it in tests."""
         return self.device
 
-    def _m(self, key: str, default: Any = None) -> Any:
-        return cfg_get(self.mcfg, key, default)
-
     def parallel_sizes(self) -> Dict[str, Any]:
+        megatron = self.megatron_config
         return dict(
-            tensor_model_parallel_size=int(self._m("tensor_model_parallel_size", 1) or 1),
-            pipeline_model_parallel_size=int(self._m("pipeline_model_parallel_size", 1) or 1),
-            virtual_pipeline_model_parallel_size=self._m("virtual_pipeline_model_parallel_size"),
-            context_parallel_size=int(self._m("context_parallel_size", 1) or 1),
-            expert_model_parallel_size=int(self._m("expert_model_parallel_size", 1) or 1),
-            expert_tensor_parallel_size=self._m("expert_tensor_parallel_size"),
+            tensor_model_parallel_size=int(megatron.tensor_model_parallel_size),
+            pipeline_model_parallel_size=int(megatron.pipeline_model_parallel_size),
+            virtual_pipeline_model_parallel_size=megatron.virtual_pipeline_model_parallel_size,
+            context_parallel_size=int(megatron.context_parallel_size),
+            expert_model_parallel_size=int(megatron.expert_model_parallel_size),
+            expert_tensor_parallel_size=megatron.expert_tensor_parallel_size,
         )
 
     def transformer_overrides(self) -> Dict[str, Any]:
         """override_transformer_config with `attention_backend` names turned into AttnBackend."""
-        overrides = plain_dict(self._m("override_transformer_config"))
+        overrides = dict(self.megatron_config.override_transformer_config)
         backend = overrides.get("attention_backend")
         if isinstance(backend, str):
             from megatron.core.transformer.enums import AttnBackend
@@ -227,15 +196,8 @@ class MegatronLMEngine(BaseEngine):
 
     @property
     def dtype(self) -> torch.dtype:
-        name = str(self._m("dtype", None) or ("float32" if self.compute_device == "cpu" else "bfloat16"))
-        return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}[name]
-
-    @property
-    def clip_grad(self) -> float:
-        value = cfg_get(self.optim_config, "clip_grad", None)
-        if value is None:
-            value = cfg_get(self.engine_config, "grad_clip", 0.0)
-        return float(value or 0.0)
+        """float32 on CPU (gloo, no bf16 kernels worth using), bfloat16 on devices."""
+        return torch.float32 if self.compute_device == "cpu" else torch.bfloat16
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -330,20 +292,20 @@ class MegatronLMEngine(BaseEngine):
             from verl_lite.engine import megatron_cpu
 
             megatron_cpu.install_cpu_rng_tracker()
-        model_parallel_cuda_manual_seed(int(self._m("seed", 42) or 42))
+        model_parallel_cuda_manual_seed(int(self.megatron_config.seed))
 
     def _model_dir(self) -> str:
         from verl_lite.models import resolve_model_dir
 
-        return resolve_model_dir(str(cfg_get(self.model_config, "path", "")))
+        return resolve_model_dir(self.model_config.path)
 
     def _read_hf_config(self) -> Any:
         from transformers import AutoConfig
 
         hf_config = AutoConfig.from_pretrained(
-            self._model_dir(), trust_remote_code=bool(cfg_get(self.model_config, "trust_remote_code", False))
+            self._model_dir(), trust_remote_code=bool(self.model_config.trust_remote_code)
         )
-        for key, value in plain_dict(cfg_get(self.model_config, "override_config")).items():
+        for key, value in self.model_config.override_config.items():
             setattr(hf_config, key, value)
         mw.check_supported(hf_config)
         return hf_config
@@ -366,7 +328,7 @@ class MegatronLMEngine(BaseEngine):
             gradient_accumulation_fusion=False,
             perform_initialization=False,  # weights always come from an HF source
         )
-        if self._m("sequence_parallel", False) and kwargs["tensor_model_parallel_size"] > 1:
+        if self.megatron_config.sequence_parallel and kwargs["tensor_model_parallel_size"] > 1:
             # megatron's local layer spec uses torch norms, which reject sequence parallel
             logger.warning("%s: megatron.sequence_parallel=True is not supported by verl_lite yet; running without it", self.role)
         overrides = self.transformer_overrides()
@@ -429,7 +391,7 @@ class MegatronLMEngine(BaseEngine):
     def _wrap_ddp(self, chunks: List[Any]) -> List[Any]:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
-        use_dist_opt = bool(self._m("use_distributed_optimizer", False)) and self.compute_device != "cpu"
+        use_dist_opt = bool(self.megatron_config.use_distributed_optimizer) and self.compute_device != "cpu"
         wrapped = []
         for i, module in enumerate(chunks):
             ddp_config = DistributedDataParallelConfig(
@@ -460,7 +422,7 @@ class MegatronLMEngine(BaseEngine):
 
     def _random_hf_state(self) -> Callable[[str], torch.Tensor]:
         """Weights of an HF model built from the config with `model.init_seed` (same on all ranks)."""
-        seed = int(cfg_get(self.model_config, "init_seed", 0) or 0)
+        seed = int(self.model_config.init_seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             hf_model = self._hf_model_class().from_config(self.hf_config, dtype=torch.float32)
@@ -498,13 +460,11 @@ class MegatronLMEngine(BaseEngine):
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         optim = self.optim_config
-        lr = float(cfg_get(optim, "lr", 1e-6))
-        betas = list(cfg_get(optim, "betas", [0.9, 0.999]))
-        weight_decay = float(cfg_get(optim, "weight_decay", 0.01))
+        lr, betas, weight_decay = float(optim.lr), list(optim.betas), float(optim.weight_decay)
         config = OptimizerConfig(
             optimizer="adam",
             lr=lr,
-            min_lr=lr * float(cfg_get(optim, "min_lr_ratio", 0.0) or 0.0),
+            min_lr=lr * float(optim.min_lr_ratio),
             weight_decay=weight_decay,
             adam_beta1=float(betas[0]),
             adam_beta2=float(betas[1]),
@@ -515,11 +475,11 @@ class MegatronLMEngine(BaseEngine):
             and self.model[0].ddp_config.use_distributed_optimizer,
         )
         self.optimizer = get_megatron_optimizer(config, self.model)
-        total = int(cfg_get(optim, "total_training_steps", -1) or -1)
-        warmup = int(cfg_get(optim, "lr_warmup_steps", -1) if cfg_get(optim, "lr_warmup_steps", -1) is not None else -1)
+        total = int(optim.total_training_steps)
+        warmup = int(optim.lr_warmup_steps)
         if warmup < 0:
-            warmup = int(float(cfg_get(optim, "lr_warmup_steps_ratio", 0.0) or 0.0) * max(total, 0))
-        style = str(cfg_get(optim, "lr_scheduler_type", "constant") or "constant")
+            warmup = int(float(optim.lr_warmup_steps_ratio) * max(total, 0))
+        style = optim.lr_scheduler_type
         decay_steps = max(total, warmup + 1, 1)
         if style == "cosine" and total <= 0:
             raise ValueError("optim.lr_scheduler_type=cosine needs optim.total_training_steps > 0")
@@ -560,7 +520,7 @@ class MegatronLMEngine(BaseEngine):
         if not math.isfinite(grad_norm):
             logger.warning("%s: gradient norm is %s; skipping this optimizer step", self.role, grad_norm)
             return grad_norm
-        clip = self.clip_grad
+        clip = float(self.optim_config.clip_grad)  # the one clip setting, as in verl 0.9 (actor.grad_clip is not read)
         if clip > 0 and grad_norm > clip:
             grads = [p.grad for p in self._optimizer_params() if p.grad is not None]
             torch._foreach_mul_(grads, clip / (grad_norm + 1e-6))
@@ -905,7 +865,7 @@ class MegatronValueEngine(MegatronLMEngine):
         if not isinstance(source, SafetensorsSource) or "score.weight" in source:
             return source
         # An LM checkpoint: the value head starts like HF's token-classification head.
-        generator = torch.Generator().manual_seed(int(cfg_get(self.model_config, "init_seed", 0) or 0))
+        generator = torch.Generator().manual_seed(int(self.model_config.init_seed))
         std = float(getattr(self.hf_config, "initializer_range", 0.02))
         head = {
             "score.weight": torch.randn(1, self.hf_config.hidden_size, generator=generator) * std,

@@ -32,7 +32,8 @@ import logging
 import sys
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine, truthy
+from verl_lite.config.sections import flag
+from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
 from verl_lite.repatch import build_repatch_dict
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class MindSpeedEngineMixin:
     def repatch_plan(self) -> Dict[str, Any]:
         from megatron.core.transformer.enums import AttnBackend
 
-        return build_repatch_dict(self.mcfg, lambda name: AttnBackend[name])
+        return build_repatch_dict(self.megatron_config, lambda name: AttnBackend[name])
 
     def _before_parallel_init(self) -> None:
         global _APPLIED
@@ -111,7 +112,7 @@ class MindSpeedEngineMixin:
         return dict(_APPLIED[1]) if _APPLIED else self.repatch_plan()
 
     def _fp8_reuse_on(self) -> bool:
-        return truthy(self.transformer_overrides().get("fp8_reuse_quantized_weight", False))
+        return flag(self.transformer_overrides().get("fp8_reuse_quantized_weight", False))
 
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         if model and self._fp8_reuse_on():

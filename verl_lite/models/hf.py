@@ -1,5 +1,9 @@
 """Build transformers models from a local directory or a shipped config (random init when the
-directory holds no weights). Imports torch and transformers: only workers import this module."""
+directory holds no weights). Imports torch and transformers: only workers import this module.
+
+The functions take the model section as the schema's `verl_lite.config.schema.ModelConfig` (read
+by attribute). This layer sits below `verl_lite.config`, so it does not convert: callers with a
+DictConfig or a dict pass `verl_lite.config.sections.as_section(ModelConfig, ...)`."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import glob
 import logging
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -24,18 +28,22 @@ def has_weights(path: str) -> bool:
     return any(glob.glob(os.path.join(d, p)) for p in WEIGHT_PATTERNS)
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    getter = getattr(cfg, "get", None)
-    return getter(key, default) if callable(getter) else getattr(cfg, key, default)
+def _require_section(model_config: Any) -> None:
+    if isinstance(model_config, Mapping):
+        raise TypeError("the model section must be a verl_lite.config.schema.ModelConfig, got a "
+                        f"{type(model_config).__name__} ({sorted(model_config)[:4]}...): convert it with "
+                        "verl_lite.config.sections.as_section(ModelConfig, value)")
 
 
 def load_hf_config(model_config: Any):
+    """The HF config of `model_config.path` with `model_config.override_config` applied."""
     from transformers import AutoConfig
 
-    overrides = dict(_get(model_config, "override_config", None) or {})
-    cfg = AutoConfig.from_pretrained(resolve_model_dir(_get(model_config, "path")), local_files_only=True,
-                                     trust_remote_code=bool(_get(model_config, "trust_remote_code", False)))
-    for k, v in overrides.items():
+    _require_section(model_config)
+
+    cfg = AutoConfig.from_pretrained(resolve_model_dir(model_config.path), local_files_only=True,
+                                     trust_remote_code=bool(model_config.trust_remote_code))
+    for k, v in dict(model_config.override_config or {}).items():
         setattr(cfg, k, v)
     return cfg
 
@@ -87,7 +95,8 @@ def build_causal_lm(model_config: Any, dtype: torch.dtype = torch.float32):
     GDN layers get the chunk size of `linear_attention_chunk_size` (see set_linear_attention_chunk_size)."""
     from transformers import AutoModelForCausalLM
 
-    path = _get(model_config, "path")
+    _require_section(model_config)
+    path = model_config.path
     hf_config = load_hf_config(model_config)
     if has_weights(path):
         model = AutoModelForCausalLM.from_pretrained(resolve_model_dir(path), config=hf_config, dtype=dtype,
@@ -95,7 +104,7 @@ def build_causal_lm(model_config: Any, dtype: torch.dtype = torch.float32):
     else:
         # Same seed on every rank and role, so actor, ref and rollout start from identical weights.
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(_get(model_config, "init_seed", 0)))
+            torch.manual_seed(int(model_config.init_seed))
             model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
-    set_linear_attention_chunk_size(model, _get(model_config, "linear_attention_chunk_size", None))
+    set_linear_attention_chunk_size(model, model_config.linear_attention_chunk_size)
     return model

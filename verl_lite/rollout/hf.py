@@ -12,8 +12,10 @@ from typing import Any, Dict, Iterable, Tuple
 import torch
 import torch.nn.functional as F
 
-from verl_lite.models.hf import build_causal_lm
 from verl_lite.batch import Batch, concat, split_by_size
+from verl_lite.config.schema import ModelConfig, RolloutConfig
+from verl_lite.config.sections import as_section
+from verl_lite.models.hf import build_causal_lm
 
 logger = logging.getLogger(__name__)
 
@@ -30,11 +32,14 @@ def position_ids_from(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 class HFRollout:
+    """`model_config` / `rollout_config`: the ModelConfig and RolloutConfig sections (dataclass,
+    DictConfig or dict; converted with `as_section`)."""
+
     def __init__(self, model_config: Any, rollout_config: Any, tokenizer: Any, device: str):
-        self.config = rollout_config
+        self.config: RolloutConfig = as_section(RolloutConfig, rollout_config)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
-        self.model = build_causal_lm(model_config).to(self.device).eval()
+        self.model = build_causal_lm(as_section(ModelConfig, model_config)).to(self.device).eval()
         self.weight_version = 0
 
     @torch.no_grad()
@@ -58,7 +63,7 @@ class HFRollout:
     def generate(self, prompts: Batch, response_length: int, sampling: Dict[str, Any]) -> Batch:
         """Sample one response per prompt row; returns prompt+response tensors (see engine/base.py)."""
         parts = [self._generate(p, response_length, sampling)
-                 for p in split_by_size(prompts, int(self.config.get("micro_batch_size", 256) or 256))]
+                 for p in split_by_size(prompts, int(self.config.micro_batch_size))]
         return concat(parts)
 
     def _generate(self, prompts: Batch, response_length: int, sampling: Dict[str, Any]) -> Batch:

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from verl_lite.config.schema import VerlLiteConfig
 from verl_lite.trainer.workers import ActorRolloutRefWorker
 
 logger = logging.getLogger(__name__)
@@ -34,13 +35,13 @@ POLL_S = 0.5  # how often a waiting replica looks at its stop flag
 class TrainWorker(ActorRolloutRefWorker):
     """Actor engine [+ ref] on the training pool; the rollout lives on the rollout pool."""
 
-    def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
+    def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, device: str = "cpu", threads: int = 1):
         # Deliberately no super().__init__(): that builds engines and a rollout. Only plain state here.
-        self.cfg_dict = cfg_dict
+        self._given_cfg = cfg  # converted by _init_process (a dict is accepted too, see workers.py)
         self.rank, self.world_size, self.device = rank, world_size, device
         self._process = (master_addr, master_port, threads)
-        self.cfg: Any = None
+        self.cfg: Optional[VerlLiteConfig] = None
         self.actor = self.ref = self.rollout = None
         self.weight_version = 0
         self._handlers = None
@@ -52,12 +53,12 @@ class TrainWorker(ActorRolloutRefWorker):
         from verl_lite.config import roles
 
         master_addr, master_port, threads = self._process
-        cfg = self._init_process(self.cfg_dict, self.rank, self.world_size, master_addr, master_port, self.device,
+        cfg = self._init_process(self._given_cfg, self.rank, self.world_size, master_addr, master_port, self.device,
                                  threads)
-        arr = cfg.actor_rollout_ref
-        self.actor = self._make_engine(arr.model, arr.actor, arr.actor.optim, "actor")
+        model_cfg, actor_cfg = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+        self.actor = self._make_engine(model_cfg, actor_cfg, actor_cfg.optim, "actor")
         if roles.ref_enabled(cfg):
-            self.ref = self._make_engine(arr.model, arr.ref, None, "ref")
+            self.ref = self._make_engine(model_cfg, cfg.actor_rollout_ref.ref, None, "ref")
 
     def ready(self) -> bool:
         self.init_model()
@@ -118,33 +119,33 @@ class _Seq:
 class RolloutWorker:
     """One rollout replica: generates groups into the ChunkBuffer until stopped (a threaded Ray actor)."""
 
-    def __init__(self, cfg_dict: Dict[str, Any], replica: int, device: str, threads: int, examples: List[Any],
+    def __init__(self, cfg: VerlLiteConfig, replica: int, device: str, threads: int, examples: List[Any],
                  val_examples: Optional[List[Any]] = None):
         import torch
-        from omegaconf import OmegaConf
 
+        from verl_lite.config.sections import as_section
         from verl_lite.data.tokenizer import load_tokenizer
         from verl_lite.registry import ROLLOUTS
         from verl_lite.reward.manager import RewardManager
 
-        self.cfg = cfg = OmegaConf.create(cfg_dict)
+        self.cfg = cfg = as_section(VerlLiteConfig, cfg)  # a dict is accepted too, as by the train workers
         self.replica, self.device = replica, device
         torch.set_num_threads(max(1, threads))
         torch.manual_seed(int(cfg.trainer.seed) * 1000 + 500 + replica)
-        arr = cfg.actor_rollout_ref
-        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
-        self.rollout = ROLLOUTS.load(arr.rollout.name)(arr.model, arr.rollout, self.tokenizer, device)
-        crf = cfg.custom_reward_function
-        self.reward_fn = RewardManager.from_custom(crf.path, crf.name) if crf.path else RewardManager()
+        model_cfg, rollout_cfg = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout
+        self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
+        self.rollout = ROLLOUTS.load(rollout_cfg.name)(model_cfg, rollout_cfg, self.tokenizer, device)
+        reward_cfg = cfg.custom_reward_function
+        self.reward_fn = RewardManager.from_custom(reward_cfg.path, reward_cfg.name) if reward_cfg.path else RewardManager()
         self.examples, self.val_examples = examples, val_examples or []
-        a = cfg.async_training
-        self.n, self.response_length = int(arr.rollout.n), int(cfg.data.max_response_length)
+        async_cfg = cfg.async_training
+        self.n, self.response_length = int(rollout_cfg.n), int(cfg.data.max_response_length)
         self.prompt_width = int(cfg.data.max_prompt_length)
-        self.segment = int(a.rollout_segment_tokens) or self.response_length
-        self.partial = bool(a.partial_rollout)
-        self.with_log_probs = a.stale_policy == "reweight"
-        self.sampling = {"temperature": arr.rollout.temperature, "top_k": arr.rollout.top_k,
-                         "top_p": arr.rollout.top_p, "do_sample": arr.rollout.do_sample}
+        self.segment = int(async_cfg.rollout_segment_tokens) or self.response_length
+        self.partial = bool(async_cfg.partial_rollout)
+        self.with_log_probs = async_cfg.stale_policy == "reweight"
+        self.sampling = {"temperature": rollout_cfg.temperature, "top_k": rollout_cfg.top_k,
+                         "top_p": rollout_cfg.top_p, "do_sample": rollout_cfg.do_sample}
         self.version = -1  # no weights yet: the trainer publishes version 0 before run()
         self._pending = None
         self._slot = threading.Lock()  # the pending-weights slot

@@ -2,6 +2,11 @@
 
 Run as Ray actors (the default) or in-process (`trainer.ray=false`, for unit tests). Workers
 build engines through the registry, so the same code serves fsdp/megatron on cpu/cuda/npu.
+
+A worker takes the run's config as the `VerlLiteConfig` dataclass (it pickles, so it crosses Ray
+typed) and hands its sections to the engines and the rollout as they are. A plain dict (the config
+flattened with `OmegaConf.to_container`) or a DictConfig is accepted too and converted once with
+`as_section(VerlLiteConfig, ...)`, the schema's defaults filling what it lacks.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ import os
 from collections import defaultdict
 from typing import Any, Dict, List
 
+from verl_lite.config.schema import VerlLiteConfig
+
 logger = logging.getLogger(__name__)
 
 LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/vf_loss")
 
 
-def _setup_process(cfg: Any, rank: int, world_size: int, master_addr: str, master_port: int, device: str,
+def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str, master_port: int, device: str,
                    threads: int) -> None:
     import torch
     import torch.distributed as dist
@@ -42,12 +49,13 @@ class _EngineWorker:
     """Shared plumbing: set up the rank's process, build an engine from the registry and run
     PPO-style updates on it."""
 
-    def _init_process(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str,
-                      master_port: int, device: str, threads: int) -> Any:
-        """The config as an OmegaConf object (also `self.cfg`), with seeds, threads and the process group set."""
-        from omegaconf import OmegaConf
+    def _init_process(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str,
+                      master_port: int, device: str, threads: int) -> VerlLiteConfig:
+        """The config as a `VerlLiteConfig` (also `self.cfg`; a dict is converted), with seeds,
+        threads and the process group set."""
+        from verl_lite.config.sections import as_section
 
-        self.cfg = cfg = OmegaConf.create(cfg_dict)
+        self.cfg = cfg = as_section(VerlLiteConfig, cfg)
         self.rank, self.world_size, self.device = rank, world_size, device
         _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
         return cfg
@@ -98,21 +106,21 @@ class _EngineWorker:
 
 
 class ActorRolloutRefWorker(_EngineWorker):
-    def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
+    def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, device: str = "cpu", threads: int = 1):
+        from verl_lite.config import roles
         from verl_lite.data.tokenizer import load_tokenizer
         from verl_lite.registry import ROLLOUTS
 
-        cfg = self._init_process(cfg_dict, rank, world_size, master_addr, master_port, device, threads)
-        arr = cfg.actor_rollout_ref
-        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, arr.model.trust_remote_code)
-        self.actor = self._make_engine(arr.model, arr.actor, arr.actor.optim, "actor")
+        cfg = self._init_process(cfg, rank, world_size, master_addr, master_port, device, threads)
+        model_cfg, actor_cfg = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+        self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
+        self.actor = self._make_engine(model_cfg, actor_cfg, actor_cfg.optim, "actor")
         self.ref = None
-        from verl_lite.config import roles
-
         if roles.ref_enabled(cfg):
-            self.ref = self._make_engine(arr.model, arr.ref, None, "ref")
-        self.rollout = ROLLOUTS.load(arr.rollout.name)(arr.model, arr.rollout, self.tokenizer, device)
+            self.ref = self._make_engine(model_cfg, cfg.actor_rollout_ref.ref, None, "ref")
+        rollout_cfg = cfg.actor_rollout_ref.rollout
+        self.rollout = ROLLOUTS.load(rollout_cfg.name)(model_cfg, rollout_cfg, self.tokenizer, device)
         self.weight_version = 0
         self.sync_rollout_weights(0)
 
@@ -149,8 +157,8 @@ class ActorRolloutRefWorker(_EngineWorker):
 
         from verl_lite.batch import split_by_size
 
-        arr = self.cfg.actor_rollout_ref
-        micro = arr.rollout.log_prob_micro_batch_size_per_gpu or arr.actor.ppo_micro_batch_size_per_gpu or 64
+        section = self.cfg.actor_rollout_ref
+        micro = section.rollout.log_prob_micro_batch_size_per_gpu or section.actor.ppo_micro_batch_size_per_gpu or 64
         engine.eval_mode()
         outs = engine.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True,
                                        calculate_entropy=entropy)
@@ -230,11 +238,11 @@ class ActorRolloutRefWorker(_EngineWorker):
 
 
 class CriticWorker(_EngineWorker):
-    def __init__(self, cfg_dict: Dict[str, Any], rank: int, world_size: int, master_addr: str = "127.0.0.1",
+    def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29501, device: str = "cpu", threads: int = 1):
         from verl_lite.config import roles
 
-        cfg = self._init_process(cfg_dict, rank, world_size, master_addr, master_port, device, threads)
+        cfg = self._init_process(cfg, rank, world_size, master_addr, master_port, device, threads)
 
         critic = cfg.critic
         # An empty critic.model.path means the actor's model (roles.model_path reads it the same way).
