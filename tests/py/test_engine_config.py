@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl_lite.config.schema import ActorConfig, MegatronConfig, ModelConfig, OptimConfig, RefConfig, VerlLiteConfig
-from verl_lite.config.sections import as_section, flag
+from verl_lite.config.sections import as_section
 
 B, T, R = 4, 10, 4
 
@@ -129,8 +129,3 @@ def test_the_whole_config_from_a_flattened_dict_equals_to_dataclass_and_pickles(
     assert typed.actor_rollout_ref.ref.megatron.tensor_model_parallel_size == 2
     assert pickle.loads(pickle.dumps(typed)) == typed  # it crosses Ray as it is
 
-
-@pytest.mark.parametrize("value, on", [("true", True), (" On ", True), ("1", True), ("false", False), ("0", False),
-                                       (True, True), (0, False)])
-def test_flags_in_open_dicts_read_strings_as_users_type_them(value, on):
-    assert flag(value) is on

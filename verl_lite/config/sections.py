@@ -102,10 +102,3 @@ def as_section(cls: Type[T], value: Any) -> T:
     except oc_errors.ValidationError as e:
         raise ValueError(f"{cls.__name__}: {str(e).splitlines()[0]} (key {getattr(e, 'full_key', '?')})") from e
 
-
-def flag(value: Any) -> bool:
-    """A switch read from an open dict such as `override_transformer_config`, where no schema types
-    the value: "true", "1", "yes", "on" (any case) are on, other strings off, anything else by bool()."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)

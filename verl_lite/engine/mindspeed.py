@@ -32,9 +32,8 @@ import logging
 import sys
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from verl_lite.config.sections import flag
 from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
-from verl_lite.repatch import build_repatch_dict
+from verl_lite.repatch import build_repatch_dict, truthy
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ class MindSpeedEngineMixin:
         return dict(_APPLIED[1]) if _APPLIED else self.repatch_plan()
 
     def _fp8_reuse_on(self) -> bool:
-        return flag(self.transformer_overrides().get("fp8_reuse_quantized_weight", False))
+        return truthy(self.transformer_overrides().get("fp8_reuse_quantized_weight", False))
 
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         if model and self._fp8_reuse_on():
