@@ -12,7 +12,7 @@ import asyncio
 import pytest
 import torch
 
-from verl_lite.config import load_config
+from verl_lite.config import load_config, to_dataclass
 
 ASYNC = ["async_training.enable=True", "actor_rollout_ref.rollout.nnodes=1",
          "actor_rollout_ref.rollout.n_gpus_per_node=1"]
@@ -206,7 +206,7 @@ def test_the_fsdp_train_worker_computes_old_log_probs_from_the_published_snapsho
 
     cfg = tiny_cfg(data_dir)
     worker = TrainWorker(OmegaConf.to_container(cfg, resolve=True), 0, 1)
-    assert worker.actor is None and worker._handlers is None  # construction builds nothing
+    assert worker.actor is None and worker.cfg is None  # construction builds nothing
     assert worker.ready()
     batch = _lm_batch()
     published = worker.compute_log_prob(batch)["old_log_probs"]
@@ -224,18 +224,29 @@ def test_the_fsdp_train_worker_computes_old_log_probs_from_the_published_snapsho
 
 
 def test_fully_async_with_a_strategy_without_cpu_snapshots_names_the_strategy_and_the_fix(data_dir):
-    from omegaconf import OmegaConf
-
+    from verl_lite.engine.base import BaseEngine
+    from verl_lite.engine.fsdp import TorchLMEngine
     from verl_lite.trainer.async_workers import TrainWorker
 
-    worker = TrainWorker(OmegaConf.to_container(tiny_cfg(data_dir), resolve=True), 0, 1)
+    class EngineWithoutSnapshots(TorchLMEngine):
+        """An engine of another backend: BaseEngine's snapshot methods, which refuse."""
+
+        snapshot_to_cpu = BaseEngine.snapshot_to_cpu
+        restore_from_cpu = BaseEngine.restore_from_cpu
+
+    worker = TrainWorker(to_dataclass(tiny_cfg(data_dir)), 0, 1)
     assert worker.ready()
-    worker.cfg.actor_rollout_ref.actor.strategy = "torchtitan"  # an engine with no CPU snapshot support
-    with pytest.raises(ValueError, match=r"strategy 'torchtitan' has no CPU snapshot support: set "
-                                         r"actor_rollout_ref\.actor\.strategy=fsdp or megatron, or "
-                                         r"async_training\.enable=False"):
-        worker.save_model_to_cpu("published")
-    assert worker.cpu_models == {}
+    worker.save_model_to_cpu("published")  # the torch engine keeps snapshots
+    section = worker.cfg.actor_rollout_ref
+    worker.cfg.actor_rollout_ref.actor.strategy = "torchtitan"
+    worker.actor = EngineWithoutSnapshots(section.model, section.actor, section.actor.optim, "cpu", "actor")
+    fix = (r"strategy 'torchtitan' has no CPU snapshot support: set actor_rollout_ref\.actor\.strategy=fsdp or "
+           r"megatron, or async_training\.enable=False \(EngineWithoutSnapshots keeps no CPU snapshots\)")
+    with pytest.raises(ValueError, match=fix):
+        worker.save_model_to_cpu("current")
+    with pytest.raises(ValueError, match=fix):
+        worker.restore_model_from_cpu("published")
+    assert set(worker.cpu_models) == {"published"}
 
 
 # ---------------------------------------------------------------------------- the Ascend example

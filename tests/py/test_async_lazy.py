@@ -1,10 +1,12 @@
 """Import order of the fully-async train worker on the npu key, against the MindSpeed contract double.
 
 verl's fully-async worker resolved its copy/restore-to-CPU handlers in `__init__`, which imported
-Megatron utilities before MindSpeed had patched Megatron and broke NPU runs. Here, in a fresh
-process with tests/py/mindspeed_double first on sys.path (the double refuses to import once
-megatron is imported, rule 10), the TrainWorker is constructed, its MindSpeed engine built, and
-its Megatron snapshot handlers used for old log-probs from the published weights.
+Megatron utilities before MindSpeed had patched Megatron and broke NPU runs. Here the snapshots are
+methods of the engine, whose module imports megatron only inside its methods. In a fresh process
+with tests/py/mindspeed_double first on sys.path (the double refuses to import once megatron is
+imported, rule 10), the TrainWorker is constructed (nothing heavy may be imported yet), its
+MindSpeed engine built (MindSpeed first, or the double raises), and the engine's Megatron
+snapshots used for old log-probs from the published weights.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ SCENARIO = textwrap.dedent("""
     import mindspeed._double as double
     rec["engine"] = type(worker.actor).__name__
     rec["adaptor_imported"] = "adaptor_imported" in double.kinds()
-    rec["handlers_before_use"] = "verl_lite.trainer.async_snapshot_megatron" in sys.modules
+    from verl_lite.engine.megatron import MegatronLMEngine
+    rec["megatron_snapshots"] = type(worker.actor).snapshot_to_cpu is MegatronLMEngine.snapshot_to_cpu
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 48, (2, 8), generator=g)
     ones = torch.ones(2, 8, dtype=torch.long)
@@ -54,7 +57,7 @@ SCENARIO = textwrap.dedent("""
                  responses=ids[:, -3:], response_mask=ones[:, -3:], temperature=1.0)
     published = worker.compute_log_prob(batch)["old_log_probs"]
     worker.save_model_to_cpu("published")
-    rec["handlers_after_use"] = "verl_lite.trainer.async_snapshot_megatron" in sys.modules
+    rec["snapshot_entries"] = [sorted(entry) for entry in worker.cpu_models["published"]]  # one per model chunk
     with torch.no_grad():
         for chunk in worker.actor.model:
             for p in chunk.parameters():
@@ -67,7 +70,7 @@ SCENARIO = textwrap.dedent("""
 """)
 
 
-def test_constructing_the_npu_train_worker_imports_no_megatron_and_its_snapshot_handlers_load_after_mindspeed():
+def test_constructing_the_npu_train_worker_imports_no_megatron_and_its_engine_snapshots_work_after_mindspeed():
     script = SCENARIO.format(double=str(DOUBLE_DIR))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=str(REPO_ROOT),
                          timeout=300)
@@ -75,5 +78,5 @@ def test_constructing_the_npu_train_worker_imports_no_megatron_and_its_snapshot_
     rec = json.loads(out.stdout.strip().splitlines()[-1])
     assert rec["after_construct"] == []  # no megatron, no mindspeed, no torch_npu
     assert rec["engine"] == "MindSpeedLMEngine" and rec["adaptor_imported"]
-    assert rec["handlers_before_use"] is False and rec["handlers_after_use"] is True
+    assert rec["megatron_snapshots"] and rec["snapshot_entries"] == [["params"]]  # the Megatron engine's, per chunk
     assert rec["moved"] and rec["published_back"] and rec["current_kept"]

@@ -26,6 +26,10 @@ from verl_lite.config.sections import as_section, role_section_class
 
 MODEL_TYPES = ("language_model", "value_model")
 
+
+class CPUSnapshotUnsupported(NotImplementedError):
+    """The engine does not implement `snapshot_to_cpu` / `restore_from_cpu`."""
+
 # loss_fn(outputs, micro_batch) -> (loss tensor to backpropagate, metrics dict of floats)
 LossFn = Callable[[Dict[str, Any], Dict[str, Any]], Tuple[Any, Dict[str, float]]]
 
@@ -105,6 +109,20 @@ class BaseEngine(abc.ABC):
     @abc.abstractmethod
     def export_weights(self) -> Iterator[Tuple[str, Any]]:
         """Yield (HF parameter name, full unsharded tensor on CPU) for rollout weight sync."""
+
+    # -- CPU snapshots (fully-async training) ----------------------------------------------------
+
+    def snapshot_to_cpu(self) -> Any:
+        """A copy of this rank's weights on CPU (its local shards: no collective), for `restore_from_cpu`.
+
+        The fully-async train worker keeps the weights it published to the rollouts this way and
+        computes old log-probs with them after its own weights have moved on. Engines that cannot
+        raise CPUSnapshotUnsupported."""
+        raise CPUSnapshotUnsupported(f"{type(self).__name__} keeps no CPU snapshots")
+
+    def restore_from_cpu(self, snapshot: Any) -> None:
+        """Put the weights of a `snapshot_to_cpu()` back in place (optimizer state is not touched)."""
+        raise CPUSnapshotUnsupported(f"{type(self).__name__} keeps no CPU snapshots")
 
     @abc.abstractmethod
     def save_checkpoint(self, path: str) -> None:

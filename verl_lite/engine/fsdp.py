@@ -32,6 +32,11 @@ def torch_device(device: str) -> torch.device:
     raise ValueError(f"unknown device {device!r} (choose cpu, cuda or npu)")
 
 
+def _local(param: torch.Tensor) -> torch.Tensor:
+    """The tensor that holds this rank's values: a DTensor's local shard, else the tensor itself."""
+    return param.to_local() if hasattr(param, "to_local") else param
+
+
 class ValueHeadModel(nn.Module):
     """A causal LM backbone with a scalar head: values (B, T)."""
 
@@ -230,6 +235,21 @@ class TorchLMEngine(BaseEngine):
 
     def export_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
         yield from self._full_state_dict().items()
+
+    @torch.no_grad()
+    def snapshot_to_cpu(self) -> Dict[str, torch.Tensor]:
+        """This rank's parameters on CPU: an FSDP2 (DTensor) parameter as its local shard."""
+        return {name: _local(p).detach().to("cpu", copy=True) for name, p in self.module.named_parameters()}
+
+    @torch.no_grad()
+    def restore_from_cpu(self, snapshot: Dict[str, torch.Tensor]) -> None:
+        params = dict(self.module.named_parameters())
+        if set(params) != set(snapshot):
+            diff = sorted(set(params) ^ set(snapshot))[:3]
+            raise ValueError(f"{self.role}: the CPU snapshot does not match the model's parameters (e.g. {diff})")
+        for name, p in params.items():
+            local = _local(p)
+            local.copy_(snapshot[name].to(local.device, non_blocking=True))
 
     def save_checkpoint(self, path: str) -> None:
         """Full (unsharded) model + optimizer + scheduler + RNG state; rank 0 writes model.pt."""

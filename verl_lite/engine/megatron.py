@@ -640,20 +640,26 @@ class MegatronLMEngine(BaseEngine):
 
     # ---------------------------------------------------------------------------- memory
 
+    @staticmethod
+    def _ddp_buffers(chunk: Any) -> List[Any]:
+        """The flat grad (and, with the distributed optimizer, param) buffers of a DDP-wrapped chunk;
+        none for an unwrapped one (the ref), whose `buffers` is torch's Module.buffers method."""
+        from megatron.core.distributed import DistributedDataParallel
+
+        if not isinstance(chunk, DistributedDataParallel):
+            return []
+        return list(chunk.buffers) + list(getattr(chunk, "expert_parallel_buffers", []))
+
     def _grad_buffers(self) -> List[torch.Tensor]:
-        buffers = []
-        for chunk in self.model:
-            for buf in list(getattr(chunk, "buffers", [])) + list(getattr(chunk, "expert_parallel_buffers", [])):
-                buffers.append(buf.grad_data)
-        return buffers
+        return [buf.grad_data for chunk in self.model for buf in self._ddp_buffers(chunk)]
+
+    @classmethod
+    def _chunk_param_buffers(cls, chunk: Any) -> List[torch.Tensor]:
+        """Flat buffers the chunk's parameters view into (distributed optimizer only)."""
+        return [buf.param_data for buf in cls._ddp_buffers(chunk) if getattr(buf, "param_data", None) is not None]
 
     def _param_buffers(self) -> List[torch.Tensor]:
-        buffers = []
-        for chunk in self.model:
-            for buf in list(getattr(chunk, "buffers", [])) + list(getattr(chunk, "expert_parallel_buffers", [])):
-                if getattr(buf, "param_data", None) is not None:
-                    buffers.append(buf.param_data)
-        return buffers
+        return [t for chunk in self.model for t in self._chunk_param_buffers(chunk)]
 
     def _move_model(self, target: torch.device) -> None:
         param_buffers = self._param_buffers()
@@ -697,6 +703,44 @@ class MegatronLMEngine(BaseEngine):
             self._move_optimizer(target)
         if target.type != "cpu" and hasattr(torch, self.compute_device):
             getattr(torch, self.compute_device).synchronize()
+
+    # ---------------------------------------------------------------------------- CPU snapshots
+
+    @torch.no_grad()
+    def snapshot_to_cpu(self) -> List[Dict[str, Any]]:
+        """This rank's weights on CPU, one entry per model chunk: a chunk whose parameters view into
+        flat buffers (the distributed optimizer) is copied buffer by buffer, one flat copy each;
+        other chunks (the ref, a CPU run) parameter by parameter. An offloaded model cannot be
+        copied: load it back first."""
+        snapshot = []
+        for i, chunk in enumerate(self.model):
+            flat = self._chunk_param_buffers(chunk)
+            if flat:
+                if any(t.untyped_storage().size() == 0 for t in flat):
+                    raise RuntimeError(f"{self.role}: model chunk {i} is offloaded to CPU; load it before a snapshot")
+                snapshot.append({"buffers": [t.detach().to("cpu", copy=True) for t in flat]})
+            else:
+                snapshot.append({"params": {n: p.detach().to("cpu", copy=True) for n, p in chunk.named_parameters()}})
+        return snapshot
+
+    @torch.no_grad()
+    def restore_from_cpu(self, snapshot: List[Dict[str, Any]]) -> None:
+        if len(snapshot) != len(self.model):
+            raise ValueError(f"{self.role}: snapshot of {len(snapshot)} model chunks for {len(self.model)}")
+        for i, (chunk, saved) in enumerate(zip(self.model, snapshot)):
+            if "buffers" in saved:
+                flat = self._chunk_param_buffers(chunk)
+                if len(flat) != len(saved["buffers"]):
+                    raise ValueError(f"{self.role}: chunk {i} has {len(flat)} parameter buffers, "
+                                     f"the snapshot {len(saved['buffers'])}")
+                for live, cpu in zip(flat, saved["buffers"]):
+                    live.copy_(cpu.to(live.device, non_blocking=True))
+                continue
+            params = dict(chunk.named_parameters())
+            if set(params) != set(saved["params"]):
+                raise ValueError(f"{self.role}: chunk {i}: the snapshot does not match the model's parameters")
+            for name, p in params.items():
+                p.data.copy_(saved["params"][name].to(p.device, non_blocking=True))
 
     # ---------------------------------------------------------------------------- weights out
 

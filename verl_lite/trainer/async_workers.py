@@ -3,8 +3,10 @@ rollout pool (see `async_run` for the loop that drives them).
 
 TrainWorker is the actor (+ ref) half of `ActorRolloutRefWorker` without a rollout. Constructing
 it stores the config and nothing else; `ready()` (the first call a worker group makes) builds the
-engines, and the CPU snapshot handlers are resolved on their first use. So no megatron.core is
-imported before the engine's initialize() has let MindSpeed patch it.
+engines. Its CPU snapshots are the engine's own methods (`snapshot_to_cpu`, `restore_from_cpu`),
+and the engine modules import megatron only inside their methods, so no megatron.core is imported
+before the engine's initialize() has let MindSpeed patch it (verl's fully-async worker resolved
+Megatron snapshot helpers in `__init__` and broke NPU runs that way).
 
 RolloutWorker holds one hf rollout replica and generates continuously: it reserves a chunk of
 prompt groups in the `ChunkBuffer`, generates it, scores it and puts it in the buffer, until
@@ -44,7 +46,6 @@ class TrainWorker(ActorRolloutRefWorker):
         self.cfg: Optional[VerlLiteConfig] = None
         self.actor = self.ref = self.rollout = None
         self.weight_version = 0
-        self._handlers = None
         self.cpu_models: Dict[str, Any] = {}
 
     def init_model(self) -> None:
@@ -78,22 +79,32 @@ class TrainWorker(ActorRolloutRefWorker):
 
     # -- CPU snapshots ---------------------------------------------------------------------------
 
-    def strategy_handlers(self):
-        """(copy_to_cpu, restore_from_cpu) of the actor's strategy, resolved on first use."""
-        if self._handlers is None:
-            from verl_lite.config import roles
-            from verl_lite.trainer import async_snapshot
+    def _no_snapshots(self, error: Exception) -> ValueError:
+        from verl_lite.config import roles
 
-            self._handlers = async_snapshot.handlers(roles.strategy(self.cfg, "actor"))
-        return self._handlers
+        return ValueError(
+            f"fully-async training keeps CPU snapshots of the actor's weights, and strategy "
+            f"{roles.strategy(self.cfg, 'actor')!r} has no CPU snapshot support: set "
+            f"actor_rollout_ref.actor.strategy=fsdp or megatron, or async_training.enable=False ({error})")
 
     def save_model_to_cpu(self, key: str) -> None:
-        self.cpu_models[key] = self.strategy_handlers()[0](self.actor)
+        """Keep this rank's actor weights on CPU under `key` (no collective)."""
+        from verl_lite.engine.base import CPUSnapshotUnsupported
+
+        try:
+            self.cpu_models[key] = self.actor.snapshot_to_cpu()
+        except CPUSnapshotUnsupported as e:
+            raise self._no_snapshots(e) from e
 
     def restore_model_from_cpu(self, key: str) -> None:
+        from verl_lite.engine.base import CPUSnapshotUnsupported
+
         if key not in self.cpu_models:
             raise KeyError(f"no CPU snapshot {key!r} (have: {sorted(self.cpu_models)})")
-        self.strategy_handlers()[1](self.actor, self.cpu_models[key])
+        try:
+            self.actor.restore_from_cpu(self.cpu_models[key])
+        except CPUSnapshotUnsupported as e:
+            raise self._no_snapshots(e) from e
 
     def clear_cpu_model(self, key: str) -> None:
         self.cpu_models.pop(key, None)
