@@ -1,4 +1,4 @@
-"""Engine and rollout registries: keys map to "module:Class" strings, imported only by `load`.
+"""Engine, rollout and model-bridge registries: keys map to "module:Class" strings, imported only by `load`.
 
 Resolving a key never imports the engine, so the preflight check prints the NPU engine classes
 on a CPU laptop in milliseconds. Unlike verl's registry (asserts that vanish under -O, a hidden
@@ -10,6 +10,9 @@ Engine key: (model_type, backend, device) with model_type in {language_model, va
 backend = the role's strategy (fsdp | megatron), device in {cpu, cuda, npu}. There is one Megatron
 backend: on npu its engines are MindSpeed's. Every language_model key has a value_model twin (a
 critic on NPU failed in verl with "Unknown device: npu for model_type: value_model").
+
+Model-bridge key: the HF architecture name (config.json `architectures`), e.g. Qwen3ForCausalLM;
+the Megatron engines build a model through its bridge (`verl_lite.engine.bridges`).
 """
 
 from __future__ import annotations
@@ -167,6 +170,17 @@ class EngineRegistry(Registry):
         )
 
 
+class BridgeRegistry(Registry):
+    """HF architecture name (config.json `architectures`) -> "module:Class" of a
+    `verl_lite.engine.bridges.base.ModelBridge`: how the Megatron engines build that model."""
+
+    kind = "model bridge"
+    key_names = ("architecture",)
+
+    def register(self, architecture: str, target: str) -> None:
+        self.add(architecture, target)
+
+
 class RolloutRegistry(Registry):
     """rollout name -> "module:Class"."""
 
@@ -189,6 +203,11 @@ ENGINES.register("value_model", "megatron", "npu", "verl_lite.engine.mindspeed:M
 ROLLOUTS = RolloutRegistry()
 ROLLOUTS.register("hf", "verl_lite.rollout.hf:HFRollout")
 ROLLOUTS.register("vllm", "verl_lite.rollout.vllm:VLLMRollout")
+
+BRIDGES = BridgeRegistry()
+# A critic checkpoint saved by transformers names the token-classification class.
+for _architecture in ("Qwen3ForCausalLM", "Qwen3ForTokenClassification"):
+    BRIDGES.register(_architecture, "verl_lite.engine.bridges.qwen3:Qwen3Bridge")
 
 
 def engine_key(cfg: Any, role: str, device: str) -> EngineKey:

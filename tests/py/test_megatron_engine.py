@@ -1,5 +1,6 @@
 """Megatron engines on CPU (megatron-core over gloo): TP=2 against TP=1 and PP=2, training,
-weight export into transformers, the value engine, checkpoints.
+clipping and optimizer settings, weight export streamed into an hf rollout, the value engine,
+checkpoints. The bridge's weight mapping on its own is in test_engine_weights.py.
 
 All megatron work runs once, in two spawned gloo processes (`_scenario`), because a megatron
 import costs 7-9 s; the tests below assert on what that run recorded. The layouts run one after
@@ -8,6 +9,7 @@ the other in the same two processes: TP=2, then TP=1 with two data-parallel rank
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -17,7 +19,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_lite.engine import megatron_weights as mw
 from verl_lite.engine.megatron import StorageParking, attention_mask_4d
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,9 +98,8 @@ def train(engine, batch, loss_fn, steps):
 
 
 def _phase_tp2(rank, rec, ckpt_dir):
-    from transformers import AutoModelForCausalLM
-
     from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
+    from verl_lite.rollout.hf import HFRollout
 
     model, actor, ref_section, critic = sections(tp=2, overrides=RECOMPUTE)  # full recompute, as the scripts run
     batch = make_batch()
@@ -110,12 +110,15 @@ def _phase_tp2(rank, rec, ckpt_dir):
     rec["tp2_logits"] = full_logits(lm, batch)
     rec["tp2_topology"] = (lm.data_parallel_rank(), lm.data_parallel_size(), lm.is_data_parallel_leader())
 
-    exported = dict(lm.export_weights())
-    hf = AutoModelForCausalLM.from_config(lm.hf_config)
-    rec["export_load"] = str(hf.load_state_dict(exported, strict=True))
+    stream = lm.export_hf_weights()
+    rec["export_is_generator"] = inspect.isgenerator(stream)
+    rollout = HFRollout(model, {}, None, "cpu")  # a transformers model, synced from the stream
+    rec["rollout_synced"] = rollout.update_weights(stream, 1)  # refuses unknown names and unset tensors
+    rec["tp2_export"] = dict(lm.export_hf_weights())
+    rec["rollout_gap"] = max((rollout.model.state_dict()[n] - t).abs().max().item() for n, t in rec["tp2_export"].items())
     with torch.no_grad():
-        logits = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    position_ids=batch["position_ids"]).logits.float()
+        logits = rollout.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                               position_ids=batch["position_ids"]).logits.float()
     logp = torch.log_softmax(logits[:, -R - 1 : -1], -1)
     rec["hf_log_probs"] = logp.gather(-1, batch["responses"][..., None])[..., 0]
     rec["hf_entropy"] = -(logp.exp() * logp).sum(-1)
@@ -158,7 +161,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
     values = value.forward_backward([batch], forward_only=True)[0]["values"]
     rec["values_shape"], rec["values_dtype"] = tuple(values.shape), str(values.dtype)
     rec["value_losses"], _ = train(value, batch, value_loss, 4)
-    rec["value_export"] = sorted(n for n, _ in value.export_weights() if not n.startswith("model.layers"))
+    rec["value_export"] = sorted(n for n, _ in value.export_hf_weights() if not n.startswith("model.layers"))
 
     # optim.clip_grad is the one clip setting (actor.grad_clip stays at 1.0 and is not read); an optim
     # section without weight_decay, as an untyped dict arrives, takes the schema's 0.01
@@ -185,7 +188,7 @@ def _phase_tp1_dp2(rank, rec):
     rec["tp1_logits"] = full_logits(lm, batch)
     rec["dp2_topology"] = (lm.data_parallel_rank(), lm.data_parallel_size(), lm.is_data_parallel_leader())
     train(lm, make_batch(seed=10 + rank), nll_loss, 1)  # each data-parallel rank its own data
-    weights = torch.cat([t.flatten() for _, t in sorted(lm.export_weights())])
+    weights = torch.cat([t.flatten() for _, t in sorted(lm.export_hf_weights())])
     gathered = [torch.empty_like(weights) for _ in range(2)]
     torch.distributed.all_gather(gathered, weights)
     rec["dp2_weight_gap"] = (gathered[0] - gathered[1]).abs().max().item()
@@ -200,7 +203,7 @@ def _phase_pp2(rank, rec):
     batch = make_batch()
     rec["pp2_log_probs"] = lm.forward_backward([batch], forward_only=True)[0]["log_probs"]
     rec["pp2_leader"] = lm.is_data_parallel_leader()
-    rec["pp2_export"] = {n: t for n, t in lm.export_weights()}
+    rec["pp2_export"] = {n: t for n, t in lm.export_hf_weights()}
     rec["pp2_losses"], _ = train(lm, batch, nll_loss, 3)
 
 
@@ -312,11 +315,20 @@ def test_to_cpu_on_a_cpu_engine_keeps_it_working(run):
 # ------------------------------------------------------------------------------ weights
 
 
-def test_exported_weights_load_strictly_into_transformers_and_give_the_same_log_probs(run):
+def test_a_rollout_synced_from_the_export_stream_holds_the_engines_weights_and_log_probs(run):
     rank0 = run[0]
-    assert rank0["export_load"] == "<All keys matched successfully>"
+    assert rank0["export_is_generator"]  # streamed, not a dict of every weight
+    assert rank0["rollout_synced"] == len(rank0["tp2_export"]) == 2 + 2 * 11 + 1  # embed, norm, 11 per layer, head
+    assert rank0["rollout_gap"] == 0.0
     assert (rank0["hf_log_probs"] - rank0["tp2_log_probs"]).abs().max() < 1e-5
     assert (rank0["hf_entropy"] - rank0["tp2_entropy"]).abs().max() < 1e-5
+
+
+def test_the_pp2_export_yields_the_tp2_exports_names_and_tensors(run):
+    for rec in run:
+        assert rec["pp2_export"].keys() == run[0]["tp2_export"].keys()
+        for name, tensor in run[0]["tp2_export"].items():
+            assert torch.equal(rec["pp2_export"][name], tensor), name
 
 
 def test_value_engine_outputs_float_values_per_response_token_and_learns(run):
@@ -327,41 +339,6 @@ def test_value_engine_outputs_float_values_per_response_token_and_learns(run):
 
 
 # ------------------------------------------------------------------------------ in-process
-
-
-def test_weight_mapping_round_trips_through_two_tp_shards():
-    from transformers import AutoConfig
-
-    hf_config = AutoConfig.from_pretrained(str(REPO_ROOT / "verl_lite/assets/tiny-qwen3"))
-    g = torch.Generator().manual_seed(0)
-    hf = {
-        "model.layers.0.self_attn.q_proj.weight": torch.randn(64, 64, generator=g),
-        "model.layers.0.self_attn.k_proj.weight": torch.randn(32, 64, generator=g),
-        "model.layers.0.self_attn.v_proj.weight": torch.randn(32, 64, generator=g),
-        "model.layers.0.mlp.gate_proj.weight": torch.randn(128, 64, generator=g),
-        "model.layers.0.mlp.up_proj.weight": torch.randn(128, 64, generator=g),
-        "model.layers.0.mlp.down_proj.weight": torch.randn(64, 128, generator=g),
-    }
-    names = ["decoder.layers.0.self_attention.linear_qkv.weight", "decoder.layers.0.mlp.linear_fc1.weight",
-             "decoder.layers.0.mlp.linear_fc2.weight"]
-    pieces = {}
-    for rank in range(2):
-        layout = mw.Layout.from_hf(hf_config, tp_size=2, tp_rank=rank)
-        for name in names:
-            shard = mw.hf_to_megatron(name, layout, hf.__getitem__)
-            for hf_name, part, dim in mw.megatron_to_hf(name, shard, layout):
-                pieces.setdefault(hf_name, []).append((part, dim))
-    for hf_name, parts in pieces.items():
-        assert torch.equal(torch.cat([p for p, _ in parts], dim=parts[0][1]), hf[hf_name]), hf_name
-    # rank 0's fused QKV holds query group 0: its two query heads, then key head 0, then value head 0
-    qkv = mw.hf_to_megatron(names[0], mw.Layout.from_hf(hf_config, 2, 0), hf.__getitem__)
-    assert torch.equal(qkv[:32], hf["model.layers.0.self_attn.q_proj.weight"][:32])
-    assert torch.equal(qkv[32:48], hf["model.layers.0.self_attn.k_proj.weight"][:16])
-
-
-def test_qwen3_5_gdn_config_is_refused_with_the_reason_and_a_fix():
-    with pytest.raises(mw.UnsupportedModelError, match="Gated DeltaNet.*tiny-qwen3"):
-        mw.check_supported({"model_type": "qwen3_5_text"})
 
 
 def test_parked_storage_frees_memory_and_restores_through_existing_views():
@@ -378,7 +355,7 @@ def test_parked_storage_frees_memory_and_restores_through_existing_views():
 
 def test_importing_the_engine_modules_does_not_import_megatron():
     code = (
-        "import sys, verl_lite.engine.megatron, verl_lite.engine.megatron_cpu, verl_lite.engine.megatron_weights, "
+        "import sys, verl_lite.engine.megatron, verl_lite.engine.megatron_cpu, verl_lite.engine.bridges.qwen3, "
         "verl_lite.engine.mindspeed; bad = sorted(m for m in sys.modules if m.split('.')[0] in ('megatron', 'mindspeed'));"
         "print(bad); sys.exit(1 if bad else 0)"
     )

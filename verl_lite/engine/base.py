@@ -107,8 +107,11 @@ class BaseEngine(abc.ABC):
     # -- weights -------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def export_weights(self) -> Iterator[Tuple[str, Any]]:
-        """Yield (HF parameter name, full unsharded tensor on CPU) for rollout weight sync."""
+    def export_hf_weights(self) -> Iterator[Tuple[str, Any]]:
+        """Yield (HF parameter name, full unsharded tensor on CPU) for rollout weight sync, one
+        tensor at a time: memory stays bounded by about one parameter (a caller that needs every
+        weight at once builds the dict itself, knowingly). Where weights are sharded this is a
+        collective: every rank iterates it to the end, and every rank receives every tensor."""
 
     # -- CPU snapshots (fully-async training) ----------------------------------------------------
 

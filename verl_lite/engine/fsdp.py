@@ -224,17 +224,13 @@ class TorchLMEngine(BaseEngine):
 
     # -- weights -------------------------------------------------------------------------------
 
-    def _full_state_dict(self) -> Dict[str, torch.Tensor]:
-        """Unsharded weights on every rank (a collective under FSDP2: all ranks must call it)."""
-        out = {}
-        for k, v in self.module.state_dict().items():
-            if hasattr(v, "full_tensor"):
-                v = v.full_tensor()
-            out[k] = v.detach().cpu()
-        return out
-
-    def export_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
-        yield from self._full_state_dict().items()
+    def export_hf_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        """The model's state dict (HF names: the module is a transformers model), one tensor at a
+        time; under FSDP2 each is all-gathered in turn (a collective: every rank iterates to the end)."""
+        for name, value in self.module.state_dict().items():
+            if hasattr(value, "full_tensor"):
+                value = value.full_tensor()
+            yield name, value.detach().cpu()
 
     @torch.no_grad()
     def snapshot_to_cpu(self) -> Dict[str, torch.Tensor]:
@@ -256,7 +252,7 @@ class TorchLMEngine(BaseEngine):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         os.makedirs(path, exist_ok=True)
-        model_sd = self._full_state_dict()
+        model_sd = dict(self.export_hf_weights())  # a checkpoint holds the whole model
         optim_sd = None
         if self.optimizer is not None:
             if self.sharded:

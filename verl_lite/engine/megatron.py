@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from verl_lite.config.schema import MegatronConfig
-from verl_lite.engine import megatron_weights as mw
+from verl_lite.engine.bridges import Layout, ModelBridge, bridge_for
 from verl_lite.engine.base import BaseEngine, LossFn
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,8 @@ class MegatronLMEngine(BaseEngine):
         self.lr_scheduler: Any = None
         self.hf_config: Any = None
         self.tf_config: Any = None
-        self.layout: Optional[mw.Layout] = None
+        self.bridge: Optional[ModelBridge] = None  # HF <-> Megatron for the model's architecture
+        self.layout: Optional[Layout] = None
         self._parking = StorageParking()
         self._where = {"model": "device", "optimizer": "device", "grad": "device"}
 
@@ -208,6 +209,7 @@ class MegatronLMEngine(BaseEngine):
         self.init_device_mesh()
         self._seed()
         self.hf_config = self._read_hf_config()
+        self.bridge = bridge_for(self.hf_config)
         self.tf_config = self._build_transformer_config()
         self.model = self._build_model()
         self._load_initial_weights()
@@ -307,13 +309,12 @@ class MegatronLMEngine(BaseEngine):
         )
         for key, value in self.model_config.override_config.items():
             setattr(hf_config, key, value)
-        mw.check_supported(hf_config)
         return hf_config
 
     def _build_transformer_config(self) -> Any:
         from megatron.core.transformer import TransformerConfig
 
-        kwargs = mw.transformer_config_kwargs(self.hf_config)
+        kwargs = self.bridge.transformer_config_kwargs()
         kwargs.update(self.parallel_sizes())
         kwargs.update(
             activation_func=torch.nn.functional.silu,
@@ -347,12 +348,9 @@ class MegatronLMEngine(BaseEngine):
     def _build_model(self) -> List[Any]:
         from megatron.core import parallel_state as mpu
         from megatron.core.models.gpt import GPTModel
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-        self.layout = mw.Layout.from_hf(
-            self.hf_config, mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank()
-        )
-        spec = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
+        self.layout = self.bridge.layout(mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank())
+        spec = self.bridge.layer_spec()
         vpp = mpu.get_virtual_pipeline_model_parallel_world_size()
         build = contextlib.nullcontext
         if self.compute_device == "cpu":
@@ -367,14 +365,12 @@ class MegatronLMEngine(BaseEngine):
                     config=self.tf_config,
                     transformer_layer_spec=spec,
                     vocab_size=self.layout.padded_vocab,
-                    max_sequence_length=int(getattr(self.hf_config, "max_position_embeddings", 4096)),
                     pre_process=mpu.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
                     post_process=mpu.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
                     parallel_output=True,
                     share_embeddings_and_output_weights=self.layout.tied and self.model_type == "language_model",
-                    position_embedding_type="rope",
-                    rotary_base=mw.rope_theta(self.hf_config),
                     vp_stage=vp_stage,
+                    **self.bridge.gpt_model_kwargs(),
                 )
             if module.post_process:
                 self._attach_head(module)
@@ -448,7 +444,7 @@ class MegatronLMEngine(BaseEngine):
         source = self._hf_source()
         with torch.no_grad():
             for name, param, offset in self._local_params():
-                shard = mw.hf_to_megatron(name, self.layout, source, offset)
+                shard = self.bridge.hf_to_megatron(name, self.layout, source, offset)
                 if tuple(shard.shape) != tuple(param.shape):
                     raise ValueError(f"{name}: HF weights give shape {tuple(shard.shape)}, model has {tuple(param.shape)}")
                 param.copy_(shard.to(param.dtype))
@@ -753,42 +749,48 @@ class MegatronLMEngine(BaseEngine):
         for name, param, offset in self._local_params():
             if name == "output_layer.weight" and self.layout.tied and self.model_type == "language_model":
                 continue  # the pipeline's last-stage copy of the tied embedding
-            for hf_name, shard, dim in mw.megatron_to_hf(name, param.detach(), self.layout, offset):
+            for hf_name, shard, dim in self.bridge.megatron_to_hf(name, param.detach(), self.layout, offset):
                 if dim is not None and tp > 1:
                     parts = [torch.empty_like(shard) for _ in range(tp)]
                     torch.distributed.all_gather(parts, shard.contiguous(), group=group)
                     shard = torch.cat(parts, dim=dim)
-                yield hf_name, mw.finish_hf_tensor(hf_name, shard, self.layout)
+                yield hf_name, self.bridge.finish_hf_tensor(hf_name, shard, self.layout)
 
-    def export_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
-        """Yield every HF-named full tensor on CPU, on every rank (a collective: call on all ranks)."""
+    def export_hf_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        """Yield every HF-named full tensor on CPU, one at a time, on every rank (a collective:
+        every rank iterates to the end). Each tensor is gathered across TP ranks; with PP > 1 the
+        stages take turns, each broadcasting its tensors one by one to the other stages (the name,
+        shape and dtype first, then the tensor), so no rank holds more than one exported tensor."""
         from megatron.core import parallel_state as mpu
 
-        pp = mpu.get_pipeline_model_parallel_world_size()
         tied = self.layout.tied and self.model_type == "language_model"
-        if pp == 1:
+
+        def with_tied_head(hf_name: str, tensor: torch.Tensor) -> Iterator[Tuple[str, torch.Tensor]]:
+            yield hf_name, tensor
+            if tied and hf_name == "model.embed_tokens.weight":
+                yield "lm_head.weight", tensor
+
+        if mpu.get_pipeline_model_parallel_world_size() == 1:
             for hf_name, tensor in self._hf_shards():
-                tensor = tensor.to("cpu", copy=True)  # never alias a live parameter
-                yield hf_name, tensor
-                if tied and hf_name == "model.embed_tokens.weight":
-                    yield "lm_head.weight", tensor
+                yield from with_tied_head(hf_name, tensor.to("cpu", copy=True))  # never alias a live parameter
             return
         group = mpu.get_pipeline_model_parallel_group()
-        ranks = torch.distributed.get_process_group_ranks(group)
-        mine = [(n, t.contiguous()) for n, t in self._hf_shards()]
-        for stage, src in enumerate(ranks):
-            meta = [[(n, tuple(t.shape), t.dtype) for n, t in mine] if stage == mpu.get_pipeline_model_parallel_rank() else None]
-            torch.distributed.broadcast_object_list(meta, src=src, group=group)
-            for i, (hf_name, shape, dtype) in enumerate(meta[0]):
-                if stage == mpu.get_pipeline_model_parallel_rank():
-                    tensor = mine[i][1]
+        my_stage = mpu.get_pipeline_model_parallel_rank()
+        for stage, src in enumerate(torch.distributed.get_process_group_ranks(group)):
+            mine = self._hf_shards() if stage == my_stage else iter(())
+            while True:
+                item = next(mine, None)
+                meta = [None if item is None else (item[0], tuple(item[1].shape), item[1].dtype)]
+                torch.distributed.broadcast_object_list(meta, src=src, group=group)
+                if meta[0] is None:  # the stage has sent all its tensors
+                    break
+                hf_name, shape, dtype = meta[0]
+                if stage == my_stage:
+                    data = item[1].contiguous()
                 else:
-                    tensor = torch.empty(shape, dtype=dtype, device=self._torch_device())
-                torch.distributed.broadcast(tensor, src=src, group=group)
-                tensor = tensor.to("cpu", copy=True)
-                yield hf_name, tensor
-                if tied and hf_name == "model.embed_tokens.weight":
-                    yield "lm_head.weight", tensor
+                    data = torch.empty(shape, dtype=dtype, device=self._torch_device())
+                torch.distributed.broadcast(data, src=src, group=group)
+                yield from with_tied_head(hf_name, data.to("cpu", copy=True))
 
     # ---------------------------------------------------------------------------- checkpoints
 

@@ -44,7 +44,8 @@ class HFRollout:
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
-        """Copy exported weights into the rollout model; every rollout tensor must be covered."""
+        """Copy exported weights into the rollout model as they arrive (an engine's `export_hf_weights()`
+        stream, or the items of a dict that crossed Ray); every rollout tensor must be covered."""
         state = self.model.state_dict()
         seen = set()
         for name, tensor in named_tensors:

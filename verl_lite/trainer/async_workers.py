@@ -66,8 +66,12 @@ class TrainWorker(ActorRolloutRefWorker):
         return True
 
     def export_weights(self) -> Dict[str, Any]:
-        """Full actor weights (HF names, CPU); a collective: every rank must call it."""
-        return dict(self.actor.export_weights())
+        """Full actor weights (HF names, CPU); a collective: every rank must call it.
+
+        Here, and only here, the exported tensors are collected into one dict: the rollout replicas
+        live in other processes (the rollout pool), and the weights cross Ray to them as one object
+        (`ray.put` once, every replica reads it). Syncs within a process stream instead."""
+        return dict(self.actor.export_hf_weights())
 
     def sync_rollout_weights(self, version: int) -> int:
         raise RuntimeError("a TrainWorker has no rollout: weights go to the rollout pool through export_weights")

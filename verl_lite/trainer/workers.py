@@ -128,8 +128,9 @@ class ActorRolloutRefWorker(_EngineWorker):
         return self.actor
 
     def sync_rollout_weights(self, version: int) -> int:
+        """Stream the actor's weights into this rank's rollout, one tensor at a time (a collective)."""
         self.weight_version = version
-        return self.rollout.update_weights(self.actor.export_weights(), version)
+        return self.rollout.update_weights(self.actor.export_hf_weights(), version)
 
     def generate_sequences(self, prompts: Dict[str, Any], response_length: int, sampling: Dict[str, Any],
                            log_probs: bool = False, ref_log_probs: bool = False) -> Dict[str, Any]:
@@ -226,8 +227,8 @@ class ActorRolloutRefWorker(_EngineWorker):
         return result
 
     def actor_state_dict(self) -> Dict[str, Any]:
-        """Full actor weights on CPU (HF names), for tests and inspection."""
-        return dict(self.actor.export_weights())
+        """Full actor weights on CPU (HF names), all at once, for tests and inspection (a collective)."""
+        return dict(self.actor.export_hf_weights())
 
     def save_checkpoint(self, path: str) -> None:
         self.actor.save_checkpoint(os.path.join(path, "actor"))

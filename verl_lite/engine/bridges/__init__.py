@@ -1,0 +1,49 @@
+"""Model bridges: the HF <-> Megatron conversion of each model family the Megatron engines build,
+looked up by the HF config's `architectures` name in `verl_lite.registry.BRIDGES`.
+
+    bridge = bridge_for(hf_config)          # e.g. Qwen3Bridge for ["Qwen3ForCausalLM"]
+    spec, kwargs = bridge.layer_spec(), bridge.transformer_config_kwargs()
+
+A new family (Qwen3.5 dense / MoE next) is a `ModelBridge` subclass in a module of this package,
+registered in `verl_lite/registry.py` under its HF architecture names. `ModelBridge` in `base`
+says what a bridge provides; `qwen3` is the first one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl_lite.engine.bridges.base import Layout, ModelBridge, UnsupportedModelError, hf_field
+
+__all__ = ["Layout", "ModelBridge", "UnsupportedModelError", "bridge_for"]
+
+# Families with no bridge yet, and why: said when one is asked for.
+_WHY_NOT_YET = {
+    "qwen3_5": "its Gated DeltaNet layers need megatron-core's GatedDeltaNet, which requires the Triton 'fla' "
+               "kernels (flash-linear-attention), and a GDN weight mapping verl_lite does not ship yet",
+    "qwen3_next": "its Gated DeltaNet layers need megatron-core's GatedDeltaNet, which requires the Triton 'fla' "
+                  "kernels (flash-linear-attention), and a GDN weight mapping verl_lite does not ship yet",
+}
+
+
+def bridge_for(hf_config: Any) -> ModelBridge:
+    """The bridge of the first of `hf_config.architectures` that has one, built for this config.
+
+    Raises UnsupportedModelError listing the registered architectures (and, for a family known
+    to be missing, why) when none has a bridge, or when the bridge does not cover the config."""
+    from verl_lite.registry import BRIDGES
+
+    architectures = [str(a) for a in (hf_field(hf_config, "architectures") or [])]
+    for name in architectures:
+        if name in BRIDGES:
+            return BRIDGES.load(name)(hf_config)
+    model_type = str(hf_field(hf_config, "model_type", ""))
+    registered = ", ".join(sorted(key[0] for key in BRIDGES.keys()))
+    asked = f"architectures {architectures}" if architectures else "no 'architectures' in its config.json"
+    why = next((text for family, text in _WHY_NOT_YET.items() if family in model_type), None)
+    reason = f": {why}" if why else ""
+    raise UnsupportedModelError(
+        f"model_type {model_type!r} ({asked}) cannot be built by verl_lite's Megatron engines{reason}. "
+        f"Model bridges are registered for: {registered}. For a CPU run use "
+        f"actor_rollout_ref.model.path=tiny-qwen3, or strategy=fsdp for Qwen3.5."
+    )

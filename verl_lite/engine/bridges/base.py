@@ -1,0 +1,131 @@
+"""What a model bridge is: the HF <-> Megatron conversion of one model family, for the Megatron
+engines (see `verl_lite.engine.bridges` for the lookup by HF architecture).
+
+A bridge knows, for its family:
+- whether an HF config is one it can build (`check_supported`, raising UnsupportedModelError);
+- the megatron `TransformerConfig` fields, layer spec and `GPTModel` arguments that describe it;
+- the weight mapping, one tensor-parallel shard at a time, so the conversion never depends on the
+  TP size: `megatron_to_hf` splits a local Megatron shard into HF-named shards that the engine
+  concatenates along the returned dim across TP ranks (export), and `hf_to_megatron` cuts full HF
+  tensors into this rank's shard (load).
+
+Nothing here imports megatron at module import time (MindSpeed must patch it first on Ascend):
+a bridge imports megatron inside the methods that need it.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+
+class UnsupportedModelError(ValueError):
+    """An HF config no registered bridge can build, or one its bridge does not cover."""
+
+
+def hf_field(hf_config: Any, name: str, default: Any = None) -> Any:
+    """A field of an HF config object or of a parsed config.json dict."""
+    if isinstance(hf_config, dict):
+        return hf_config.get(name, default)
+    return getattr(hf_config, name, default)
+
+
+def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
+    """The vocabulary rounded up to a multiple of the TP size (megatron splits it evenly)."""
+    return -(-vocab_size // tp_size) * tp_size
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Model sizes and this rank's tensor-parallel position (a dense GPT: Qwen3)."""
+
+    hidden: int
+    ffn: int
+    heads: int
+    groups: int
+    head_dim: int
+    vocab: int
+    tp_size: int = 1
+    tp_rank: int = 0
+    tied: bool = False
+
+    @classmethod
+    def from_hf(cls, hf_config: Any, tp_size: int = 1, tp_rank: int = 0) -> "Layout":
+        heads = int(hf_field(hf_config, "num_attention_heads"))
+        hidden = int(hf_field(hf_config, "hidden_size"))
+        layout = cls(
+            hidden=hidden,
+            ffn=int(hf_field(hf_config, "intermediate_size")),
+            heads=heads,
+            groups=int(hf_field(hf_config, "num_key_value_heads", heads) or heads),
+            head_dim=int(hf_field(hf_config, "head_dim", None) or hidden // heads),
+            vocab=int(hf_field(hf_config, "vocab_size")),
+            tp_size=tp_size,
+            tp_rank=tp_rank,
+            tied=bool(hf_field(hf_config, "tie_word_embeddings", False)),
+        )
+        for what, n in (("num_key_value_heads", layout.groups), ("intermediate_size", layout.ffn)):
+            if n % tp_size:
+                raise UnsupportedModelError(
+                    f"{what}={n} is not divisible by tensor_model_parallel_size={tp_size} "
+                    f"(choose a TP size that divides it)"
+                )
+        return layout
+
+    @property
+    def padded_vocab(self) -> int:
+        return padded_vocab_size(self.vocab, self.tp_size)
+
+
+# One HF tensor shard: (HF name, local shard, dim along which TP shards concatenate or None).
+HFShard = Tuple[str, torch.Tensor, Optional[int]]
+
+
+class ModelBridge(abc.ABC):
+    """HF <-> Megatron for one model family. Constructed with the model's HF config, which it checks."""
+
+    def __init__(self, hf_config: Any):
+        self.check_supported(hf_config)
+        self.hf_config = hf_config
+
+    @classmethod
+    @abc.abstractmethod
+    def check_supported(cls, hf_config: Any) -> None:
+        """Raise UnsupportedModelError naming what in `hf_config` the bridge does not cover."""
+
+    # -- the megatron model --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def transformer_config_kwargs(self) -> Dict[str, Any]:
+        """TransformerConfig fields that describe the HF architecture."""
+
+    @abc.abstractmethod
+    def layer_spec(self) -> Any:
+        """The megatron layer spec (ModuleSpec) of a decoder layer."""
+
+    @abc.abstractmethod
+    def gpt_model_kwargs(self) -> Dict[str, Any]:
+        """GPTModel arguments of the architecture (position embeddings, rotary base, length)."""
+
+    def layout(self, tp_size: int, tp_rank: int) -> Layout:
+        return Layout.from_hf(self.hf_config, tp_size, tp_rank)
+
+    # -- weights -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
+                       layer_offset: int = 0) -> torch.Tensor:
+        """This rank's shard of megatron parameter `name`, from full HF tensors given by `get_hf`."""
+
+    @abc.abstractmethod
+    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
+        """Split one local megatron parameter into HF-named local shards."""
+
+    def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: Layout) -> torch.Tensor:
+        """The HF tensor from the full (TP-gathered) one: drops megatron's vocabulary padding."""
+        if hf_name in ("model.embed_tokens.weight", "lm_head.weight") and full.shape[0] != layout.vocab:
+            return full[: layout.vocab]
+        return full

@@ -1,0 +1,178 @@
+"""The Qwen3 dense bridge: HF `Qwen3ForCausalLM` (and a `Qwen3ForTokenClassification` critic) on
+megatron-core's GPT model with the local layer spec.
+
+mbridge and Megatron-Bridge do not install next to megatron-core 0.16 on Python 3.11 / CPU, so the
+Megatron engines carry this mapping. It covers what a Qwen3 dense checkpoint holds (GQA with
+per-head q/k RMSNorm, SwiGLU MLP, RMSNorm, RoPE, optionally tied embeddings) and the value head of
+a token-classification critic (`score.weight`, `score.bias`). Names follow megatron's local layer
+spec; the Transformer Engine spec's fused layer-norm names map too.
+
+Layouts (per TP rank, hd = head dim, G = query groups on this rank, n = heads per group):
+  linear_qkv.weight  [G * (n + 2) * hd, H]: per group n query heads, then its key and value head
+  linear_fc1.weight  [2 * I / tp, H]:        gate rows then up rows
+  linear_proj / linear_fc2 are row-parallel (split along dim 1); embeddings and the LM head are
+  split along the (padded) vocabulary.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from verl_lite.engine.bridges.base import HFShard, Layout, ModelBridge, UnsupportedModelError, hf_field
+
+# megatron local name pattern -> (kind, HF name or suffix). Layer names carry the layer index.
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+_LAYER_PARAMS = {
+    "input_layernorm.weight": ("norm", "input_layernorm.weight"),
+    "self_attention.linear_qkv.layer_norm_weight": ("norm", "input_layernorm.weight"),
+    "self_attention.q_layernorm.weight": ("norm", "self_attn.q_norm.weight"),
+    "self_attention.k_layernorm.weight": ("norm", "self_attn.k_norm.weight"),
+    "pre_mlp_layernorm.weight": ("norm", "post_attention_layernorm.weight"),
+    "mlp.linear_fc1.layer_norm_weight": ("norm", "post_attention_layernorm.weight"),
+    "self_attention.linear_qkv.weight": ("qkv", None),
+    "self_attention.linear_proj.weight": ("row", "self_attn.o_proj.weight"),
+    "mlp.linear_fc1.weight": ("fc1", None),
+    "mlp.linear_fc2.weight": ("row", "mlp.down_proj.weight"),
+}
+_TOP_PARAMS = {
+    "embedding.word_embeddings.weight": ("vocab", "model.embed_tokens.weight"),
+    "decoder.final_layernorm.weight": ("norm", "model.norm.weight"),
+    "output_layer.weight": ("vocab", "lm_head.weight"),
+    "value_head.weight": ("norm", "score.weight"),
+    "value_head.bias": ("norm", "score.bias"),
+}
+
+
+def _kind(name: str, layer_offset: int) -> Tuple[str, Optional[str]]:
+    match = _LAYER.match(name)
+    if match:
+        entry = _LAYER_PARAMS.get(match.group(2))
+        if entry is None:
+            raise UnsupportedModelError(f"no HF name for megatron parameter {name!r}")
+        kind, suffix = entry
+        prefix = f"model.layers.{int(match.group(1)) + layer_offset}."
+        return kind, (prefix + suffix if suffix else prefix)
+    entry = _TOP_PARAMS.get(name)
+    if entry is None:
+        raise UnsupportedModelError(f"no HF name for megatron parameter {name!r}")
+    return entry
+
+
+def _cut(full: torch.Tensor, dim: int, layout: Layout) -> torch.Tensor:
+    return full.chunk(layout.tp_size, dim=dim)[layout.tp_rank]
+
+
+class Qwen3Bridge(ModelBridge):
+    """Qwen3 dense: no attention bias, no experts, SiLU."""
+
+    @classmethod
+    def check_supported(cls, hf_config: Any) -> None:
+        model_type = str(hf_field(hf_config, "model_type", ""))
+        extras = [k for k in ("attention_bias", "num_experts") if hf_field(hf_config, k)]
+        if str(hf_field(hf_config, "hidden_act", "silu")) != "silu":
+            extras.append("hidden_act")
+        if model_type != "qwen3":
+            extras.insert(0, f"model_type={model_type!r}")
+        if extras:
+            raise UnsupportedModelError(
+                f"model_type {model_type!r} with {', '.join(extras)} set is not covered by verl_lite's "
+                f"Qwen3 bridge (it maps dense Qwen3: model_type qwen3, no attention bias, no experts, SiLU)"
+            )
+
+    # -- the megatron model --------------------------------------------------------------------
+
+    def transformer_config_kwargs(self) -> Dict[str, Any]:
+        hf = self.hf_config
+        heads = int(hf_field(hf, "num_attention_heads"))
+        hidden = int(hf_field(hf, "hidden_size"))
+        return dict(
+            num_layers=int(hf_field(hf, "num_hidden_layers")),
+            hidden_size=hidden,
+            ffn_hidden_size=int(hf_field(hf, "intermediate_size")),
+            num_attention_heads=heads,
+            num_query_groups=int(hf_field(hf, "num_key_value_heads", heads) or heads),
+            kv_channels=int(hf_field(hf, "head_dim", None) or hidden // heads),
+            layernorm_epsilon=float(hf_field(hf, "rms_norm_eps", 1e-6)),
+            normalization="RMSNorm",
+            gated_linear_unit=True,
+            add_bias_linear=False,
+            qk_layernorm=True,
+            init_method_std=float(hf_field(hf, "initializer_range", 0.02)),
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+        )
+
+    def layer_spec(self) -> Any:
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+        return get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
+
+    def rope_theta(self) -> float:
+        params = hf_field(self.hf_config, "rope_parameters") or {}
+        theta = params.get("rope_theta") if isinstance(params, dict) else None
+        return float(theta or hf_field(self.hf_config, "rope_theta", 10000.0) or 10000.0)
+
+    def gpt_model_kwargs(self) -> Dict[str, Any]:
+        return dict(
+            max_sequence_length=int(hf_field(self.hf_config, "max_position_embeddings", 4096)),
+            position_embedding_type="rope",
+            rotary_base=self.rope_theta(),
+        )
+
+    # -- weights -------------------------------------------------------------------------------
+
+    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
+        kind, hf = _kind(name, layer_offset)
+        if kind == "norm":
+            return [(hf, shard, None)]
+        if kind == "row":
+            return [(hf, shard, 1)]
+        if kind == "vocab":
+            return [(hf, shard, 0)]
+        if kind == "fc1":
+            gate, up = shard.chunk(2, dim=0)
+            return [(hf + "mlp.gate_proj.weight", gate, 0), (hf + "mlp.up_proj.weight", up, 0)]
+        # qkv
+        per_group = layout.heads // layout.groups
+        grouped = shard.reshape(-1, per_group + 2, layout.head_dim, shard.shape[-1])
+        q = grouped[:, :per_group].reshape(-1, shard.shape[-1])
+        k = grouped[:, per_group].reshape(-1, shard.shape[-1])
+        v = grouped[:, per_group + 1].reshape(-1, shard.shape[-1])
+        return [
+            (hf + "self_attn.q_proj.weight", q, 0),
+            (hf + "self_attn.k_proj.weight", k, 0),
+            (hf + "self_attn.v_proj.weight", v, 0),
+        ]
+
+    def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
+                       layer_offset: int = 0) -> torch.Tensor:
+        """With tied embeddings the LM head is read from `model.embed_tokens.weight`."""
+        kind, hf = _kind(name, layer_offset)
+        if kind == "norm":
+            return get_hf(hf)
+        if kind == "row":
+            return _cut(get_hf(hf), 1, layout)
+        if kind == "vocab":
+            if hf == "lm_head.weight" and layout.tied:
+                hf = "model.embed_tokens.weight"
+            full = get_hf(hf)
+            pad = layout.padded_vocab - full.shape[0]
+            if pad:
+                full = torch.cat([full, full.new_zeros(pad, full.shape[1])])
+            return _cut(full, 0, layout)
+        if kind == "fc1":
+            gate = _cut(get_hf(hf + "mlp.gate_proj.weight"), 0, layout)
+            up = _cut(get_hf(hf + "mlp.up_proj.weight"), 0, layout)
+            return torch.cat([gate, up])
+        per_group = layout.heads // layout.groups
+        q = _cut(get_hf(hf + "self_attn.q_proj.weight"), 0, layout)
+        k = _cut(get_hf(hf + "self_attn.k_proj.weight"), 0, layout)
+        v = _cut(get_hf(hf + "self_attn.v_proj.weight"), 0, layout)
+        cols = q.shape[-1]
+        q = q.reshape(-1, per_group, layout.head_dim, cols)
+        k = k.reshape(-1, 1, layout.head_dim, cols)
+        v = v.reshape(-1, 1, layout.head_dim, cols)
+        return torch.cat([q, k, v], dim=1).reshape(-1, cols)
