@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_lite.engine.megatron import StorageParking, attention_mask_4d
+from verl_lite.engine.megatron_batch import attention_mask_4d
+from verl_lite.engine.megatron_memory import StorageParking
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,7 +125,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
     rec["hf_entropy"] = -(logp.exp() * logp).sum(-1)
 
     # a vocabulary of 49 padded to 50 for TP=2: the padded logit must not count
-    from verl_lite.engine.megatron import vocab_parallel_log_probs
+    from verl_lite.engine.megatron_batch import vocab_parallel_log_probs
 
     g = torch.Generator().manual_seed(5)
     full, targets = torch.randn(B, R, 50, generator=g) * 3, torch.randint(0, 49, (B, R), generator=g)
@@ -356,6 +357,8 @@ def test_parked_storage_frees_memory_and_restores_through_existing_views():
 def test_importing_the_engine_modules_does_not_import_megatron():
     code = (
         "import sys, verl_lite.engine.megatron, verl_lite.engine.megatron_cpu, verl_lite.engine.bridges.qwen3, "
+        "verl_lite.engine.megatron_batch, verl_lite.engine.megatron_hf, verl_lite.engine.megatron_memory, "
+        "verl_lite.engine.megatron_model, verl_lite.engine.megatron_optim, "
         "verl_lite.engine.mindspeed; bad = sorted(m for m in sys.modules if m.split('.')[0] in ('megatron', 'mindspeed'));"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -50,15 +50,15 @@ def sections(tp=1, cp=1, overrides=None):
     from verl_lite.config.schema import CriticConfig, VerlLiteConfig
 
     cfg = OmegaConf.structured(VerlLiteConfig)
-    arr = cfg.actor_rollout_ref
-    arr.model.path = "tiny-qwen3"
-    arr.actor.strategy = "megatron"
+    section = cfg.actor_rollout_ref
+    section.model.path = "tiny-qwen3"
+    section.actor.strategy = "megatron"
     critic = CriticConfig(strategy="megatron")
-    for megatron in (arr.actor.megatron, critic.megatron):
+    for megatron in (section.actor.megatron, critic.megatron):
         megatron.tensor_model_parallel_size = tp
         megatron.context_parallel_size = cp
         megatron.override_transformer_config = dict(overrides or {})
-    return arr.model, arr.actor, arr.ref, critic
+    return section.model, section.actor, section.ref, critic
 
 
 def _plain(value):

@@ -335,13 +335,13 @@ class RolloutWorker:
         if not self.val_examples:
             return {}
         self._apply_pending(in_flight=self._chunk_active)
-        vk = dict(self.cfg.actor_rollout_ref.rollout.val_kwargs)
-        n = int(vk.get("n", 1))
+        val_kwargs = dict(self.cfg.actor_rollout_ref.rollout.val_kwargs)
+        n = int(val_kwargs.get("n", 1))
         rep = [e for e in self.val_examples for _ in range(n)]
         with self._model:
             version = self.version
             out = self.rollout.generate(left_pad([e.prompt_ids for e in rep], self.tokenizer.pad_token_id),
-                                        self.response_length, vk)
+                                        self.response_length, val_kwargs)
         out.update(data_source=[e.data_source for e in rep], ground_truth=[e.ground_truth for e in rep],
                    extra_info=[e.extra_info for e in rep])
         scores = self._score(out).sum(-1).tolist()

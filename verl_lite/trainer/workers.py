@@ -72,9 +72,9 @@ class _EngineWorker:
         return engine
 
     def topology(self) -> Dict[str, Any]:
-        e = self._main_engine()
-        return {"dp_rank": e.data_parallel_rank(), "dp_size": e.data_parallel_size(),
-                "leader": e.is_data_parallel_leader()}
+        engine = self._main_engine()
+        return {"dp_rank": engine.data_parallel_rank(), "dp_size": engine.data_parallel_size(),
+                "leader": engine.is_data_parallel_leader()}
 
     def _update(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
                 micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:

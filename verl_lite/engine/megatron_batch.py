@@ -1,0 +1,132 @@
+"""Batches through the Megatron model: the micro-batch contract, the causal + padding mask, the
+vocab-parallel log-softmax, and one pass of megatron's pipeline schedule over the micro-batches.
+
+Used by `verl_lite.engine.megatron`. Like the engine, nothing here imports megatron at module
+import time (MindSpeed must patch it first on Ascend): the functions import it when called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from verl_lite.engine.base import LossFn
+
+BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+_NEG = -1.0e30  # logit for padded vocabulary entries: exp() underflows to 0, 0 * _NEG stays finite
+
+# postprocess(model output, micro-batch, with_entropy) -> the engine's outputs (log_probs | values)
+Postprocess = Callable[[torch.Tensor, Dict[str, Any], bool], Dict[str, torch.Tensor]]
+
+
+def vocab_parallel_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, with_entropy: bool
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """log p(target) and entropy from logits split over the vocabulary across TP ranks.
+
+    `logits` (B, R, V/tp) is this rank's slice; padded vocabulary entries (index >= vocab_size)
+    are excluded. Sums cross ranks with an all-reduce whose backward is the identity, which is
+    right because everything after it is replicated on every TP rank.
+    """
+    from megatron.core import parallel_state as mpu
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce
+
+    logits = logits.float()
+    local_v = logits.shape[-1]
+    start = mpu.get_tensor_model_parallel_rank() * local_v
+    if start + local_v > vocab_size:
+        index = torch.arange(start, start + local_v, device=logits.device)
+        logits = logits.masked_fill(index >= vocab_size, _NEG)
+    peak = logits.detach().max(dim=-1, keepdim=True).values
+    if mpu.get_tensor_model_parallel_world_size() > 1:
+        torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX, group=mpu.get_tensor_model_parallel_group())
+    shifted = logits - peak
+    lse = reduce(shifted.exp().sum(dim=-1)).log()
+    local_t = targets - start
+    inside = (local_t >= 0) & (local_t < local_v)
+    picked = shifted.gather(-1, local_t.clamp(0, local_v - 1).unsqueeze(-1)).squeeze(-1)
+    log_probs = reduce(picked * inside) - lse
+    entropy = None
+    if with_entropy:
+        probs = (shifted - lse.unsqueeze(-1)).exp()
+        entropy = lse - reduce((probs * shifted).sum(dim=-1))
+    return log_probs, entropy
+
+
+def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) 1=token -> (B, 1, T, T) bool, True where attention is masked (future or padding)."""
+    t = attention_mask.shape[1]
+    causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=attention_mask.device), diagonal=1)
+    return causal[None, None] | (attention_mask == 0)[:, None, None, :]
+
+
+def prepare_batch(micro_batch: Dict[str, Any], device: torch.device, pad_to: int, pad_token_id: int) -> Dict[str, Any]:
+    """The micro-batch on `device` with the model's inputs, left-padded to `pad_to` columns (pipeline
+    parallelism needs one sequence length; left padding keeps the responses in the last R columns)."""
+    missing = [k for k in BATCH_KEYS if k not in micro_batch]
+    if missing:
+        raise KeyError(f"micro-batch lacks {missing} (engine batch contract: {', '.join(BATCH_KEYS)})")
+    batch = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in micro_batch.items()}
+    ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    extra = pad_to - ids.shape[1]
+    if extra > 0:
+        ids = torch.nn.functional.pad(ids, (extra, 0), value=pad_token_id)
+        mask = torch.nn.functional.pad(mask, (extra, 0), value=0)
+        pos = torch.nn.functional.pad(pos, (extra, 0), value=0)
+    return {"batch": batch, "input_ids": ids, "position_ids": pos, "mask4d": attention_mask_4d(mask)}
+
+
+def run_schedule(model: List[Any], prepared: List[Dict[str, Any]], postprocess: Postprocess,
+                 loss_fn: Optional[LossFn], forward_only: bool, calculate_entropy: bool) -> List[Dict[str, Any]]:
+    """Forward (and backward) of the prepared micro-batches through megatron's pipeline schedule.
+
+    The loss function sees the outputs on the last pipeline stage and its loss is back-propagated as
+    is (the schedule's division by the number of micro-batches is undone: the caller scales each
+    loss). Returns one record per micro-batch (outputs detached on CPU, "metrics"), on every stage.
+    """
+    from megatron.core import parallel_state as mpu
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    n = len(prepared)
+    outputs: List[Dict[str, Any]] = []
+
+    def loss_step(item: Dict[str, Any], output: torch.Tensor):
+        result = postprocess(output, item["batch"], calculate_entropy)
+        if forward_only:
+            loss, metrics = output.sum() * 0.0, {}
+        else:
+            loss, metrics = loss_fn(result, item["batch"])
+        record = {k: v.detach().float().cpu() for k, v in result.items()}
+        record["metrics"] = {k: float(v) for k, v in (metrics or {}).items()}
+        outputs.append(record)
+        # The schedule divides by the number of micro-batches; the caller already scaled.
+        return loss * n, {"loss": loss.detach()}
+
+    def forward_step(data_iterator, chunk):
+        item = next(data_iterator)
+        output = chunk(item["input_ids"], item["position_ids"], item["mask4d"])
+        return output, functools.partial(loss_step, item)
+
+    chunks = len(model)
+    iterator = iter(prepared) if chunks == 1 else [iter(prepared) for _ in range(chunks)]
+    grad_ctx = torch.no_grad() if forward_only else contextlib.nullcontext()
+    with grad_ctx:
+        get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=iterator,
+            model=model if chunks > 1 else model[0],
+            num_microbatches=n,
+            seq_length=max(item["input_ids"].shape[1] for item in prepared),
+            micro_batch_size=max(item["input_ids"].shape[0] for item in prepared),
+            forward_only=forward_only,
+        )
+    if mpu.get_pipeline_model_parallel_world_size() > 1:
+        holder = [outputs]
+        torch.distributed.broadcast_object_list(
+            holder, src=mpu.get_pipeline_model_parallel_last_rank(), group=mpu.get_pipeline_model_parallel_group()
+        )
+        outputs = holder[0]
+    return outputs

@@ -1,0 +1,129 @@
+"""Building the Megatron model of an engine: the `TransformerConfig` (the bridge's architecture
+fields, the parallel layout, the user's `override_transformer_config`), the GPT model chunks (one
+per virtual pipeline stage) and their DDP wrapping for training.
+
+Used by `verl_lite.engine.megatron`; megatron is imported inside the functions only (MindSpeed
+must patch it first on Ascend).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import Any, Callable, Dict, List
+
+import torch
+
+from verl_lite.engine.bridges import Layout, ModelBridge
+
+logger = logging.getLogger(__name__)
+
+
+def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtype: torch.dtype,
+                       overrides: Dict[str, Any], sequence_parallel: bool, compute_device: str, role: str) -> Any:
+    """The TransformerConfig: the bridge's fields, then the parallel sizes and fixed settings, then
+    the overrides. Overrides megatron does not define are set as attributes afterwards (e.g.
+    `use_ascend_gdn`, read by MindSpeed-Bridge layers)."""
+    from megatron.core.transformer import TransformerConfig
+
+    kwargs = bridge.transformer_config_kwargs()
+    kwargs.update(parallel_sizes)
+    kwargs.update(
+        activation_func=torch.nn.functional.silu,
+        sequence_parallel=False,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        bias_activation_fusion=False,
+        masked_softmax_fusion=False,
+        bias_dropout_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        perform_initialization=False,  # weights always come from an HF source
+    )
+    if sequence_parallel and kwargs["tensor_model_parallel_size"] > 1:
+        # megatron's local layer spec uses torch norms, which reject sequence parallel
+        logger.warning("%s: megatron.sequence_parallel=True is not supported by verl_lite yet; running without it", role)
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    kwargs.update({k: v for k, v in overrides.items() if k in fields})
+    if compute_device == "cpu":
+        from verl_lite.engine import megatron_cpu
+
+        kwargs = megatron_cpu.cpu_settings(kwargs)
+    config = TransformerConfig(**kwargs)
+    for key, value in overrides.items():
+        if key not in fields:
+            setattr(config, key, value)
+    return config
+
+
+def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: torch.device, compute_device: str,
+                 share_embeddings: bool, attach_head: Callable[[Any], None]) -> List[Any]:
+    """One GPTModel per virtual pipeline stage of this rank, on `device`; `attach_head(module)` runs
+    on the chunk holding the last stage (the value engine puts its scalar head there)."""
+    from megatron.core import parallel_state as mpu
+    from megatron.core.models.gpt import GPTModel
+
+    spec = bridge.layer_spec()
+    vpp = mpu.get_virtual_pipeline_model_parallel_world_size()
+    build = contextlib.nullcontext
+    if compute_device == "cpu":
+        from verl_lite.engine import megatron_cpu
+
+        build = megatron_cpu.model_build
+    chunks = []
+    for stage in range(vpp or 1):
+        vp_stage = stage if vpp else None
+        with build():
+            module = GPTModel(
+                config=tf_config,
+                transformer_layer_spec=spec,
+                vocab_size=layout.padded_vocab,
+                pre_process=mpu.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+                post_process=mpu.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+                parallel_output=True,
+                share_embeddings_and_output_weights=share_embeddings,
+                vp_stage=vp_stage,
+                **bridge.gpt_model_kwargs(),
+            )
+        if module.post_process:
+            attach_head(module)
+        chunks.append(module.to(device))
+    return chunks
+
+
+def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool) -> List[Any]:
+    """Megatron DDP around each chunk (gradient buffers, grad reduction over data-parallel ranks)."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+
+    wrapped = []
+    for i, module in enumerate(chunks):
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=use_distributed_optimizer
+        )
+        wrapped.append(DistributedDataParallel(tf_config, ddp_config, module, disable_bucketing=i > 0))
+    tf_config.finalize_model_grads_func = finalize_model_grads
+    no_sync = [m.no_sync for m in wrapped]
+    tf_config.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
+    return wrapped
+
+
+def unwrap(chunk: Any) -> Any:
+    """The GPTModel inside a DDP-wrapped chunk (an unwrapped chunk is returned as it is)."""
+    return getattr(chunk, "module", chunk)
+
+
+class ValueHead(torch.nn.Module):
+    """Scalar output layer with megatron's output-layer call signature; replicated over TP."""
+
+    def __init__(self, hidden: int, dtype: torch.dtype):
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden, 1, bias=True, dtype=dtype)
+
+    @property
+    def weight(self) -> torch.nn.Parameter:
+        return self.linear.weight
+
+    def forward(self, hidden_states: torch.Tensor, weight: Any = None, runtime_gather_output: Any = None):
+        return self.linear(hidden_states), None
