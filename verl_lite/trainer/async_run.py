@@ -9,8 +9,9 @@ A step takes `data.train_batch_size` prompt groups from the queue. A group gener
 `async_training.staleness_threshold` versions ago is dropped (`stale_policy=drop`) or trained on
 with its advantages scaled by the truncated per-token importance weight
 min(exp(old_log_prob - rollout_log_prob), reweight_cap) (`stale_policy=reweight`). Old log-probs
-come from the weights last published to the rollouters (a CPU snapshot on the train workers, see
-`async_snapshot`), so PPO's clip bounds the drift from the policy that generated the data.
+come from the weights last published to the rollouters (a CPU snapshot on the train workers: the
+engine's `snapshot_to_cpu`, kept by `TrainWorker.save_model_to_cpu`), so PPO's clip bounds the drift
+from the policy that generated the data.
 
 Faults stop the run with the cause: a rollout replica that raises or dies is seen within
 POLL_S seconds; a queue that stays empty for `async_training.queue_timeout_s` raises QueueTimeout
@@ -49,7 +50,7 @@ class QueueTimeout(RuntimeError):
 class RolloutPool:
     """The rollout replicas: threaded Ray actors (update_weights and stats run beside the loop)."""
 
-    def __init__(self, cfg_dict: Dict[str, Any], replicas: int, device: str, threads: int, examples: List[Any],
+    def __init__(self, cfg: Any, replicas: int, device: str, threads: int, examples: List[Any],
                  val_examples: List[Any], call_timeout_s: Optional[float], init_timeout_s: float = 600.0):
         import ray
 
@@ -60,7 +61,7 @@ class RolloutPool:
         remote = ray.remote(RolloutWorker).options(max_concurrency=4, max_restarts=0, max_task_retries=0,
                                                    **worker_resources(device))
         ex_ref, val_ref = ray.put(examples), ray.put(val_examples)
-        self.workers = [remote.remote(cfg_dict, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
+        self.workers = [remote.remote(cfg, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
         self.loops: List[Any] = []
         self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
 
@@ -368,7 +369,7 @@ class AsyncTrainer(StepLoop):
         self.saved_step = step
 
 
-def fit_async(job: Any, cfg_dict: Dict[str, Any], tracking: Any, stop: StopRequest) -> List[Dict[str, Any]]:
+def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> List[Dict[str, Any]]:
     """The fully-async trainer for run.py's job: the training pool, the queue and the rollout pool,
     resumed from the checkpoint the job selected; returns the step history."""
     import ray
@@ -393,7 +394,7 @@ def fit_async(job: Any, cfg_dict: Dict[str, Any], tracking: Any, stop: StopReque
                 cfg.async_training.stale_policy)
     train_wg = pool = buffer = None
     try:
-        train_wg = WorkerGroup(TrainWorker, "trainer", cfg_dict, train_world, job.device, True, job.threads,
+        train_wg = WorkerGroup(TrainWorker, "trainer", typed_cfg, train_world, job.device, True, job.threads,
                                call_timeout_s=job.call_timeout_s)
         state: Dict[str, Any] = {}
         if job.resume is not None:
@@ -410,7 +411,7 @@ def fit_async(job: Any, cfg_dict: Dict[str, Any], tracking: Any, stop: StopReque
         buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0).remote(
             len(job.train_set), batch, int(d.seed), bool(d.shuffle), capacity, chunk_groups, resumed)
         val_examples = job.val_set.examples if job.val_set else []
-        pool = RolloutPool(cfg_dict, replicas, job.device, job.threads, job.train_set.examples, val_examples,
+        pool = RolloutPool(typed_cfg, replicas, job.device, job.threads, job.train_set.examples, val_examples,
                            job.call_timeout_s)
         trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, job.out_dir, state, total, stop)
         tracking.rewind(trainer.global_step if state else -1)  # steps logged after the checkpoint are redone

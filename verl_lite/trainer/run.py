@@ -17,7 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from verl_lite.config import async_rules
 from verl_lite.config.compose import ConfigError
@@ -229,17 +229,19 @@ class _Job:
     def train(self, stop: Any) -> None:
         from omegaconf import OmegaConf
 
+        from verl_lite.config import to_dataclass
         from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
         from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS
         from verl_lite.trainer.tracking import Tracking
 
         cfg, t = self.cfg, self.cfg.trainer
-        cfg_dict = OmegaConf.to_container(cfg, resolve=True)
         keys = CONSOLE_KEYS + (ASYNC_CONSOLE_KEYS if self.is_async else ())
-        tracking = Tracking(list(t.logger), self.out_dir, keys, t.project_name, t.experiment_name, cfg_dict)
+        tracking = Tracking(list(t.logger), self.out_dir, keys, t.project_name, t.experiment_name,
+                            OmegaConf.to_container(cfg, resolve=True))
         try:
             fit = fit_async if self.is_async else _fit_sync
-            history = fit(self, cfg_dict, tracking, stop)
+            # The workers get the typed config: dataclasses pickle across Ray, every default is the schema's.
+            history = fit(self, to_dataclass(cfg), tracking, stop)
             if not stop.requested:
                 self._report(history, tracking)
         finally:
@@ -263,7 +265,7 @@ class _Job:
                         first, tail, k)
 
 
-def _fit_sync(job: _Job, cfg_dict: Dict[str, Any], tracking: Any, stop: Any) -> list:
+def _fit_sync(job: _Job, typed_cfg: Any, tracking: Any, stop: Any) -> list:
     """The synchronous trainer: an actor/rollout/ref worker group (and a critic group for gae)."""
     from verl_lite.config import roles
     from verl_lite.trainer.ppo_trainer import PPOTrainer
@@ -276,10 +278,10 @@ def _fit_sync(job: _Job, cfg_dict: Dict[str, Any], tracking: Any, stop: Any) -> 
                 actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.name, len(job.train_set))
     actor_wg = critic_wg = None
     try:
-        actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", cfg_dict, job.world, job.device,
+        actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", typed_cfg, job.world, job.device,
                                bool(t.ray), job.threads, call_timeout_s=job.call_timeout_s)
         if roles.critic_enabled(cfg):
-            critic_wg = WorkerGroup(CriticWorker, "critic", cfg_dict, job.world, job.device, bool(t.ray), job.threads,
+            critic_wg = WorkerGroup(CriticWorker, "critic", typed_cfg, job.world, job.device, bool(t.ray), job.threads,
                                     call_timeout_s=job.call_timeout_s)
         trainer = PPOTrainer(cfg, job.device, actor_wg, critic_wg, job.tokenizer, job.train_set, job.val_set,
                              job.reward_fn, tracking, job.out_dir, stop=stop, resume=job.resume)

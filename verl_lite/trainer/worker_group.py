@@ -47,14 +47,14 @@ def worker_resources(device: str) -> Dict[str, Any]:
 
 
 class WorkerGroup:
-    def __init__(self, cls: type, name: str, cfg_dict: Dict[str, Any], world_size: int, device: str,
+    def __init__(self, cls: type, name: str, cfg: Any, world_size: int, device: str,
                  use_ray: bool = True, threads: int = 1, call_timeout_s: Optional[float] = None,
                  init_timeout_s: float = 600.0):
         self.name, self.world_size, self.use_ray = name, world_size, use_ray
         self.call_timeout_s = call_timeout_s
         self.pids: List[Optional[int]] = []
         port = free_port()
-        args = lambda rank: (cfg_dict, rank, world_size, "127.0.0.1", port, device, threads)  # noqa: E731
+        args = lambda rank: (cfg, rank, world_size, "127.0.0.1", port, device, threads)  # noqa: E731
         cls = with_fault_hook(cls)
         if use_ray:
             import ray
