@@ -22,8 +22,7 @@ import importlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from verl_lite.config import roles
-
-MODEL_TYPES = ("language_model", "value_model")
+from verl_lite.config.choices import MODEL_TYPES
 ENGINE_DEVICES = ("cpu", "cuda", "npu")
 
 EngineKey = Tuple[str, str, str]
@@ -129,6 +128,8 @@ class EngineRegistry(Registry):
         """Register "module:Class" for one device or several; without `target`, a class decorator
         that records the class's own "module:qualname" (the class is not changed)."""
         devices = [device] if isinstance(device, str) else list(device)
+        if model_type not in MODEL_TYPES:
+            raise RegistryError(f"engine model_type {model_type!r} is not one of {', '.join(MODEL_TYPES)}")
 
         def add_all(t: str) -> None:
             for d in devices:

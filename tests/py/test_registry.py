@@ -149,3 +149,10 @@ def test_rollouts_are_registered_by_name_and_a_miss_lists_them():
         RegistryError, match=r"no rollout registered for name=vlm: registered: hf, vllm \(did you mean 'vllm'\?\)"
     ):
         ROLLOUTS.resolve("vlm")
+
+
+def test_an_engine_for_an_unknown_model_type_is_refused_at_registration():
+    from verl_lite.registry import EngineRegistry, RegistryError
+
+    with pytest.raises(RegistryError, match="engine model_type 'reward_model' is not one of language_model, value_model"):
+        EngineRegistry().register("reward_model", "fsdp", "cpu", "pkg.mod:Cls")

@@ -11,6 +11,8 @@ import difflib
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 STRATEGIES = ("fsdp", "megatron")
+# What an engine computes: log-probs (actor, ref) or values (critic); the registry's first key.
+MODEL_TYPES = ("language_model", "value_model")
 DEVICES = ("auto", "cuda", "npu", "cpu")
 DEVICE_ALIASES = {"gpu": "cuda"}
 LOSS_AGG_MODES = (

@@ -24,8 +24,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from verl_lite.config.schema import ModelConfig, OptimConfig
 from verl_lite.config.sections import as_section, role_section_class
 
-MODEL_TYPES = ("language_model", "value_model")
-
 
 class CPUSnapshotUnsupported(NotImplementedError):
     """The engine does not implement `snapshot_to_cpu` / `restore_from_cpu`."""
