@@ -71,6 +71,7 @@ def bench_rule(reps: int) -> None:
 def bench_model(reps: int) -> None:
     import torch
 
+    from verl_lite.config.schema import ModelConfig
     from verl_lite.models.hf import build_causal_lm
 
     print("\ntiny Qwen3.5 (verl_lite/assets/tiny-qwen3_5), 128 sequences, ms")
@@ -79,7 +80,7 @@ def bench_model(reps: int) -> None:
         ids = torch.randint(3, 48, (128, tokens), generator=torch.Generator().manual_seed(0))
         mask = torch.ones_like(ids)
         for chunk in (64, None):
-            model = build_causal_lm({"path": "tiny-qwen3_5", "init_seed": 0, "linear_attention_chunk_size": chunk})
+            model = build_causal_lm(ModelConfig(path="tiny-qwen3_5", init_seed=0, linear_attention_chunk_size=chunk))
 
             def train():
                 model(input_ids=ids, attention_mask=mask).logits.logsumexp(-1).mean().backward()

@@ -171,6 +171,7 @@ def trl_worker(spec: Dict[str, Any]) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
     from verl_lite.data.synthetic import compute_score
+    from verl_lite.config.schema import ModelConfig
     from verl_lite.models.hf import build_causal_lm
 
     rows = pq.read_table(os.path.join(spec["data_dir"], "train.parquet")).to_pylist()
@@ -178,7 +179,7 @@ def trl_worker(spec: Dict[str, Any]) -> None:
                                   "ground_truth": r["reward_model"]["ground_truth"],
                                   "data_source": r["data_source"]} for r in rows])
     # verl_lite's init: same weights on both sides. Chunk 64 is transformers' own setting (stock TRL).
-    model = build_causal_lm({"path": MODEL, "init_seed": 0, "linear_attention_chunk_size": spec["chunk"]})
+    model = build_causal_lm(ModelConfig(path=MODEL, init_seed=0, linear_attention_chunk_size=spec["chunk"]))
     tokens: List[int] = []
     gen_s: List[float] = []
     scores: List[float] = []
