@@ -28,7 +28,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import re  # noqa: E402 (imports after the sys.path fix)
 
-from verl_lite.data.local_dataset import Dataset, InputError, main  # noqa: E402
+from verl_lite.data.local_dataset import Dataset, InputError, main, pop_text  # noqa: E402
 
 DATA_SOURCE = "openai/gsm8k"
 INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -38,10 +38,7 @@ _ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
 def make_row(where, record, split, index):
     """verl's row for one GSM8K example: the columns besides question and answer, then verl's."""
     row = dict(record)
-    question, answer = row.pop("question"), row.pop("answer")
-    for name, value in (("question", question), ("answer", answer)):
-        if not isinstance(value, str):
-            raise InputError(f"{where}: '{name}' is {type(value).__name__}, expected a string")
+    question, answer = pop_text(row, where, "question", "answer")
     match = _ANSWER.search(answer)
     if match is None:
         raise InputError(f"{where}: the answer has no '#### <number>' to take the ground truth from")

@@ -30,7 +30,7 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
-from verl_lite.data.local_dataset import Dataset, InputError, main  # noqa: E402 (imports after the sys.path fix)
+from verl_lite.data.local_dataset import Dataset, InputError, main, pop_text  # noqa: E402 (imports after the sys.path fix)
 from verl_lite.reward.math import last_boxed_answer  # noqa: E402
 
 DATA_SOURCE = "DigitalLearningGmbH/MATH-lighteval"
@@ -40,10 +40,7 @@ INSTRUCTION = "Let's think step by step and output the final answer within \\box
 def make_row(where, record, split, index):
     """verl's row for one MATH example: the columns besides problem and solution, then verl's."""
     row = dict(record)
-    problem, solution = row.pop("problem"), row.pop("solution")
-    for name, value in (("problem", problem), ("solution", solution)):
-        if not isinstance(value, str):
-            raise InputError(f"{where}: '{name}' is {type(value).__name__}, expected a string")
+    problem, solution = pop_text(row, where, "problem", "solution")
     answer = last_boxed_answer(solution)
     if answer is None:
         raise InputError(f"{where}: the solution has no \\boxed{{...}} answer to take the ground truth from")

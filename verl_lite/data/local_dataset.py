@@ -97,6 +97,15 @@ def read_records(dataset: Dataset, path: str) -> Iterator[Tuple[str, Dict[str, A
         yield f"{path} row {i}", record
 
 
+def pop_text(row: Dict[str, Any], where: str, *names: str) -> List[str]:
+    """Remove the named columns from a record and return them; each must be a string."""
+    values = [row.pop(name) for name in names]
+    for name, value in zip(names, values):
+        if not isinstance(value, str):
+            raise InputError(f"{where}: '{name}' is {type(value).__name__}, expected a string")
+    return values
+
+
 def convert_split(dataset: Dataset, root: str, split: str) -> List[Dict[str, Any]]:
     rows: List[Dict[str, Any]] = []
     for path in split_files(dataset, root, split):
