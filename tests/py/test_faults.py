@@ -302,7 +302,13 @@ def ray_env():
 def test_ctrl_c_on_a_ray_run_checkpoints_exits_130_and_the_resumed_run_matches_the_uninterrupted_one(
         data_dir, reference, tmp_path, ray_env, ray_here):
     out = tmp_path / "run"
-    args = overrides(data_dir, out, *ray_env)
+    # The default reward, 0.05 s slower per response (~0.8 s a step): the Ctrl-C below must land
+    # mid-run, and a step of the tiny model alone takes ~0.1 s, so all six could finish first.
+    slow = tmp_path / "slow_reward.py"
+    slow.write_text("import time\nfrom verl_lite.data.synthetic import compute_score as score\n\n\n"
+                    "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    time.sleep(0.05)\n    return score(data_source, solution_str, ground_truth, extra_info)\n")
+    args = overrides(data_dir, out, *ray_env, f"custom_reward_function.path={slow}")
     proc = start(args, tmp_path / "1.log", new_session=True)
     wait_for(lambda: logged_steps(out) >= 1 or proc.poll() is not None, TIMEOUT_S, "the first step")
     tree = descendants(proc.pid)
