@@ -29,7 +29,6 @@ from verl_lite.trainer.loop import StopRequest
 logger = logging.getLogger("verl_lite")
 
 
-
 class Abandoned(BaseException):
     """A second stop signal: leave the current step now (not an Exception: nothing may swallow it)."""
 
