@@ -383,7 +383,7 @@ def summarize(cfg: Any) -> str:
         f"rollout       : {rollout.name} TP {rollout.tensor_model_parallel_size} -> "
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
-    lines.append(f"ray           : {describe_ray(cfg, device, rules.world_size(cfg))}")
+    lines.append(f"ray           : {describe_ray(cfg, device)}")
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
     env = mask_env(get_runtime_env(cfg, device, gpu_capability=capability)["env_vars"])
     lines.append("runtime env   : " + redact(" ".join(f"{k}={v}" for k, v in sorted(env.items()))))

@@ -117,14 +117,29 @@ def ray_join_address(cfg: Any) -> Optional[str]:
     return None if address == "local" else address
 
 
+def ray_workers(cfg: Any) -> int:
+    """Ray actors of the run's ranks: nnodes x n_gpus_per_node, or for fully-async the training
+    pool's ranks plus the rollout replicas."""
+    from verl_lite.config import async_rules
+
+    if cfg.async_training.enable:
+        return async_rules.train_world(cfg) + async_rules.rollout_replicas(cfg)
+    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+
+
+def uses_ray(cfg: Any) -> bool:
+    """Whether the run starts or joins Ray: trainer.ray, and fully-async always."""
+    return bool(cfg.trainer.ray) or bool(cfg.async_training.enable)
+
+
 def local_ray_cpus(cfg: Any, device: str, world: int) -> int:
     """CPUs of a local cluster: `ray_init.num_cpus`, else the machine's, at least one per rank + the driver's actors on CPU."""
     return int(cfg.ray_init.num_cpus or max(os.cpu_count() or 1, world + 1 if device == "cpu" else 1))
 
 
-def describe_ray(cfg: Any, device: str, world: int) -> str:
+def describe_ray(cfg: Any, device: str) -> str:
     """Which Ray cluster the run uses and with which settings (the preflight summary's line)."""
-    if not cfg.trainer.ray:
+    if not uses_ray(cfg):
         return "not used (trainer.ray=false: one in-process worker)"
     address = ray_join_address(cfg)
     if address:
@@ -134,7 +149,7 @@ def describe_ray(cfg: Any, device: str, world: int) -> str:
     loopback = env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() not in ("1", "true")
     parts = [
         "127.0.0.1 only" if loopback else "every interface (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is set)",
-        f"{local_ray_cpus(cfg, device, world)} CPUs",
+        f"{local_ray_cpus(cfg, device, ray_workers(cfg))} CPUs",
         "dashboard on" if cfg.ray_init.include_dashboard else "dashboard off",
         f"RAY_AUTH_MODE={env['RAY_AUTH_MODE']}" + ("" if "RAY_AUTH_MODE" in os.environ else " for this cluster"),
     ]

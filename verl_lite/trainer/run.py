@@ -22,7 +22,8 @@ from typing import Any, Iterator, Optional
 from verl_lite.config import async_rules
 from verl_lite.config.compose import ConfigError
 from verl_lite.faults import fault_spec, reset_faults
-from verl_lite.runtime_env import LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address
+from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address, ray_workers,
+                                   uses_ray)
 from verl_lite.secrets import redact, redacted_logs
 from verl_lite.trainer.loop import StopRequest
 
@@ -180,10 +181,8 @@ class _Job:
                 raise ConfigError(problems)
         self.device = resolve_device(t.device)
         self.world = int(t.nnodes) * int(t.n_gpus_per_node)
-        # Fully-async runs on Ray always: a training pool and a rollout pool.
-        self.uses_ray = bool(t.ray) or self.is_async
-        self.ray_workers = (async_rules.train_world(cfg) + async_rules.rollout_replicas(cfg) if self.is_async
-                            else self.world)
+        self.uses_ray = uses_ray(cfg)  # fully-async always: a training pool and a rollout pool
+        self.ray_workers = ray_workers(cfg)
         self.out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
         os.makedirs(self.out_dir, exist_ok=True)
         model = actor_rollout_ref.model
