@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.faults import fault_point
 from verl_lite.trainer.checkpoint import DRIVER_STATE
-from verl_lite.trainer.loop import StepLoop, StopRequest
+from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 
 logger = logging.getLogger("verl_lite")
 
@@ -374,17 +374,15 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
     resumed from the checkpoint the job selected; returns the step history."""
     import ray
 
-    from verl_lite.checkpoint_files import CheckpointError
     from verl_lite.config import async_rules
     from verl_lite.trainer.async_buffer import ChunkBuffer
     from verl_lite.trainer.async_workers import TrainWorker
-    from verl_lite.trainer.checkpoint import RESUME_FIX
+    from verl_lite.trainer.checkpoint import load_into_workers
     from verl_lite.trainer.worker_group import WorkerGroup
 
     cfg, t, d, actor_rollout_ref = job.cfg, job.cfg.trainer, job.cfg.data, job.cfg.actor_rollout_ref
     batch, n = int(d.train_batch_size), int(actor_rollout_ref.rollout.n)
-    total = (int(t.total_training_steps) if t.total_training_steps
-             else (len(job.train_set) // batch) * int(t.total_epochs))
+    total = total_steps(cfg, len(job.train_set))
     train_world, replicas = async_rules.train_world(cfg), async_rules.rollout_replicas(cfg)
     logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
                 "sync every %d step(s), staleness <= %d (%s)", job.device, t.nnodes, t.n_gpus_per_node,
@@ -399,10 +397,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
         state: Dict[str, Any] = {}
         if job.resume is not None:
             path, state = job.resume
-            try:
-                train_wg.call_all("load_checkpoint", path)
-            except Exception as e:
-                raise CheckpointError(f"resuming from {path} failed: {e} {RESUME_FIX}") from e
+            load_into_workers(path, train_wg)
             logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are "
                         "skipped)", path, state["global_step"])
         chunk_groups = max(1, min(batch, int(actor_rollout_ref.rollout.micro_batch_size or 256) // n))

@@ -204,6 +204,17 @@ class CheckpointManager:
             shutil.rmtree(doomed, ignore_errors=True)
 
 
+def load_into_workers(path: str, *worker_groups: Any) -> None:
+    """Load the checkpoint at `path` into every rank of each worker group (None entries skipped);
+    a failure is a CheckpointError naming the checkpoint and the way out."""
+    try:
+        for group in worker_groups:
+            if group is not None:
+                group.call_all("load_checkpoint", path)
+    except Exception as e:
+        raise CheckpointError(f"resuming from {path} failed: {e} {RESUME_FIX}") from e
+
+
 def select_checkpoint(cfg: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
     """(path, driver state) of the checkpoint trainer.resume_mode selects, verified against its
     manifest, or None to start afresh. Imports no torch and builds nothing, so run.py asks before

@@ -22,6 +22,15 @@ class StopRequest:
         return self.signum is not None
 
 
+def total_steps(cfg: Any, n_prompts: int) -> int:
+    """trainer.total_training_steps, else total_epochs full batches of the training prompts (the
+    last partial batch is dropped, as verl's dataloader does)."""
+    t = cfg.trainer
+    if t.total_training_steps:
+        return int(t.total_training_steps)
+    return (n_prompts // int(cfg.data.train_batch_size)) * int(t.total_epochs)
+
+
 class StepLoop:
     """Base of the trainers: subclasses set these attributes and implement `_save` (write a
     checkpoint of `global_step` through `ckpt` and set `saved_step`)."""

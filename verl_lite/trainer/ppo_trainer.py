@@ -19,12 +19,11 @@ import numpy as np
 import torch
 
 from verl_lite.batch import Batch, left_pad, select, split
-from verl_lite.checkpoint_files import CheckpointError
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.checkpoint import DRIVER_STATE, RESUME_FIX, CheckpointManager, select_checkpoint
-from verl_lite.trainer.loop import StepLoop, StopRequest
+from verl_lite.trainer.checkpoint import DRIVER_STATE, CheckpointManager, load_into_workers, select_checkpoint
+from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +92,7 @@ class PPOTrainer(StepLoop):
         self.stop = stop or StopRequest()
         self.resume = resume  # select_checkpoint's answer when the caller already asked (run.py does)
         self.history: List[Dict[str, Any]] = []
-        t = cfg.trainer
-        per_epoch = self.sampler.batches_per_epoch
-        self.total_steps = int(t.total_training_steps) if t.total_training_steps else per_epoch * int(t.total_epochs)
+        self.total_steps = total_steps(cfg, len(train_set))
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -120,12 +117,7 @@ class PPOTrainer(StepLoop):
         if self.resume is None:
             return False
         path, state = self.resume
-        try:
-            self.actor_wg.call_all("load_checkpoint", path)
-            if self.critic_wg is not None:
-                self.critic_wg.call_all("load_checkpoint", path)
-        except Exception as e:
-            raise CheckpointError(f"resuming from {path} failed: {e} {RESUME_FIX}") from e
+        load_into_workers(path, self.actor_wg, self.critic_wg)
         self.sampler.load_state_dict(state["sampler"])
         self.global_step = self.saved_step = int(state["global_step"])
         self.history = list(state.get("history", []))
