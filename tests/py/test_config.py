@@ -160,11 +160,14 @@ def test_deleting_a_schema_key_is_refused():
 
 
 def test_sweeps_packages_options_and_syntax_errors_are_each_reported():
-    problems = problems_of("trainer.nnodes=1,2", "a@pkg=1", "--config-name=ppo", "trainer.logger=[console")
-    assert problems[0] == "'trainer.nnodes=1,2': sweeps are not supported (this is one run); give a single value"
-    assert "config packages" in problems[1]
-    assert problems[2] == "unexpected option '--config-name=ppo': verl_lite takes key=value overrides only"
+    problems = problems_of("trainer.nnodes=1,2", "a@pkg=1", "--config-name=ppo", "trainer.logger=[console", "--foo")
+    # verl's --config-name is read before the overrides (as Hydra does), so its problem comes first
+    assert problems[0].startswith("--config-name=ppo is not a verl trainer config verl_lite understands: "
+                                  "choose one of ppo_trainer, ppo_megatron_trainer")
+    assert problems[1] == "'trainer.nnodes=1,2': sweeps are not supported (this is one run); give a single value"
+    assert "config packages" in problems[2]
     assert problems[3].startswith("cannot parse override 'trainer.logger=[console'")
+    assert problems[4] == "unexpected option '--foo': verl_lite takes key=value overrides only"
 
 
 def test_an_unresolvable_interpolation_is_reported_and_the_rest_still_composes():

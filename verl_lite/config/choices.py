@@ -93,7 +93,10 @@ def legacy_key_problem(key: str, value: Any) -> Optional[str]:
     """
     parts = key.split(".")
     if parts[-1] == "model_engine":
-        return migration_message(key, value)
+        if str(value).lower() in LEGACY_STRATEGIES:
+            return migration_message(key, value)
+        return (f"{key}={value} is not supported by verl_lite: choose model_engine=megatron or model_engine=dp "
+                "(fsdp), or set actor_rollout_ref.actor.strategy")
     if parts[-1] in ("backend", "strategy") and str(value).lower() in LEGACY_STRATEGIES:
         return migration_message(key, value)
     if "mindspeed" in parts[:-1]:

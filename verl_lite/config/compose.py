@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf import errors as oc_errors
 
-from verl_lite.config import choices, keys
+from verl_lite.config import choices, keys, verl_names
 from verl_lite.config.overrides import Override, OverrideSyntaxError
 from verl_lite.config.overrides import parse as parse_override
 from verl_lite.config.schema import VerlLiteConfig
@@ -75,6 +75,9 @@ def _key_problem(cfg: DictConfig, override: Override) -> Optional[str]:
         legacy = choices.legacy_key_problem(key, value)
         if legacy:
             return legacy
+        verl = verl_names.verl_key_problem(key, value)
+        if verl:
+            return verl
         return _unknown_key_message(key, adding=override.kind in ("add", "force_add"))
     if override.kind == "delete":
         if in_schema:
@@ -95,7 +98,8 @@ def _key_problem(cfg: DictConfig, override: Override) -> Optional[str]:
         return None
     if override.kind == "force_add":
         return None
-    if not in_schema and not _exists(cfg, key):
+    if not in_schema and not _exists(cfg, key) and not verl_names.is_verl_key(key):
+        # verl's own keys inside an open section (checkpoint.save_contents) exist in verl: no `+` needed
         return f"{key!r} does not exist yet in {section}; add it with {'+' + line!r}"
     return None
 
@@ -115,7 +119,8 @@ def _apply(cfg: DictConfig, override: Override) -> Optional[str]:
             parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
             del parent[leaf]
         else:
-            force_add = override.kind in ("add", "force_add")
+            force_add = override.kind in ("add", "force_add") or (
+                keys.open_section_of(key) != "" and verl_names.is_verl_key(key))
             if key in choices.LIST_CHOICES and isinstance(value, str):
                 value = [value]  # `trainer.logger=console`: one name for a list, as verl accepts it
             OmegaConf.update(cfg, key, value, merge=True, force_add=force_add)
@@ -213,8 +218,9 @@ def _choice_values(cfg: DictConfig) -> Dict[str, Any]:
 def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]]:
     """Build the config and list its problems without raising (the check reports both)."""
     cfg = OmegaConf.structured(VerlLiteConfig)
-    problems: List[str] = []
-    for line in overrides:
+    # verl's config groups (model_engine=..., --config-name=...) apply first, as in Hydra
+    groups, rest, problems = verl_names.split_options(overrides)
+    for line in [*groups, *rest]:
         if not isinstance(line, str):
             problems.append(f"override {line!r} is not a string")
             continue
@@ -226,7 +232,10 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
         except OverrideSyntaxError as e:
             problems.append(str(e))
             continue
-        problem = _apply(cfg, override)
+        override = override._replace(key=verl_names.alias(override.key, override.value))
+        if verl_names.same_as_verl_lite(override.key, override.value):
+            continue
+        problem = verl_names.value_problem(override.key, override.value) or _apply(cfg, override)
         if problem:
             problems.append(problem)
 
@@ -236,7 +245,7 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
     if normalized != device and normalized in choices.DEVICES:
         cfg.trainer.device = normalized
     problems.extend(choices.choice_problems(_choice_values(cfg)))
-    return cfg, problems
+    return cfg, list(dict.fromkeys(problems))  # a line given twice is one problem
 
 
 def load_config(overrides: Sequence[str] = ()) -> DictConfig:

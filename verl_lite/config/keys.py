@@ -87,18 +87,21 @@ def type_name(tp: Any) -> str:
 def suggest(key: str, limit: int = 3) -> List[str]:
     """Real keys close to a misspelled or misplaced `key`, best first.
 
-    1. Keys ending in the same name (a key typed in the wrong section, such as
-       `actor_rollout_ref.actor.tensor_model_parallel_size`).
-    2. When the parent section exists: its fields close to the last name (a typo in the name).
+    1. Keys ending in the same specific name (a key typed in the wrong section, such as
+       `actor_rollout_ref.actor.tensor_model_parallel_size`). A one-word name (`enable`, `path`,
+       `type`) is not specific: `algorithm.filter_groups.enable` does not mean `critic.enable`.
+    2. When the parent section exists: its fields within a typo of the last name (similarity >= 0.85:
+       `n_gpu_per_node` -> `n_gpus_per_node`, but not a token budget -> a sample count).
     3. Otherwise: difflib over the full dotted names (a typo in a section name).
+    Hints point only at a key that means the same thing; none is better than a wrong one.
     """
     table = key_table()
     parent, _, last = key.rpartition(".")
-    same_name = [k for k in table if k.rsplit(".", 1)[-1] == last and k != key]
+    same_name = [k for k in table if "_" in last and k.rsplit(".", 1)[-1] == last and k != key]
     ranked = sorted(same_name, key=lambda k: difflib.SequenceMatcher(None, key, k).ratio(), reverse=True)
     if parent in table and table[parent].section:
         children = [k.rsplit(".", 1)[-1] for k in table if k.rpartition(".")[0] == parent]
-        close = [f"{parent}.{c}" for c in difflib.get_close_matches(last, children, n=limit, cutoff=0.6)]
+        close = [f"{parent}.{c}" for c in difflib.get_close_matches(last, children, n=limit, cutoff=0.85)]
     else:
         close = difflib.get_close_matches(key, list(table), n=limit, cutoff=0.75)
     ranked.extend(k for k in close if k not in ranked)

@@ -26,8 +26,8 @@ class DataConfig:
     prompt_key: str = "prompt"
     # Prompts per step (before repetition by rollout.n).
     train_batch_size: int = 32
-    # verl: prompts per validation batch (null = the whole set at once). Not read by verl_lite yet:
-    # validation generates the whole validation set in one call.
+    # verl: prompts per validation batch (null = the whole set at once). Not supported by verl_lite yet:
+    # validation generates the whole validation set in one call; a value is refused.
     val_batch_size: Optional[int] = None
     # Longest prompt in tokens (after the chat template); longer ones follow data.truncation, or are
     # dropped with filter_overlong_prompts.
@@ -45,7 +45,7 @@ class DataConfig:
     # Seed of the prompt shuffle (data.shuffle).
     seed: int = 1
     # verl: also hand on the untemplated chat messages (for agent loops, reward models).
-    # Not read by verl_lite yet.
+    # Not supported by verl_lite yet: True is refused (verl's default is True).
     return_raw_chat: bool = False
     # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
     # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
@@ -109,17 +109,18 @@ class MegatronConfig:
     # Tensor parallel size inside the experts (ETP); null = TP.
     expert_tensor_parallel_size: Optional[int] = None
     # verl: Megatron sequence parallelism (activations split along the sequence over the TP group).
-    # Not supported by verl_lite yet: with TP > 1 it logs a warning and runs without it.
-    sequence_parallel: bool = True
+    # Not supported by verl_lite yet: True with TP > 1 is refused by the preflight. verl's default is
+    # True; verl_lite's is False so that verl's scripts, which leave it unset, run.
+    sequence_parallel: bool = False
     # Shard the optimizer state over data-parallel ranks (Megatron's distributed optimizer);
     # on cuda and npu only, ignored on cpu.
     use_distributed_optimizer: bool = True
     # verl: offload the parameters to CPU between uses (less device memory, slower).
-    # Not read by verl_lite yet.
+    # Not supported by verl_lite yet: True is refused by the preflight for a role that runs.
     param_offload: bool = False
-    # verl: offload the gradients to CPU between uses. Not read by verl_lite yet.
+    # verl: offload the gradients to CPU between uses. Not supported yet: True is refused.
     grad_offload: bool = False
-    # verl: offload the optimizer state to CPU between uses. Not read by verl_lite yet.
+    # verl: offload the optimizer state to CPU between uses. Not supported yet: True is refused.
     optimizer_offload: bool = False
     # Seed of Megatron's model-parallel RNG tracker (model_parallel_cuda_manual_seed).
     seed: int = 42
@@ -129,18 +130,19 @@ class MegatronConfig:
     # HF weights with its own converter (engine/megatron_weights.py).
     use_mbridge: bool = False
     # verl: a Megatron distributed checkpoint to load the initial weights from (use_dist_checkpointing).
-    # Not read by verl_lite yet.
+    # Not supported by verl_lite yet: a path is refused by the preflight.
     dist_checkpointing_path: Optional[str] = None
 
 
 @dataclass
 class FSDPConfig:
-    # verl: offload the parameters to CPU (less device memory, slower). Not read by verl_lite yet.
+    # verl: offload the parameters to CPU (less device memory, slower). Not supported by verl_lite yet:
+    # True is refused by the preflight for a role that runs.
     param_offload: bool = False
-    # verl: offload the optimizer state to CPU. Not read by verl_lite yet.
+    # verl: offload the optimizer state to CPU. Not supported yet: True is refused.
     optimizer_offload: bool = False
-    # verl: ranks per FSDP shard group (hybrid sharding); -1 = all ranks. Not read by verl_lite yet:
-    # it always shards over all data-parallel ranks.
+    # verl: ranks per FSDP shard group (hybrid sharding); -1 = all ranks. Not supported by verl_lite yet:
+    # it always shards over all data-parallel ranks; other values are refused.
     fsdp_size: int = -1
     # FSDP2: free the gathered parameters after forward (less memory, another all-gather in backward);
     # matters only with more than one rank.
@@ -161,8 +163,9 @@ class ModelConfig:
     # Let transformers run the model directory's own Python code (config, model, tokenizer); only for
     # directories you trust.
     trust_remote_code: bool = False
-    # verl: pack sequences without padding in the forward. Not implemented in verl_lite: only the
-    # preflight reads it (refused for Qwen3.5 GDN models on megatron).
+    # verl: pack sequences without padding in the forward. Not supported by verl_lite yet: True is
+    # refused by the preflight (with the GDN reason for Qwen3.5 on megatron). verl's megatron spelling
+    # <role>.megatron.use_remove_padding is the same key.
     use_remove_padding: bool = False
     # Recompute activations in backward to save memory (transformers' gradient checkpointing);
     # fsdp strategy only, the megatron engine does not read it.
@@ -180,6 +183,15 @@ class ModelConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    # vanilla: PPO's clipped ratio per token with dual clip (clip_ratio_low/high/c); gspo: the
+    # sequence-level ratio exp(mean log-ratio) per response, clipped (GSPO; verl uses clip ratios of
+    # about 3e-4/4e-4 for it); geo_mean: GMPO, the geometric mean of token ratios clipped in log space.
+    # verl's other modes (clip_cov, kl_cov, gpg, ...) are refused.
+    loss_mode: str = "vanilla"
+
+
+@dataclass
 class ActorConfig:
     # fsdp (torch-native) | megatron. On device npu, megatron is served by MindSpeed engines.
     strategy: str = "fsdp"
@@ -193,15 +205,17 @@ class ActorConfig:
     # Sequences per forward/backward on each rank in the actor update (gradients accumulate over a
     # mini-batch); null = ppo_micro_batch_size, else 64. Also the log-prob passes' fallback.
     ppo_micro_batch_size_per_gpu: Optional[int] = None
-    # verl: size micro-batches by tokens (ppo_max_token_len_per_gpu). Not implemented in verl_lite: only
-    # the preflight reads it (skips the micro-batch divisibility check; refused for GDN on megatron).
+    # verl: size micro-batches by tokens (ppo_max_token_len_per_gpu). Not supported by verl_lite yet:
+    # True is refused by the preflight.
     use_dynamic_bsz: bool = False
-    # verl: token budget per rank of a dynamic micro-batch (use_dynamic_bsz). Not read by verl_lite yet.
+    # verl: token budget per rank of a dynamic micro-batch; used only with use_dynamic_bsz, which is
+    # refused, so any value is accepted (as verl ignores it with use_dynamic_bsz=False).
     ppo_max_token_len_per_gpu: int = 16384
     # Passes over each step's batch in the actor update. With 1 epoch and 1 mini-batch the update's own
     # forward gives the old log-probs (no scoring pass).
     ppo_epochs: int = 1
-    # verl: shuffle the samples between PPO epochs. Not read by verl_lite yet (mini-batches keep their order).
+    # verl: shuffle the samples between PPO epochs. Not supported by verl_lite yet (mini-batches keep their
+    # order): True is refused.
     shuffle: bool = False
     # PPO clip epsilon: the ratio is clipped to [1 - clip_ratio, 1 + clip_ratio]; default of
     # clip_ratio_low and clip_ratio_high.
@@ -215,9 +229,9 @@ class ActorConfig:
     # How the per-token policy, entropy and KL losses become one number: mean or sum over all tokens,
     # or per sequence first; normalised by global counts over DP ranks.
     loss_agg_mode: str = "token-mean"
-    # verl: the policy loss (vanilla, clip-cov, kl-cov, gpg, ...; verl 0.9 has policy_loss.loss_mode).
-    # Not read by verl_lite yet: the loss is always vanilla PPO (clip and dual clip).
-    policy_loss: str = "vanilla"
+    # The policy loss: policy_loss.loss_mode = vanilla (PPO clip with dual clip), gspo (sequence-level
+    # ratio) or geo_mean (GMPO); other verl modes are refused. `policy_loss=<mode>` (older verl) is the same.
+    policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
     # Entropy bonus: loss -= entropy_coeff * entropy (aggregated by loss_agg_mode); 0 = off.
     entropy_coeff: float = 0.0
     # Add kl_loss_coef * KL(actor || ref) to the actor loss (GRPO style); builds the ref model and scores
@@ -230,12 +244,14 @@ class ActorConfig:
     # verl's legacy clip key, no longer read by verl 0.9: optim.clip_grad is the clip applied. Not read
     # by verl_lite either; the preflight refuses a changed value and names optim.clip_grad.
     grad_clip: float = 1.0
-    # verl: torch.compile the model. Not read by verl_lite yet.
+    # verl: torch.compile the model. Not supported by verl_lite yet: True is refused. verl's default is
+    # True; verl_lite's is False so that leaving it unset means what runs.
     use_torch_compile: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
-    # verl: what checkpoints save and load (save_contents, load_contents, async_save). Not read by
-    # verl_lite yet: a checkpoint always holds the model, optimizer, LR schedule and RNG state.
+    # verl: what checkpoints save and load (save_contents, load_contents, async_save). Not supported by
+    # verl_lite yet: a checkpoint always holds the model, optimizer, LR schedule and RNG state, and every
+    # key set here is refused by the preflight.
     checkpoint: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -258,13 +274,13 @@ def _ref_megatron() -> MegatronConfig:
 class RefConfig:
     # Backend of the reference model, built only when actor.use_kl_loss or algorithm.use_kl_in_reward is on.
     strategy: Optional[str] = None  # None = same as the actor
-    # verl's deprecated global micro batch of the ref log-prob pass. Not read by verl_lite yet.
+    # verl's deprecated global micro batch of the ref log-prob pass. Not supported: a value is refused.
     log_prob_micro_batch_size: Optional[int] = None
-    # verl: sequences per forward on each rank in the ref log-prob pass. Not read by verl_lite yet:
-    # the ref uses rollout.log_prob_micro_batch_size_per_gpu.
+    # verl: sequences per forward on each rank in the ref log-prob pass. The ref scores with the actor's
+    # log-prob micro-batch (rollout.log_prob_micro_batch_size_per_gpu): a different value is refused.
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
-    # verl: token-sized micro-batches in the ref log-prob pass. Not implemented in verl_lite: only the
-    # preflight reads it (refused for GDN models on megatron).
+    # verl: token-sized micro-batches in the ref log-prob pass. Not supported by verl_lite yet: True is
+    # refused by the preflight.
     log_prob_use_dynamic_bsz: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
@@ -332,8 +348,8 @@ class RolloutConfig:
 
 @dataclass
 class ActorRolloutRefConfig:
-    # verl: actor and rollout share one worker and its devices (verl supports only true). Not read by
-    # verl_lite yet: synchronous training always colocates actor, ref and rollout.
+    # verl: actor and rollout share one worker and its devices. Synchronous training always colocates
+    # (False is refused); fully-async training (async_training.enable) needs False, as in verl.
     hybrid_engine: bool = True
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
@@ -354,13 +370,12 @@ class CriticConfig:
     model: ModelConfig = field(default_factory=lambda: ModelConfig(path=""))
     # Prompts per critic mini-batch, one optimizer step each; null = actor.ppo_mini_batch_size.
     ppo_mini_batch_size: Optional[int] = None
-    # verl's deprecated global micro batch. Not read by verl_lite yet (the critic uses
+    # verl's deprecated global micro batch. Not supported: a value is refused (set
     # ppo_micro_batch_size_per_gpu).
     ppo_micro_batch_size: Optional[int] = None
     # Sequences per forward/backward on each rank in the critic update and value pass; null = 64.
     ppo_micro_batch_size_per_gpu: Optional[int] = None
-    # verl: token-sized micro-batches for the critic. Not implemented in verl_lite: only the preflight
-    # reads it (skips the micro-batch divisibility check; refused for GDN on megatron).
+    # verl: token-sized micro-batches for the critic. Not supported by verl_lite yet: True is refused.
     use_dynamic_bsz: bool = False
     # Critic passes over each batch; null = actor.ppo_epochs.
     ppo_epochs: Optional[int] = None
@@ -411,10 +426,11 @@ class AlgorithmConfig:
 
 @dataclass
 class RewardModelConfig:
-    # verl: score with a reward model. Not read by verl_lite yet (rule or custom reward functions only).
+    # verl: score with a reward model. Not supported by verl_lite yet: True is refused (rule or custom
+    # reward functions only).
     enable: bool = False
-    # verl: the reward manager (naive, prime, dapo, batch, ...). Not read by verl_lite yet: it always
-    # scores like naive, one score per response on its last token.
+    # verl: the reward manager (naive, prime, dapo, batch, ...). verl_lite scores like naive, one score
+    # per response on its last token; other managers are refused.
     reward_manager: str = "naive"
 
 
@@ -470,7 +486,8 @@ class TrainerConfig:
     # Metric backends: console lines, jsonl (default_local_dir/metrics.jsonl), tensorboard, wandb;
     # a single string is taken as a one-element list.
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
-    # verl: validation samples to log to the trackers at each validation. Not read by verl_lite yet.
+    # verl: validation samples to log to the trackers at each validation. Not supported by verl_lite
+    # yet: a value other than 0 is refused.
     log_val_generations: int = 0
     # Nodes of the training pool; ranks = nnodes * n_gpus_per_node, one worker each.
     nnodes: int = 1

@@ -1,0 +1,328 @@
+"""verl's own example runs (tests/py/verl_corpus/runs.json, extracted by extract.py from one pinned
+verl commit) through the preflight, as a verl user would type them: each run either passes
+`python -m verl_lite.check` unchanged (with its device given), or each line verl_lite cannot honour
+is refused with a "not supported" message naming the key.
+
+EXPECTED is today's honest status, run by run: the keys refused (one problem per key, in order).
+An empty list means the run passes. When a feature lands, its keys leave the lists here, so this
+test fails whenever behaviour changes in either direction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from verl_lite.check import collect_problems
+from verl_lite.config import verl_keys
+from verl_lite.config.compose import compose_config
+
+CORPUS = Path(__file__).parent / "verl_corpus" / "runs.json"
+RUNS = {run["name"]: run for run in json.loads(CORPUS.read_text())}
+# the device the run is checked for: the script's DEVICE, else verl's default (cuda)
+DEVICE = {"gpu": "cuda", "npu": "npu"}
+# the key a problem is about: "<role>: <key>=...", "<key>=...", "unknown key '<key>'"
+KEY = re.compile(r"(?:(?:actor|ref|critic): )?(?:unknown key ')?([A-Za-z_]\w*(?:\.[A-Za-z_0-9][\w-]*)+)")
+# what each refusal must say; any key not listed here: "not supported by verl_lite"
+FRAGMENT = {
+    # a key verl does not have at the pinned commit either (verl itself fails on this script)
+    "actor_rollout_ref.rollout.single_turn_response_length": "unknown key",
+    "actor_rollout_ref.rollout.name": "'sglang' is not supported: choose one of",
+    # the fully-async script's train_batch_size=0 (it streams samples one prompt at a time)
+    "data.train_batch_size": "must be a positive integer",
+}
+EXPECTED = {
+    'qwen3_5_35b_megatron_gpu': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.rollout.calculate_log_probs',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'ray_kwargs.ray_init.runtime_env.py_executable',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+        'actor_rollout_ref.ref.megatron.param_offload',
+    ],
+    'qwen3_5_35b_megatron_npu': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.rollout.calculate_log_probs',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.checkpoint.strict',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+        'actor_rollout_ref.actor.use_dynamic_bsz',
+        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
+        'actor_rollout_ref.model.use_remove_padding',
+        'actor_rollout_ref.ref.megatron.param_offload',
+        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
+    ],
+    'qwen3_5_35b_megatron_npu_bridge': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.rollout.calculate_log_probs',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.checkpoint.strict',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+        'actor_rollout_ref.actor.use_dynamic_bsz',
+        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
+        'actor_rollout_ref.model.use_remove_padding',
+        'actor_rollout_ref.ref.megatron.param_offload',
+        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
+    ],
+    'qwen3_5_122b_a10b_megatron_gpu': [
+        'data.filter_overlong_prompts_workers',
+        'actor_rollout_ref.nccl_timeout',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'ray_kwargs.ray_init.runtime_env.py_executable',
+        'actor_rollout_ref.actor.use_torch_compile',
+        'actor_rollout_ref.actor.checkpoint.save_contents',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+    ],
+    'qwen3_5_122b_a10b_megatron_npu': [
+        'data.filter_overlong_prompts_workers',
+        'actor_rollout_ref.nccl_timeout',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.use_torch_compile',
+        'actor_rollout_ref.actor.checkpoint.save_contents',
+        'actor_rollout_ref.actor.checkpoint.strict',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+    ],
+    'qwen3_5_122b_a10b_megatron_npu_bridge': [
+        'data.filter_overlong_prompts_workers',
+        'actor_rollout_ref.nccl_timeout',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.use_torch_compile',
+        'actor_rollout_ref.actor.checkpoint.save_contents',
+        'actor_rollout_ref.actor.checkpoint.strict',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+    ],
+    'qwen3_5_397b_megatron_gpu': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.rollout.calculate_log_probs',
+        'actor_rollout_ref.rollout.data_parallel_size',
+        'actor_rollout_ref.rollout.expert_parallel_size',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+        'actor_rollout_ref.ref.megatron.param_offload',
+    ],
+    'qwen3_5_397b_megatron_npu': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.rollout.calculate_log_probs',
+        'actor_rollout_ref.rollout.data_parallel_size',
+        'actor_rollout_ref.rollout.expert_parallel_size',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.checkpoint.strict',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+        'actor_rollout_ref.ref.megatron.param_offload',
+    ],
+    'qwen3_5_397b_megatron_npu_bridge': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.rollout.calculate_log_probs',
+        'actor_rollout_ref.rollout.data_parallel_size',
+        'actor_rollout_ref.rollout.expert_parallel_size',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'actor_rollout_ref.actor.megatron.dtype',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.checkpoint.strict',
+        'actor_rollout_ref.actor.megatron.param_offload',
+        'actor_rollout_ref.actor.megatron.grad_offload',
+        'actor_rollout_ref.actor.megatron.optimizer_offload',
+        'actor_rollout_ref.ref.megatron.param_offload',
+    ],
+    'qwen3_8b_grpo_fsdp': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'trainer.balance_batch',
+        'ray_kwargs.ray_init.runtime_env.py_executable',
+        'actor_rollout_ref.actor.use_dynamic_bsz',
+        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
+        'actor_rollout_ref.model.use_remove_padding',
+        'actor_rollout_ref.ref.fsdp_config.param_offload',
+        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
+    ],
+    'qwen3_8b_grpo_megatron': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'trainer.balance_batch',
+        'ray_kwargs.ray_init.runtime_env.py_executable',
+        'actor_rollout_ref.actor.use_dynamic_bsz',
+        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
+        'actor_rollout_ref.model.use_remove_padding',
+        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
+    ],
+    'qwen2_5_32b_grpo_fsdp': [
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'ray_kwargs.ray_init.runtime_env.py_executable',
+        'actor_rollout_ref.ref.fsdp_config.param_offload',
+    ],
+    'quickstart_ppo': [
+        'actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu',
+    ],
+    'qwen3_8b_ppo_fsdp_gpu': [
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'critic.ppo_max_token_len_per_gpu',
+        'trainer.balance_batch',
+        'ray_kwargs.ray_init.runtime_env.py_executable',
+        'actor_rollout_ref.actor.use_dynamic_bsz',
+        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
+        'actor_rollout_ref.model.use_remove_padding',
+        'critic.use_dynamic_bsz',
+        'critic.model.use_remove_padding',
+    ],
+    'qwen3_8b_ppo_fsdp_npu': [
+        'actor_rollout_ref.actor.ulysses_sequence_parallel_size',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'critic.ulysses_sequence_parallel_size',
+        'trainer.max_critic_ckpt_to_keep',
+        'actor_rollout_ref.actor.fsdp_config.param_offload',
+        'actor_rollout_ref.actor.fsdp_config.optimizer_offload',
+        'actor_rollout_ref.actor.use_dynamic_bsz',
+        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
+        'actor_rollout_ref.model.use_remove_padding',
+        'critic.fsdp_config.param_offload',
+        'critic.fsdp_config.optimizer_offload',
+        'critic.use_dynamic_bsz',
+        'critic.model.use_remove_padding',
+    ],
+    'qwen3_5_35b_fully_async_megatron': [
+        'data.gen_batch_size',
+        'actor_rollout_ref.rollout.single_turn_response_length',
+        'algorithm.filter_groups.enable',
+        'algorithm.filter_groups.max_num_gen_batches',
+        'algorithm.filter_groups.metric',
+        'actor_rollout_ref.model.use_fused_kernels',
+        'actor_rollout_ref.ref.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
+        'actor_rollout_ref.actor.optim.lr_decay_steps',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
+        'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
+        'actor_rollout_ref.nccl_timeout',
+        'actor_rollout_ref.rollout.calculate_log_probs',
+        'actor_rollout_ref.rollout.multi_turn.enable',
+        'actor_rollout_ref.rollout.multi_turn.max_user_turns',
+        'actor_rollout_ref.rollout.multi_turn.max_assistant_turns',
+        'actor_rollout_ref.rollout.multi_turn.max_tool_response_length',
+        'actor_rollout_ref.rollout.agent.num_workers',
+        'actor_rollout_ref.rollout.disable_log_stats',
+        'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
+        'rollout.total_rollout_steps',
+        'async_training.staleness_threshold',
+        'actor_rollout_ref.model.mtp.enable',
+        'actor_rollout_ref.model.mtp.enable_train',
+        'actor_rollout_ref.model.mtp.mtp_loss_scaling_factor',
+        'actor_rollout_ref.model.mtp.detach_encoder',
+        'actor_rollout_ref.model.mtp.enable_rollout',
+        'actor_rollout_ref.model.mtp.speculative_algorithm',
+        'actor_rollout_ref.model.mtp.speculative_num_steps',
+        'actor_rollout_ref.model.mtp.speculative_eagle_topk',
+        'actor_rollout_ref.model.mtp.speculative_num_draft_tokens',
+        'actor_rollout_ref.rollout.name',
+        'data.train_batch_size',
+    ],
+    'qwen3_06b_grpo_mindspeed_npu_ci': [
+        'actor_rollout_ref.actor.megatron.use_dist_checkpointing',
+        'actor_rollout_ref.ref.megatron.use_dist_checkpointing',
+        'actor_rollout_ref.ref.use_torch_compile',
+        'actor_rollout_ref.actor.megatron.dist_checkpointing_path',
+        'actor_rollout_ref.ref.megatron.dist_checkpointing_path',
+    ],
+}
+
+
+def problems_of(run):
+    device = DEVICE.get(run["env"].get("DEVICE"), "cuda")
+    cfg, problems = compose_config([f"trainer.device={device}", *run["argv"]])
+    return problems + [p for p in collect_problems(cfg, for_training=False) if p not in problems]
+
+
+def test_the_corpus_holds_the_17_runs_from_one_pinned_verl_commit():
+    assert len(RUNS) == 17 and set(RUNS) == set(EXPECTED)
+    assert {run["verl_commit"] for run in RUNS.values()} == {verl_keys.VERL_COMMIT}
+    assert all(run["argv"] and run["entry"].startswith("verl.") for run in RUNS.values())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_run_passes_or_each_refused_line_is_refused_by_name(name):
+    problems = problems_of(RUNS[name])
+    keys = [m.group(1) if (m := KEY.match(p)) else p for p in problems]
+    assert keys == EXPECTED[name], "\n".join(problems)
+    for key, problem in zip(keys, problems):
+        assert FRAGMENT.get(key, "not supported by verl_lite") in problem, problem
+    assert len(set(problems)) == len(problems), "a problem is reported twice"
+
+
+def test_every_refused_key_is_a_key_the_run_sets():
+    for name, keys in EXPECTED.items():
+        typed = " ".join(RUNS[name]["argv"])
+        for key in keys:
+            last = key.rsplit(".", 1)[-1]
+            assert last in typed, f"{name}: {key} is refused but the run does not set it"

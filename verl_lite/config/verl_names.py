@@ -1,0 +1,204 @@
+"""verl's spellings on the way in: its config groups and trainer configs, renamed keys, and the
+settings of verl that verl_lite does not support (refused by name, with what to use instead).
+
+- `model_engine=megatron|dp` is a verl config group: it picks the strategy of actor, ref and critic
+  (`dp` is verl's name for fsdp). Like any Hydra group choice it applies before the key=value
+  overrides, wherever it stands on the line, so an explicit `...strategy=` still wins.
+- `--config-name=ppo_megatron_trainer` (verl's megatron defaults) and
+  `--config-name=fully_async_ppo_megatron_trainer` (the fully-async trainer on megatron) likewise;
+  `ppo_trainer` is verl's default. `--config-path` is accepted only as verl's own `config` dir.
+- Renamed keys (`ALIASES`): verl's current spelling -> the verl_lite key that does the same thing.
+- A key verl has but verl_lite does not (`verl_keys.KEYS`) is refused with
+  "<key>=<value>: verl's setting ... not supported by verl_lite: <what to use instead>", not as a typo.
+
+No omegaconf or torch import; used by `compose` before an override is applied.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import List, Optional, Sequence, Tuple
+
+from verl_lite.config import verl_keys
+
+# verl's trainer config names (--config-name) -> the group choices they stand for
+CONFIG_NAMES = {
+    "ppo_trainer": [],
+    "ppo_megatron_trainer": ["actor_rollout_ref.actor.strategy=megatron"],
+    "fully_async_ppo_megatron_trainer": ["actor_rollout_ref.actor.strategy=megatron", "async_training.enable=True"],
+    "fully_async_ppo_trainer": ["async_training.enable=True"],
+}
+# verl's model_engine group -> the strategy of actor, ref and critic (null ref/critic follow the actor)
+MODEL_ENGINES = {"dp": "fsdp", "fsdp": "fsdp", "megatron": "megatron"}
+
+# verl's key (or section prefix ending in ".") -> the verl_lite key (or prefix)
+ALIASES = {
+    "critic.fsdp.": "critic.fsdp_config.",
+    "actor_rollout_ref.actor.megatron.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.ref.megatron.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
+    "critic.megatron.use_remove_padding": "critic.model.use_remove_padding",
+    "rollout.nnodes": "actor_rollout_ref.rollout.nnodes",
+    "rollout.n_gpus_per_node": "actor_rollout_ref.rollout.n_gpus_per_node",
+    "ray_kwargs.ray_init.num_cpus": "ray_init.num_cpus",
+    "ray_kwargs.ray_init.address": "ray_init.address",
+    "ray_kwargs.ray_init._temp_dir": "ray_init.temp_dir",
+    "ray_kwargs.ray_init.include_dashboard": "ray_init.include_dashboard",
+}
+# verl < 0.5 spelled the policy loss as a string: `actor.policy_loss=gspo` means `policy_loss.loss_mode=gspo`
+STRING_ALIASES = {"actor_rollout_ref.actor.policy_loss": "actor_rollout_ref.actor.policy_loss.loss_mode"}
+
+YET = "not supported by verl_lite yet"
+NOT = "not supported by verl_lite"
+DYNAMIC_BSZ = (f"dynamic batch size (token-budget micro-batches) is {YET}: micro-batches are fixed, set by the "
+               "role's *_micro_batch_size_per_gpu")
+# verl key patterns (fnmatch, first match wins) -> why and what to use instead (each text says "not supported")
+INSTEAD: List[Tuple[str, str]] = [
+    ("*.log_prob_max_token_len_per_gpu", DYNAMIC_BSZ),
+    ("*.ppo_max_token_len_per_gpu", DYNAMIC_BSZ),
+    ("*.forward_max_token_len_per_gpu", DYNAMIC_BSZ),
+    ("*.ulysses_sequence_parallel_size", f"Ulysses sequence parallelism is {YET}: "
+                                         "remove it (each rank holds whole sequences)"),
+    ("*.optim.override_optimizer_config*", "verl's Megatron optimizer overrides (CPU optimizer, precision-aware "
+                                            f"optimizer, offload fraction) are {YET}: its "
+                                            "optimizer is Adam with optim.lr, weight_decay, betas and clip_grad, state on the device"),
+    ("*.megatron.dtype", f"the Megatron engine's dtype is {YET}: it trains in float32 on cpu, "
+                         "bfloat16 on cuda and npu"),
+    ("*.fsdp_config.model_dtype", f"the torch engine's dtype is {YET}: it trains in float32"),
+    ("*.megatron.use_dist_checkpointing", f"loading initial weights from a Megatron dist checkpoint is {YET}: "
+                                          "point actor_rollout_ref.model.path at the HF model"),
+    ("*.rollout.checkpoint_engine*", f"verl's checkpoint engine (weight sync buckets and backends) is {NOT}: "
+                                     "weights reach the rollout through the engine's export_hf_weights stream"),
+    ("algorithm.filter_groups*", f"dynamic sampling (DAPO's filter_groups) is {YET}: remove it"),
+    ("algorithm.rollout_correction*", f"rollout/training mismatch correction (importance sampling or rejection on rollout "
+                                      f"log-probs) is {YET}: remove it; the rollout does not "
+                                      "return log-probs and old log-probs come from the actor"),
+    ("actor_rollout_ref.model.mtp*", f"multi-token prediction (MTP) is {YET}: remove it"),
+    ("actor_rollout_ref.rollout.multi_turn*", f"multi-turn rollouts and tools are {YET}: each "
+                                              "prompt gets one response"),
+    ("actor_rollout_ref.rollout.agent*", f"agent loops are {YET}: each prompt gets one response"),
+    ("actor_rollout_ref.rollout.calculate_log_probs", f"rollout log-probs are {YET} (old log-probs come from the "
+                                                      "actor's scoring pass); set it to False"),
+    ("data.filter_overlong_prompts_workers", f"{NOT}: overlong prompts are filtered in one process; remove it"),
+    ("actor_rollout_ref.nccl_timeout", f"{NOT}: set the timeout of a call to the workers with trainer.ray_timeout_s"),
+    ("ray_kwargs.ray_init*", f"{NOT}: verl_lite starts Ray with ray_init.num_cpus, address, temp_dir and include_dashboard only"),
+    ("ray_kwargs*", f"{NOT}: verl_lite starts Ray with ray_init.num_cpus, address, temp_dir and include_dashboard only"),
+    ("trainer.balance_batch", f"balancing sequence lengths over data-parallel ranks is {YET}: "
+                              "set trainer.balance_batch=False (ranks get consecutive slices)"),
+    ("trainer.max_critic_ckpt_to_keep", f"{NOT}: trainer.max_actor_ckpt_to_keep keeps whole checkpoints, the critic's included"),
+    ("rollout.total_rollout_steps", f"{NOT}: the fully-async run's length is trainer.total_training_steps (or total_epochs)"),
+    ("data.gen_batch_size", f"{NOT}: each step generates data.train_batch_size prompts"),
+    ("*.engine_kwargs.sglang*", f"the sglang rollout is {NOT}: use actor_rollout_ref.rollout.name=hf or vllm"),
+]
+
+
+def _instead(key: str) -> str:
+    for pattern, text in INSTEAD:
+        if fnmatch.fnmatchcase(key, pattern):
+            return text
+    return f"{NOT}: remove it (verl_lite has no such setting; docs/config.md lists the keys it reads)"
+
+
+def is_verl_key(key: str) -> bool:
+    """True for a key of verl's trainer configs, or one below a verl section that takes new keys."""
+    if key in verl_keys.KEYS:
+        return True
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in verl_keys.OPEN for i in range(1, len(parts)))
+
+
+def unsupported(key: str, value: object = None, instead: Optional[str] = None) -> str:
+    """The one message for a verl setting verl_lite does not support."""
+    shown = f"{key}={'null' if value is None else repr(value)}"
+    return f"{shown}: {instead or _instead(key)}"
+
+
+def verl_key_problem(key: str, value: object) -> Optional[str]:
+    """The refusal for a verl key that verl_lite lacks, or None when `key` is not verl's either."""
+    if key == "model_engine" or not is_verl_key(key):
+        return None
+    return unsupported(key, value)
+
+
+def alias(key: str, value: object = None) -> str:
+    """verl_lite's key for verl's current spelling `key` (the key itself when it has no alias)."""
+    if key in STRING_ALIASES and isinstance(value, str):
+        return STRING_ALIASES[key]
+    if key in ALIASES:
+        return ALIASES[key]
+    for prefix, target in ALIASES.items():
+        if prefix.endswith(".") and key.startswith(prefix):
+            return target + key[len(prefix):]
+    return key
+
+
+def _config_name(value: str) -> Tuple[List[str], Optional[str]]:
+    name = value[:-5] if value.endswith(".yaml") else value
+    if name in CONFIG_NAMES:
+        return CONFIG_NAMES[name], None
+    return [], (f"--config-name={value} is not a verl trainer config verl_lite understands: choose one of "
+                f"{', '.join(CONFIG_NAMES)} (or leave it out: verl's default is ppo_trainer)")
+
+
+def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], List[str]]:
+    """(group lines applied first, the remaining override lines in order, problems).
+
+    Takes verl's `--config-name X`/`--config-name=X`, `--config-path X`/`=X` and `model_engine=X`
+    out of the line; each becomes the verl_lite overrides it stands for."""
+    groups: List[str] = []
+    rest: List[object] = []
+    problems: List[str] = []
+    items = list(lines)
+    i = 0
+    while i < len(items):
+        line = items[i]
+        i += 1
+        if not isinstance(line, str):
+            rest.append(line)
+            continue
+        option, eq, value = line.partition("=")
+        if option in ("--config-name", "--config-path", "-cn", "-cp"):
+            if not eq:
+                if i >= len(items) or not isinstance(items[i], str):
+                    problems.append(f"{option} needs a value")
+                    continue
+                value = items[i]
+                i += 1
+            value = value.strip("'\"")
+            if option in ("--config-name", "-cn"):
+                chosen, problem = _config_name(value)
+                groups += chosen
+            else:
+                problem = None if value in ("config", "./config") else (
+                    f"--config-path={value} is not supported by verl_lite: it reads its own schema; "
+                    "leave --config-path out, or give verl's own 'config' dir")
+            if problem:
+                problems.append(problem)
+            continue
+        if option.lstrip("+") == "model_engine" and eq:
+            name = value.strip("'\"")
+            if name in MODEL_ENGINES:
+                groups.append(f"actor_rollout_ref.actor.strategy={MODEL_ENGINES[name]}")
+                continue
+        rest.append(line)
+    return groups, rest, problems
+
+
+# verl keys whose value here is exactly what verl_lite does: the line is taken and changes nothing
+SAME_AS_VERL_LITE = {
+    "ray_kwargs.ray_init.runtime_env.py_executable": None,  # null: workers run the driver's Python, as here
+    "actor_rollout_ref.rollout.calculate_log_probs": False,  # the rollout returns no log-probs, as here
+    "trainer.balance_batch": False,  # ranks get consecutive slices of the batch, as here
+}
+
+
+def same_as_verl_lite(key: str, value: object) -> bool:
+    return key in SAME_AS_VERL_LITE and value == SAME_AS_VERL_LITE[key] and type(value) is type(SAME_AS_VERL_LITE[key])
+
+
+def value_problem(key: str, value: object) -> Optional[str]:
+    """A verl value whose meaning differs in verl_lite, refused before it is applied (else None)."""
+    if key == "async_training.staleness_threshold" and isinstance(value, float) and not value.is_integer():
+        return (f"async_training.staleness_threshold={value!r}: verl's fraction of stale samples is not supported "
+                "by verl_lite: here it counts the weight versions a sample may lag behind (an integer >= 0, "
+                "e.g. async_training.staleness_threshold=1)")
+    return None

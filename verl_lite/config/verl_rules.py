@@ -1,0 +1,143 @@
+"""Preflight refusals for verl settings that verl_lite's schema accepts (so verl's lines compose)
+but whose non-default value it cannot act on yet: each is refused with
+"<key>=<value>: ... not supported by verl_lite yet: <what to use instead>", never accepted and ignored.
+
+A value equal to what verl_lite does is accepted (`param_offload=False`, `use_torch_compile=False`,
+`hybrid_engine=True` in a synchronous run): the setting then means what it says.
+
+`verl_problems(cfg)` works on the composed DictConfig or the dataclass (attribute access only);
+no torch import.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+from verl_lite.config import roles
+from verl_lite.models import is_gdn_model, read_hf_config
+
+YET = "not supported by verl_lite yet"
+NOT = "not supported by verl_lite"
+OFFLOAD = (f"{YET}: parameters, gradients and optimizer state stay on the device (offload between phases is "
+           "planned); set it to False")
+DYNAMIC = f"{YET}: micro-batches have a fixed size (the role's *_micro_batch_size_per_gpu); set it to False"
+REMOVE_PADDING = f"{YET}: sequences run padded (no packed forward); set it to False"
+POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
+KL_CTRL_TYPES = ("fixed", "adaptive")
+KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+
+def _gdn_megatron(cfg: Any, role: str) -> bool:
+    """rules._gdn_problems already refuses remove-padding and dynamic batch for this role."""
+    if roles.strategy(cfg, role) != "megatron":
+        return False
+    hf = read_hf_config(roles.model_path(cfg, role))
+    return bool(hf) and is_gdn_model(hf)
+
+
+def _role_problems(cfg: Any, role: str) -> List[str]:
+    section, prefix = roles.section(cfg, role), roles.SECTION[role]
+    problems = []
+    megatron = roles.strategy(cfg, role) == "megatron"
+    engine = "megatron" if megatron else "fsdp_config"
+    offload_keys = ("param_offload", "grad_offload", "optimizer_offload") if megatron else ("param_offload", "optimizer_offload")
+    for name in offload_keys:
+        if getattr(getattr(section, engine), name):
+            problems.append(f"{role}: {prefix}.{engine}.{name}=True: offload is {OFFLOAD}")
+    if megatron and section.megatron.sequence_parallel and section.megatron.tensor_model_parallel_size > 1:
+        problems.append(f"{role}: {prefix}.megatron.sequence_parallel=True: Megatron sequence parallelism is {YET} "
+                        f"(needs Transformer Engine or Apex norms); set {prefix}.megatron.sequence_parallel=False")
+    if megatron and section.megatron.dist_checkpointing_path:
+        problems.append(f"{role}: {prefix}.megatron.dist_checkpointing_path={section.megatron.dist_checkpointing_path!r}: "
+                        f"loading a Megatron dist checkpoint is {YET}; point the model path at the HF model and "
+                        "leave it null")
+    if not megatron and section.fsdp_config.fsdp_size not in (-1, None):
+        problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
+                        f"{YET}: it shards over all data-parallel ranks; set it to -1")
+    gdn = _gdn_megatron(cfg, role)
+    dynamic = {
+        "actor": [("actor_rollout_ref.actor.use_dynamic_bsz", cfg.actor_rollout_ref.actor.use_dynamic_bsz),
+                  ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+                   cfg.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz)],
+        "ref": [("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", cfg.actor_rollout_ref.ref.log_prob_use_dynamic_bsz)],
+        "critic": [("critic.use_dynamic_bsz", cfg.critic.use_dynamic_bsz)],
+    }[role]
+    if not gdn:  # for GDN models on megatron the layout rules refuse these with the GDN reason
+        problems += [f"{role}: {key}=True: dynamic batch size is {DYNAMIC}" for key, on in dynamic if on]
+        model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
+        if role != "ref" and roles.model_section(cfg, role).use_remove_padding:
+            problems.append(f"{role}: {model_key}.use_remove_padding=True: remove-padding is {REMOVE_PADDING}")
+    return problems
+
+
+def _actor_problems(cfg: Any) -> List[str]:
+    actor, prefix = cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor"
+    problems = []
+    if actor.use_torch_compile:
+        problems.append(f"{prefix}.use_torch_compile=True: torch.compile is {YET}; set it to False")
+    if actor.shuffle:
+        problems.append(f"{prefix}.shuffle=True: shuffling between PPO epochs is {YET} (mini-batches keep their "
+                        "order); set it to False")
+    mode = actor.policy_loss.loss_mode
+    if mode not in POLICY_LOSS_MODES:
+        problems.append(f"{prefix}.policy_loss.loss_mode={mode!r} is {NOT}: choose one of "
+                        f"{', '.join(POLICY_LOSS_MODES)}")
+    for name, value in dict(actor.checkpoint).items():
+        problems.append(f"{prefix}.checkpoint.{name}={value!r}: choosing what a checkpoint holds is {YET}: it "
+                        "always holds the model, optimizer, LR schedule and RNG state; remove it")
+    ref = cfg.actor_rollout_ref.ref
+    rollout = cfg.actor_rollout_ref.rollout
+    used = rollout.log_prob_micro_batch_size_per_gpu or actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size or 64
+    if ref.log_prob_micro_batch_size_per_gpu is not None and ref.log_prob_micro_batch_size_per_gpu != used:
+        problems.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={ref.log_prob_micro_batch_size_per_gpu}: "
+                        f"a micro-batch of its own for the ref pass is {YET}: the ref scores with the actor's "
+                        f"log-prob micro-batch ({used}); set it to {used} or leave it null")
+    for key, value in (("actor_rollout_ref.ref.log_prob_micro_batch_size", ref.log_prob_micro_batch_size),
+                       ("critic.ppo_micro_batch_size", cfg.critic.ppo_micro_batch_size)):
+        if value is not None:
+            per_gpu = key.replace("micro_batch_size", "micro_batch_size_per_gpu")
+            problems.append(f"{key}={value}: verl's deprecated global micro-batch is {NOT} here: set {per_gpu}")
+    return problems
+
+
+def _run_problems(cfg: Any) -> List[str]:
+    problems = []
+    algo = cfg.algorithm
+    if algo.kl_ctrl.type not in KL_CTRL_TYPES:
+        problems.append(f"algorithm.kl_ctrl.type={algo.kl_ctrl.type!r} is {NOT}: choose one of {', '.join(KL_CTRL_TYPES)}")
+    if algo.kl_penalty not in KL_PENALTIES:
+        problems.append(f"algorithm.kl_penalty={algo.kl_penalty!r} is {NOT}: choose one of {', '.join(KL_PENALTIES)}")
+    if cfg.algorithm.use_kl_in_reward and cfg.async_training.enable:
+        problems.append(f"algorithm.use_kl_in_reward=True with async_training.enable=True is {YET}: the fully-async "
+                        "trainer builds no ref model; use actor_rollout_ref.actor.use_kl_loss=True")
+    hybrid = cfg.actor_rollout_ref.hybrid_engine
+    if not hybrid and not cfg.async_training.enable:
+        problems.append(f"actor_rollout_ref.hybrid_engine=False: {NOT} in synchronous training (actor and rollout "
+                        "always share their devices); set it to True, or use async_training.enable=True")
+    if hybrid and cfg.async_training.enable:
+        problems.append(f"actor_rollout_ref.hybrid_engine=True with async_training.enable=True is {NOT}: "
+                        "fully-async training puts the rollout on a pool of its own; set it to False")
+    if cfg.data.val_batch_size is not None:
+        problems.append(f"data.val_batch_size={cfg.data.val_batch_size}: validation batches are {YET}: the whole "
+                        "validation set is generated in one call; leave it null")
+    if cfg.data.return_raw_chat:
+        problems.append(f"data.return_raw_chat=True: raw chat messages (for agent loops and reward models) are {YET}; "
+                        "set it to False")
+    if cfg.reward_model.enable:
+        problems.append(f"reward_model.enable=True: reward models are {YET}: use a rule-based or "
+                        "custom_reward_function.path reward")
+    if cfg.reward_model.reward_manager != "naive":
+        problems.append(f"reward_model.reward_manager={cfg.reward_model.reward_manager!r}: only the naive reward "
+                        f"manager is supported (other managers are {YET}); set it to naive")
+    if cfg.trainer.log_val_generations:
+        problems.append(f"trainer.log_val_generations={cfg.trainer.log_val_generations}: logging validation "
+                        f"samples is {YET}; set it to 0")
+    return problems
+
+
+def verl_problems(cfg: Any) -> List[str]:
+    """Refusals for verl settings verl_lite accepts but cannot act on, for the roles that run."""
+    problems = _actor_problems(cfg) + _run_problems(cfg)
+    for role in roles.active_roles(cfg):
+        problems += _role_problems(cfg, role)
+    return problems
