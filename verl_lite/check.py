@@ -26,8 +26,6 @@ from typing import Any, Dict, List, Optional, Sequence
 from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import choices, roles, rules, verl_rules
-from verl_lite.config import bridge_rules
-from verl_lite.config.shapes import ModelShape, model_shape
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.repatch import build_repatch_dict
 from verl_lite.secrets import mask_env, redact
@@ -55,21 +53,16 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     problems += rules.clip_problems(cfg)
     active = [r for r in roles.active_roles(cfg) if roles.strategy(cfg, r) in choices.STRATEGIES]
     hf_cache: Dict[str, Optional[Dict[str, Any]]] = {}
-    installed = bridge_rules.installed_here()
-    registered = [key[0] for key in registry.BRIDGES.keys()]
     for role in active:
         layout = rules.role_layout(cfg, role)
         problems += rules.layout_problems(cfg, layout)
         problems += rules.batch_problems(cfg, layout)
         path = roles.model_path(cfg, role)
-        shape = _shape(path)
         if path not in hf_cache:
-            hf_cache[path] = shape.hf if shape and shape.origin == "config" else None
+            hf_cache[path] = read_hf_config(path)
+        problems += rules.model_problems(cfg, layout, hf_cache[path])
         if layout.strategy == "megatron":
-            hf = shape.hf if shape else None
-            problems += rules.bridge_problems(cfg, role, device, hf, installed, registered)
-            problems += rules.model_problems(cfg, layout, hf, device, _replicates_kv(cfg, role, device, hf, installed),
-                                             shape=_shape_name(shape, path))
+            problems += rules.bridge_problems(cfg, role, device)
             if device == "npu":
                 problems += rules.npu_problems(cfg, layout)
         try:
@@ -91,25 +84,6 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
         problems += resume_problems(cfg)
         problems += data_source_problems(cfg)
     return list(dict.fromkeys(problems))
-
-
-def _shape(path: str) -> Optional[ModelShape]:
-    return model_shape(path)
-
-
-def _shape_name(shape: Optional[ModelShape], path: str) -> str:
-    if shape is None or shape.origin == "config":
-        return path
-    return f"{path} (shipped shape {shape.name})"
-
-
-def _replicates_kv(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]], installed: Dict[str, bool]) -> bool:
-    """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
-    try:
-        choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()])
-    except bridge_rules.BridgeRefusal:
-        return False
-    return choice.kind != bridge_rules.VERL_LITE
 
 
 def collect_warnings(cfg: Any) -> List[str]:
@@ -403,8 +377,6 @@ def summarize(cfg: Any) -> str:
         )
         lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
-        if layout.strategy == "megatron":
-            lines += _bridge_lines(cfg, role, device)
         if layout.strategy == "megatron" and device == "npu":
             lines.append(f"  repatch     : {build_repatch_dict(roles.section(cfg, role).megatron)!r}")
     rollout = cfg.actor_rollout_ref.rollout
@@ -442,48 +414,17 @@ def _inactive_line(cfg: Any, role: str, device: str) -> str:
     return f"{role:<14}: not used ({why}); its engine would be {roles.strategy(cfg, role)} -> {engine}"
 
 
-def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
-    """The bridge the role's engine builds with and, for GDN models, the kernel of its GDN layers."""
-    installed = bridge_rules.installed_here()
-    shape = _shape(roles.model_path(cfg, role))
-    hf = shape.hf if shape else None
-    choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()])
-    here = ", ".join(f"{name} {'yes' if installed[mod] else 'no'}" for mod, name in
-                     (("megatron.bridge", "Megatron-Bridge"), ("mbridge", "mbridge"),
-                      ("mindspeed_bridge", "MindSpeed-Bridge"), ("fla", "fla")))
-    lines = [f"  bridge      : {choice.describe()} (installed here: {here})"]
-    if hf is not None and is_gdn_model(hf):
-        overrides = bridge_rules.overrides_of(roles.section(cfg, role).megatron)
-        kernel = bridge_rules.gdn_kernel(device, overrides, installed["fla"])
-        note = ""
-        if kernel == bridge_rules.TORCH and device != "cpu" and bridge_rules.truthy(overrides.get("use_triton_gdn", True)):
-            note = " here; Triton fla where flash-linear-attention is installed"
-        packs = "takes packed input" if kernel != bridge_rules.TORCH else "padded batches only"
-        lines.append(f"  GDN kernel  : {bridge_rules.KERNEL_NAMES[kernel]}{note} ({packs})")
-    return lines
-
-
 def _model_line(cfg: Any) -> str:
     path = cfg.actor_rollout_ref.model.path
-    shape = _shape(path)
-    if shape is None:
+    hf = read_hf_config(path)
+    if hf is None:
         return f"model         : {path} (config.json not readable here: expert, head and GDN checks skipped)"
-    hf = shape.hf
     experts = rules.expert_count(hf)
-    text = rules.text_config(hf)
-    traits = [str(text.get("model_type") or hf.get("model_type", "?"))]
+    traits = [str(rules.text_config(hf).get("model_type") or hf.get("model_type", "?"))]
     traits.append(f"{experts} experts" if experts else "dense")
     if is_gdn_model(hf):
         traits.append("Gated DeltaNet")
-    where = resolve_model_dir(path) if shape.origin == "config" else path
-    line = f"model         : {where} ({', '.join(traits)})"
-    dims = [f"{text[k]} {label}" for k, label in
-            (("num_hidden_layers", "layers"), ("num_attention_heads", "heads"), ("num_key_value_heads", "kv heads"),
-             ("linear_num_key_heads", "GDN key heads"), ("linear_num_value_heads", "GDN value heads"))
-            if isinstance(text.get(k), int)]
-    if experts:
-        dims.append(f"{experts} experts")
-    return line + f"\nshape         : {shape.describe()}: {', '.join(dims)}"
+    return f"model         : {resolve_model_dir(path)} ({', '.join(traits)})"
 
 
 USAGE = f"""usage: python -m {PROG} [--training] key=value [+key=value ++key=value ~key ...]
