@@ -209,6 +209,11 @@ BRIDGES = BridgeRegistry()
 # A critic checkpoint saved by transformers names the token-classification class.
 for _architecture in ("Qwen3ForCausalLM", "Qwen3ForTokenClassification"):
     BRIDGES.register(_architecture, "verl_lite.engine.bridges.qwen3:Qwen3Bridge")
+BRIDGES.register("Qwen3_5ForCausalLM", "verl_lite.engine.bridges.qwen3_5:Qwen3_5Bridge")
+BRIDGES.register("Qwen3_5MoeForCausalLM", "verl_lite.engine.bridges.qwen3_5:Qwen3_5MoeBridge")
+# Vision-language checkpoints: the text model is built, the vision tower left out (text RL).
+BRIDGES.register("Qwen3_5ForConditionalGeneration", "verl_lite.engine.bridges.qwen3_5:Qwen3_5VLBridge")
+BRIDGES.register("Qwen3_5MoeForConditionalGeneration", "verl_lite.engine.bridges.qwen3_5:Qwen3_5MoeVLBridge")
 
 
 def engine_key(cfg: Any, role: str, device: str) -> EngineKey:

@@ -7,6 +7,7 @@ in test_megatron_engine.py's spawned scenario.
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 
 import pytest
@@ -93,12 +94,32 @@ def test_an_unregistered_architecture_is_refused_listing_the_registered_ones():
         bridge_for({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     text = str(caught.value)
     assert "model_type 'llama' (architectures ['LlamaForCausalLM']) cannot be built" in text
-    assert "Model bridges are registered for: Qwen3ForCausalLM, Qwen3ForTokenClassification" in text
+    assert ("Model bridges are registered for: Qwen3ForCausalLM, Qwen3ForTokenClassification, "
+            "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, "
+            "Qwen3_5MoeForConditionalGeneration") in text
 
 
-def test_qwen3_5_gdn_config_is_refused_with_the_reason_and_a_fix():
-    with pytest.raises(UnsupportedModelError, match="Gated DeltaNet.*registered for: Qwen3ForCausalLM.*tiny-qwen3"):
-        bridge_for({"model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"]})
+def test_qwen3_next_is_refused_with_the_reason_and_a_fix():
+    with pytest.raises(UnsupportedModelError, match="in_proj_qkvz.*registered for: Qwen3ForCausalLM.*strategy=fsdp"):
+        bridge_for({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]})
+
+
+def test_qwen3_5_configs_get_their_bridges_and_a_gdn_free_config_is_refused():
+    from verl_lite.engine.bridges.qwen3_5 import Qwen3_5Bridge, Qwen3_5MoeVLBridge
+
+    dense = json.loads((REPO_ROOT / "verl_lite/assets/tiny-qwen3_5/config.json").read_text())
+    assert type(bridge_for(dense)) is Qwen3_5Bridge
+    vl = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+          "vision_config": {}, "text_config": {**dense, "model_type": "qwen3_5_moe_text", "num_experts": 4,
+                                                 "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                                 "shared_expert_intermediate_size": 32}}
+    bridge = bridge_for(vl)
+    assert type(bridge) is Qwen3_5MoeVLBridge and bridge.hf_prefix == "model.language_model."
+    assert bridge.transformer_config_kwargs()["num_moe_experts"] == 4
+    with pytest.raises(UnsupportedModelError, match="no linear_attention layer"):
+        bridge_for({**dense, "layer_types": ["full_attention", "full_attention"]})
+    older = {k: v for k, v in dense.items() if k != "layer_types"}
+    assert Qwen3_5Bridge.layer_kinds({**older, "full_attention_interval": 2}) == ["linear_attention", "full_attention"]
 
 
 def test_the_qwen3_bridge_refuses_what_it_does_not_map():

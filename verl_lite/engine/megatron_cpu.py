@@ -15,6 +15,9 @@ nothing here runs for `cuda` or `npu`. What changes, and why:
    `torch` whose factory functions map "cuda" to "cpu". Only those modules are touched.
 5. While a model is built, `Tensor.cuda()` returns the tensor itself: with PP > 1 and tied
    embeddings megatron moves the shared weight with `.cuda()` before an all-reduce.
+6. megatron's `jit_fuser` is `torch.compile`: on CPU inductor would compile C++ at the first call
+   of each shape (seconds each; the gated attention output and the MoE router call such
+   functions), so those functions run as the plain Python they wrap.
 
 Process-wide effects (1, 2) are why this module is only for processes whose engines run on CPU.
 Settings megatron cannot honour on CPU are turned off by `cpu_settings()` with a warning:
@@ -46,6 +49,17 @@ _CUDA_LITERAL_MODULES = (
     "megatron.core.transformer.utils",
     "megatron.core.tensor_parallel.data",
     "megatron.core.utils",
+)
+# megatron modules whose `@jit_fuser` (torch.compile) functions run as plain Python on CPU.
+_JIT_FUSER_MODULES = (
+    "megatron.core.transformer.attention",
+    "megatron.core.transformer.moe.router",
+    "megatron.core.transformer.moe.moe_utils",
+    "megatron.core.transformer.moe.experts",
+    "megatron.core.transformer.moe.token_dispatcher",
+    "megatron.core.ssm.gated_delta_net",
+    "megatron.core.transformer.utils",
+    "megatron.core.activations",
 )
 _FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "arange", "zeros_like", "ones_like", "empty_like")
 
@@ -129,6 +143,32 @@ def _set_cpu_generator_state(new_state: torch.Tensor, device: int = -1, graph_sa
     torch.set_rng_state(new_state)
 
 
+def _uncompiled(obj: Any) -> Any:
+    return getattr(obj, "_torchdynamo_orig_callable", None)
+
+
+def unwrap_jit_fusers() -> None:
+    """Replace megatron's torch.compile-wrapped functions (module functions and methods) by the
+    functions they wrap, in the modules of `_JIT_FUSER_MODULES` (idempotent)."""
+    import importlib
+    import inspect
+
+    for name in _JIT_FUSER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr, value in list(vars(module).items()):
+            original = _uncompiled(value)
+            if original is not None:
+                setattr(module, attr, original)
+            elif inspect.isclass(value) and value.__module__ == name:
+                for method, member in list(vars(value).items()):
+                    original = _uncompiled(member)
+                    if original is not None:
+                        setattr(value, method, original)
+
+
 def enable() -> None:
     """Apply the CPU adaptations (idempotent). Call before building megatron models on CPU."""
     global _ENABLED
@@ -147,6 +187,7 @@ def enable() -> None:
     mrandom._get_cuda_rng_state = _cpu_generator_state
     mrandom._set_cuda_rng_state = _set_cpu_generator_state
     install_cpu_rng_tracker()
+    unwrap_jit_fusers()
     _ENABLED = True
     logger.info("megatron-core CPU adaptations enabled (torch.cuda.current_device -> cpu)")
 

@@ -11,7 +11,7 @@ Megatron is imported inside the functions only.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -84,20 +84,46 @@ def stage_hf_tensors(params: Iterator[LocalParam], bridge: ModelBridge, layout: 
                      skip_output_layer: bool) -> Iterator[Tuple[str, torch.Tensor]]:
     """(HF name, full tensor) for the parameters on this pipeline stage, each gathered across TP as
     it is reached (a collective within the TP group). `skip_output_layer`: tied embeddings, where
-    the last stage's output layer is a copy of the embedding."""
+    the last stage's output layer is a copy of the embedding.
+
+    Routed experts (shards marked with an `ExpertPiece`) are gathered over expert TP, stacked per
+    HF name until this rank's experts are all there, then gathered over expert parallelism into
+    one [num_experts, ...] tensor (a collective within the EP group)."""
     from megatron.core import parallel_state as mpu
 
     tp = mpu.get_tensor_model_parallel_world_size()
     group = mpu.get_tensor_model_parallel_group()
+    pending: Dict[str, Dict[int, torch.Tensor]] = {}
+
+    def gather(shard: torch.Tensor, dim: Optional[int], size: int, grp: Any) -> torch.Tensor:
+        if dim is None or size == 1:
+            return shard
+        parts = [torch.empty_like(shard) for _ in range(size)]
+        torch.distributed.all_gather(parts, shard.contiguous(), group=grp)
+        return torch.cat(parts, dim=dim)
+
     for name, param, offset in params:
         if skip_output_layer and name == "output_layer.weight":
             continue
-        for hf_name, shard, dim in bridge.megatron_to_hf(name, param.detach(), layout, offset):
-            if dim is not None and tp > 1:
-                parts = [torch.empty_like(shard) for _ in range(tp)]
-                torch.distributed.all_gather(parts, shard.contiguous(), group=group)
-                shard = torch.cat(parts, dim=dim)
-            yield hf_name, bridge.finish_hf_tensor(hf_name, shard, layout)
+        for item in bridge.megatron_to_hf(name, param.detach(), layout, offset):
+            if len(item) == 3:
+                hf_name, shard, dim = item
+                yield hf_name, bridge.finish_hf_tensor(hf_name, gather(shard, dim, tp, group), layout)
+                continue
+            hf_name, shard, dim, piece = item
+            full = gather(shard, dim, mpu.get_expert_tensor_parallel_world_size(),
+                          mpu.get_expert_tensor_parallel_group())
+            local = pending.setdefault(hf_name, {})
+            local[piece.local_index] = full
+            if len(local) < piece.local_count:
+                continue
+            del pending[hf_name]
+            stacked = torch.stack([local[i] for i in range(piece.local_count)])
+            stacked = gather(stacked, 0, mpu.get_expert_model_parallel_world_size(),
+                             mpu.get_expert_model_parallel_group())
+            yield hf_name, bridge.finish_hf_tensor(hf_name, stacked, layout)
+    if pending:
+        raise RuntimeError(f"expert tensors left incomplete on this rank: {sorted(pending)}")
 
 
 def stream_over_pipeline(stage_tensors: Callable[[], Iterator[Tuple[str, torch.Tensor]]], tied_head: bool,

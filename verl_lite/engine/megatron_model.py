@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -21,10 +21,13 @@ logger = logging.getLogger(__name__)
 
 
 def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtype: torch.dtype,
-                       overrides: Dict[str, Any], sequence_parallel: bool, compute_device: str, role: str) -> Any:
+                       overrides: Dict[str, Any], sequence_parallel: bool, compute_device: str, role: str,
+                       device: Optional[str] = None) -> Any:
     """The TransformerConfig: the bridge's fields, then the parallel sizes and fixed settings, then
     the overrides. Overrides megatron does not define are set as attributes afterwards (e.g.
-    `use_ascend_gdn`, read by MindSpeed-Bridge layers)."""
+    `use_ascend_gdn` / `use_triton_gdn`). For a model with Gated DeltaNet layers `gdn_kernel` is
+    set from those two switches and the run's `device` (the engine's device: npu for MindSpeed
+    engines even when tests run their internals on CPU; defaults to `compute_device`)."""
     from megatron.core.transformer import TransformerConfig
 
     kwargs = bridge.transformer_config_kwargs()
@@ -55,6 +58,14 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
     for key, value in overrides.items():
         if key not in fields:
             setattr(config, key, value)
+    if kwargs.get("experimental_attention_variant") == "gated_delta_net":
+        from verl_lite.engine.megatron_gdn import select_gdn_kernel
+
+        config.gdn_kernel = select_gdn_kernel(getattr(config, "use_triton_gdn", None),
+                                              getattr(config, "use_ascend_gdn", None), device or compute_device)
+        logger.info("%s: Gated DeltaNet kernel %r (use_triton_gdn=%s, use_ascend_gdn=%s, device %s)", role,
+                    config.gdn_kernel, getattr(config, "use_triton_gdn", None), getattr(config, "use_ascend_gdn", None),
+                    device or compute_device)
     return config
 
 
@@ -65,7 +76,6 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
     from megatron.core import parallel_state as mpu
     from megatron.core.models.gpt import GPTModel
 
-    spec = bridge.layer_spec()
     vpp = mpu.get_virtual_pipeline_model_parallel_world_size()
     build = contextlib.nullcontext
     if compute_device == "cpu":
@@ -78,7 +88,7 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
         with build():
             module = GPTModel(
                 config=tf_config,
-                transformer_layer_spec=spec,
+                transformer_layer_spec=bridge.model_spec(tf_config, vp_stage),
                 vocab_size=layout.padded_vocab,
                 pre_process=mpu.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
                 post_process=mpu.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),

@@ -4,9 +4,10 @@ looked up by the HF config's `architectures` name in `verl_lite.registry.BRIDGES
     bridge = bridge_for(hf_config)          # e.g. Qwen3Bridge for ["Qwen3ForCausalLM"]
     spec, kwargs = bridge.layer_spec(), bridge.transformer_config_kwargs()
 
-A new family (Qwen3.5 dense / MoE next) is a `ModelBridge` subclass in a module of this package,
-registered in `verl_lite/registry.py` under its HF architecture names. `ModelBridge` in `base`
-says what a bridge provides; `qwen3` is the first one.
+A new family is a `ModelBridge` subclass in a module of this package, registered in
+`verl_lite/registry.py` under its HF architecture names. `ModelBridge` in `base` says what a
+bridge provides; `qwen3` (Qwen3 dense) and `qwen3_5` (Qwen3.5 dense and MoE, and their
+conditional-generation checkpoints without the vision tower) are the built-in ones.
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ __all__ = ["Layout", "ModelBridge", "UnsupportedModelError", "bridge_for"]
 
 # Families with no bridge yet, and why: said when one is asked for.
 _WHY_NOT_YET = {
-    "qwen3_5": "its Gated DeltaNet layers need megatron-core's GatedDeltaNet, which requires the Triton 'fla' "
-               "kernels (flash-linear-attention), and a GDN weight mapping verl_lite does not ship yet",
-    "qwen3_next": "its Gated DeltaNet layers need megatron-core's GatedDeltaNet, which requires the Triton 'fla' "
-                  "kernels (flash-linear-attention), and a GDN weight mapping verl_lite does not ship yet",
+    "qwen3_next": "Qwen3-Next's checkpoints lay out the GDN projections differently (in_proj_qkvz / in_proj_ba, "
+                  "grouped per key head) and verl_lite ships no mapping for them yet",
 }
 
 
@@ -45,5 +44,5 @@ def bridge_for(hf_config: Any) -> ModelBridge:
     raise UnsupportedModelError(
         f"model_type {model_type!r} ({asked}) cannot be built by verl_lite's Megatron engines{reason}. "
         f"Model bridges are registered for: {registered}. For a CPU run use "
-        f"actor_rollout_ref.model.path=tiny-qwen3, or strategy=fsdp for Qwen3.5."
+        f"actor_rollout_ref.model.path=tiny-qwen3 or tiny-qwen3_5, or strategy=fsdp."
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -80,8 +80,19 @@ class Layout:
         return padded_vocab_size(self.vocab, self.tp_size)
 
 
-# One HF tensor shard: (HF name, local shard, dim along which TP shards concatenate or None).
-HFShard = Tuple[str, torch.Tensor, Optional[int]]
+@dataclass(frozen=True)
+class ExpertPiece:
+    """Marks an exported shard as routed expert `local_index` of the `local_count` experts of this
+    expert-parallel rank: the engine gathers it over expert TP (along the shard's dim), stacks the
+    local experts and gathers the stacks over EP into one [num_experts, ...] HF tensor."""
+
+    local_index: int
+    local_count: int
+
+
+# One HF tensor shard: (HF name, local shard, dim along which TP shards concatenate or None), or,
+# for a routed expert, (HF name, shard, dim along which expert-TP shards concatenate, ExpertPiece).
+HFShard = Union[Tuple[str, torch.Tensor, Optional[int]], Tuple[str, torch.Tensor, Optional[int], ExpertPiece]]
 
 
 class ModelBridge(abc.ABC):
@@ -102,9 +113,15 @@ class ModelBridge(abc.ABC):
     def transformer_config_kwargs(self) -> Dict[str, Any]:
         """TransformerConfig fields that describe the HF architecture."""
 
-    @abc.abstractmethod
     def layer_spec(self) -> Any:
-        """The megatron layer spec (ModuleSpec) of a decoder layer."""
+        """The megatron layer spec (ModuleSpec) of a decoder layer, for families whose layers are
+        all alike; others override `model_spec`."""
+        raise NotImplementedError(f"{type(self).__name__} builds its model from model_spec()")
+
+    def model_spec(self, config: Any, vp_stage: Optional[int] = None) -> Any:
+        """What GPTModel's `transformer_layer_spec` receives for the chunk of virtual pipeline stage
+        `vp_stage`: the layer spec, or a block spec (one spec per layer of the chunk)."""
+        return self.layer_spec()
 
     @abc.abstractmethod
     def gpt_model_kwargs(self) -> Dict[str, Any]:

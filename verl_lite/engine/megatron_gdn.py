@@ -1,0 +1,295 @@
+"""Qwen3.5's layers on megatron-core 0.16 without Transformer Engine: the Gated DeltaNet layer with
+the GDN kernel chosen per layer, and the RMSNorm forms Qwen3.5 uses.
+
+megatron-core 0.16 has the GDN layer (`megatron.core.ssm.gated_delta_net.GatedDeltaNet`) but
+builds Qwen3.5-style blocks only through Transformer Engine (its experimental block spec asserts
+`transformer_impl == "transformer_engine"`), refuses to construct the layer without the Triton
+`fla` package, ignores the attention mask and refuses packed (THD) input. `GatedDeltaLayer`
+keeps megatron's layer (its parameters, in/out projections, conv, gated output norm) and
+replaces its forward so that:
+
+- the GDN kernel is the one `select_gdn_kernel` chose for the run, as the Ascend/verl stack
+  chooses it: Triton `fla.chunk_gated_delta_rule` when `fla` is installed and `use_triton_gdn`
+  (default True) on a cuda/npu device; the Ascend kernel (`flash_gated_delta_rule`, AscendC ops
+  of flash-linear-attention-npu as shipped by MindSpeed-MM) when `use_ascend_gdn` on npu; else
+  megatron's pure-torch `torch_chunk_gated_delta_rule`;
+- padded (BSHD) batches are exact: hidden states at padding positions (taken from the 4D mask's
+  diagonal, True = masked) are zeroed before the input projection, as transformers' Qwen3.5 does
+  (`apply_mask_to_padding_states`). With no bias, a zero input leaves the conv and the recurrent
+  state at zero, so left padding does not leak into the tokens after it;
+- packed (THD) input with `cu_seqlens` is taken only by the kernels that support it (fla, Ascend);
+  the conv runs per packed segment. The torch rule takes padded batches only (NotImplementedError
+  names the fix).
+
+The l2norm of q/k is fla's form (x / sqrt(sum(x^2) + 1e-6)); with fla installed fla's own is used.
+Nothing here is CPU-specific: the same modules run on cuda/npu when the torch or Ascend kernel is
+chosen. Megatron is imported inside the functions and classes built on first use (MindSpeed must
+patch megatron before anything imports it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any, Callable, Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+GDN_KERNELS = ("fla", "ascend", "torch")
+# Where the Ascend GDN kernel's Python entry lives (MindSpeed-MM, mindspeed_mm/fsdp/ops/gdn/
+# flash_gated_delta_rule.py: q/k/v [B, H, T, D] in fp16/bf16, g/beta [B, T, H], optional
+# cu_seqlens with B = 1; returns o [B, T, H, V] and the final state).
+ASCEND_GDN_ENTRY = "mindspeed_mm.fsdp.ops.gdn.flash_gated_delta_rule:flash_gated_delta_rule"
+TESTED_MEGATRON = "0.16."
+FLA_L2NORM_EPS = 1e-6
+
+
+def check_megatron_version() -> None:
+    """GatedDeltaLayer's forward mirrors megatron-core 0.16's GatedDeltaNet: refuse other releases."""
+    from megatron.core import package_info
+
+    version = str(package_info.__version__)
+    if not version.startswith(TESTED_MEGATRON):
+        from verl_lite.engine.bridges.base import UnsupportedModelError
+
+        raise UnsupportedModelError(
+            f"Qwen3.5 (Gated DeltaNet) on the Megatron engines is built for megatron-core {TESTED_MEGATRON}x "
+            f"(its GatedDeltaNet layer and parameter layout); this process has megatron-core {version}. "
+            f"Install megatron-core==0.16.1 or use strategy=fsdp"
+        )
+
+
+def fla_installed() -> bool:
+    try:
+        importlib.import_module("fla.ops.gated_delta_rule")
+        return True
+    except Exception:  # ImportError, or a Triton without a driver
+        return False
+
+
+def _switch(value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def select_gdn_kernel(use_triton_gdn: Any, use_ascend_gdn: Any, device: str,
+                      have_fla: Optional[bool] = None) -> str:
+    """"fla" | "ascend" | "torch" for a run on `device` (cpu, cuda, npu), from the two switches of
+    `override_transformer_config` and whether `fla` imports (`have_fla`; looked up when None).
+
+    The order is the real stack's: fla when installed and use_triton_gdn (default True), then the
+    Ascend kernel when use_ascend_gdn, else the torch rule. fla is Triton: never chosen on cpu.
+    use_ascend_gdn=True off npu is refused (the kernel is AscendC)."""
+    if device not in ("cpu", "cuda", "npu"):
+        raise ValueError(f"device {device!r} is not one of cpu, cuda, npu")
+    triton, ascend = _switch(use_triton_gdn, True), _switch(use_ascend_gdn, False)
+    if ascend and device != "npu":
+        raise ValueError(
+            f"use_ascend_gdn=True selects the Ascend GDN kernel (AscendC, npu only) but the device is {device}: "
+            f"remove override_transformer_config.use_ascend_gdn, or run with trainer.device=npu"
+        )
+    if triton and device != "cpu" and (fla_installed() if have_fla is None else have_fla):
+        return "fla"
+    if ascend:
+        return "ascend"
+    return "torch"
+
+
+def kernel_takes_packed_input(kernel: str) -> bool:
+    """Whether a GDN kernel takes packed (THD) sequences with cu_seqlens: fla and Ascend do."""
+    if kernel not in GDN_KERNELS:
+        raise ValueError(f"GDN kernel {kernel!r} is not one of {', '.join(GDN_KERNELS)}")
+    return kernel != "torch"
+
+
+def torch_l2norm(x: torch.Tensor, dim: int = -1, eps: float = FLA_L2NORM_EPS) -> torch.Tensor:
+    """fla's l2norm: x / sqrt(sum(x^2) + eps)."""
+    return x / torch.sqrt((x * x).sum(dim=dim, keepdim=True) + eps)
+
+
+def load_ascend_kernel() -> Callable[..., Any]:
+    module_name, _, attr = ASCEND_GDN_ENTRY.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except ImportError as e:
+        raise ImportError(
+            f"use_ascend_gdn=True needs the Ascend GDN kernel {ASCEND_GDN_ENTRY} (MindSpeed-MM with "
+            f"flash-linear-attention-npu), which does not import here ({e}); install them or set "
+            f"use_ascend_gdn=False"
+        ) from e
+
+
+class RMSNorm(torch.nn.Module):
+    """RMSNorm computed in fp32. `zero_centered` (default: config.layernorm_zero_centered_gamma)
+    scales by (1 + w) with w starting at 0, the form of Qwen3.5's RMSNorm; otherwise by w, the
+    form of its gated GDN output norm. megatron's torch norm refuses the zero-centred form."""
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-6, zero_centered: Optional[bool] = None):
+        super().__init__()
+        self.config = config
+        self.eps = float(eps)
+        self.zero_centered = bool(config.layernorm_zero_centered_gamma if zero_centered is None else zero_centered)
+        init = torch.zeros if self.zero_centered else torch.ones
+        self.weight = torch.nn.Parameter(init(hidden_size, dtype=config.params_dtype))
+        setattr(self.weight, "sequence_parallel", bool(config.sequence_parallel))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.zero_centered:
+            return (normed * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * normed.to(x.dtype)
+
+
+class GatedOutputRMSNorm(RMSNorm):
+    """The GDN output norm (before the SiLU output gate): scaled by w, as transformers'
+    Qwen3_5RMSNormGated (megatron's TE spec would make it zero-centred with the other norms)."""
+
+    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-6):
+        super().__init__(config, hidden_size, eps, zero_centered=False)
+
+
+def padding_positions(attention_mask: Optional[torch.Tensor], batch: int, seq_len: int) -> Optional[torch.Tensor]:
+    """(B, T) bool, True at padding, from the engines' (B, 1, T, T) mask (True = masked): a token's
+    own position is masked only when it is padding."""
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 4 or attention_mask.shape[-1] != seq_len or attention_mask.shape[-2] != seq_len:
+        raise ValueError(
+            f"GDN layer: expected a (batch, 1, {seq_len}, {seq_len}) boolean attention mask, got shape "
+            f"{tuple(attention_mask.shape)}"
+        )
+    pad = attention_mask[:, 0].diagonal(dim1=-2, dim2=-1).to(torch.bool)
+    return pad.expand(batch, seq_len) if pad.shape[0] == 1 else pad
+
+
+_LAYER_CLASS = None
+
+
+def gated_delta_layer_class() -> type:
+    """`GatedDeltaLayer` (built on first use: it subclasses megatron's GatedDeltaNet)."""
+    global _LAYER_CLASS
+    if _LAYER_CLASS is None:
+        _LAYER_CLASS = _build_layer_class()
+    return _LAYER_CLASS
+
+
+def _build_layer_class() -> type:
+    import torch.nn.functional as F
+    from megatron.core.ssm import gated_delta_net as gdn
+
+    class GatedDeltaLayer(gdn.GatedDeltaNet):
+        """megatron's GatedDeltaNet with the kernel of `config.gdn_kernel`, padding masked, and
+        packed input for the kernels that take it (see the module docstring)."""
+
+        def __init__(self, config: Any, *args: Any, **kwargs: Any):
+            kernel = getattr(config, "gdn_kernel", None)
+            if kernel not in GDN_KERNELS:
+                raise ValueError(
+                    f"GatedDeltaLayer: config.gdn_kernel={kernel!r}; expected one of {', '.join(GDN_KERNELS)} "
+                    f"(set by verl_lite.engine.megatron_model.transformer_config)"
+                )
+            if kernel == "fla" and not gdn.HAVE_FLA:
+                raise ImportError("gdn_kernel='fla' needs flash-linear-attention (pip install flash-linear-attention)")
+            saved = gdn.HAVE_FLA
+            gdn.HAVE_FLA = True  # megatron refuses to build the layer without fla; only fla's kernel needs it
+            try:
+                super().__init__(config, *args, **kwargs)
+            finally:
+                gdn.HAVE_FLA = saved
+            self.gdn_kernel = kernel
+            self._ascend = load_ascend_kernel() if kernel == "ascend" else None
+
+        def _conv(self, qkv: torch.Tensor, seq_len: int, cu_seqlens: Optional[torch.Tensor]) -> torch.Tensor:
+            """Causal depthwise conv + activation on (B, D, T); per segment for packed input."""
+            if cu_seqlens is None:
+                return self.act_fn(self.conv1d(qkv)[..., :seq_len])
+            bounds = cu_seqlens.tolist()
+            parts = [self.conv1d(qkv[..., s:e])[..., : e - s] for s, e in zip(bounds[:-1], bounds[1:])]
+            return self.act_fn(torch.cat(parts, dim=-1))
+
+        def _rule(self, query, key, value, g, beta, cu_seqlens):
+            if self.gdn_kernel == "torch":
+                out, _ = gdn.torch_chunk_gated_delta_rule(
+                    query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
+                    use_qk_l2norm_in_kernel=False)
+                return out
+            if self.gdn_kernel == "fla":
+                out, _ = gdn.chunk_gated_delta_rule(
+                    query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
+                    use_qk_l2norm_in_kernel=False, cu_seqlens=cu_seqlens)
+                return out
+            # Ascend: q/k/v head-first in fp16/bf16 (the kernel refuses fp32), g/beta [B, T, H].
+            kernel_dtype = query.dtype if query.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+            q, k, v = (x.transpose(1, 2).to(kernel_dtype) for x in (query, key, value))
+            out, _ = self._ascend(q, k, v, g=g, beta=beta, output_final_state=False,
+                                  use_qk_l2norm_in_kernel=False,
+                                  cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(torch.long))
+            return out.to(query.dtype)
+
+        def forward(self, hidden_states, attention_mask, key_value_states=None, inference_context=None,
+                    attention_bias=None, packed_seq_params=None, sequence_len_offset=None, *,
+                    inference_params=None, **kwargs):
+            if inference_context is not None or inference_params is not None:
+                raise NotImplementedError("GatedDeltaLayer: inference contexts (KV/state caches) are not supported")
+            seq_len, batch, _ = hidden_states.shape
+            seq_len = seq_len * self.sp_size
+            cu_seqlens = None
+            if packed_seq_params is not None:
+                if not kernel_takes_packed_input(self.gdn_kernel):
+                    raise NotImplementedError(
+                        "packed (THD) sequences reached a GDN layer that runs the torch gated delta rule, which "
+                        "takes no cu_seqlens: feed padded batches, or use a kernel that packs (fla on cuda/npu, "
+                        "use_ascend_gdn=True on npu)")
+                if batch != 1:
+                    raise ValueError(f"packed GDN input must have batch 1 (tokens of all sequences in one row), got {batch}")
+                cu_seqlens = packed_seq_params.cu_seqlens_q
+            else:
+                pad = padding_positions(attention_mask, batch, seq_len)
+                if pad is not None and bool(pad.any()):
+                    keep = (~pad).transpose(0, 1).unsqueeze(-1).to(hidden_states.dtype)  # (T, B, 1)
+                    hidden_states = hidden_states * keep
+
+            qkvzba, _ = self.in_proj(hidden_states)
+            qkvzba = qkvzba.transpose(0, 1)  # s b x -> b s x
+            tp = self.tp_size
+            qkv, gate, beta, alpha = torch.split(
+                qkvzba,
+                [(self.qk_dim * 2 + self.v_dim) // tp, self.v_dim // tp,
+                 self.num_value_heads // tp, self.num_value_heads // tp],
+                dim=-1,
+            )
+            gate = gate.reshape(batch, seq_len, -1, self.value_head_dim)
+            beta = beta.reshape(batch, seq_len, -1)
+            alpha = alpha.reshape(batch, seq_len, -1)
+
+            qkv = self._conv(qkv.transpose(1, 2).contiguous(), seq_len, cu_seqlens).transpose(1, 2)
+            query, key, value = torch.split(
+                qkv, [self.qk_dim // tp, self.qk_dim // tp, self.v_dim // tp], dim=-1)
+            query = query.reshape(batch, seq_len, -1, self.key_head_dim)
+            key = key.reshape(batch, seq_len, -1, self.key_head_dim)
+            value = value.reshape(batch, seq_len, -1, self.value_head_dim)
+            if self.use_qk_l2norm:
+                norm = gdn.l2norm if self.gdn_kernel == "fla" else torch_l2norm
+                query, key = norm(query.contiguous()), norm(key.contiguous())
+            repeat = self.num_value_heads // self.num_key_heads
+            if repeat > 1:
+                query = query.repeat_interleave(repeat, dim=2)
+                key = key.repeat_interleave(repeat, dim=2)
+
+            g = -self.A_log.exp() * F.softplus(alpha.float() + self.dt_bias)  # fp32
+            beta = beta.sigmoid()
+            core = self._rule(query.contiguous(), key.contiguous(), value.contiguous(), g, beta.contiguous(),
+                              cu_seqlens)
+
+            # gated output norm (megatron's _apply_gated_norm, without its torch.compile)
+            normed = self.out_norm(core.reshape(-1, core.shape[-1]))
+            out = (normed * self.act_fn(gate.reshape(-1, gate.shape[-1]).float())).to(core.dtype)
+            out = out.reshape(batch, seq_len, -1).transpose(0, 1).contiguous()
+            return self.out_proj(out)
+
+    return GatedDeltaLayer
