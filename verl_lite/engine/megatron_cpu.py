@@ -22,7 +22,8 @@ nothing here runs for `cuda` or `npu`. What changes, and why:
 Process-wide effects (1, 2) are why this module is only for processes whose engines run on CPU.
 Settings megatron cannot honour on CPU are turned off by `cpu_settings()` with a warning:
 sequence parallel and the distributed optimizer need Apex/Transformer Engine kernels, gradient
-accumulation fusion needs a CUDA kernel, and the optimizer's own grad clipping uses CUDA
+accumulation fusion needs a CUDA kernel, the MoE all-to-all token dispatcher needs CUDA streams
+(the all-gather dispatcher routes the same way), and the optimizer's own grad clipping uses CUDA
 multi-tensor kernels (the engine clips itself).
 """
 
@@ -220,4 +221,9 @@ def cpu_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
             if out[key]:
                 logger.warning("megatron on cpu: %s=True %s; turning it off", key, why)
             out[key] = False
+    dispatcher = out.get("moe_token_dispatcher_type")
+    if dispatcher not in (None, "allgather"):
+        logger.warning("megatron on cpu: moe_token_dispatcher_type=%r needs CUDA streams; using 'allgather' "
+                       "(the same routing, tokens exchanged by all-gather)", dispatcher)
+        out["moe_token_dispatcher_type"] = "allgather"
     return out

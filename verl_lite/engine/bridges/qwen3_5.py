@@ -472,6 +472,12 @@ class Qwen3_5MoeBridge(Qwen3_5Bridge):
         )
 
     def _mlp_spec(self, local_spec: Any) -> Any:
+        from megatron.core.transformer.moe import moe_utils
+
+        if not hasattr(moe_utils, "te_general_gemm"):
+            # megatron-core 0.16's router GEMM reads this name unguarded; it is only bound when
+            # Transformer Engine imports. None selects its torch.mm path.
+            moe_utils.te_general_gemm = None
         return local_spec.submodules.mlp  # MoELayer with SequentialMLP experts and the shared expert
 
 
