@@ -345,3 +345,100 @@ def test_value_loss_micro_batch_uses_the_global_token_count():
     vf_loss, _ = ca.compute_value_loss(t([[2.0]]), t([[0.0]]), t([[2.0]]), t([[1]]), 0.5, global_token_num=4)
     # 0.5 * (2 - 0)^2 / 4 global tokens = 0.5
     assert vf_loss.item() == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------- policy loss modes (gspo, geo_mean)
+
+
+def _logp(*ratios):
+    """New log-probs for old log-probs of 0: the token ratios themselves."""
+    return torch.tensor([[math.log(r) for r in ratios]], dtype=torch.float64, requires_grad=True)
+
+
+def test_gspo_uses_the_geometric_mean_sequence_ratio_with_each_tokens_own_gradient():
+    new = _logp(1.1, 1.3)
+    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
+    out = ca.compute_policy_loss("gspo", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    s = math.sqrt(1.1 * 1.3)  # s_i = (1.1 * 1.3) ** (1 / 2), inside [0.8, 1.2]: no clip
+    assert out["pg_loss"].item() == pytest.approx(-s)
+    out["pg_loss"].backward()
+    # loss = mean_t(-s_it), d s_it / d logp_t = s: each token gets -s / 2
+    assert new.grad[0].tolist() == pytest.approx([-s / 2, -s / 2])
+    assert out["pg_clipfrac"].item() == 0.0
+
+
+def test_gspo_clips_the_sequence_ratio_and_then_passes_no_gradient():
+    new = _logp(1.5, 1.5)
+    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
+    out = ca.compute_policy_loss("gspo", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    assert out["pg_loss"].item() == pytest.approx(-1.2)  # max(-1.5, -clip(1.5) = -1.2)
+    out["pg_loss"].backward()
+    assert new.grad[0].tolist() == [0.0, 0.0]
+    assert out["pg_clipfrac"].item() == pytest.approx(1.0)
+    # a negative advantage keeps the unclipped (larger) loss 1.5 and its gradient s / 2 per token
+    new = _logp(1.5, 1.5)
+    out = ca.compute_policy_loss("gspo", old, new, -torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    assert out["pg_loss"].item() == pytest.approx(1.5)
+    out["pg_loss"].backward()
+    assert new.grad[0].tolist() == pytest.approx([0.75, 0.75])
+
+
+def test_gspo_averages_per_sequence_whatever_the_aggregation_mode_and_ignores_masked_tokens():
+    new = torch.log(torch.tensor([[1.1, 1.3, 9.0], [1.0, 1.0, 1.0]], dtype=torch.float64))
+    old = torch.zeros_like(new)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.float64)
+    adv = torch.ones_like(new)
+    expected = (-math.sqrt(1.1 * 1.3) + -1.0) / 2  # the masked 9.0 counts nowhere
+    for mode in ("token-mean", "token-sum"):
+        out = ca.compute_policy_loss("gspo", old, new, adv, mask, 0.2, 0.2, loss_agg_mode=mode)
+        assert out["pg_loss"].item() == pytest.approx(expected)
+
+
+def test_geo_mean_clips_each_token_on_the_pessimistic_side_then_takes_the_geometric_mean():
+    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
+    # A > 0: log-ratios [log 1.5, log 0.5] -> min(d, clip(d, -0.2, 0.2)) = [0.2, log 0.5]
+    new = _logp(1.5, 0.5)
+    out = ca.compute_policy_loss("geo_mean", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    ratio = math.exp((0.2 + math.log(0.5)) / 2)
+    assert out["pg_loss"].item() == pytest.approx(-ratio)
+    out["pg_loss"].backward()
+    assert new.grad[0].tolist() == pytest.approx([0.0, -ratio / 2])  # the clipped token passes no gradient
+    # verl counts a token as clipped wherever the clamp changed its log-ratio (both tokens here)
+    assert out["pg_clipfrac"].item() == pytest.approx(1.0) and out["pg_clipfrac_lower"].item() == 0.0
+    # A < 0: max(d, clip(d)) = [log 1.5, -0.2]
+    new = _logp(1.5, 0.5)
+    out = ca.compute_policy_loss("geo_mean", old, new, -torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    ratio = math.exp((math.log(1.5) - 0.2) / 2)
+    assert out["pg_loss"].item() == pytest.approx(ratio)
+    out["pg_loss"].backward()
+    assert new.grad[0].tolist() == pytest.approx([ratio / 2, 0.0])
+    assert out["pg_clipfrac_lower"].item() == pytest.approx(1.0) and out["pg_clipfrac"].item() == 0.0
+
+
+def test_geo_mean_averages_sequences_over_the_global_batch_size_so_micro_batches_add_up():
+    new = torch.log(torch.tensor([[1.5, 0.5], [1.1, 0.9], [1.0, 2.0]], dtype=torch.float64))
+    old = torch.zeros_like(new)
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1]], dtype=torch.float64)
+    adv = torch.tensor([[1.0, 1.0], [-2.0, -2.0], [0.5, 0.5]], dtype=torch.float64)
+    whole = ca.compute_policy_loss("geo_mean", old, new, adv, mask, 0.2, 0.2)["pg_loss"]
+    parts = [ca.compute_policy_loss("geo_mean", old[i:j], new[i:j], adv[i:j], mask[i:j], 0.2, 0.2,
+                                    global_batch_size=3)["pg_loss"] for i, j in ((0, 1), (1, 3))]
+    assert sum(parts).item() == pytest.approx(whole.item())
+    # the second sequence: one token; A < 0 keeps max(d, clip(d)) = log 1.1, so the loss is -(-2) * 1.1
+    second = ca.compute_policy_loss("geo_mean", old[1:2], new[1:2], adv[1:2], mask[1:2], 0.2, 0.2)["pg_loss"]
+    assert second.item() == pytest.approx(2 * 1.1)
+
+
+def test_vanilla_through_the_dispatcher_equals_the_vanilla_function():
+    g = torch.Generator().manual_seed(0)
+    old, new, adv = (torch.randn(3, 4, generator=g) for _ in range(3))
+    mask = torch.ones(3, 4)
+    a = ca.compute_policy_loss("vanilla", old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum")
+    b = ca.compute_policy_loss_vanilla(old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum")
+    assert {k: v.item() for k, v in a.items()} == {k: v.item() for k, v in b.items()}
+
+
+def test_an_unknown_policy_loss_mode_names_the_valid_ones():
+    t = torch.zeros(1, 1)
+    with pytest.raises(ValueError, match="loss_mode='clip_cov' is not supported: choose one of vanilla, gspo, geo_mean"):
+        ca.compute_policy_loss("clip_cov", t, t, t, t)

@@ -213,6 +213,108 @@ def compute_policy_loss_vanilla(
     return {"pg_loss": pg_loss, "pg_clipfrac": pg_clipfrac, "ppo_kl": ppo_kl, "pg_clipfrac_lower": pg_clipfrac_lower}
 
 
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    global_batch_size: Optional[int] = None,
+    global_token_num: Optional[int] = None,
+) -> Dict[str, torch.Tensor]:
+    """GSPO (https://arxiv.org/abs/2507.18071), as verl's `compute_policy_loss_gspo`, tensors (B, R).
+
+    The sequence ratio s_i = exp(mean over the response of (log_prob - old)); each token carries
+    s_i with the gradient of its own log-prob (log s_it = sg[log s_i] + log_prob - sg[log_prob],
+    clamped at 10). Per token max(-A * s_it, -A * clip(s_it, 1 - low, 1 + high)), always aggregated
+    as seq-mean-token-mean (verl ignores loss_agg_mode here too); no dual clip.
+    """
+    mask = response_mask.to(log_prob.dtype)
+    log_ratio = log_prob - old_log_prob
+    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
+    log_seq_ratio = torch.clamp(log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1), max=10.0)
+    ratio = torch.exp(log_seq_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
+    pg_losses = torch.maximum(unclipped, clipped)
+    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean", global_batch_size, global_token_num)
+    return {
+        "pg_loss": pg_loss,
+        "pg_clipfrac": masked_mean(torch.gt(clipped, unclipped).float(), response_mask),
+        "ppo_kl": masked_mean(-log_ratio, response_mask),
+        "pg_clipfrac_lower": torch.zeros((), dtype=pg_loss.dtype),
+    }
+
+
+def compute_policy_loss_geo_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    global_batch_size: Optional[int] = None,
+    global_token_num: Optional[int] = None,
+) -> Dict[str, torch.Tensor]:
+    """GMPO (https://arxiv.org/abs/2507.20673), as verl's `compute_policy_loss_geo_mean`, tensors (B, R).
+
+    Token log-ratios d = log_prob - old are clipped in log space to [-low, high] on the side that
+    the advantage's sign makes pessimistic (sgn(A) * min(sgn(A) * d, sgn(A) * clip(d))); the sequence
+    ratio is the geometric mean exp(mean of those over the response), the sequence advantage the mean
+    of A over it, and the loss is -A_seq * ratio averaged over sequences (over `global_batch_size`
+    when given, so micro-batches and data-parallel ranks add up to the mini-batch mean).
+    loss_agg_mode does not apply (as in verl).
+    """
+    mask = response_mask.to(log_prob.dtype)
+    log_ratio = log_prob - old_log_prob
+    sign = torch.sign(advantages)
+    clamped = torch.clamp(log_ratio, -clip_ratio_low, clip_ratio_high)
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clamped)
+    tokens = mask.sum(dim=-1)
+    ratio = torch.exp((pessimistic * mask).sum(dim=-1) / (tokens + 1e-8))
+    seq_advantage = (advantages * mask).sum(dim=-1) / (tokens + 1e-8)
+    pg_losses = -seq_advantage * ratio
+    denom = pg_losses.shape[0] if global_batch_size is None else global_batch_size
+    was_clipped = torch.ne(log_ratio, clamped).float()
+    return {
+        "pg_loss": pg_losses.sum() / denom,
+        "pg_clipfrac": masked_mean(was_clipped * (advantages > 0).float(), response_mask),
+        "ppo_kl": masked_mean(-log_ratio, response_mask),
+        "pg_clipfrac_lower": masked_mean(was_clipped * (advantages < 0).float(), response_mask),
+    }
+
+
+POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
+
+
+def compute_policy_loss(
+    loss_mode: str,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    global_batch_size: Optional[int] = None,
+    global_token_num: Optional[int] = None,
+) -> Dict[str, torch.Tensor]:
+    """The policy loss of `actor.policy_loss.loss_mode`: vanilla, gspo or geo_mean (verl's names)."""
+    if loss_mode == "vanilla":
+        return compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
+                                           clip_ratio_high, clip_ratio_c, loss_agg_mode, global_batch_size,
+                                           global_token_num)
+    if loss_mode == "gspo":
+        return compute_policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
+                                        clip_ratio_high, global_batch_size, global_token_num)
+    if loss_mode == "geo_mean":
+        return compute_policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
+                                            clip_ratio_high, global_batch_size, global_token_num)
+    raise ValueError(f"policy_loss.loss_mode={loss_mode!r} is not supported: choose one of {', '.join(POLICY_LOSS_MODES)}")
+
+
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_type: str) -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference.
 

@@ -198,8 +198,8 @@ class ActorRolloutRefWorker(_EngineWorker):
             def loss_fn(out, mb):
                 mask = mb["response_mask"].float()
                 old = out["log_probs"].detach() if on_policy else mb["old_log_probs"]
-                pg = core_algos.compute_policy_loss_vanilla(
-                    old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
+                pg = core_algos.compute_policy_loss(
+                    actor.policy_loss.loss_mode, old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
                     mode, global_batch_size=gseq, global_token_num=gtok)
                 loss = pg["pg_loss"]
                 metrics = {"actor/pg_loss": pg["pg_loss"].item(), "actor/pg_clipfrac": pg["pg_clipfrac"].item(),
