@@ -442,3 +442,61 @@ def test_an_unknown_policy_loss_mode_names_the_valid_ones():
     t = torch.zeros(1, 1)
     with pytest.raises(ValueError, match="loss_mode='clip_cov' is not supported: choose one of vanilla, gspo, geo_mean"):
         ca.compute_policy_loss("clip_cov", t, t, t, t)
+
+
+# ---------------------------------------------------------------------------- KL penalty in the reward
+
+
+class _KLCtrl:
+    def __init__(self, type, kl_coef=0.1, target_kl=0.05, horizon=100):
+        self.type, self.kl_coef, self.target_kl, self.horizon = type, kl_coef, target_kl, horizon
+
+
+def test_kl_in_reward_subtracts_beta_times_the_masked_kl_and_reports_the_batch_kl():
+    scores = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0]])
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, -3.0]])
+    ref = torch.tensor([[-1.5, -2.0, -1.0], [-0.5, -2.0, -9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    ctrl = ca.get_kl_controller(_KLCtrl("fixed", kl_coef=0.1))
+    rewards, metrics = ca.apply_kl_penalty(scores, old, ref, mask, ctrl, "kl")
+    # k1 = old - ref: [[0.5, 0, 0.5], [-0.5, 1.0, (masked)]]
+    expected = [[0.0 - 0.05, 0.0, 1.0 - 0.05], [0.0 + 0.05, 2.0 - 0.1, 0.0]]
+    for row, want in zip(rewards.tolist(), expected):
+        assert row == pytest.approx(want)
+    # per-sequence means 1/3 and 0.25, batch mean 7/24
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx(7 / 24, rel=1e-6)
+    assert metrics["actor/reward_kl_penalty_coeff"] == 0.1
+    assert ctrl.value == 0.1  # fixed
+
+
+def test_kl_in_reward_uses_the_chosen_estimator():
+    scores, old, ref = torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.tensor([[-2.0]])
+    mask = torch.ones(1, 1)
+    ctrl = ca.FixedKLController(1.0)
+    rewards, _ = ca.apply_kl_penalty(scores, old, ref, mask, ctrl, "low_var_kl")
+    d = -2.0 - -1.0  # ref - old
+    assert rewards.item() == pytest.approx(-(math.exp(d) - d - 1))
+    rewards, _ = ca.apply_kl_penalty(scores, old, ref, mask, ctrl, "mse")
+    assert rewards.item() == pytest.approx(-0.5)
+
+
+def test_the_adaptive_kl_controller_moves_the_coefficient_towards_the_target_as_verl():
+    ctrl = ca.get_kl_controller(_KLCtrl("adaptive", kl_coef=0.2, target_kl=0.1, horizon=1000))
+    ctrl.update(current_kl=0.11, n_steps=50)  # error 0.1: value *= 1 + 0.1 * 50 / 1000
+    assert ctrl.value == pytest.approx(0.2 * 1.005)
+    ctrl.update(current_kl=1.0, n_steps=100)  # error clipped to 0.2
+    assert ctrl.value == pytest.approx(0.2 * 1.005 * 1.02)
+    ctrl.update(current_kl=0.0, n_steps=100)  # error clipped to -0.2
+    assert ctrl.value == pytest.approx(0.2 * 1.005 * 1.02 * 0.98)
+    # apply_kl_penalty uses the value before the update, then updates with n_steps = sequences
+    before = ctrl.value
+    _, metrics = ca.apply_kl_penalty(torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(4, 2), torch.ones(4, 2), ctrl)
+    assert metrics["actor/reward_kl_penalty_coeff"] == before
+    assert ctrl.value == pytest.approx(before * (1 - 0.2 * 4 / 1000))  # KL 0: error -1 clipped to -0.2
+
+
+def test_kl_controller_errors_name_the_setting():
+    with pytest.raises(ValueError, match="kl_ctrl.type='pid' is not supported: choose one of fixed, adaptive"):
+        ca.get_kl_controller(_KLCtrl("pid"))
+    with pytest.raises(ValueError, match="kl_ctrl.horizon=0"):
+        ca.get_kl_controller(_KLCtrl("adaptive", horizon=0))

@@ -395,13 +395,14 @@ class CriticConfig:
 
 @dataclass
 class KLControlConfig:
-    # verl: controller of the in-reward KL coefficient, fixed or adaptive. Not read by verl_lite yet.
+    # Controller of the in-reward KL coefficient (algorithm.use_kl_in_reward): fixed, or adaptive
+    # (coef *= 1 + clip(KL / target_kl - 1, -0.2, 0.2) * sequences / horizon after each step), as verl.
     type: str = "fixed"
-    # verl: (initial) coefficient of the in-reward KL penalty. Not read by verl_lite yet.
+    # (Initial) coefficient beta of the in-reward KL penalty.
     kl_coef: float = 0.001
-    # verl: horizon of the adaptive KL controller. Not read by verl_lite yet.
+    # Horizon of the adaptive controller (> 0).
     horizon: int = 10000
-    # verl: target KL of the adaptive KL controller. Not read by verl_lite yet.
+    # Target KL of the adaptive controller.
     target_kl: float = 0.1
 
 
@@ -416,10 +417,12 @@ class AlgorithmConfig:
     gamma: float = 1.0
     # GAE lambda, the bias/variance trade-off (adv_estimator=gae).
     lam: float = 1.0
-    # verl: subtract a KL(actor || ref) penalty from the rewards. verl_lite only builds the ref model
-    # for it; the penalty is not applied yet.
+    # Subtract beta * KL(old policy || ref) per token from the rewards before the advantages, as verl's
+    # apply_kl_penalty (builds the ref model; the old log-probs are always scored). Synchronous
+    # trainer only (refused with async_training.enable).
     use_kl_in_reward: bool = False
-    # verl: KL estimator of the in-reward penalty (kl, abs, mse, low_var_kl, full). Not read by verl_lite yet.
+    # KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3); verl's "full"
+    # (needs the whole distribution) is refused.
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
 

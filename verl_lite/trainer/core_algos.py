@@ -285,6 +285,66 @@ def compute_policy_loss_geo_mean(
     }
 
 
+# ---------------------------------------------------------------------------- KL penalty in the reward
+
+
+class FixedKLController:
+    """The in-reward KL coefficient, constant (verl's FixedKLController)."""
+
+    def __init__(self, kl_coef: float):
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        pass
+
+
+class AdaptiveKLController:
+    """The in-reward KL coefficient steered towards a target KL (https://arxiv.org/abs/1909.08593),
+    as verl's AdaptiveKLController: value *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon."""
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
+        if not horizon > 0:
+            raise ValueError(f"algorithm.kl_ctrl.horizon={horizon}: the adaptive KL controller needs a horizon > 0")
+        self.value, self.target, self.horizon = float(init_kl_coef), float(target_kl), int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max(current_kl / self.target - 1, -0.2), 0.2)
+        self.value *= 1 + error * n_steps / self.horizon
+
+
+def get_kl_controller(kl_ctrl) -> "FixedKLController | AdaptiveKLController":
+    """The controller of `algorithm.kl_ctrl` (type fixed or adaptive, kl_coef, target_kl, horizon)."""
+    if kl_ctrl.type == "fixed":
+        return FixedKLController(kl_ctrl.kl_coef)
+    if kl_ctrl.type == "adaptive":
+        return AdaptiveKLController(kl_ctrl.kl_coef, kl_ctrl.target_kl, kl_ctrl.horizon)
+    raise ValueError(f"algorithm.kl_ctrl.type={kl_ctrl.type!r} is not supported: choose one of fixed, adaptive")
+
+
+def apply_kl_penalty(
+    token_level_scores: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_ctrl,
+    kl_penalty_type: str = "kl",
+) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """verl's `apply_kl_penalty` (ray_trainer.py): rewards = scores - beta * KL per token, tensors (B, R).
+
+    KL is `kl_penalty(old_log_probs, ref_log_prob, kl_penalty_type)` masked by the response; beta is
+    the controller's value before this step; the controller then updates with the batch's KL (mean
+    over sequences of each sequence's mean token KL) and n_steps = the number of sequences.
+    Returns the token-level rewards and actor/reward_kl_penalty(_coeff) metrics.
+    """
+    mask = response_mask.to(token_level_scores.dtype)
+    kld = kl_penalty(old_log_probs, ref_log_prob, kl_penalty_type) * mask
+    beta = kl_ctrl.value
+    rewards = token_level_scores - beta * kld
+    current_kl = masked_mean(kld, mask, dim=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
+    return rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
 POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
 
 

@@ -93,6 +93,9 @@ class PPOTrainer(StepLoop):
         self.resume = resume  # select_checkpoint's answer when the caller already asked (run.py does)
         self.history: List[Dict[str, Any]] = []
         self.total_steps = total_steps(cfg, len(train_set))
+        # algorithm.use_kl_in_reward: the KL controller lives on the driver, as verl's trainer holds it
+        self.kl_ctrl_in_reward = (core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
+                                  if cfg.algorithm.use_kl_in_reward else None)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -158,11 +161,13 @@ class PPOTrainer(StepLoop):
         num_mini = self._num_mini(actor_rollout_ref.actor.ppo_mini_batch_size)
         # One mini-batch trained once: the update's own forward gives the old log-probs (verl's dp_actor
         # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
-        on_policy = num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1
+        # The KL in the reward needs the old log-probs before the update, so it always scores them.
+        kl_in_reward = self.kl_ctrl_in_reward is not None
+        on_policy = num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
         use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
         gen = self.actor_wg.dp_call("generate_sequences", _tensors(prompts, PROMPT_KEYS),
                                     int(cfg.data.max_response_length), sampling,
-                                    log_probs=not on_policy, ref_log_probs=use_kl)
+                                    log_probs=not on_policy, ref_log_probs=use_kl or kl_in_reward)
         worker_timing = gen.pop("timing_s")
         timing["old_log_prob"] = worker_timing["old_log_prob"]
         timing["gen"] = time.perf_counter() - t0 - timing["old_log_prob"]
@@ -181,6 +186,11 @@ class PPOTrainer(StepLoop):
             timing["old_log_prob"] += time.perf_counter() - t
         rewards = gen["token_level_scores"]
         mask = gen["response_mask"].float()
+        kl_metrics: Dict[str, float] = {}
+        if kl_in_reward:
+            rewards, kl_metrics = core_algos.apply_kl_penalty(
+                rewards, gen["old_log_probs"], gen["ref_log_prob"], mask, self.kl_ctrl_in_reward,
+                cfg.algorithm.kl_penalty)
         if cfg.algorithm.adv_estimator == "grpo":
             adv, ret = core_algos.compute_grpo_outcome_advantage(
                 rewards, mask, gen["uid"], norm_adv_by_std_in_grpo=bool(cfg.algorithm.norm_adv_by_std_in_grpo))
@@ -188,7 +198,7 @@ class PPOTrainer(StepLoop):
             adv, ret = core_algos.compute_gae_advantage_return(rewards, gen["values"], mask,
                                                                float(cfg.algorithm.gamma), float(cfg.algorithm.lam))
         gen["advantages"], gen["returns"] = adv, ret
-        metrics: Dict[str, Any] = {}
+        metrics: Dict[str, Any] = dict(kl_metrics)
         train_batch = _tensors(gen)
         n_seq = mask.shape[0]
         t = time.perf_counter()
@@ -210,12 +220,13 @@ class PPOTrainer(StepLoop):
             fault_point("step")
         timing["update_actor"] = time.perf_counter() - t
         timing["step"] = time.perf_counter() - t0
-        scores = rewards.sum(-1)
+        scores = gen["token_level_scores"].sum(-1)  # verl's critic/score: before the KL penalty
         resp_len = mask.sum(-1)
         total_tokens = int(gen["attention_mask"].sum())
         metrics.update({
             "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
-            "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
+            "critic/score/min": scores.min().item(), "critic/rewards/mean": rewards.sum(-1).mean().item(),
+            "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
             "response_length/mean": resp_len.mean().item(),
             "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
             "prompt_length/mean": gen["attention_mask"][:, :-mask.shape[1]].sum(-1).float().mean().item(),

@@ -14,7 +14,6 @@ CI cannot reach GitHub, so the extracted lines are committed; tests/py/test_verl
 from __future__ import annotations
 
 import json
-import os
 import re
 import stat
 import subprocess
