@@ -109,6 +109,7 @@ def collect_warnings(cfg: Any) -> List[str]:
                 f"{shown} {'is' if len(set_keys) == 1 else 'are'} set, but no critic runs "
                 f"(algorithm.adv_estimator={algo.adv_estimator}{', critic.enable=False' if cfg.critic.enable is False else ''}"
                 "): the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True")
+    warnings += verl_rules.verl_warnings(cfg)  # verl settings with no effect in this run
     return warnings
 
 

@@ -105,8 +105,9 @@ def _run_problems(cfg: Any) -> List[str]:
     algo = cfg.algorithm
     if algo.kl_ctrl.type not in KL_CTRL_TYPES:
         problems.append(f"algorithm.kl_ctrl.type={algo.kl_ctrl.type!r} is {NOT}: choose one of {', '.join(KL_CTRL_TYPES)}")
-    if algo.kl_penalty not in KL_PENALTIES:
-        problems.append(f"algorithm.kl_penalty={algo.kl_penalty!r} is {NOT}: choose one of {', '.join(KL_PENALTIES)}")
+    if str(algo.kl_penalty).removesuffix("+") not in KL_PENALTIES:
+        problems.append(f"algorithm.kl_penalty={algo.kl_penalty!r} is {NOT}: choose one of {', '.join(KL_PENALTIES)} "
+                        "(each may end in '+'; verl's full needs the whole distribution)")
     if cfg.algorithm.use_kl_in_reward and cfg.async_training.enable:
         problems.append(f"algorithm.use_kl_in_reward=True with async_training.enable=True is {YET}: the fully-async "
                         "trainer builds no ref model; use actor_rollout_ref.actor.use_kl_loss=True")
@@ -141,3 +142,27 @@ def verl_problems(cfg: Any) -> List[str]:
     for role in roles.active_roles(cfg):
         problems += _role_problems(cfg, role)
     return problems
+
+
+def verl_warnings(cfg: Any) -> List[str]:
+    """verl settings that are valid but have no effect in this run (as in verl): said, not silently dropped."""
+    warnings = []
+    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    actor = cfg.actor_rollout_ref.actor
+    if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None and actor.clip_ratio != 0.2:
+        warnings.append(f"actor_rollout_ref.actor.clip_ratio={actor.clip_ratio} has no effect: clip_ratio_low and "
+                        "clip_ratio_high are both set (clip_ratio is only their default)")
+    for role in roles.active_roles(cfg):
+        section, prefix = roles.section(cfg, role), roles.SECTION[role]
+        budget = getattr(section, "ppo_max_token_len_per_gpu", None)
+        if budget is not None and budget != 16384 and not section.use_dynamic_bsz:
+            warnings.append(f"{prefix}.ppo_max_token_len_per_gpu={budget} has no effect: it is the token budget of "
+                            f"dynamic batch size, which is off ({prefix}.use_dynamic_bsz=False)")
+        optim = getattr(section, "optim", None)
+        if optim is not None and optim.lr_warmup_steps >= 0 and optim.lr_warmup_steps_ratio != 0.0:
+            warnings.append(f"{prefix}.optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} has no effect: "
+                            f"{prefix}.optim.lr_warmup_steps={optim.lr_warmup_steps} is set (the ratio applies when it is negative)")
+        if roles.strategy(cfg, role) == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
+            warnings.append(f"{prefix}.fsdp_config.reshard_after_forward=False has no effect on one rank "
+                            "(nothing is sharded)")
+    return warnings

@@ -1,0 +1,113 @@
+"""A key the user sets is acted on or refused, never ignored: tiny in-process runs record every
+config key the preflight and the run read (verl_lite.config.read_tracking), and each key the
+run's overrides set must be among them.
+
+Each run sets, explicitly, every key that matters for that kind of run (GRPO on the torch engine
+with a KL loss; PPO with a critic and the KL in the reward), mostly to values other than the
+defaults. A key added to the schema and wired to nothing fails here once it is added to a run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_lite.check import collect_problems, collect_warnings
+from verl_lite.config import load_config
+from verl_lite.config.read_tracking import track_reads
+
+
+@pytest.fixture(scope="module")
+def data_dir(copy_task_data):
+    return copy_task_data(n_train=64, n_val=8)
+
+
+def base(data_dir, out):
+    return [
+        f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
+        "data.prompt_key=prompt", "data.train_batch_size=8", "data.max_prompt_length=8", "data.max_response_length=3",
+        "data.truncation=left", "data.filter_overlong_prompts=True", "data.shuffle=False", "data.seed=3",
+        "data.apply_chat_template=False", "data.val_batch_size=null", "data.return_raw_chat=False",
+        "actor_rollout_ref.hybrid_engine=True",
+        "actor_rollout_ref.model.path=tiny-qwen3_5", "actor_rollout_ref.model.tokenizer_path=null",
+        "actor_rollout_ref.model.trust_remote_code=False", "actor_rollout_ref.model.use_remove_padding=False",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True", "actor_rollout_ref.model.init_seed=2",
+        "actor_rollout_ref.model.linear_attention_chunk_size=8",
+        "actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.optim.lr=2e-3",
+        "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.optim.betas=[0.9,0.99]",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=1", "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+        "actor_rollout_ref.actor.optim.min_lr_ratio=0.1", "actor_rollout_ref.actor.optim.clip_grad=0.5",
+        "actor_rollout_ref.actor.optim.total_training_steps=2", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.use_dynamic_bsz=False", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
+        "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.shuffle=False",
+        "actor_rollout_ref.actor.clip_ratio=0.25", "actor_rollout_ref.actor.clip_ratio_low=0.2",
+        "actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.clip_ratio_c=4.0",
+        "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "actor_rollout_ref.actor.entropy_coeff=0.001",
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1", "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=False",
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.temperature=0.9",
+        "actor_rollout_ref.rollout.top_k=20", "actor_rollout_ref.rollout.top_p=0.95", "actor_rollout_ref.rollout.do_sample=True",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False", "actor_rollout_ref.rollout.micro_batch_size=16",
+        "actor_rollout_ref.rollout.val_kwargs.n=2",
+        "trainer.project_name=p", "trainer.experiment_name=e", "trainer.logger=[jsonl]", "trainer.log_val_generations=0",
+        "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "trainer.device=cpu", "trainer.total_training_steps=2",
+        "trainer.save_freq=2", "trainer.test_freq=2", "trainer.val_before_train=True", f"trainer.default_local_dir={out}",
+        "trainer.resume_mode=disable", "trainer.max_actor_ckpt_to_keep=1", "trainer.seed=5", "trainer.ray=false",
+        "trainer.ray_timeout_s=30", "trainer.plot_rewards=false",
+        "reward_model.enable=False", "reward_model.reward_manager=naive",
+    ]
+
+
+GRPO = [
+    "algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=False",
+    "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
+    "actor_rollout_ref.actor.kl_loss_type=k3", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+    "actor_rollout_ref.ref.strategy=fsdp", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False", "actor_rollout_ref.ref.fsdp_config.param_offload=False",
+    "actor_rollout_ref.ref.fsdp_config.optimizer_offload=False", "actor_rollout_ref.ref.fsdp_config.fsdp_size=-1",
+    "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=False",
+]
+PPO = [
+    "algorithm.adv_estimator=gae", "algorithm.gamma=0.99", "algorithm.lam=0.95",
+    "algorithm.use_kl_in_reward=True", "algorithm.kl_penalty=low_var_kl", "algorithm.kl_ctrl.type=adaptive",
+    "algorithm.kl_ctrl.kl_coef=0.01", "algorithm.kl_ctrl.horizon=100", "algorithm.kl_ctrl.target_kl=0.05",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean",
+    "critic.enable=True", "critic.strategy=fsdp", "critic.optim.lr=1e-3", "critic.model.path=tiny-qwen3_5",
+    "critic.model.init_seed=4", "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=8",
+    "critic.use_dynamic_bsz=False", "critic.ppo_epochs=1", "critic.cliprange_value=0.3",
+    "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=False", "trainer.critic_warmup=1",
+]
+
+
+def _run_tracked(overrides):
+    from verl_lite.trainer.run import run
+
+    cfg = load_config(overrides)
+    with track_reads() as reads:  # what `python -m verl_lite.main` does: preflight, then the run
+        assert collect_problems(cfg, for_training=True) == []
+        collect_warnings(cfg)
+        assert run(cfg) == 0
+    return reads
+
+
+def _set_keys(overrides):
+    return [line.lstrip("+").split("=", 1)[0] for line in overrides]
+
+
+@pytest.mark.parametrize("kind", ["grpo", "ppo"])
+def test_every_key_a_run_sets_is_read_by_the_preflight_or_the_run(data_dir, tmp_path, kind):
+    overrides = base(data_dir, tmp_path / kind) + (GRPO if kind == "grpo" else PPO)
+    reads = _run_tracked(overrides)
+    unread = [key for key in _set_keys(overrides) if not reads.was_read(key)]
+    assert unread == [], f"set but never read (accepted and ignored): {unread}"
+
+
+def test_the_tracker_sees_a_key_that_nothing_reads(data_dir, tmp_path):
+    """The check above can fail: a key the run does not use is reported as unread."""
+    reads = _run_tracked(base(data_dir, tmp_path / "r") + GRPO)
+    assert reads.was_read("actor_rollout_ref.actor.optim.lr")
+    assert not reads.was_read("critic.cliprange_value")  # no critic in a GRPO run
+    assert not reads.was_read("async_training.reweight_cap")
