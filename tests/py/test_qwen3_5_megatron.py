@@ -1,0 +1,323 @@
+"""Qwen3.5 dense and MoE on the Megatron engines (CPU, fp32, gloo): logits against transformers at
+TP=1, TP=2, PP=2 and (MoE) EP=2; the export loading strictly into transformers with the same
+log-probs; HF -> Megatron -> HF bitwise; the GDN kernel choice and the Ascend kernel path through
+its contract double (tests/py/mindspeed_double/mindspeed_mm), packed against padded.
+
+All megatron work runs in ONE spawn of two gloo processes (`_scenario`, a megatron import costs
+7-9 s per process); the layouts run one after the other in them and the tests below read what
+they recorded. The shipped tiny models start from their seeded random HF init (`init_seed`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOUBLE = REPO_ROOT / "tests" / "py" / "mindspeed_double"
+B, T, R = 3, 12, 4
+SEED = 3
+DENSE, MOE = "tiny-qwen3_5", "tiny-qwen3_5-moe"
+# (model, TP, PP, EP) run by the two ranks, in this order
+LAYOUTS = [
+    (DENSE, 1, 1, 1), (DENSE, 2, 1, 1), (DENSE, 1, 2, 1),
+    (MOE, 1, 1, 1), (MOE, 2, 1, 1), (MOE, 1, 2, 1), (MOE, 1, 1, 2),
+]
+
+
+def make_batch(seed: int = 0):
+    """Left-padded prompts and a response that ended early (padding on both sides)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 48, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, :5] = 0
+    mask[2, :2] = 0
+    mask[1, -1] = 0
+    ids[mask == 0] = 0
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
+
+
+def _sections(path, tp=1, pp=1, ep=1, overrides=None):
+    from omegaconf import OmegaConf
+
+    from verl_lite.config.schema import VerlLiteConfig
+
+    cfg = OmegaConf.structured(VerlLiteConfig)
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    model.path, model.init_seed = path, SEED
+    actor.strategy = "megatron"
+    actor.megatron.tensor_model_parallel_size = tp
+    actor.megatron.pipeline_model_parallel_size = pp
+    actor.megatron.expert_model_parallel_size = ep
+    actor.megatron.override_transformer_config = dict(overrides or {})
+    return model, actor
+
+
+def _hf_logits(hf_model, batch):
+    with torch.no_grad():
+        return hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        position_ids=batch["position_ids"]).logits
+
+
+def _response_log_probs(logits, batch):
+    r = batch["responses"].shape[1]
+    return torch.log_softmax(logits[:, -r - 1 : -1].float(), -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def _engine_logits(engine, batch):
+    """Full-vocabulary logits through megatron's schedule (every layout; gathered over TP, sent to
+    every pipeline stage)."""
+    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
+
+    from verl_lite.engine import megatron_batch
+
+    def logits_of(output, item, with_entropy):
+        return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
+
+    prepared = [megatron_batch.prepare_batch(batch, torch.device("cpu"), batch["input_ids"].shape[1], 0)]
+    return megatron_batch.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
+
+
+def _hf_reference(path):
+    """transformers' model from the same seeded init as the engines, and its state dict."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from verl_lite.engine.megatron_hf import random_hf_state
+    from verl_lite.models import resolve_model_dir
+
+    config = AutoConfig.from_pretrained(resolve_model_dir(path))
+    state = random_hf_state(AutoModelForCausalLM, config, SEED).__self__
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.load_state_dict(state, strict=True)
+    return config, model, state
+
+
+def _check_layout(rank, rec, refs, path, tp, pp, ep):
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.engine.megatron import MegatronLMEngine
+
+    key = f"{path}:tp{tp}pp{pp}ep{ep}"
+    config, hf_model, state = refs[path]
+    model, actor = _sections(path, tp, pp, ep)
+    engine = MegatronLMEngine(model, actor, None, "cpu", "actor")  # no optimizer: forward only
+    engine.initialize()
+    batch = make_batch()
+    valid = batch["attention_mask"].bool()
+    logits = _engine_logits(engine, batch)
+    rec[f"{key}:logits_diff"] = (logits[valid] - _hf_logits(hf_model, batch)[valid]).abs().max().item()
+    log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    exported = dict(engine.export_hf_weights())
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    result = fresh.load_state_dict(exported, strict=True)  # raises on a missing or unexpected name
+    rec[f"{key}:strict"] = (list(result.missing_keys), list(result.unexpected_keys))
+    resp = batch["response_mask"].bool()
+    rec[f"{key}:export_log_prob_diff"] = (
+        (_response_log_probs(_hf_logits(fresh, batch), batch) - log_probs)[resp].abs().max().item())
+    rec[f"{key}:names"] = (sorted(set(state) - set(exported)), sorted(set(exported) - set(state)))
+    rec[f"{key}:not_bitwise"] = sorted(k for k in state if k in exported and not (
+        exported[k].dtype == state[k].dtype and torch.equal(exported[k], state[k])))
+    rec[f"{key}:kernels"] = sorted({layer.self_attention.gdn_kernel for chunk in engine.model
+                                    for layer in chunk.decoder.layers if hasattr(layer.self_attention, "gdn_kernel")})
+    return engine
+
+
+def _gdn_layer(engine):
+    return next(layer.self_attention for layer in engine.model[0].decoder.layers
+                if hasattr(layer.self_attention, "gdn_kernel"))
+
+
+def _packed_vs_padded(layer, hidden, mask):
+    """The GDN layer on a padded batch and on the same sequences packed (THD, cu_seqlens); outputs
+    at the real tokens, in the padded order."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    from verl_lite.engine.megatron_batch import attention_mask_4d
+
+    with torch.no_grad():
+        padded, _ = layer(hidden, attention_mask_4d(mask))
+        lengths = mask.sum(1)
+        cu = torch.cat([torch.zeros(1, dtype=torch.int32), lengths.cumsum(0).to(torch.int32)])
+        tokens = hidden.transpose(0, 1)[mask.bool()].unsqueeze(1)  # [N, 1, H]
+        params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                                 max_seqlen_q=int(lengths.max()), max_seqlen_kv=int(lengths.max()))
+        packed, _ = layer(tokens, None, packed_seq_params=params)
+    return padded.transpose(0, 1)[mask.bool()], packed[:, 0]
+
+
+def _phase_ascend(rank, rec, refs, torch_engine):
+    """use_ascend_gdn on npu (internals on CPU, the kernel double): kernel chosen, logits, packing."""
+    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron_batch import attention_mask_4d
+
+    sys.path.insert(0, str(DOUBLE))
+    from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
+
+    class NpuOnCpu(MegatronLMEngine):  # device npu for the kernel choice, tensors on CPU
+        compute_device = "cpu"
+
+    model, actor = _sections(DENSE, overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
+    engine = NpuOnCpu(model, actor, None, "npu", "actor")
+    engine.initialize()
+    batch = make_batch()
+    valid = batch["attention_mask"].bool()
+    calls = len(double.CALLS)
+    logits = _engine_logits(engine, batch)
+    rec["ascend:padded_calls"] = double.CALLS[calls:]
+    rec["ascend:kernel"] = _gdn_layer(engine).gdn_kernel
+    rec["ascend:logits_diff"] = (logits[valid] - _hf_logits(refs[DENSE][1], batch)[valid]).abs().max().item()
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(T, B, 64, generator=g)
+    mask = batch["attention_mask"]
+    calls = len(double.CALLS)
+    padded, packed = _packed_vs_padded(_gdn_layer(engine), hidden, mask)
+    rec["ascend:packed_calls"] = double.CALLS[calls:]
+    rec["ascend:packed_vs_padded"] = (padded - packed).abs().max().item()
+    rec["ascend:packed_scale"] = padded.abs().max().item()
+    with torch.no_grad():
+        torch_padded, _ = _gdn_layer(torch_engine)(hidden, attention_mask_4d(mask))
+    rec["ascend:vs_torch_rule"] = (padded - torch_padded.transpose(0, 1)[mask.bool()]).abs().max().item()
+    q = torch.randn(1, 4, 8, 16, dtype=torch.bfloat16)
+    out, final = double.flash_gated_delta_rule(q, q, q, -torch.rand(1, 8, 4), torch.rand(1, 8, 4),
+                                               cu_seqlens=torch.tensor([0, 3, 8]), output_final_state=True)
+    rec["ascend:direct"] = [tuple(out.shape), str(out.dtype), tuple(final.shape)]
+    try:
+        _packed_vs_padded(_gdn_layer(torch_engine), hidden, mask)
+        rec["torch:packed_error"] = None
+    except NotImplementedError as e:
+        rec["torch:packed_error"] = str(e)
+
+
+def _scenario(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    from megatron.core import parallel_state as mpu
+
+    rec = {}
+    try:
+        refs = {path: _hf_reference(path) for path in (DENSE, MOE)}
+        for path, tp, pp, ep in LAYOUTS:
+            engine = _check_layout(rank, rec, refs, path, tp, pp, ep)
+            if (path, tp, pp, ep) == (DENSE, 1, 1, 1):
+                _phase_ascend(rank, rec, refs, engine)
+            mpu.destroy_model_parallel()
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.fixture(scope="module")
+def run(spawn_ranks):
+    return spawn_ranks(_scenario, "qwen3_5_megatron")
+
+
+def _keys(path):
+    return [f"{p}:tp{tp}pp{pp}ep{ep}" for p, tp, pp, ep in LAYOUTS if p == path]
+
+
+@pytest.mark.parametrize("path", [DENSE, MOE])
+def test_logits_equal_transformers_within_1e_5_at_every_layout(run, path):
+    for rec in run:
+        diffs = {k: rec[f"{k}:logits_diff"] for k in _keys(path)}
+        assert len(diffs) == (3 if path == DENSE else 4)
+        assert max(diffs.values()) < 1e-5, diffs
+
+
+@pytest.mark.parametrize("path", [DENSE, MOE])
+def test_the_export_loads_strictly_into_transformers_and_gives_the_same_log_probs(run, path):
+    for rec in run:
+        for key in _keys(path):
+            assert rec[f"{key}:strict"] == ([], []), key
+            assert rec[f"{key}:export_log_prob_diff"] < 1e-5, (key, rec[f"{key}:export_log_prob_diff"])
+
+
+@pytest.mark.parametrize("path", [DENSE, MOE])
+def test_hf_to_megatron_to_hf_is_bitwise_for_every_tensor(run, path):
+    for rec in run:
+        for key in _keys(path):
+            assert rec[f"{key}:names"] == ([], []), key
+            assert rec[f"{key}:not_bitwise"] == [], key
+
+
+def test_cpu_runs_take_the_torch_gdn_rule(run):
+    for key in _keys(DENSE) + _keys(MOE):
+        kernels = [rec[f"{key}:kernels"] for rec in run]  # a PP stage may hold no GDN layer
+        assert all(k in ([], ["torch"]) for k in kernels) and ["torch"] in kernels, (key, kernels)
+
+
+def test_the_ascend_kernel_is_taken_on_npu_with_use_ascend_gdn_and_matches_transformers_in_bf16(run):
+    for rec in run:
+        assert rec["ascend:kernel"] == "ascend"
+        calls = rec["ascend:padded_calls"]
+        assert calls and all(c["packed"] is False and c["batch"] == B and c["dtype"] == "bfloat16" for c in calls)
+        assert rec["ascend:logits_diff"] < 0.05  # the kernel takes bf16 q/k/v (it refuses fp32)
+
+
+def test_the_ascend_kernel_takes_packed_sequences_and_agrees_with_padded(run):
+    for rec in run:
+        (call,) = rec["ascend:packed_calls"][1:]  # first the padded call, then the packed one
+        assert call["packed"] is True and call["batch"] == 1 and call["sequences"] == B
+        scale = rec["ascend:packed_scale"]
+        assert scale > 0 and rec["ascend:packed_vs_padded"] < 1e-4 * scale
+        assert rec["ascend:vs_torch_rule"] < 0.02 * scale  # bf16 q/k/v against the fp32 torch rule
+
+
+def test_the_torch_rule_refuses_packed_sequences_naming_the_fix(run):
+    for rec in run:
+        assert "feed padded batches" in rec["torch:packed_error"]
+
+
+# ---------------------------------------------------------------------------- kernel choice (no megatron)
+
+def test_the_gdn_kernel_follows_the_two_switches_and_the_installed_kernels():
+    from verl_lite.engine.megatron_gdn import kernel_takes_packed_input, select_gdn_kernel
+
+    assert select_gdn_kernel(None, None, "cuda", have_fla=True) == "fla"
+    assert select_gdn_kernel(True, None, "npu", have_fla=True) == "fla"
+    assert select_gdn_kernel(None, None, "cuda", have_fla=False) == "torch"
+    assert select_gdn_kernel(False, None, "cuda", have_fla=True) == "torch"
+    assert select_gdn_kernel(None, None, "cpu", have_fla=True) == "torch"  # Triton needs a device
+    assert select_gdn_kernel(False, True, "npu", have_fla=True) == "ascend"
+    assert select_gdn_kernel("False", "True", "npu", have_fla=False) == "ascend"
+    assert select_gdn_kernel(True, True, "npu", have_fla=True) == "fla"  # the real stack's order
+    assert select_gdn_kernel(None, None, "npu", have_fla=False) == "torch"
+    assert [kernel_takes_packed_input(k) for k in ("fla", "ascend", "torch")] == [True, True, False]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_use_ascend_gdn_off_npu_is_refused_naming_the_fix(device):
+    from verl_lite.engine.megatron_gdn import select_gdn_kernel
+
+    with pytest.raises(ValueError, match=f"use_ascend_gdn=True .* the device is {device}: remove"):
+        select_gdn_kernel(False, True, device, have_fla=False)
+
+
+def test_the_ascend_kernel_double_enforces_the_real_entrys_contract():
+    sys.path.insert(0, str(DOUBLE))
+    try:
+        from mindspeed_mm.fsdp.ops.gdn.flash_gated_delta_rule import flash_gated_delta_rule as op
+    finally:
+        sys.path.remove(str(DOUBLE))
+    q = torch.randn(2, 4, 8, 16, dtype=torch.bfloat16)
+    g, beta = -torch.rand(2, 8, 4), torch.rand(2, 8, 4)
+    with pytest.raises(ValueError, match="does not support float32"):
+        op(q.float(), q.float(), q.float(), g, beta)
+    with pytest.raises(ValueError, match=r"\[B, T, H\]"):
+        op(q, q, q, g.transpose(1, 2), beta.transpose(1, 2))
+    with pytest.raises(ValueError, match="batch size is expected to be 1 rather than 2"):
+        op(q, q, q, g, beta, cu_seqlens=torch.tensor([0, 3, 8]))
+    with pytest.raises(ValueError, match="cu_seqlens must be a 1-D int64"):
+        op(q[:1], q[:1], q[:1], g[:1], beta[:1], cu_seqlens=torch.tensor([0, 3, 8], dtype=torch.int32))
+    with pytest.raises(ValueError, match="must start at 0, end at T=8"):
+        op(q[:1], q[:1], q[:1], g[:1], beta[:1], cu_seqlens=torch.tensor([0, 3, 7]))
+
+
+def test_the_ascend_kernel_double_returns_the_real_entrys_shapes(run):
+    for rec in run:  # called in the spawned ranks, which import megatron (its torch rule computes)
+        assert rec["ascend:direct"] == [(1, 8, 4, 16), "torch.bfloat16", (2, 4, 16, 16)]
