@@ -418,3 +418,97 @@ def test_an_added_override_transformer_config_key_survives_the_typed_config_and_
     (problem,) = problems_of("+actor_rollout_ref.actor.use_ascend_gdn=True")
     assert problem.startswith("unknown key 'actor_rollout_ref.actor.use_ascend_gdn' (+key=value adds keys only "
                               "inside the open sections:")
+
+
+# ---------------------------------------------------------------------------- verl's names (verl_names)
+
+
+@pytest.mark.parametrize("engine, strategy", [("megatron", "megatron"), ("dp", "fsdp")])
+def test_model_engine_picks_the_strategy_of_actor_ref_and_critic_as_in_verl(engine, strategy):
+    from verl_lite.config import roles
+
+    cfg = load_config([f"model_engine={engine}", "actor_rollout_ref.actor.use_kl_loss=True", "critic.enable=True"])
+    assert [roles.strategy(cfg, r) for r in ("actor", "ref", "critic")] == [strategy] * 3
+
+
+def test_model_engine_applies_before_the_overrides_so_an_explicit_strategy_wins_wherever_it_stands():
+    assert load_config(["actor_rollout_ref.actor.strategy=fsdp", "model_engine=megatron"]).actor_rollout_ref.actor.strategy == "fsdp"
+    assert load_config(["model_engine=megatron", "actor_rollout_ref.actor.strategy=fsdp"]).actor_rollout_ref.actor.strategy == "fsdp"
+
+
+def test_an_unknown_model_engine_names_the_choices_not_a_migration():
+    (problem,) = problems_of("model_engine=veomni")
+    assert problem == ("model_engine=veomni is not supported by verl_lite: choose model_engine=megatron or "
+                       "model_engine=dp (fsdp), or set actor_rollout_ref.actor.strategy")
+
+
+@pytest.mark.parametrize("line", [["--config-name=ppo_megatron_trainer.yaml"], ["--config-name", "ppo_megatron_trainer"],
+                                  ["--config-path=config", "--config-name='ppo_megatron_trainer.yaml'"]])
+def test_verls_megatron_trainer_config_name_means_megatron_defaults(line):
+    cfg = load_config(line)
+    assert cfg.actor_rollout_ref.actor.strategy == "megatron" and not cfg.async_training.enable
+
+
+def test_the_fully_async_trainer_config_name_turns_on_fully_async_training_on_megatron():
+    cfg, _ = compose_config(["--config-name=fully_async_ppo_megatron_trainer.yaml"])
+    assert cfg.actor_rollout_ref.actor.strategy == "megatron" and cfg.async_training.enable
+
+
+def test_a_config_path_other_than_verls_own_is_refused():
+    (problem,) = problems_of("--config-path=/my/configs")
+    assert problem.startswith("--config-path=/my/configs is not supported by verl_lite")
+
+
+@pytest.mark.parametrize("line, key, value", [
+    ("critic.fsdp.param_offload=False", "critic.fsdp_config.param_offload", False),
+    ("actor_rollout_ref.actor.megatron.use_remove_padding=False", "actor_rollout_ref.model.use_remove_padding", False),
+    ("rollout.nnodes=2", "actor_rollout_ref.rollout.nnodes", 2),
+    ("rollout.n_gpus_per_node=4", "actor_rollout_ref.rollout.n_gpus_per_node", 4),
+    ("ray_kwargs.ray_init.num_cpus=7", "ray_init.num_cpus", 7),
+    ("actor_rollout_ref.actor.policy_loss=gspo", "actor_rollout_ref.actor.policy_loss.loss_mode", "gspo"),
+])
+def test_verls_current_spellings_set_the_verl_lite_key(line, key, value):
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.select(load_config([line]), key) == value
+
+
+def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
+    load_config(["ray_kwargs.ray_init.runtime_env.py_executable=null", "trainer.balance_batch=False",
+                 "actor_rollout_ref.rollout.calculate_log_probs=False"])
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("trainer.balance_batch=True", "trainer.balance_batch=True: balancing sequence lengths over data-parallel ranks "
+                                   "is not supported by verl_lite yet"),
+    ("trainer.max_critic_ckpt_to_keep=1", "not supported by verl_lite: trainer.max_actor_ckpt_to_keep keeps whole"),
+    ("actor_rollout_ref.rollout.calculate_log_probs=True", "rollout log-probs are not supported by verl_lite yet"),
+    ("ray_kwargs.ray_init.runtime_env.py_executable=uv", "verl_lite starts Ray with ray_init.num_cpus"),
+    ("+actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024", "checkpoint engine"),
+    ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096", "dynamic batch size"),
+    ("+algorithm.filter_groups.enable=True", "dynamic sampling (DAPO's filter_groups)"),
+    ("algorithm.rollout_correction.rollout_is=token", "rollout/training mismatch correction"),
+    ("actor_rollout_ref.actor.megatron.dtype=bfloat16", "the Megatron engine's dtype"),
+])
+def test_verl_keys_verl_lite_lacks_are_refused_by_name_with_what_to_use_instead(line, fragment):
+    (problem,) = problems_of(line)
+    assert fragment in problem and "did you mean" not in problem
+
+
+def test_a_float_staleness_threshold_is_verls_fraction_and_is_refused_with_the_meaning_here():
+    (problem,) = problems_of("async_training.staleness_threshold=0.5")
+    assert problem.startswith("async_training.staleness_threshold=0.5: verl's fraction of stale samples is not "
+                              "supported by verl_lite: here it counts the weight versions")
+
+
+def test_hints_point_only_at_keys_that_mean_the_same_thing():
+    (budget,) = problems_of("actor_rollout_ref.ref.log_prob_max_token_lenn=1")  # not verl's either
+    assert "did you mean" not in budget  # a token budget is not a sample count
+    (enable,) = problems_of("+algorithm.filter_group.enable=True")
+    assert "critic.enable" not in enable
+    (typo,) = problems_of("actor_rollout_ref.actor.clip_ratio_hgih=0.3")
+    assert typo.endswith("did you mean actor_rollout_ref.actor.clip_ratio_high?")
+
+
+def test_a_line_given_twice_is_one_problem():
+    assert problems_of("trainer.zzz=1", "trainer.zzz=1") == ["unknown key 'trainer.zzz'"]

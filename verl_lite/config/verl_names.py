@@ -189,6 +189,11 @@ SAME_AS_VERL_LITE = {
     "actor_rollout_ref.rollout.calculate_log_probs": False,  # the rollout returns no log-probs, as here
     "trainer.balance_batch": False,  # ranks get consecutive slices of the batch, as here
 }
+SAME_AS_VERL_LITE_WHY = {
+    "ray_kwargs.ray_init.runtime_env.py_executable": "the workers run the driver's Python, as verl_lite's do",
+    "actor_rollout_ref.rollout.calculate_log_probs": "the rollout returns no log-probs; old log-probs come from the actor",
+    "trainer.balance_batch": "no balancing: ranks get consecutive slices of the batch",
+}
 
 
 def same_as_verl_lite(key: str, value: object) -> bool:
@@ -202,3 +207,50 @@ def value_problem(key: str, value: object) -> Optional[str]:
                 "by verl_lite: here it counts the weight versions a sample may lag behind (an integer >= 0, "
                 "e.g. async_training.staleness_threshold=1)")
     return None
+
+
+# Keys in both verl and verl_lite whose defaults differ, and why (docs/config.md lists them; a test
+# fails when a default differs from verl's without a reason here).
+DEFAULT_DIFFERENCES = {
+    "data.train_files": "a local tiny data set (verl_lite trains a tiny model out of the box)",
+    "data.val_files": "the tiny data set's validation split",
+    "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",
+    "data.seed": "a fixed seed, so a resumed run keeps its prompt order (verl: null = unseeded)",
+    "data.return_raw_chat": "raw chat is only for agent loops and reward models, which verl_lite does not have; "
+                            "True is refused",
+    "actor_rollout_ref.model.path": "a shipped tiny config; nothing is downloaded",
+    "actor_rollout_ref.model.use_remove_padding": "sequences run padded (packing not implemented yet); True is refused",
+    "critic.model.use_remove_padding": "as actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "the tiny models do not need it; it costs time",
+    "critic.model.enable_gradient_checkpointing": "as for the actor",
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "sized for the tiny CPU run",
+    "actor_rollout_ref.actor.clip_ratio_low": "null = clip_ratio, which gives verl's 0.2 (verl writes the value out)",
+    "actor_rollout_ref.actor.clip_ratio_high": "null = clip_ratio, which gives verl's 0.2",
+    "actor_rollout_ref.actor.use_torch_compile": "torch.compile is not supported yet; True is refused",
+    "actor_rollout_ref.actor.megatron.sequence_parallel": "Megatron sequence parallelism is not supported yet (it "
+                                                          "needs Transformer Engine or Apex norms); True with TP > 1 "
+                                                          "is refused, so verl's scripts, which leave it unset, run",
+    "actor_rollout_ref.ref.megatron.sequence_parallel": "as the actor's",
+    "critic.megatron.sequence_parallel": "as the actor's",
+    "actor_rollout_ref.rollout.name": "hf runs anywhere, CPU included (verl requires a value)",
+    "actor_rollout_ref.rollout.mode": "verl_lite's synchronous trainer generates in the worker (verl: async servers)",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": "one device per replica by default",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "null = verl's 0.5 on cuda/npu, a small share on cpu",
+    "critic.strategy": "null = the actor's strategy (verl: fsdp unless model_engine says otherwise)",
+    "critic.model.path": "\"\" = the actor's model (verl repeats the path)",
+    "reward_model.enable": "False: reward models are not supported (verl: null = off)",
+    "reward_model.reward_manager": "naive, the one verl_lite implements (verl: null = naive)",
+    "custom_reward_function.name": "compute_score, verl's own fallback for null",
+    "algorithm.adv_estimator": "verl_lite is GRPO-first; a verl command that relies on verl's gae default must set "
+                               "algorithm.adv_estimator=gae (the preflight warns about GRPO with rollout.n=1)",
+    "trainer.project_name": "verl_lite's own name",
+    "trainer.experiment_name": "verl_lite's own name",
+    "trainer.logger": "jsonl instead of wandb: no account or network needed",
+    "trainer.n_gpus_per_node": "one device (or CPU process) by default",
+    "trainer.device": "auto picks npu, then cuda, else cpu (verl: cuda)",
+    "trainer.total_epochs": "1 epoch for the tiny run (verl: 30)",
+    "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
+    # listed for as long as verl_lite's default is False (docs/ascend.md describes the bridge choice)
+    "actor_rollout_ref.actor.megatron.use_mbridge": "verl_lite maps HF and Megatron weights with its own converter",
+    "critic.megatron.use_mbridge": "as the actor's",
+}

@@ -1,0 +1,76 @@
+"""The preflight's refusals of verl settings the schema accepts but verl_lite cannot act on yet
+(verl_lite/config/verl_rules.py), and its warnings for settings with no effect in a run."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl_lite.check import collect_problems, collect_warnings
+from verl_lite.config import load_config
+from verl_lite.config.verl_rules import verl_problems
+
+
+def problems(*overrides):
+    return verl_problems(load_config(["trainer.device=cpu", *overrides]))
+
+
+@pytest.mark.parametrize("line", [
+    "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+])
+def test_offload_on_a_running_role_is_refused_and_false_is_accepted(line):
+    (problem,) = problems(line)
+    assert problem.startswith(f"actor: {line}: offload is not supported by verl_lite yet") and "set it to False" in problem
+    assert problems(line.replace("True", "False")) == []
+
+
+def test_megatron_offload_and_sequence_parallel_are_refused_per_role():
+    found = problems("model_engine=megatron", "actor_rollout_ref.actor.use_kl_loss=True",
+                     "actor_rollout_ref.actor.megatron.grad_offload=True", "actor_rollout_ref.ref.megatron.param_offload=True",
+                     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                     "actor_rollout_ref.actor.megatron.sequence_parallel=True")
+    assert [p.split(":", 2)[1].strip() for p in found] == [
+        "actor_rollout_ref.actor.megatron.grad_offload=True",
+        "actor_rollout_ref.actor.megatron.sequence_parallel=True",
+        "actor_rollout_ref.ref.megatron.param_offload=True",
+    ]
+
+
+def test_offload_of_a_role_that_does_not_run_is_not_refused():
+    assert problems("critic.fsdp_config.param_offload=True") == []  # no critic (grpo): check warns instead
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("actor_rollout_ref.actor.use_dynamic_bsz=True", "dynamic batch size is not supported by verl_lite yet"),
+    ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True", "dynamic batch size is not supported by verl_lite yet"),
+    ("actor_rollout_ref.model.use_remove_padding=True", "remove-padding is not supported by verl_lite yet"),
+    ("actor_rollout_ref.actor.use_torch_compile=True", "torch.compile is not supported by verl_lite yet"),
+    ("actor_rollout_ref.actor.shuffle=True", "shuffling between PPO epochs is not supported by verl_lite yet"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+     "policy_loss.loss_mode='clip_cov' is not supported by verl_lite: choose one of vanilla, gspo, geo_mean"),
+    ("+actor_rollout_ref.actor.checkpoint.save_contents=[model]", "choosing what a checkpoint holds is not supported"),
+    ("actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.hybrid_engine=False: not supported by verl_lite in "
+                                              "synchronous training"),
+    ("data.return_raw_chat=True", "raw chat messages"),
+    ("reward_model.enable=True", "reward models are not supported by verl_lite yet"),
+    ("trainer.log_val_generations=5", "logging validation samples is not supported by verl_lite yet"),
+    ("algorithm.kl_penalty=full", "algorithm.kl_penalty='full' is not supported by verl_lite"),
+    ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3", "the ref scores with the actor's log-prob micro-batch"),
+])
+def test_each_accepted_but_unsupported_value_is_refused_with_its_fix(line, fragment):
+    found = problems(line, "actor_rollout_ref.actor.use_kl_loss=True")
+    assert len(found) == 1 and fragment in found[0], found
+
+
+def test_the_refusals_reach_python_m_verl_lite_check():
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.param_offload=True"])
+    assert any("offload is not supported by verl_lite yet" in p for p in collect_problems(cfg, for_training=False))
+
+
+def test_settings_with_no_effect_in_the_run_are_warned_about():
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.clip_ratio=0.3",
+                       "actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.28",
+                       "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096"])
+    warnings = collect_warnings(cfg)
+    assert any(w.startswith("actor_rollout_ref.actor.clip_ratio=0.3 has no effect") for w in warnings)
+    assert any(w.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096 has no effect") for w in warnings)
