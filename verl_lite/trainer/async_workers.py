@@ -258,7 +258,9 @@ class RolloutWorker:
                 if in_flight and version not in active[0].versions:
                     self.stats_["resumed"] += len(active)  # cut at a sync, resumed under the new weights
                 out = self.rollout.generate(left_pad([s.prompt + s.tokens for s in active], pad), length, self.sampling)
-                log_probs = self._log_probs(out) if self.with_log_probs else None
+                log_probs = None
+                if self.with_log_probs:  # the vllm rollout returns its own; the hf one is scored here
+                    log_probs = out["rollout_log_probs"] if "rollout_log_probs" in out else self._log_probs(out)
             for i, s in enumerate(active):
                 mask = out["response_mask"][i].bool()
                 new = out["responses"][i][mask].tolist()

@@ -182,6 +182,7 @@ class ActorRolloutRefWorker(_EngineWorker):
           sampled it is the one being updated: the old log-probs are this forward's own, detached (as
           verl's dp_actor does), and `batch` needs no `old_log_probs`. `actor/entropy` is measured here.
         - `sync_weights_version`: push the updated weights to the rollout before returning."""
+        from verl_lite.rollout.metrics import RolloutGap
         from verl_lite.trainer import core_algos
 
         actor = self.cfg.actor_rollout_ref.actor
@@ -220,8 +221,10 @@ class ActorRolloutRefWorker(_EngineWorker):
             return loss_fn
 
         micro = actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size or 64
-        result = self._update(self.actor, batch, meta, make_loss, actor.ppo_epochs, int(micro),
+        gap = RolloutGap(batch, on_policy)  # training-vs-rollout probabilities, when the rollout sent its own
+        result = self._update(self.actor, batch, meta, gap.wrap(make_loss), actor.ppo_epochs, int(micro),
                               calculate_entropy=actor.entropy_coeff != 0 or on_policy)
+        result.update(gap.metrics())
         if meta.get("sync_weights_version") is not None:
             self.sync_rollout_weights(int(meta["sync_weights_version"]))
         return result

