@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Training step time of the Megatron engine on CPU (TP=1, TP=2) next to the torch engine, and
-the import cost of the megatron path.
+"""Training step time of the Megatron engine on CPU (TP=1, TP=2, and EP=2 for MoE) next to the
+torch engine, for tiny Qwen3, Qwen3.5 dense and Qwen3.5 MoE, and the import cost of the megatron path.
 
 Usage:
-  python bench/megatron_step_bench.py                  # tiny-qwen3, 8 sequences x 48 tokens, 2 micro-batches
-  python bench/megatron_step_bench.py --steps 20 --batch 16 --seq 96
+  python bench/megatron_step_bench.py                  # all three tiny models, 8 sequences x 48 tokens, 2 micro-batches
+  python bench/megatron_step_bench.py --models tiny-qwen3_5,tiny-qwen3_5-moe --steps 20 --batch 16 --seq 96
   python bench/megatron_step_bench.py --only import    # just the import figures
 
 A step is what the worker does per mini-batch: zero_grad, forward_backward over the micro-batches
 with a token-mean NLL loss, optimizer_step, lr_scheduler_step. Each layout runs in fresh processes
-(TP=2: two gloo processes); the first `--warmup` steps are dropped and the median is printed.
+(TP=2 and EP=2: two gloo processes; with EP=2 the two ranks are also two data-parallel ranks, each
+stepping the whole batch); the first `--warmup` steps are dropped and the median is printed.
+Qwen3.5's GDN layers run megatron-core's torch gated delta rule on CPU.
 The import figures come from fresh interpreters, each measured `--import-runs` times.
 """
 
@@ -85,26 +87,27 @@ def time_steps(engine, args) -> list:
     return times[args.warmup:]
 
 
-def sections(strategy: str, tp: int):
+def sections(strategy: str, path: str, tp: int = 1, ep: int = 1):
     from omegaconf import OmegaConf
 
     from verl_lite.config.schema import ActorConfig, ModelConfig
 
-    model = OmegaConf.structured(ModelConfig(path="tiny-qwen3"))
+    model = OmegaConf.structured(ModelConfig(path=path))
     actor = OmegaConf.structured(ActorConfig(strategy=strategy))
     actor.megatron.tensor_model_parallel_size = tp
+    actor.megatron.expert_model_parallel_size = ep
     actor.optim.lr = 1e-3
     return model, actor
 
 
-def megatron_worker(rank: int, world: int, port: int, args, out: str) -> None:
+def megatron_worker(rank: int, world: int, port: int, args, out: str, path: str, tp: int, ep: int) -> None:
     import torch
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     from verl_lite.engine.megatron import MegatronLMEngine
 
-    model, actor = sections("megatron", world)
+    model, actor = sections("megatron", path, tp, ep)
     engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
     t = time.perf_counter()
     engine.initialize()
@@ -115,10 +118,10 @@ def megatron_worker(rank: int, world: int, port: int, args, out: str) -> None:
     torch.distributed.destroy_process_group()
 
 
-def torch_engine(args) -> dict:
+def torch_engine(args, path: str) -> dict:
     from verl_lite.engine.fsdp import TorchLMEngine
 
-    model, actor = sections("fsdp", 1)
+    model, actor = sections("fsdp", path)
     engine = TorchLMEngine(model, actor, actor.optim, "cpu", "actor")
     t = time.perf_counter()
     engine.initialize()
@@ -137,18 +140,24 @@ def steps(args) -> None:
     import torch
 
     rows = []
-    if not args.skip_torch:
-        rows.append(("torch engine (fsdp, 1 process)", torch_engine(args)))
-    for tp in (1, 2):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "r.pt")
-            torch.multiprocessing.spawn(megatron_worker, args=(tp, free_port(), args, out), nprocs=tp, join=True)
-            rows.append((f"megatron engine TP={tp} ({tp} gloo process{'es' if tp > 1 else ''})", torch.load(out)))
-    print(f"tiny-qwen3, {args.batch} sequences x {args.seq} tokens in 2 micro-batches, {args.steps} steps, "
+    for path in args.models.split(","):
+        if not args.skip_torch:
+            rows.append((path, "torch engine (fsdp, 1 process)", torch_engine(args, path)))
+        layouts = [(1, 1), (2, 1)] + ([(1, 2)] if "moe" in path else [])
+        for tp, ep in layouts:
+            world = tp * ep
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "r.pt")
+                torch.multiprocessing.spawn(megatron_worker, args=(world, free_port(), args, out, path, tp, ep),
+                                            nprocs=world, join=True)
+                name = f"megatron engine {'EP=2' if ep > 1 else f'TP={tp}'} ({world} gloo process{'es' if world > 1 else ''})"
+                rows.append((path, name, torch.load(out)))
+    print(f"{args.batch} sequences x {args.seq} tokens in 2 micro-batches, {args.steps} steps, "
           f"{os.cpu_count()} CPU cores")
-    print(f"{'engine':45s} {'init s':>7s} {'median step ms':>15s} {'min ms':>8s}")
-    for name, r in rows:
-        print(f"{name:45s} {r['init']:7.2f} {1000 * statistics.median(r['steps']):15.1f} {1000 * min(r['steps']):8.1f}")
+    print(f"{'model':18s} {'engine':45s} {'init s':>7s} {'median step ms':>15s} {'min ms':>8s}")
+    for path, name, r in rows:
+        print(f"{path:18s} {name:45s} {r['init']:7.2f} {1000 * statistics.median(r['steps']):15.1f} "
+              f"{1000 * min(r['steps']):8.1f}")
 
 
 def main() -> None:
@@ -159,6 +168,8 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=48)
     parser.add_argument("--import-runs", type=int, default=3)
     parser.add_argument("--only", choices=("steps", "import"))
+    parser.add_argument("--models", default="tiny-qwen3,tiny-qwen3_5,tiny-qwen3_5-moe",
+                        help="comma-separated shipped models (MoE models also run EP=2)")
     parser.add_argument("--skip-torch", action="store_true", help="leave out the torch engine row")
     args = parser.parse_args()
     if args.only != "import":

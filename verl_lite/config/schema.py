@@ -563,6 +563,9 @@ class RayInitConfig:
     temp_dir: Optional[str] = None
     # Start the dashboard with a local cluster (on 127.0.0.1). Not used when joining.
     include_dashboard: bool = False
+    # Other keyword arguments of ray.init, passed as they are (verl: ray_kwargs.ray_init.<name>, e.g.
+    # `+ray_kwargs.ray_init.num_gpus=4`); they win over verl_lite's own for a local cluster.
+    extra: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -26,7 +26,8 @@ What an engine does (see `BaseEngine` for the batch contract):
 - `optimizer_step()` clips to `optim.clip_grad` itself (megatron's clip asserts CUDA tensors).
 
 Not supported yet: context parallelism inside forward (CP>1 builds the mesh, forward raises),
-sequence packing (remove-padding), MoE layers, Qwen3.5 GDN layers (no bridge yet).
+sequence packing (remove-padding): batches are padded, which every GDN kernel takes (Qwen3.5's
+GDN layers mask the padding; `megatron_gdn`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ import torch
 from verl_lite.config.schema import MegatronConfig
 from verl_lite.engine import megatron_batch, megatron_hf, megatron_memory, megatron_model, megatron_optim
 from verl_lite.engine.base import BaseEngine, LossFn
-from verl_lite.engine.bridges import Layout, ModelBridge, bridge_for
+from verl_lite.engine.bridges import Layout, ModelBridge
+from verl_lite.engine.bridges import select as bridge_select
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class MegatronLMEngine(BaseEngine):
         self.tf_config: Any = None
         self.bridge: Optional[ModelBridge] = None  # HF <-> Megatron for the model's architecture
         self.layout: Optional[Layout] = None
+        self.external: Any = None  # Megatron-Bridge / mbridge build, when that bridge is chosen (bridges/select.py)
         self._parking = megatron_memory.StorageParking()
 
     # ---------------------------------------------------------------------------- settings
@@ -111,7 +114,15 @@ class MegatronLMEngine(BaseEngine):
         self.init_device_mesh()
         self._seed()
         self.hf_config = self._read_hf_config()
-        self.bridge = bridge_for(self.hf_config)
+        # verl_lite's registry, Megatron-Bridge's AutoBridge or mbridge, as verl's use_mbridge/vanilla_mbridge
+        # say (config/bridge_rules.py); on npu MindSpeed-Bridge registers here, after the repatch above.
+        selection = bridge_select.select_bridge(self.megatron_config, self.hf_config, self.device, self._model_dir(),
+                                                self.model_type, bool(self.model_config.trust_remote_code))
+        if selection.external is not None:
+            self.external = selection.external
+            bridge_select.initialize_external(self, self.external)
+            return
+        self.bridge = selection.bridge
         self.tf_config = megatron_model.transformer_config(
             self.bridge, self.parallel_sizes(), self.dtype, self.transformer_overrides(),
             self.megatron_config.sequence_parallel, self.compute_device, self.role, device=self.device)
@@ -347,6 +358,9 @@ class MegatronLMEngine(BaseEngine):
     def export_hf_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
         """Every HF-named full tensor on CPU, one at a time, on every rank (a collective: every
         rank iterates to the end); gathered across TP, streamed across PP stages."""
+        if self.external is not None:
+            return bridge_select.export_external(self)
+
         def this_stage() -> Iterator[Tuple[str, torch.Tensor]]:
             return megatron_hf.stage_hf_tensors(self._local_params(), self.bridge, self.layout,
                                                 skip_output_layer=self._tied_lm_head)
