@@ -465,6 +465,7 @@ def test_a_config_path_other_than_verls_own_is_refused():
     ("rollout.nnodes=2", "actor_rollout_ref.rollout.nnodes", 2),
     ("rollout.n_gpus_per_node=4", "actor_rollout_ref.rollout.n_gpus_per_node", 4),
     ("ray_kwargs.ray_init.num_cpus=7", "ray_init.num_cpus", 7),
+    ("+ray_kwargs.ray_init.num_gpus=4", "ray_init.extra.num_gpus", 4),
     ("actor_rollout_ref.actor.policy_loss=gspo", "actor_rollout_ref.actor.policy_loss.loss_mode", "gspo"),
 ])
 def test_verls_current_spellings_set_the_verl_lite_key(line, key, value):
@@ -483,7 +484,7 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
                                    "is not supported by verl_lite yet"),
     ("trainer.max_critic_ckpt_to_keep=1", "not supported by verl_lite: trainer.max_actor_ckpt_to_keep keeps whole"),
     ("actor_rollout_ref.rollout.calculate_log_probs=True", "rollout log-probs are not supported by verl_lite yet"),
-    ("ray_kwargs.ray_init.runtime_env.py_executable=uv", "verl_lite starts Ray with ray_init.num_cpus"),
+    ("ray_kwargs.ray_init.runtime_env.py_executable=uv", "verl_lite builds the workers' runtime env itself"),
     ("+actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024", "checkpoint engine"),
     ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096", "dynamic batch size"),
     ("+algorithm.filter_groups.enable=True", "dynamic sampling (DAPO's filter_groups)"),

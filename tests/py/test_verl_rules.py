@@ -74,3 +74,36 @@ def test_settings_with_no_effect_in_the_run_are_warned_about():
     warnings = collect_warnings(cfg)
     assert any(w.startswith("actor_rollout_ref.actor.clip_ratio=0.3 has no effect") for w in warnings)
     assert any(w.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096 has no effect") for w in warnings)
+
+
+def test_ray_init_arguments_from_verls_ray_kwargs_reach_ray_init(monkeypatch):
+    import ray
+
+    from verl_lite.trainer import run as run_module
+
+    cfg = load_config(["trainer.device=cpu", "+ray_kwargs.ray_init.num_gpus=0", "ray_kwargs.ray_init.num_cpus=3",
+                       "+ray_kwargs.ray_init.object_store_memory=100000000"])
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_init(**kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(Stop):
+        run_module._init_ray(cfg, "cpu", 1)
+    assert seen["num_gpus"] == 0 and seen["object_store_memory"] == 100000000 and seen["num_cpus"] == 3
+
+
+def test_a_runtime_env_for_the_workers_is_refused_verl_lite_builds_it():
+    from verl_lite.config.compose import compose_config
+
+    _, found = compose_config(["+ray_kwargs.ray_init.runtime_env.env_vars.X=1"])
+    assert found == ["ray_kwargs.ray_init.runtime_env.env_vars.X=1: not supported by verl_lite: verl_lite builds the "
+                     "workers' runtime env itself (variables the user exported are forwarded; docs/config.md, "
+                     "Worker runtime env)"]

@@ -80,8 +80,8 @@ INSTEAD: List[Tuple[str, str]] = [
                                                       "actor's scoring pass); set it to False"),
     ("data.filter_overlong_prompts_workers", f"{NOT}: overlong prompts are filtered in one process; remove it"),
     ("actor_rollout_ref.nccl_timeout", f"{NOT}: set the timeout of a call to the workers with trainer.ray_timeout_s"),
-    ("ray_kwargs.ray_init*", f"{NOT}: verl_lite starts Ray with ray_init.num_cpus, address, temp_dir and include_dashboard only"),
-    ("ray_kwargs*", f"{NOT}: verl_lite starts Ray with ray_init.num_cpus, address, temp_dir and include_dashboard only"),
+    ("ray_kwargs.ray_init.runtime_env*", f"{NOT}: verl_lite builds the workers' runtime env itself (variables "
+                                         "the user exported are forwarded; docs/config.md, Worker runtime env)"),
     ("trainer.balance_batch", f"balancing sequence lengths over data-parallel ranks is {YET}: "
                               "set trainer.balance_batch=False (ranks get consecutive slices)"),
     ("trainer.max_critic_ckpt_to_keep", f"{NOT}: trainer.max_actor_ckpt_to_keep keeps whole checkpoints, the critic's included"),
@@ -100,7 +100,7 @@ def _instead(key: str) -> str:
 
 def is_verl_key(key: str) -> bool:
     """True for a key of verl's trainer configs, or one below a verl section that takes new keys."""
-    if key in verl_keys.KEYS:
+    if key in verl_keys.KEYS or key.startswith("ray_kwargs.ray_init.runtime_env."):
         return True
     parts = key.split(".")
     return any(".".join(parts[:i]) in verl_keys.OPEN for i in range(1, len(parts)))
@@ -119,10 +119,15 @@ def verl_key_problem(key: str, value: object) -> Optional[str]:
     return unsupported(key, value)
 
 
+RAY_INIT = "ray_kwargs.ray_init."
+
+
 def alias(key: str, value: object = None) -> str:
     """verl_lite's key for verl's current spelling `key` (the key itself when it has no alias)."""
     if key in STRING_ALIASES and isinstance(value, str):
         return STRING_ALIASES[key]
+    if key.startswith(RAY_INIT) and key not in ALIASES and not key.startswith(RAY_INIT + "runtime_env"):
+        return "ray_init.extra." + key[len(RAY_INIT):]  # any other ray.init keyword argument, passed as it is
     if key in ALIASES:
         return ALIASES[key]
     for prefix, target in ALIASES.items():

@@ -67,6 +67,7 @@ def _init_ray(cfg: Any, device: str, world: int) -> bool:
                       _node_ip_address="127.0.0.1",
                       _temp_dir=ri.temp_dir or os.environ.get("RAY_TMPDIR")
                       or os.path.join(tempfile.gettempdir(), "verl_lite_ray"))
+    kwargs.update(cfg.ray_init.extra)  # ray.init's other arguments (verl: ray_kwargs.ray_init.<name>)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     try:
         ray.init(**kwargs)
