@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import choices, roles, rollout_rules, rules, verl_rules
+from verl_lite.config import bridge_rules
+from verl_lite.config.shapes import ModelShape, model_shape
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.repatch import build_repatch_dict
 from verl_lite.secrets import mask_env, redact
@@ -53,16 +55,21 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     problems += rules.clip_problems(cfg)
     active = [r for r in roles.active_roles(cfg) if roles.strategy(cfg, r) in choices.STRATEGIES]
     hf_cache: Dict[str, Optional[Dict[str, Any]]] = {}
+    installed = bridge_rules.installed_here()
+    registered = [key[0] for key in registry.BRIDGES.keys()]
     for role in active:
         layout = rules.role_layout(cfg, role)
         problems += rules.layout_problems(cfg, layout)
         problems += rules.batch_problems(cfg, layout)
         path = roles.model_path(cfg, role)
+        shape = _shape(path)
         if path not in hf_cache:
-            hf_cache[path] = read_hf_config(path)
-        problems += rules.model_problems(cfg, layout, hf_cache[path])
+            hf_cache[path] = shape.hf if shape and shape.origin == "config" else None
         if layout.strategy == "megatron":
-            problems += rules.bridge_problems(cfg, role, device)
+            hf = shape.hf if shape else None
+            problems += rules.bridge_problems(cfg, role, device, hf, installed, registered)
+            problems += rules.model_problems(cfg, layout, hf, device, _replicates_kv(cfg, role, device, hf, installed),
+                                             shape=_shape_name(shape, path))
             if device == "npu":
                 problems += rules.npu_problems(cfg, layout)
         try:
@@ -78,6 +85,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     if for_training:
         problems += rules.path_problems(cfg)
         problems += model_file_problems(cfg)
+        problems += external_bridge_weight_problems(cfg, device, installed, registered)
         problems += disk_problems(cfg, hf_cache.get(cfg.actor_rollout_ref.model.path))
         problems += rules.environment_problems(cfg, device, explicit=cfg.trainer.device != "auto")
         problems += device_count_problems(cfg, device)
@@ -86,6 +94,46 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     problems += rollout_rules.rollout_problems(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path),
                                                for_training)
     return list(dict.fromkeys(problems))
+
+
+def _shape(path: str) -> Optional[ModelShape]:
+    return model_shape(path)
+
+
+def _shape_name(shape: Optional[ModelShape], path: str) -> str:
+    if shape is None or shape.origin == "config":
+        return path
+    return f"{path} (shipped shape {shape.name})"
+
+
+def _replicates_kv(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]], installed: Dict[str, bool]) -> bool:
+    """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
+    try:
+        choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()])
+    except bridge_rules.BridgeRefusal:
+        return False
+    return choice.kind != bridge_rules.VERL_LITE
+
+
+def external_bridge_weight_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str]) -> List[str]:
+    """Megatron-Bridge and mbridge load HF weights from the model directory: no random init there."""
+    problems = []
+    for role in roles.active_roles(cfg):
+        if roles.strategy(cfg, role) != "megatron":
+            continue
+        path = roles.model_path(cfg, role)
+        hf = read_hf_config(path)
+        if hf is None:
+            continue  # path_problems reports it
+        try:
+            choice = rules.choose_role_bridge(cfg, role, device, hf, installed, registered)
+        except bridge_rules.BridgeRefusal:
+            continue  # bridge_problems reports it
+        if choice.kind != bridge_rules.VERL_LITE and not glob.glob(os.path.join(resolve_model_dir(path), "*.safetensors")):
+            problems.append(f"{role}: {path} has no *.safetensors, but {choice.describe()} loads the HF weights from the "
+                            "model directory (random init is verl_lite's own bridges only): point the model path at a "
+                            "checkpoint with weights")
+    return problems
 
 
 def collect_warnings(cfg: Any) -> List[str]:
@@ -380,6 +428,8 @@ def summarize(cfg: Any) -> str:
         )
         lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
+        if layout.strategy == "megatron":
+            lines += _bridge_lines(cfg, role, device)
         if layout.strategy == "megatron" and device == "npu":
             lines.append(f"  repatch     : {build_repatch_dict(roles.section(cfg, role).megatron)!r}")
     rollout = cfg.actor_rollout_ref.rollout
@@ -418,17 +468,51 @@ def _inactive_line(cfg: Any, role: str, device: str) -> str:
     return f"{role:<14}: not used ({why}); its engine would be {roles.strategy(cfg, role)} -> {engine}"
 
 
+def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
+    """The bridge the role's engine builds with and, for GDN models, the kernel of its GDN layers."""
+    installed = bridge_rules.installed_here()
+    shape = _shape(roles.model_path(cfg, role))
+    hf = shape.hf if shape else None
+    choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()])
+    here = ", ".join(f"{name} {'yes' if installed[mod] else 'no'}" for mod, name in
+                     (("megatron.bridge", "Megatron-Bridge"), ("mbridge", "mbridge"),
+                      ("mindspeed_bridge", "MindSpeed-Bridge"), ("fla", "fla")))
+    lines = [f"  bridge      : {choice.describe()} (installed here: {here})"]
+    overrides = bridge_rules.overrides_of(roles.section(cfg, role).megatron)
+    if choice.kind == bridge_rules.VERL_LITE and bridge_rules.mindspeed_bridge_requested(device, overrides):
+        lines.append(f"{'':16}(use_ascend_gdn=True on npu: where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge "
+                     "instead, with `import mindspeed_bridge.models` after the repatch, before the model build)")
+    if hf is not None and is_gdn_model(hf):
+        kernel = bridge_rules.gdn_kernel(device, overrides, installed["fla"])
+        note = ""
+        if kernel == bridge_rules.TORCH and device != "cpu" and bridge_rules.truthy(overrides.get("use_triton_gdn", True)):
+            note = " here; Triton fla where flash-linear-attention is installed"
+        packs = "takes packed input" if kernel != bridge_rules.TORCH else "padded batches only"
+        lines.append(f"  GDN kernel  : {bridge_rules.KERNEL_NAMES[kernel]}{note} ({packs})")
+    return lines
+
+
 def _model_line(cfg: Any) -> str:
     path = cfg.actor_rollout_ref.model.path
-    hf = read_hf_config(path)
-    if hf is None:
+    shape = _shape(path)
+    if shape is None:
         return f"model         : {path} (config.json not readable here: expert, head and GDN checks skipped)"
+    hf = shape.hf
     experts = rules.expert_count(hf)
-    traits = [str(rules.text_config(hf).get("model_type") or hf.get("model_type", "?"))]
+    text = rules.text_config(hf)
+    traits = [str(text.get("model_type") or hf.get("model_type", "?"))]
     traits.append(f"{experts} experts" if experts else "dense")
     if is_gdn_model(hf):
         traits.append("Gated DeltaNet")
-    return f"model         : {resolve_model_dir(path)} ({', '.join(traits)})"
+    where = resolve_model_dir(path) if shape.origin == "config" else path
+    line = f"model         : {where} ({', '.join(traits)})"
+    dims = [f"{text[k]} {label}" for k, label in
+            (("num_hidden_layers", "layers"), ("num_attention_heads", "heads"), ("num_key_value_heads", "kv heads"),
+             ("linear_num_key_heads", "GDN key heads"), ("linear_num_value_heads", "GDN value heads"))
+            if isinstance(text.get(k), int)]
+    if experts:
+        dims.append(f"{experts} experts")
+    return line + f"\nshape         : {shape.describe()}: {', '.join(dims)}"
 
 
 USAGE = f"""usage: python -m {PROG} [--training] key=value [+key=value ++key=value ~key ...]

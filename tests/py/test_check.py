@@ -12,9 +12,12 @@ from verl_lite import main as main_module
 from verl_lite.config import compose_config, load_config, rules
 
 BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32"]
-# Layout tests on a laptop: the model's config.json is not here, so model-config rules are skipped.
-NO_MODEL = "actor_rollout_ref.model.path=/nonexistent/Qwen3.5-35B-A3B"
+# Layout tests on a laptop: the model's config.json is not here and no shape is shipped under its
+# name, so model-config rules are skipped.
+NO_MODEL = "actor_rollout_ref.model.path=/nonexistent/some-model"
 LAYOUT = BASE + [NO_MODEL]
+# Not readable here either, but named like a shipped shape: checked against the public 35B-A3B shape.
+SHAPE_35B = "actor_rollout_ref.model.path=/nonexistent/Qwen3.5-35B-A3B"
 OTC = "actor_rollout_ref.actor.megatron.override_transformer_config"
 
 
@@ -34,7 +37,8 @@ def megatron(role="actor", tp=1, pp=1, cp=1, ep=1, etp=1, vpp=None):
 
 # The Qwen3.5-35B-A3B layout on 16 NPUs from verl's script (facts: TP2 PP2 EP8 ETP1, rollout TP8).
 NPU_35B = (
-    LAYOUT
+    BASE
+    + [SHAPE_35B]
     + megatron("actor", 2, 2, 1, 8, 1)
     + megatron("ref", 2, 2, 1, 8, 1)
     + [
@@ -60,6 +64,7 @@ def problems(overrides, for_training=False):
 def qwen3_5_moe(experts=256, heads=16, kv_heads=2, layers=40):
     """A config shaped like Qwen3.5 MoE's: text settings under text_config, GDN layers."""
     return {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
         "model_type": "qwen3_5_moe",
         "text_config": {
             "model_type": "qwen3_5_moe_text",
@@ -73,7 +78,8 @@ def qwen3_5_moe(experts=256, heads=16, kv_heads=2, layers=40):
     }
 
 
-DENSE = {"model_type": "llama", "num_attention_heads": 8, "num_key_value_heads": 8, "num_hidden_layers": 4}
+DENSE = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_attention_heads": 8,
+         "num_key_value_heads": 8, "num_hidden_layers": 4}
 
 
 # ---------------------------------------------------------------------------- layout rules
@@ -306,7 +312,8 @@ def test_tp_must_divide_the_attention_and_key_value_heads(write_model):
     )
     assert found == [
         "actor: actor_rollout_ref.actor.megatron.tensor_model_parallel_size=4 "
-        f"does not divide the 2 key/value heads of {path}: 2 % 4 = 2"
+        f"does not divide the 2 key/value heads of {path}: 2 % 4 = 2 (TP > key/value heads works only through "
+        "Megatron-Bridge/mbridge, where megatron-core replicates them: TP must then be a multiple of 2)"
     ]
 
 
@@ -335,12 +342,33 @@ def test_gdn_models_on_megatron_reject_remove_padding_and_dynamic_batches():
             "actor_rollout_ref.actor.use_dynamic_bsz=True",
         ]
     )  # the shipped tiny-qwen3_5 has GDN layers
-    assert found == [
-        "actor: actor_rollout_ref.model.use_remove_padding=True is not supported for Gated DeltaNet models (Qwen3.5) "
-        "on megatron: Megatron cannot pack GDN sequences (THD); set actor_rollout_ref.model.use_remove_padding=False",
-        "actor: actor_rollout_ref.actor.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) "
-        "on megatron: Megatron cannot pack GDN sequences (THD); set actor_rollout_ref.actor.use_dynamic_bsz=False",
-    ]
+    why = ("is not supported for Gated DeltaNet models (Qwen3.5) on megatron: on cpu with these switches the GDN "
+           "layers run the pure-torch gated delta rule, which cannot take packed (THD) input. Rule: packed (THD) Gated "
+           "DeltaNet input needs a kernel that takes cu_seqlens: on npu the Ascend kernel")
+    assert [p.split(why)[0] for p in found] == [
+        "actor: actor_rollout_ref.model.use_remove_padding=True ", "actor: actor_rollout_ref.actor.use_dynamic_bsz=True "]
+    assert found[0].endswith("; set actor_rollout_ref.model.use_remove_padding=False")
+    assert found[1].endswith("; set actor_rollout_ref.actor.use_dynamic_bsz=False")
+
+
+@pytest.mark.parametrize("device,switches,kernel", [
+    ("npu", ["use_triton_gdn=False", "use_ascend_gdn=True"], "the Ascend flash_gated_delta_rule"),
+    ("cuda", [], "the Triton fla chunk_gated_delta_rule"),
+])
+def test_gdn_packing_with_a_kernel_that_packs_is_still_refused_because_the_engines_run_padded(device, switches, kernel):
+    found = problems(BASE + [f"trainer.device={device}", "actor_rollout_ref.actor.strategy=megatron",
+                             "actor_rollout_ref.model.use_remove_padding=True"] + [f"+{OTC}.{s}" for s in switches])
+    (problem,) = [p for p in found if "use_remove_padding" in p]
+    assert f"{kernel}" in problem and f"on {device} could take packed GDN input" in problem
+    assert "verl_lite's Megatron engines run padded batches" in problem
+
+
+def test_gdn_packing_on_npu_without_the_ascend_switch_states_the_rule():
+    found = problems(BASE + ["trainer.device=npu", "actor_rollout_ref.actor.strategy=megatron",
+                             "actor_rollout_ref.model.use_remove_padding=True"])
+    (problem,) = [p for p in found if "use_remove_padding" in p]
+    assert "on npu with these switches the GDN layers run the pure-torch gated delta rule" in problem
+    assert "on npu the Ascend kernel (override_transformer_config.use_ascend_gdn=True" in problem
 
 
 def test_gdn_models_on_fsdp_may_remove_padding():
@@ -354,10 +382,10 @@ def test_gdn_models_on_fsdp_may_remove_padding():
 
 def test_the_critic_gdn_flags_are_checked_for_a_megatron_critic():
     found = problems(BASE + ["algorithm.adv_estimator=gae", "critic.strategy=megatron", "critic.use_dynamic_bsz=True"])
-    assert found == [
-        "critic: critic.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) on megatron: "
-        "Megatron cannot pack GDN sequences (THD); set critic.use_dynamic_bsz=False"
-    ]
+    (problem,) = found
+    assert problem.startswith("critic: critic.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) "
+                              "on megatron: on cpu with these switches the GDN layers run the pure-torch gated delta rule")
+    assert problem.endswith("; set critic.use_dynamic_bsz=False")
 
 
 def test_model_rules_are_skipped_when_the_model_config_is_not_readable(tmp_path):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from verl_lite import device as devices
-from verl_lite.config import roles
+from verl_lite.config import bridge_rules, roles
 from verl_lite.models import is_gdn_model, model_dir_problem
 from verl_lite.repatch import RepatchError, build_repatch_dict, truthy
 
@@ -262,17 +262,33 @@ def _same_as_actor(cfg: Any, role: str) -> bool:
     return role == "ref" and _override_config(cfg, "ref") == _override_config(cfg, "actor")
 
 
-def bridge_problems(cfg: Any, role: str, device: str) -> List[str]:
-    if device == "npu" or _same_as_actor(cfg, role):
-        return []
-    overrides = _override_config(cfg, role)
-    return [
-        f"{roles.SECTION[role]}.megatron.override_transformer_config.{k} is a MindSpeed-Bridge setting for "
-        f"device npu, but the target device is {device}: remove it "
-        "(USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)"
-        for k in BRIDGE_KEYS
-        if k in overrides
-    ]
+def bridge_problems(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]] = None,
+                    installed: Optional[Dict[str, bool]] = None, registered: Any = ()) -> List[str]:
+    """MindSpeed-Bridge keys off npu, and the bridge switches (`config/bridge_rules.py`): the bridge
+    the role's engine would build with, or why none can. `installed` defaults to this machine's packages."""
+    problems = []
+    if device != "npu" and not _same_as_actor(cfg, role):
+        overrides = _override_config(cfg, role)
+        problems += [
+            f"{roles.SECTION[role]}.megatron.override_transformer_config.{k} is a MindSpeed-Bridge setting for "
+            f"device npu, but the target device is {device}: remove it "
+            "(USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)"
+            for k in BRIDGE_KEYS
+            if k in overrides
+        ]
+    try:
+        choose_role_bridge(cfg, role, device, hf, installed, registered)
+    except bridge_rules.BridgeRefusal as e:
+        problems.append(f"{role}: {e}")
+    return problems
+
+
+def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]],
+                       installed: Optional[Dict[str, bool]], registered: Any) -> bridge_rules.BridgeChoice:
+    return bridge_rules.choose_bridge(
+        f"{roles.SECTION[role]}.megatron", roles.section(cfg, role).megatron, hf, device,
+        bridge_rules.installed_here() if installed is None else installed, registered,
+        value_model=roles.MODEL_TYPE[role] == "value_model")
 
 
 def npu_problems(cfg: Any, layout: Layout) -> List[str]:
@@ -295,11 +311,15 @@ def npu_problems(cfg: Any, layout: Layout) -> List[str]:
 # ---------------------------------------------------------------------------- model-config rules
 
 
-def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]]) -> List[str]:
+def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]], device: Optional[str] = None,
+                   replicate_kv: bool = False, shape: Optional[str] = None) -> List[str]:
+    """The layout against the model's shape. replicate_kv: the bridge (Megatron-Bridge, mbridge) runs
+    megatron-core's attention, which takes TP > key/value heads; verl_lite's own bridges do not.
+    shape: how the model is named in messages (e.g. a shipped shape), default the model path."""
     if not hf or layout.strategy != "megatron":
         return []
     text, role, p = text_config(hf), layout.role, layout.prefix
-    path = roles.model_path(cfg, role)
+    path = shape or roles.model_path(cfg, role)
     problems = []
     experts = expert_count(hf)
     if layout.ep > 1 and not experts:
@@ -311,13 +331,20 @@ def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]]) -> Li
             f"{role}: {p}.expert_model_parallel_size={layout.ep} does not divide the {experts} experts of {path}: "
             f"{experts} % {layout.ep} = {experts % layout.ep}"
         )
-    for hf_key, what in (("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads")):
+    for hf_key, what in (("num_attention_heads", "attention heads"), ("num_key_value_heads", "key/value heads"),
+                         ("linear_num_key_heads", "Gated DeltaNet key heads"),
+                         ("linear_num_value_heads", "Gated DeltaNet value heads")):
         heads = text.get(hf_key)
-        if heads and heads % layout.tp:
-            problems.append(
-                f"{role}: {p}.tensor_model_parallel_size={layout.tp} does not divide the {heads} {what} of {path}: "
-                f"{heads} % {layout.tp} = {heads % layout.tp}"
-            )
+        if not heads or heads % layout.tp == 0:
+            continue
+        if hf_key == "num_key_value_heads" and replicate_kv and layout.tp % heads == 0:
+            continue  # megatron-core gives each TP rank one replicated key/value group
+        problems.append(
+            f"{role}: {p}.tensor_model_parallel_size={layout.tp} does not divide the {heads} {what} of {path}: "
+            f"{heads} % {layout.tp} = {heads % layout.tp}"
+            + (f" (TP > key/value heads works only through Megatron-Bridge/mbridge, where megatron-core "
+               f"replicates them: TP must then be a multiple of {heads})" if hf_key == "num_key_value_heads" else "")
+        )
     layers, stages = text.get("num_hidden_layers"), layout.pp * (layout.vpp or 1)
     uneven = any(k in _override_config(cfg, role) for k in UNEVEN_PP_KEYS)
     if layers and not uneven and layers % stages:
@@ -326,11 +353,11 @@ def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]]) -> Li
             f"{stages} stages: {layers} % {stages} = {layers % stages} (or set num_layers_in_first/last_pipeline_stage)"
         )
     if is_gdn_model(hf):
-        problems.extend(_gdn_problems(cfg, role))
+        problems.extend(_gdn_problems(cfg, role, device or devices.resolve_device(cfg.trainer.device)))
     return problems
 
 
-def _gdn_problems(cfg: Any, role: str) -> List[str]:
+def _gdn_problems(cfg: Any, role: str, device: str) -> List[str]:
     actor_rollout_ref = cfg.actor_rollout_ref
     flags = {
         "actor": [
@@ -344,9 +371,17 @@ def _gdn_problems(cfg: Any, role: str) -> List[str]:
             ("critic.use_dynamic_bsz", cfg.critic.use_dynamic_bsz),
         ],
     }[role]
+    overrides = _override_config(cfg, role)
+    if bridge_rules.packing_kernel_ok(device, overrides):
+        kernel = bridge_rules.KERNEL_NAMES[bridge_rules.ASCEND if device == "npu" else bridge_rules.TRITON_FLA]
+        why = (f"the {kernel} on {device} could take packed GDN input, but verl_lite's Megatron engines run padded "
+               "batches (packing is not implemented yet)")
+    else:
+        why = (f"on {device} with these switches the GDN layers run the "
+               f"{bridge_rules.KERNEL_NAMES[bridge_rules.TORCH]}, which cannot take packed (THD) input. Rule: "
+               f"{bridge_rules.PACKING_RULE}")
     return [
-        f"{role}: {key}=True is not supported for Gated DeltaNet models (Qwen3.5) on megatron: Megatron cannot pack "
-        f"GDN sequences (THD); set {key}=False"
+        f"{role}: {key}=True is not supported for Gated DeltaNet models (Qwen3.5) on megatron: {why}; set {key}=False"
         for key, on in flags
         if on
     ]

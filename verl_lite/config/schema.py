@@ -126,9 +126,12 @@ class MegatronConfig:
     seed: int = 42
     # Passed to megatron's TransformerConfig and to MindSpeed's repatch on NPU. Open: `+key=value`.
     override_transformer_config: Dict[str, Any] = field(default_factory=dict)
-    # verl: convert weights between HF and Megatron with mbridge. Not read by verl_lite yet: it maps
-    # HF weights with its own converter (engine/megatron_weights.py).
-    use_mbridge: bool = False
+    # Build the model and map HF <-> Megatron weights through a model bridge (verl's default). False
+    # is refused: verl_lite has no bridge-less Megatron build (config/bridge_rules.py, docs/ascend.md).
+    use_mbridge: bool = True
+    # verl: with use_mbridge, True = the legacy `mbridge` package (refused unless it imports); False =
+    # Megatron-Bridge's AutoBridge where installed, else verl_lite's own bridges (registry.BRIDGES).
+    vanilla_mbridge: bool = False
     # verl: a Megatron distributed checkpoint to load the initial weights from (use_dist_checkpointing).
     # Not supported by verl_lite yet: a path is refused by the preflight.
     dist_checkpointing_path: Optional[str] = None

@@ -1,0 +1,1 @@
+"""MindSpeed-Bridge contract double (see ../README.md)."""

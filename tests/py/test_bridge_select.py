@@ -1,0 +1,281 @@
+"""Which bridge a Megatron role builds with (config/bridge_rules.py, engine/bridges/select.py).
+
+- every combination of use_mbridge / vanilla_mbridge / installed packages / device / use_ascend_gdn
+  picks one bridge or is refused with a message naming the key and the fix (pure function, no torch);
+- the GDN kernel per device and switch;
+- in spawned processes with the contract doubles first on sys.path (tests/py/megatron_bridge_double,
+  tests/py/mindspeed_double): Megatron-Bridge's AutoBridge path as verl drives it, mbridge's, and on
+  npu the order repatch -> `import mindspeed_bridge.models` -> model build, recorded by the doubles
+  while the real MindSpeed engine initializes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from verl_lite.config import bridge_rules as br
+from verl_lite.registry import BRIDGES
+
+REPO = Path(__file__).resolve().parents[2]
+DOUBLES = REPO / "tests" / "py" / "megatron_bridge_double"
+MINDSPEED_DOUBLE = REPO / "tests" / "py" / "mindspeed_double"
+REGISTERED = [k[0] for k in BRIDGES.keys()]
+PREFIX = "actor_rollout_ref.actor.megatron"
+QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
+QWEN35_VL = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe"}
+QWEN3_NEXT = {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next"}
+NOTHING = {"megatron.bridge": False, "mbridge": False, "mindspeed_bridge": False, "fla": False}
+
+
+def installed(**present):
+    names = {"megatron_bridge": "megatron.bridge", "mbridge": "mbridge", "mindspeed_bridge": "mindspeed_bridge"}
+    out = dict(NOTHING)
+    out.update({names[k]: v for k, v in present.items()})
+    return out
+
+
+def megatron(use_mbridge=True, vanilla=False, **overrides):
+    return {"use_mbridge": use_mbridge, "vanilla_mbridge": vanilla, "override_transformer_config": overrides}
+
+
+def choose(meg, hf=QWEN3, device="cpu", **present):
+    return br.choose_bridge(PREFIX, meg, hf, device, installed(**present), REGISTERED)
+
+
+@pytest.mark.parametrize("hf,device,meg,present,kind,mindspeed", [
+    (QWEN3, "cpu", megatron(), {}, br.VERL_LITE, False),
+    (QWEN35_VL, "npu", megatron(use_ascend_gdn=True), {}, br.VERL_LITE, False),  # Ascend kernel in verl_lite's layers
+    (QWEN3, "cuda", megatron(), {"megatron_bridge": True}, br.MEGATRON_BRIDGE, False),
+    (QWEN35_VL, "npu", megatron(use_ascend_gdn=True, use_triton_gdn=False),
+     {"megatron_bridge": True, "mindspeed_bridge": True}, br.MEGATRON_BRIDGE, True),
+    (QWEN35_VL, "npu", megatron(), {"megatron_bridge": True, "mindspeed_bridge": True}, br.MEGATRON_BRIDGE, False),
+    (QWEN3_NEXT, "cuda", megatron(), {"megatron_bridge": True}, br.MEGATRON_BRIDGE, False),
+    (QWEN3, "cuda", megatron(vanilla=True), {"mbridge": True}, br.MBRIDGE, False),
+    (QWEN3, "cuda", megatron(vanilla=True), {"mbridge": True, "megatron_bridge": True}, br.MBRIDGE, False),
+])
+def test_each_switch_combination_picks_its_bridge(hf, device, meg, present, kind, mindspeed):
+    choice = choose(meg, hf, device, **present)
+    assert (choice.kind, choice.mindspeed_bridge) == (kind, mindspeed)
+    assert choice.architecture == hf["architectures"][0]
+
+
+@pytest.mark.parametrize("hf,device,meg,present,says", [
+    (QWEN3, "cpu", megatron(use_mbridge=False), {"megatron_bridge": True},
+     [f"{PREFIX}.use_mbridge=False", "without a model bridge", f"Set {PREFIX}.use_mbridge=True"]),
+    (QWEN35_VL, "npu", megatron(use_mbridge=False, use_ascend_gdn=True), {},
+     [f"{PREFIX}.use_mbridge=False", f"Set {PREFIX}.use_mbridge=True"]),
+    (QWEN3, "cuda", megatron(vanilla=True), {"megatron_bridge": True},
+     [f"{PREFIX}.vanilla_mbridge=True", "module 'mbridge' not found", "pip install mbridge",
+      f"{PREFIX}.vanilla_mbridge=False"]),
+    (QWEN35_VL, "npu", megatron(vanilla=True, use_ascend_gdn=True), {"mbridge": True},
+     [f"{PREFIX}.vanilla_mbridge=True", "MindSpeed-Bridge", f"Set {PREFIX}.vanilla_mbridge=False"]),
+    (QWEN35_VL, "npu", megatron(use_ascend_gdn=True), {"megatron_bridge": True},
+     ["use_ascend_gdn=True", "mindspeed_bridge", "Install MindSpeed-Bridge", "USE_MINDSPEED_BRIDGE=False"]),
+    (QWEN3_NEXT, "cpu", megatron(), {},
+     ["'qwen3_next'", "Qwen3NextForCausalLM", "Qwen3ForCausalLM", "megatron.bridge", "strategy=fsdp"]),
+    ({"model_type": "mystery"}, "cuda", megatron(), {}, ["without 'architectures'", "install Megatron-Bridge"]),
+])
+def test_refusals_name_the_key_and_the_fix(hf, device, meg, present, says):
+    with pytest.raises(br.BridgeRefusal) as e:
+        choose(meg, hf, device, **present)
+    for text in says:
+        assert text in str(e.value), (text, str(e.value))
+
+
+def test_a_critic_needs_verl_lites_own_bridges():
+    with pytest.raises(br.BridgeRefusal) as e:
+        br.choose_bridge("critic.megatron", megatron(), QWEN3, "cuda", installed(megatron_bridge=True), REGISTERED,
+                         value_model=True)
+    assert "critic (value model)" in str(e.value) and "critic.strategy=fsdp" in str(e.value)
+    assert br.choose_bridge("critic.megatron", megatron(), QWEN3, "cuda", NOTHING, REGISTERED,
+                            value_model=True).kind == br.VERL_LITE
+
+
+def test_the_registry_is_asked_not_a_fixed_list():
+    """The preflight's answer follows registry.BRIDGES: an architecture flips when a bridge registers."""
+    custom = {"architectures": ["TinyNewForCausalLM"], "model_type": "tiny_new"}
+    with pytest.raises(br.BridgeRefusal):
+        br.choose_bridge(PREFIX, megatron(), custom, "cpu", NOTHING, REGISTERED)
+    assert br.choose_bridge(PREFIX, megatron(), custom, "cpu", NOTHING, REGISTERED + ["TinyNewForCausalLM"]).kind \
+        == br.VERL_LITE
+
+
+@pytest.mark.parametrize("device,overrides,fla,kernel", [
+    ("cpu", {}, False, br.TORCH),
+    ("cpu", {"use_triton_gdn": True}, True, br.TORCH),  # Triton needs a GPU
+    ("cuda", {}, True, br.TRITON_FLA),  # use_triton_gdn defaults to True, as megatron-core uses fla when present
+    ("cuda", {}, False, br.TORCH),
+    ("cuda", {"use_triton_gdn": False}, True, br.TORCH),
+    ("npu", {"use_triton_gdn": False, "use_ascend_gdn": True}, True, br.ASCEND),  # USE_MINDSPEED_BRIDGE=True
+    ("npu", {"use_ascend_gdn": True}, True, br.TRITON_FLA),  # the real order: fla first when switched on
+    ("npu", {"use_ascend_gdn": True}, False, br.ASCEND),
+    ("npu", {}, False, br.TORCH),
+])
+def test_gdn_kernel_per_device_and_switch(device, overrides, fla, kernel):
+    assert br.gdn_kernel(device, overrides, fla) == kernel
+    assert br.packing_kernel_ok(device, overrides) == (
+        (device == "npu" and bool(overrides.get("use_ascend_gdn")))
+        or (device == "cuda" and overrides.get("use_triton_gdn", True) is not False))
+
+
+def test_the_engines_kernel_choice_agrees_with_the_preflights():
+    pytest.importorskip("megatron.core")
+    from verl_lite.engine.megatron_gdn import select_gdn_kernel
+
+    names = {"fla": br.TRITON_FLA, "ascend": br.ASCEND, "torch": br.TORCH}
+    for device in ("cpu", "cuda", "npu"):
+        for triton in (None, True, False):
+            for ascend in (None, True, False):
+                if ascend and device != "npu":
+                    continue  # refused by both (rules.bridge_problems / select_gdn_kernel)
+                for fla in (True, False):
+                    overrides = {k: v for k, v in (("use_triton_gdn", triton), ("use_ascend_gdn", ascend)) if v is not None}
+                    assert names[select_gdn_kernel(triton, ascend, device, have_fla=fla)] == \
+                        br.gdn_kernel(device, overrides, fla), (device, triton, ascend, fla)
+
+
+# ---------------------------------------------------------------------------- spawned, with the doubles
+
+
+def _run(code: str, extra_path, tmp_path, timeout=240):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in extra_path] + [str(REPO)])
+    env.setdefault("WORLD_SIZE", "1")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          cwd=str(tmp_path), env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _model_dir(tmp_path, config, weights=True):
+    d = tmp_path / "model"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    if weights:
+        (d / "model.safetensors").write_bytes(b"")  # the external builds need the file, the double reads none
+    return d
+
+
+def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
+    model = _model_dir(tmp_path, {**QWEN3, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "vocab_size": 48})
+    out = _run(f"""
+        import json, sys, torch
+        from verl_lite.config.bridge_rules import installed_here
+        from verl_lite.engine.bridges import select
+        from verl_lite.engine.bridges.base import UnsupportedModelError
+        hf = json.load(open({str(model / 'config.json')!r}))
+        res = {{"installed": installed_here(), "megatron_imported_by_probe": "megatron" in sys.modules}}
+        meg = {{"use_mbridge": True, "vanilla_mbridge": False, "override_transformer_config": {{"recompute_num_layers": 1}}}}
+        sel = select.select_bridge(meg, hf, "cuda", {str(model)!r})
+        b = sel.external
+        b.configure({{"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1}}, {{"recompute_num_layers": 1}},
+                    torch.bfloat16)
+        chunks = b.build()
+        b.load(chunks)
+        names = [n for n, _ in b.export(chunks)]
+        import megatron.bridge._double as d
+        res.update(kind=sel.choice.kind, names=names, events=d.EVENTS[:] and [(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
+        # A GDN switch on a provider that does not declare it: Megatron-Bridge refuses it by name.
+        b2 = select.select_bridge(meg, hf, "cuda", {str(model)!r}).external
+        try:
+            b2.configure({{}}, {{"use_ascend_gdn": True}}, torch.bfloat16)
+        except AttributeError as e:
+            res["unknown_override"] = str(e)
+        try:
+            select.select_bridge(meg, hf, "cuda", {str(model)!r}, model_type="value_model")
+        except UnsupportedModelError as e:
+            res["critic"] = str(e)
+        # vanilla_mbridge=True: mbridge's AutoBridge (its presence double is on sys.path)
+        import mbridge
+        sel = select.select_bridge(dict(meg, vanilla_mbridge=True), hf, "cuda", {str(model)!r})
+        sel.external.configure({{}}, {{"recompute_num_layers": 1}}, torch.bfloat16)
+        sel.external.load(sel.external.build())
+        res["mbridge"] = [sel.choice.kind] + [k for k, _ in mbridge.EVENTS]
+        print(json.dumps(res))
+    """, [DOUBLES, DOUBLES / "mbridge_installed"], tmp_path)
+    assert out["installed"]["megatron.bridge"] and out["installed"]["mbridge"]
+    assert out["megatron_imported_by_probe"] is False  # probing for megatron.bridge imports nothing
+    assert out["kind"] == br.MEGATRON_BRIDGE
+    kinds = [k for k, _ in out["events"]]
+    order = ["from_hf_pretrained", "to_megatron_provider", "apply_overrides_and_finalize", "provide_distributed_model",
+             "load_weights_hf_to_megatron", "stream_weights_megatron_to_hf"]
+    assert [k for k in kinds if k in order] == order
+    events = dict(out["events"])
+    assert events["to_megatron_provider"]["load_weights"] == "False"
+    assert events["provide_distributed_model"]["wrap_with_ddp"] == "False"  # verl_lite wraps in its own DDP
+    assert events["provide_distributed_model"]["tp"] == "2" and events["provide_distributed_model"]["bf16"] == "True"
+    assert "'recompute_num_layers': 1" in events["apply_overrides_and_finalize"]["overrides"]
+    assert "'variable_seq_lengths': True" in events["apply_overrides_and_finalize"]["overrides"]
+    assert events["load_weights_hf_to_megatron"]["path"] == str(model)
+    assert out["names"] == ["model.embed_tokens.weight", "lm_head.weight"]
+    assert "has no attribute 'use_ascend_gdn'" in out["unknown_override"]
+    assert "critic" in out["critic"] and "strategy=fsdp" in out["critic"]
+    assert out["mbridge"] == [br.MBRIDGE, "from_config", "set_extra_args", "get_model", "load_weights"]
+
+
+def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(tmp_path):
+    shape = json.loads((REPO / "verl_lite" / "assets" / "shapes" / "Qwen3.5-35B-A3B.json").read_text())
+    model = _model_dir(tmp_path, shape)
+    out = _run(f"""
+        import json, sys
+        res = {{}}
+        import mindspeed._double as ms
+        try:
+            import mindspeed_bridge.models  # before MindSpeed's repatch: refused
+        except RuntimeError as e:
+            res["early"] = str(e)
+        from omegaconf import OmegaConf
+        from verl_lite.config.schema import VerlLiteConfig
+        from verl_lite.engine import mindspeed as engine_ms
+        from verl_lite.engine.bridges import select
+        engine_ms.MindSpeedEngineMixin.internals_device = "cpu"
+        built = []
+
+        def build_only(engine, build):  # stop after the bridge's build: the double's chunks are not a GPTModel
+            build.configure(engine.parallel_sizes(), engine.transformer_overrides(), engine.dtype)
+            build.build()
+            built.append(build.kind)
+
+        select.initialize_external = build_only
+        cfg = OmegaConf.structured(VerlLiteConfig)
+        sec = cfg.actor_rollout_ref
+        sec.model.path = {str(model)!r}
+        sec.actor.strategy = "megatron"
+        sec.actor.megatron.override_transformer_config = {{"use_triton_gdn": False, "use_ascend_gdn": True}}
+        engine = engine_ms.MindSpeedLMEngine(sec.model, sec.ref, None, "npu", "ref")
+        engine.initialize()
+        import megatron.bridge._double as d
+        res.update(built=built, mindspeed=ms.kinds(), bridge=[(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
+        print(json.dumps(res))
+    """, [DOUBLES, MINDSPEED_DOUBLE], tmp_path, timeout=400)
+    assert "before MindSpeed's repatch" in out["early"]
+    assert "repatch" in out["mindspeed"]
+    kinds = [k for k, _ in out["bridge"]]
+    # import mindspeed_bridge.models -> (its registrations) -> AutoBridge resolves -> the model is built
+    first = kinds.index("mindspeed_bridge_models_imported")
+    assert first < kinds.index("from_hf_pretrained") < kinds.index("provide_distributed_model")
+    events = out["bridge"]
+    assert dict(events[first][1])["mindspeed_events"].count("repatch") >= 1
+    resolved = dict(events)["to_megatron_provider"]
+    assert resolved["bridge"] == "Qwen35MoeNpuBridge" and resolved["provider"] == "Qwen35NpuProvider"
+    assert "'use_ascend_gdn': True" in dict(events)["apply_overrides_and_finalize"]["overrides"]
+    assert out["built"] == [br.MEGATRON_BRIDGE]
+
+
+def test_the_shipped_shapes_load_in_transformers():
+    """The shapes are valid Qwen3.5 MoE configs for transformers (its own Qwen3_5MoeConfig parses them)."""
+    transformers = pytest.importorskip("transformers")
+    for name in ("Qwen3.5-35B-A3B", "Qwen3.5-122B-A10B", "Qwen3.5-397B-A17B"):
+        data = json.loads((REPO / "verl_lite" / "assets" / "shapes" / f"{name}.json").read_text())
+        config = transformers.AutoConfig.for_model(**data)
+        text = config.text_config
+        assert text.num_hidden_layers == len(text.layer_types) == data["text_config"]["num_hidden_layers"]
+        assert text.layer_types.count("full_attention") == text.num_hidden_layers // 4

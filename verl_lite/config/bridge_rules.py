@@ -1,0 +1,217 @@
+"""Which model bridge and which Gated DeltaNet (GDN) kernel a Megatron role uses: pure functions of
+config values and of which packages are importable. The preflight calls them without torch; the
+engines (`verl_lite.engine.bridges.select`) call the same functions, so what the check prints is
+what the engine does.
+
+Bridge keys, as verl's Megatron engine reads them (`megatron.use_mbridge`, `megatron.vanilla_mbridge`):
+
+| use_mbridge | vanilla_mbridge | installed                   | bridge                                       |
+|-------------|-----------------|-----------------------------|----------------------------------------------|
+| False       | any             | -                           | refused: every Megatron model is built through a bridge |
+| True        | True            | `mbridge`                   | the legacy mbridge package                   |
+| True        | True            | no `mbridge`                | refused (install mbridge or vanilla_mbridge=False) |
+| True        | False           | Megatron-Bridge             | Megatron-Bridge's AutoBridge                 |
+| True        | False           | no Megatron-Bridge          | verl_lite's registry (`registry.BRIDGES`)    |
+
+MindSpeed-Bridge: on npu, `override_transformer_config.use_ascend_gdn=True` (what
+`USE_MINDSPEED_BRIDGE=True` emits) is the signal. It is the key MindSpeed-Bridge's GatedDeltaNet
+reads, and MindSpeed-Bridge is a plug-in of Megatron-Bridge: with Megatron-Bridge in use,
+`import mindspeed_bridge.models` runs after MindSpeed's repatch and before the model build so its
+Qwen3.5 bridges register into Megatron-Bridge's registry; it needs `vanilla_mbridge=False` and the
+`mindspeed_bridge` package. With verl_lite's own registry the same key selects the Ascend GDN
+kernel inside verl_lite's Qwen3.5 layers.
+
+GDN kernel per layer (the real stack's order):
+  `use_triton_gdn` (default True, megatron-core's own behaviour) and `fla` importable -> Triton fla
+  `chunk_gated_delta_rule`; elif `use_ascend_gdn` -> Ascend `flash_gated_delta_rule`
+  (flash-linear-attention-npu); else the pure-torch rule. Packed (THD) sequences need `cu_seqlens`:
+  the Triton and Ascend kernels take them, the torch rule does not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from verl_lite.repatch import truthy
+
+VERL_LITE = "verl_lite"
+MEGATRON_BRIDGE = "megatron_bridge"
+MBRIDGE = "mbridge"
+
+# Importable module -> what it is, for messages.
+PACKAGES = {
+    "megatron.bridge": "Megatron-Bridge",
+    "mbridge": "mbridge",
+    "mindspeed_bridge": "MindSpeed-Bridge",
+    "fla": "flash-linear-attention (Triton)",
+}
+
+TRITON_FLA = "triton_fla"
+ASCEND = "ascend"
+TORCH = "torch"
+KERNEL_NAMES = {
+    TRITON_FLA: "Triton fla chunk_gated_delta_rule",
+    ASCEND: "Ascend flash_gated_delta_rule (flash-linear-attention-npu)",
+    TORCH: "pure-torch gated delta rule",
+}
+
+
+class BridgeRefusal(ValueError):
+    """A bridge setting the engines cannot honour; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class BridgeChoice:
+    kind: str  # VERL_LITE | MEGATRON_BRIDGE | MBRIDGE
+    mindspeed_bridge: bool  # import mindspeed_bridge.models after the repatch, before the build
+    architecture: Optional[str]  # the registered architecture (VERL_LITE) or the first one asked for
+
+    def describe(self) -> str:
+        if self.kind == VERL_LITE:
+            return f"verl_lite registry ({self.architecture or 'architecture unknown here'})"
+        if self.kind == MBRIDGE:
+            return "mbridge AutoBridge (vanilla_mbridge=True)"
+        text = "Megatron-Bridge AutoBridge"
+        if self.mindspeed_bridge:
+            text += " + MindSpeed-Bridge (import mindspeed_bridge.models after the repatch, before the model build)"
+        return text
+
+
+def _setting(megatron: Any, key: str, default: Any) -> Any:
+    if isinstance(megatron, Mapping):
+        return megatron.get(key, default)
+    getter = getattr(megatron, "get", None)
+    if callable(getter) and not hasattr(megatron, "__dataclass_fields__"):
+        return getter(key, default)
+    return getattr(megatron, key, default)
+
+
+def overrides_of(megatron: Any) -> Dict[str, Any]:
+    node = _setting(megatron, "override_transformer_config", None) or {}
+    return dict(node.items()) if hasattr(node, "items") else dict(node)
+
+
+def mindspeed_bridge_requested(device: str, overrides: Mapping[str, Any]) -> bool:
+    """On npu, `use_ascend_gdn=True` is what USE_MINDSPEED_BRIDGE=True sets."""
+    return device == "npu" and truthy(overrides.get("use_ascend_gdn"))
+
+
+def architectures_of(hf: Optional[Mapping[str, Any]]) -> List[str]:
+    if not hf:
+        return []
+    return [str(a) for a in (hf.get("architectures") or [])]
+
+
+def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device: str,
+                  installed: Mapping[str, bool], registered: Iterable[str], value_model: bool = False) -> BridgeChoice:
+    """The bridge a Megatron role builds its model with, or BridgeRefusal.
+
+    prefix: where the role's megatron section lives (for messages), e.g. actor_rollout_ref.actor.megatron.
+    installed: module name -> importable (keys of PACKAGES).
+    registered: the architectures of verl_lite's own registry (`registry.BRIDGES`).
+    value_model: the role is a critic (a value head, which only verl_lite's own bridges attach)."""
+    choice = _choose(prefix, megatron, hf, device, installed, registered)
+    if value_model and choice.kind != VERL_LITE:
+        raise BridgeRefusal(
+            f"{choice.describe()} builds language models only in verl_lite: a critic (value model) on megatron needs "
+            f"verl_lite's own bridges ({prefix}.vanilla_mbridge=False on nodes without Megatron-Bridge), or set "
+            f"critic.strategy=fsdp")
+    return choice
+
+
+def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device: str,
+            installed: Mapping[str, bool], registered: Iterable[str]) -> BridgeChoice:
+    use_mbridge = truthy(_setting(megatron, "use_mbridge", True))
+    vanilla = truthy(_setting(megatron, "vanilla_mbridge", False))
+    ms_bridge = mindspeed_bridge_requested(device, overrides_of(megatron))
+    asked = architectures_of(hf)
+    if not use_mbridge:
+        raise BridgeRefusal(
+            f"{prefix}.use_mbridge=False asks for a Megatron build without a model bridge, which verl_lite does not "
+            f"have (verl's Megatron engine also requires use_mbridge=True): every model is built and its weights "
+            f"mapped through a bridge. Set {prefix}.use_mbridge=True (the default)")
+    if vanilla:
+        if ms_bridge:
+            raise BridgeRefusal(
+                f"{prefix}.vanilla_mbridge=True cannot run MindSpeed-Bridge (override_transformer_config."
+                f"use_ascend_gdn=True on npu, from USE_MINDSPEED_BRIDGE=True): MindSpeed-Bridge registers into "
+                f"Megatron-Bridge's AutoBridge. Set {prefix}.vanilla_mbridge=False")
+        if not installed.get("mbridge"):
+            raise BridgeRefusal(
+                f"{prefix}.vanilla_mbridge=True selects the legacy mbridge package, which is not installed "
+                f"(module 'mbridge' not found): pip install mbridge, or set {prefix}.vanilla_mbridge=False "
+                f"(Megatron-Bridge's AutoBridge, or verl_lite's own bridges)")
+        return BridgeChoice(MBRIDGE, False, asked[0] if asked else None)
+    if installed.get("megatron.bridge"):
+        if ms_bridge and not installed.get("mindspeed_bridge"):
+            raise BridgeRefusal(
+                f"{prefix}.override_transformer_config.use_ascend_gdn=True on npu (USE_MINDSPEED_BRIDGE=True) with "
+                f"Megatron-Bridge needs MindSpeed-Bridge, whose `import mindspeed_bridge.models` registers the "
+                f"Qwen3.5 bridges: module 'mindspeed_bridge' is not installed. Install MindSpeed-Bridge, or set "
+                f"USE_MINDSPEED_BRIDGE=False")
+        return BridgeChoice(MEGATRON_BRIDGE, ms_bridge, asked[0] if asked else None)
+    names = list(registered)
+    if hf is None:  # no config.json readable and no shipped shape: the architecture is checked on the nodes
+        return BridgeChoice(VERL_LITE, False, None)
+    for name in asked:
+        if name in names:
+            return BridgeChoice(VERL_LITE, False, name)
+    what = f"architectures {asked}" if asked else "a config.json without 'architectures'"
+    model_type = str((hf or {}).get("model_type") or ((hf or {}).get("text_config") or {}).get("model_type") or "?")
+    raise BridgeRefusal(
+        f"model_type {model_type!r} ({what}) has no bridge on megatron: verl_lite's registry has "
+        f"{', '.join(sorted(names)) or 'none'}, and Megatron-Bridge (module megatron.bridge) is not installed here, "
+        f"so its AutoBridge cannot build it either. Use a registered model, install Megatron-Bridge, or set the "
+        f"role's strategy=fsdp")
+
+
+def module_installed(name: str) -> bool:
+    """Whether `name` is importable, without importing anything: a dotted name is looked up along
+    sys.path as files, because find_spec would import its parent package (`megatron` must not be
+    imported before MindSpeed, nor by the preflight)."""
+    if name in sys.modules:
+        return True
+    if "." not in name:
+        return importlib.util.find_spec(name) is not None
+    rel = os.path.join(*name.split("."))
+    for entry in sys.path:
+        base = os.path.join(entry or os.getcwd(), rel)
+        if os.path.isfile(os.path.join(base, "__init__.py")) or os.path.isfile(base + ".py"):
+            return True
+    return False
+
+
+def installed_here() -> Dict[str, bool]:
+    return {name: module_installed(name) for name in PACKAGES}
+
+
+def gdn_kernel(device: str, overrides: Mapping[str, Any], fla_installed: bool) -> str:
+    """TRITON_FLA, ASCEND or TORCH, as the real stack picks per GDN layer."""
+    triton_on = truthy(overrides.get("use_triton_gdn", True))
+    if triton_on and fla_installed and device in ("cuda", "npu"):
+        return TRITON_FLA
+    if truthy(overrides.get("use_ascend_gdn")) and device == "npu":
+        return ASCEND
+    return TORCH
+
+
+def packing_kernel_ok(device: str, overrides: Mapping[str, Any]) -> bool:
+    """Whether packed (THD) GDN input is allowed on this device by the switches: the Ascend kernel
+    on npu with use_ascend_gdn, Triton fla on cuda with use_triton_gdn (fla must be installed on the
+    training nodes: checked with --training)."""
+    if device == "npu":
+        return truthy(overrides.get("use_ascend_gdn"))
+    if device == "cuda":
+        return truthy(overrides.get("use_triton_gdn", True))
+    return False
+
+
+PACKING_RULE = (
+    "packed (THD) Gated DeltaNet input needs a kernel that takes cu_seqlens: on npu the Ascend kernel "
+    "(override_transformer_config.use_ascend_gdn=True, e.g. USE_MINDSPEED_BRIDGE=True), on cuda Triton fla "
+    "(use_triton_gdn not False and flash-linear-attention installed); the pure-torch rule (cpu, or neither "
+    "switch) cannot pack")

@@ -1,0 +1,226 @@
+"""The engine side of the bridge choice made by `verl_lite.config.bridge_rules.choose_bridge` (the
+same function the preflight calls): verl_lite's own registry, Megatron-Bridge's AutoBridge, or the
+legacy mbridge package, and MindSpeed-Bridge's registration on npu.
+
+    selection = select_bridge(megatron_config, hf_config, device, model_dir, model_type)
+    selection.bridge     # a verl_lite ModelBridge (registry.BRIDGES), or None
+    selection.external   # MegatronBridgeBuild / MBridgeBuild, or None
+
+Order on npu with MindSpeed-Bridge (override_transformer_config.use_ascend_gdn=True and Megatron-Bridge
+in use): the MindSpeed engine has already imported `mindspeed.megatron_adaptor` and applied the
+repatch in device-mesh init; `select_bridge` then runs `import mindspeed_bridge.models`, which
+registers its Qwen3.5 bridges into Megatron-Bridge's registry, before anything builds the model
+(`MegatronBridgeBuild` resolves the architecture through that registry).
+
+The external builds follow verl's Megatron engine (verl/workers/engine/megatron/transformer_impl.py,
+verl/utils/megatron_utils.py): AutoBridge.from_hf_pretrained(path) -> to_megatron_provider(load_weights=False)
+-> parallel sizes and overrides on the provider -> provide_distributed_model(wrap_with_ddp=False) ->
+load_hf_weights(model, path); the rollout sync and HF export stream export_hf_weights(model).
+verl_lite wraps the chunks in its own DDP afterwards, as it does for its own bridges.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from verl_lite.config import bridge_rules
+from verl_lite.engine.bridges.base import ModelBridge, UnsupportedModelError
+
+logger = logging.getLogger(__name__)
+
+
+def _as_dict(hf_config: Any) -> Optional[Dict[str, Any]]:
+    if hf_config is None:
+        return None
+    if isinstance(hf_config, dict):
+        return hf_config
+    to_dict = getattr(hf_config, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    return dict(vars(hf_config))
+
+
+def import_mindspeed_bridge() -> None:
+    """`import mindspeed_bridge.models`: registers MindSpeed-Bridge's Qwen3.5 bridges into
+    Megatron-Bridge's registry. Must run after MindSpeed's repatch and before the model build."""
+    try:
+        importlib.import_module("mindspeed_bridge.models")
+    except ImportError as e:
+        raise UnsupportedModelError(
+            f"MindSpeed-Bridge could not be imported ({type(e).__name__}: {e}): override_transformer_config."
+            f"use_ascend_gdn=True on npu with Megatron-Bridge needs it (install MindSpeed-Bridge, or set "
+            f"USE_MINDSPEED_BRIDGE=False)") from e
+    logger.info("MindSpeed-Bridge: mindspeed_bridge.models imported (Qwen3.5 bridges registered)")
+
+
+class MegatronBridgeBuild:
+    """Megatron-Bridge's AutoBridge: model build from the provider, HF weights in and out."""
+
+    kind = bridge_rules.MEGATRON_BRIDGE
+
+    def __init__(self, model_dir: str, trust_remote_code: bool = False):
+        from megatron.bridge import AutoBridge
+
+        self.model_dir = model_dir
+        self.bridge = AutoBridge.from_hf_pretrained(model_dir, trust_remote_code=trust_remote_code)
+        self.provider: Any = None
+
+    def configure(self, parallel_sizes: Dict[str, Any], overrides: Dict[str, Any], dtype: Any,
+                  value_model: bool = False) -> Any:
+        """The provider with the run's parallel layout and override_transformer_config (verl's order:
+        its fixed settings, then the user's overrides, which win)."""
+        import torch
+
+        provider = self.bridge.to_megatron_provider(load_weights=False)
+        settings: Dict[str, Any] = dict(parallel_sizes)
+        settings.update(sequence_parallel=False, variable_seq_lengths=True, batch_p2p_comm=False)
+        settings.update(overrides)
+        if value_model and hasattr(provider, "share_embeddings_and_output_weights"):
+            settings["share_embeddings_and_output_weights"] = False
+        if hasattr(provider, "apply_overrides_and_finalize"):  # Megatron-Bridge >= 0.5
+            provider.apply_overrides_and_finalize(dtype=dtype, overrides=settings)
+        else:
+            provider.params_dtype = dtype
+            provider.fp16 = dtype == torch.float16
+            provider.bf16 = dtype == torch.bfloat16
+            for name, value in settings.items():
+                setattr(provider, name, value)
+            if hasattr(provider, "finalize"):
+                provider.finalize()
+        self.provider = provider
+        return provider
+
+    def build(self) -> List[Any]:
+        """The model chunks (one per virtual pipeline stage), not DDP-wrapped."""
+        if self.provider is None:
+            raise RuntimeError("MegatronBridgeBuild.build() before configure()")
+        model = self.provider.provide_distributed_model(
+            wrap_with_ddp=False, fp16=self.provider.fp16, bf16=self.provider.bf16)
+        return model if isinstance(model, list) else [model]
+
+    def load(self, chunks: List[Any], value_model: bool = False) -> None:
+        allowed = ["output_layer.weight"] if value_model else []
+        self.bridge.load_hf_weights(chunks, self.model_dir, allowed_mismatched_params=allowed)
+
+    def export(self, chunks: List[Any]) -> Iterator[Tuple[str, Any]]:
+        return iter(self.bridge.export_hf_weights(chunks, cpu=True))
+
+
+class MBridgeBuild:
+    """The legacy mbridge package (verl's vanilla_mbridge=True path)."""
+
+    kind = bridge_rules.MBRIDGE
+
+    def __init__(self, model_dir: str, hf_config: Any):
+        from mbridge import AutoBridge
+
+        self.model_dir = model_dir
+        self.bridge = AutoBridge.from_config(hf_config)
+
+    def configure(self, parallel_sizes: Dict[str, Any], overrides: Dict[str, Any], dtype: Any,
+                  value_model: bool = False) -> Any:
+        self.bridge.set_extra_args(**overrides)
+        return self.bridge.config
+
+    def build(self) -> List[Any]:
+        model = self.bridge.get_model(wrap_with_ddp=False)
+        return model if isinstance(model, list) else [model]
+
+    def load(self, chunks: List[Any], value_model: bool = False) -> None:
+        self.bridge.load_weights(chunks, self.model_dir)
+
+    def export(self, chunks: List[Any]) -> Iterator[Tuple[str, Any]]:
+        return iter(self.bridge.export_weights(chunks))
+
+
+@dataclass
+class Selection:
+    choice: bridge_rules.BridgeChoice
+    bridge: Optional[ModelBridge] = None
+    external: Any = None  # MegatronBridgeBuild | MBridgeBuild
+
+
+def select_bridge(megatron_config: Any, hf_config: Any, device: str, model_dir: str,
+                  model_type: str = "language_model", trust_remote_code: bool = False,
+                  installed: Optional[Dict[str, bool]] = None) -> Selection:
+    """Choose as the preflight does, then load: for verl_lite's registry the ModelBridge; for
+    Megatron-Bridge (after MindSpeed-Bridge's registration when asked) or mbridge, the build object.
+    A refusal raises UnsupportedModelError with the preflight's message."""
+    from verl_lite.registry import BRIDGES
+
+    hf = _as_dict(hf_config)
+    try:
+        choice = bridge_rules.choose_bridge(
+            "megatron", megatron_config, hf, device,
+            bridge_rules.installed_here() if installed is None else installed, [k[0] for k in BRIDGES.keys()],
+            value_model=model_type == "value_model")
+    except bridge_rules.BridgeRefusal as e:
+        raise UnsupportedModelError(str(e)) from e
+    if choice.kind == bridge_rules.VERL_LITE:
+        from verl_lite.engine.bridges import bridge_for
+
+        return Selection(choice, bridge=bridge_for(hf_config))
+    if choice.mindspeed_bridge:
+        import_mindspeed_bridge()
+    if choice.kind == bridge_rules.MEGATRON_BRIDGE:
+        return Selection(choice, external=MegatronBridgeBuild(model_dir, trust_remote_code))
+    return Selection(choice, external=MBridgeBuild(model_dir, hf_config))
+
+
+def initialize_external(engine: Any, build: Any) -> None:
+    """The Megatron engine's model, weights and optimizer through an external bridge: the same steps
+    as with verl_lite's own bridges (chunks per virtual stage, DDP when training, megatron's
+    optimizer), with the build and the HF weight mapping done by Megatron-Bridge / mbridge. Weights
+    come from the model directory's safetensors (random init is verl_lite's own bridges only)."""
+    import glob
+    import os
+
+    from megatron.core import parallel_state as mpu
+
+    from verl_lite.engine import megatron_model, megatron_optim
+    from verl_lite.engine.bridges.base import Layout
+
+    model_dir = build.model_dir
+    if not glob.glob(os.path.join(model_dir, "*.safetensors")):
+        raise UnsupportedModelError(
+            f"{build.kind}: {model_dir} has no *.safetensors; Megatron-Bridge and mbridge load HF weights from the "
+            f"model directory (a random-init model runs only through verl_lite's own bridges: without "
+            f"Megatron-Bridge installed, or with vanilla_mbridge=False and no mbridge)")
+    build.configure(engine.parallel_sizes(), engine.transformer_overrides(), engine.dtype,
+                    engine.model_type == "value_model")
+    chunks = build.build()
+    build.load(chunks, engine.model_type == "value_model")
+    engine.tf_config = getattr(chunks[0], "config", None)
+    hf = _as_dict(engine.hf_config) or {}
+    text = hf.get("text_config") or hf
+    heads = int(text.get("num_attention_heads") or 1)
+    hidden = int(text.get("hidden_size") or 0)
+    engine.layout = Layout(
+        hidden=hidden, ffn=int(text.get("intermediate_size") or 0), heads=heads,
+        groups=int(text.get("num_key_value_heads") or heads), head_dim=int(text.get("head_dim") or hidden // heads),
+        vocab=int(text.get("vocab_size") or hf.get("vocab_size")),
+        tp_size=mpu.get_tensor_model_parallel_world_size(), tp_rank=mpu.get_tensor_model_parallel_rank(),
+        tied=bool(text.get("tie_word_embeddings", hf.get("tie_word_embeddings", False))))
+    trains = engine.role != "ref" and engine.optim_config is not None
+    use_dist_opt = bool(engine.megatron_config.use_distributed_optimizer) and engine.compute_device != "cpu"
+    if trains:
+        engine.model = megatron_model.wrap_ddp(engine.tf_config, chunks, use_dist_opt)
+        engine.optimizer, engine.lr_scheduler = megatron_optim.build_optimizer(
+            engine.model, engine.optim_config, engine.dtype, use_distributed_optimizer=use_dist_opt)
+    else:
+        for module in chunks:
+            module.requires_grad_(False)
+        engine.model = chunks
+    engine.eval_mode()
+
+
+def export_external(engine: Any) -> Iterator[Tuple[str, Any]]:
+    """HF-named tensors of an engine built through an external bridge (its own gather over TP/PP/EP)."""
+    return engine.external.export([megatron_unwrap(chunk) for chunk in engine.model])
+
+
+def megatron_unwrap(chunk: Any) -> Any:
+    return getattr(chunk, "module", chunk)
