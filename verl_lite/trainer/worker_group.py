@@ -59,7 +59,8 @@ class WorkerGroup:
         if use_ray:
             import ray
 
-            remote_cls = ray.remote(cls).options(max_restarts=0, max_task_retries=0, **worker_resources(device))
+            remote_cls = ray.remote(defer_init_errors(cls)).options(
+                max_restarts=0, max_task_retries=0, **worker_resources(device))
             self.workers = [remote_cls.remote(*args(rank)) for rank in range(world_size)]
             self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
             self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
@@ -143,6 +144,26 @@ def _pid(_worker: Any) -> int:
     import os
 
     return os.getpid()
+
+
+def defer_init_errors(cls: type) -> type:
+    """A subclass whose __init__ keeps its exception and raises it from `ready()`. Ray prints the
+    traceback of an actor whose __init__ raises on the driver's console ("Exception raised in
+    creation task"); an error raised by a method goes to the caller only, which reports it in one
+    line (an expected refusal such as UnsupportedModelError), the traceback kept in last_error.txt."""
+    def __init__(self, *args, **kwargs):
+        self._init_error = None
+        try:
+            cls.__init__(self, *args, **kwargs)
+        except Exception as e:  # re-raised, unchanged, by ready()
+            self._init_error = e
+
+    def ready(self, *args, **kwargs):
+        if self._init_error is not None:
+            raise self._init_error
+        return cls.ready(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__, "ready": ready})
 
 
 def with_fault_hook(cls: type) -> type:
