@@ -636,31 +636,43 @@ def test_the_check_cli_applies_overrides_in_order_around_the_training_flag(capsy
     assert "data.train_files: ~/data/verl_lite/tiny/train.parquet does not exist" in err  # --training was seen
 
 
-def test_check_1_on_the_35b_script_for_npu_prints_the_mindspeed_engines_and_repatch_dict(tmp_path):
+def _check_1(tmp_path, script, **knobs):
+    """CHECK=1 on an example script with a fresh HOME: the checkpoint is not readable here, so the
+    shipped shape of its name is used. ROLLOUT_TP=1: a vLLM TP group across ranks is refused on its
+    own until it is implemented (not what these tests are about)."""
     import os
     import subprocess
 
     root = Path(check.__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k not in ("DEVICE", "DRY_RUN", "BACKEND")}
-    env.update(
-        CHECK="1",
-        DEVICE="npu",
-        USE_MINDSPEED_BRIDGE="True",
-        PYTHON=sys.executable,
-        HOME=str(tmp_path),
-        PYTHONPATH=str(root),
-    )
-    result = subprocess.run(
-        ["bash", "examples/grpo/run_qwen3_5_35b.sh"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(root),
-        timeout=120,
-    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DEVICE", "DRY_RUN", "BACKEND", "TP", "PP", "EP")}
+    env.update(CHECK="1", PYTHON=sys.executable, HOME=str(tmp_path), PYTHONPATH=str(root), ROLLOUT_TP="1", **knobs)
+    return subprocess.run(["bash", f"examples/grpo/{script}"], capture_output=True, text=True, env=env,
+                          cwd=str(root), timeout=120)
+
+
+# script, shipped shape, npu layout line, shape line
+SCRIPTS = [
+    ("run_qwen3_5_35b.sh", "Qwen3.5-35B-A3B", "megatron TP 2 PP 2 CP 1 EP 8 ETP 1 -> DP 4",
+     "40 layers, 16 heads, 2 kv heads, 16 GDN key heads, 32 GDN value heads, 256 experts"),
+    ("run_qwen3_5_122b_a10b.sh", "Qwen3.5-122B-A10B", "megatron TP 2 PP 4 CP 1 EP 16 ETP 1 -> DP 8",
+     "48 layers, 32 heads, 2 kv heads, 16 GDN key heads, 64 GDN value heads, 256 experts"),
+    ("run_qwen3_5_397b.sh", "Qwen3.5-397B-A17B", "megatron TP 2 PP 4 CP 1 EP 64 ETP 1 -> DP 32",
+     "60 layers, 32 heads, 2 kv heads, 16 GDN key heads, 64 GDN value heads, 512 experts"),
+]
+
+
+@pytest.mark.parametrize("script,shape,layout,dims", SCRIPTS)
+def test_check_1_on_the_qwen3_5_scripts_for_npu_prints_bridge_kernel_and_the_shipped_shape(tmp_path, script, shape,
+                                                                                            layout, dims):
+    result = _check_1(tmp_path, script, DEVICE="npu", USE_MINDSPEED_BRIDGE="True")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.count("engine      : verl_lite.engine.mindspeed:MindSpeedLMEngine") == 2  # actor and ref
+    assert f"shape         : shipped {shape} (source: " in out and f"the model path is not readable here): {dims}" in out
+    assert out.count(f": {layout}") == 2  # actor and ref, checked against the shape's heads, experts, layers
+    assert out.count("engine      : verl_lite.engine.mindspeed:MindSpeedLMEngine") == 2
+    assert out.count("  bridge      : verl_lite registry (Qwen3_5MoeForConditionalGeneration)") == 2
+    assert "where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge" in out
+    assert out.count("  GDN kernel  : Ascend flash_gated_delta_rule (flash-linear-attention-npu) (takes packed input)") == 2
     assert (
         "critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
         "verl_lite.engine.mindspeed:MindSpeedValueEngine" in out
@@ -668,6 +680,25 @@ def test_check_1_on_the_35b_script_for_npu_prints_the_mindspeed_engines_and_repa
     repatch = [line for line in out.splitlines() if line.startswith("  repatch     : ")]
     assert len(repatch) == 2 and "'use_ascend_gdn': True" in repatch[0] and "'use_triton_gdn': False" in repatch[0]
     assert "'use_flash_attn': True" in repatch[0]
+
+
+@pytest.mark.parametrize("script,knobs,arithmetic", [
+    ("run_qwen3_5_35b.sh", {"TP": "4"},
+     "tensor_model_parallel_size=4 does not divide the 2 key/value heads of {home}/models/Qwen3.5-35B-A3B "
+     "(shipped shape Qwen3.5-35B-A3B): 2 % 4 = 2"),
+    ("run_qwen3_5_122b_a10b.sh", {"PP": "32", "EP": "2"},
+     "48 layers of {home}/models/Qwen3.5-122B-A10B (shipped shape Qwen3.5-122B-A10B) do not split evenly over "
+     "PP*VPP = 32*1 = 32 stages: 48 % 32 = 16"),
+    ("run_qwen3_5_397b.sh", {"PP": "8", "EP": "32"},
+     "60 layers of {home}/models/Qwen3.5-397B-A17B (shipped shape Qwen3.5-397B-A17B) do not split evenly over "
+     "PP*VPP = 8*1 = 8 stages: 60 % 8 = 4"),
+])
+def test_check_1_refuses_a_layout_the_shipped_shape_cannot_take_with_the_arithmetic(tmp_path, script, knobs,
+                                                                                     arithmetic):
+    result = _check_1(tmp_path, script, DEVICE="npu", USE_MINDSPEED_BRIDGE="True", **knobs)
+    assert result.returncode == 1
+    assert arithmetic.format(home=tmp_path) in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_optional_megatron_sizes_are_checked_only_when_set():

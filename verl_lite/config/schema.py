@@ -279,8 +279,8 @@ class RefConfig:
     strategy: Optional[str] = None  # None = same as the actor
     # verl's deprecated global micro batch of the ref log-prob pass. Not supported: a value is refused.
     log_prob_micro_batch_size: Optional[int] = None
-    # verl: sequences per forward on each rank in the ref log-prob pass. The ref scores with the actor's
-    # log-prob micro-batch (rollout.log_prob_micro_batch_size_per_gpu): a different value is refused.
+    # Sequences per forward on each rank in the ref log-prob pass; null = the actor's log-prob
+    # micro-batch (rollout.log_prob_micro_batch_size_per_gpu).
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
     # verl: token-sized micro-batches in the ref log-prob pass. Not supported by verl_lite yet: True is
     # refused by the preflight.
