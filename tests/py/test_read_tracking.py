@@ -111,3 +111,27 @@ def test_the_tracker_sees_a_key_that_nothing_reads(data_dir, tmp_path):
     assert reads.was_read("actor_rollout_ref.actor.optim.lr")
     assert not reads.was_read("critic.cliprange_value")  # no critic in a GRPO run
     assert not reads.was_read("async_training.reweight_cap")
+
+
+MEGATRON = [
+    "actor_rollout_ref.model.path=tiny-qwen3", "model_engine=megatron", "actor_rollout_ref.actor.use_kl_loss=True",
+    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=1",
+    "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=null",
+    "actor_rollout_ref.actor.megatron.context_parallel_size=1", "actor_rollout_ref.actor.megatron.expert_model_parallel_size=1",
+    "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null", "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+    "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False", "actor_rollout_ref.actor.megatron.param_offload=False",
+    "actor_rollout_ref.actor.megatron.grad_offload=False", "actor_rollout_ref.actor.megatron.optimizer_offload=False",
+    "actor_rollout_ref.actor.megatron.seed=7", "actor_rollout_ref.actor.megatron.dist_checkpointing_path=null",
+    "+actor_rollout_ref.actor.megatron.override_transformer_config.attention_dropout=0.0",
+    "actor_rollout_ref.ref.megatron.param_offload=False", "actor_rollout_ref.ref.megatron.seed=7",
+]
+
+
+@pytest.mark.megatron
+def test_every_key_a_megatron_run_sets_is_read(data_dir, tmp_path):
+    overrides = [o for o in base(data_dir, tmp_path / "m") if "fsdp_config" not in o and "actor.strategy" not in o
+                 and "model.path" not in o and "gradient_checkpointing" not in o]
+    overrides += [o for o in GRPO if "fsdp" not in o and "ref.strategy" not in o] + MEGATRON
+    reads = _run_tracked(overrides)
+    unread = [key for key in _set_keys(overrides) if key != "model_engine" and not reads.was_read(key)]
+    assert unread == [], f"set but never read (accepted and ignored): {unread}"

@@ -48,3 +48,20 @@ def test_a_policy_loss_mode_is_the_loss_the_actor_trains_with(data_dir, tmp_path
     rows = read_metrics(out)
     assert [r["step"] for r in rows] == [1, 2] and all(r["actor/grad_norm"] > 0 for r in rows)
     assert len(calls) >= 2  # one call per micro-batch of each update
+
+
+def test_the_ref_scores_with_its_own_log_prob_micro_batch(data_dir, tmp_path, monkeypatch):
+    from verl_lite import batch as batch_module
+
+    sizes = []
+    split = batch_module.split_by_size
+
+    def recording(batch, size):
+        sizes.append(int(size))
+        return split(batch, size)
+
+    monkeypatch.setattr(batch_module, "split_by_size", recording)  # in-process workers
+    run_training(tiny_overrides(data_dir, tmp_path / "ref", 1, "actor_rollout_ref.actor.use_kl_loss=True",
+                                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+                                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=5"))
+    assert 5 in sizes and 16 in sizes  # the ref pass in micro-batches of 5, the actor's in 16

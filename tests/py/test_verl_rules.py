@@ -55,7 +55,7 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
     ("reward_model.enable=True", "reward models are not supported by verl_lite yet"),
     ("trainer.log_val_generations=5", "logging validation samples is not supported by verl_lite yet"),
     ("algorithm.kl_penalty=full", "algorithm.kl_penalty='full' is not supported by verl_lite"),
-    ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3", "the ref scores with the actor's log-prob micro-batch"),
+    ("actor_rollout_ref.ref.log_prob_micro_batch_size=3", "verl's deprecated global micro-batch is not supported"),
 ])
 def test_each_accepted_but_unsupported_value_is_refused_with_its_fix(line, fragment):
     found = problems(line, "actor_rollout_ref.actor.use_kl_loss=True")

@@ -369,9 +369,10 @@ class RolloutConfig:
 
 @dataclass
 class ActorRolloutRefConfig:
-    # verl: actor and rollout share one worker and its devices. Synchronous training always colocates
-    # (False is refused); fully-async training (async_training.enable) needs False, as in verl.
-    hybrid_engine: bool = True
+    # verl: actor and rollout share one worker and its devices. null = follows async_training.enable:
+    # True for synchronous training (which always colocates; False is refused), False for fully-async
+    # training (its rollout has a pool of its own; True is refused), as verl's two trainer configs set it.
+    hybrid_engine: Optional[bool] = None
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)

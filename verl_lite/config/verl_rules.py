@@ -86,13 +86,6 @@ def _actor_problems(cfg: Any) -> List[str]:
         problems.append(f"{prefix}.checkpoint.{name}={value!r}: choosing what a checkpoint holds is {YET}: it "
                         "always holds the model, optimizer, LR schedule and RNG state; remove it")
     ref = cfg.actor_rollout_ref.ref
-    rollout = cfg.actor_rollout_ref.rollout
-    used = rollout.log_prob_micro_batch_size_per_gpu or actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size or 64
-    if (roles.ref_enabled(cfg) and ref.log_prob_micro_batch_size_per_gpu is not None
-            and ref.log_prob_micro_batch_size_per_gpu != used):
-        problems.append(f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={ref.log_prob_micro_batch_size_per_gpu}: "
-                        f"a micro-batch of its own for the ref pass is {YET}: the ref scores with the actor's "
-                        f"log-prob micro-batch ({used}); set it to {used} or leave it null")
     for key, value in (("actor_rollout_ref.ref.log_prob_micro_batch_size", ref.log_prob_micro_batch_size),
                        ("critic.ppo_micro_batch_size", cfg.critic.ppo_micro_batch_size)):
         if value is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import defaultdict
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from verl_lite.config.schema import VerlLiteConfig
 
@@ -153,13 +153,15 @@ class ActorRolloutRefWorker(_EngineWorker):
         out["timing_s"] = timing
         return out
 
-    def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False) -> Dict[str, Any]:
+    def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False,
+                   micro: Optional[int] = None) -> Dict[str, Any]:
         import torch
 
         from verl_lite.batch import split_by_size
 
         section = self.cfg.actor_rollout_ref
-        micro = section.rollout.log_prob_micro_batch_size_per_gpu or section.actor.ppo_micro_batch_size_per_gpu or 64
+        micro = (micro or section.rollout.log_prob_micro_batch_size_per_gpu or section.actor.ppo_micro_batch_size_per_gpu
+                 or 64)
         engine.eval_mode()
         outs = engine.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True,
                                        calculate_entropy=entropy)
@@ -174,7 +176,9 @@ class ActorRolloutRefWorker(_EngineWorker):
     def compute_ref_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         if self.ref is None:
             raise RuntimeError("compute_ref_log_prob called but no ref model was built (use_kl_loss is off)")
-        return self._log_probs(self.ref, batch, "ref_log_prob")
+        # the ref's own micro-batch when set (verl's ref.log_prob_micro_batch_size_per_gpu), else the actor's
+        return self._log_probs(self.ref, batch, "ref_log_prob",
+                               micro=self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu)
 
     def update_actor(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
         """PPO update of the actor on this rank's shard. Optional `meta` keys:
