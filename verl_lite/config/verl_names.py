@@ -255,6 +255,8 @@ DEFAULT_DIFFERENCES = {
     "trainer.device": "auto picks npu, then cuda, else cpu (verl: cuda)",
     "trainer.total_epochs": "1 epoch for the tiny run (verl: 30)",
     "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
+    "actor_rollout_ref.hybrid_engine": "null = True for synchronous training, False with async_training.enable, "
+                                       "as verl's two trainer configs set it",
     # listed for as long as verl_lite's default is False (docs/ascend.md describes the bridge choice)
     "actor_rollout_ref.actor.megatron.use_mbridge": "verl_lite maps HF and Megatron weights with its own converter",
     "critic.megatron.use_mbridge": "as the actor's",

@@ -105,11 +105,11 @@ def _run_problems(cfg: Any) -> List[str]:
     if cfg.algorithm.use_kl_in_reward and cfg.async_training.enable:
         problems.append(f"algorithm.use_kl_in_reward=True with async_training.enable=True is {YET}: the fully-async "
                         "trainer builds no ref model; use actor_rollout_ref.actor.use_kl_loss=True")
-    hybrid = cfg.actor_rollout_ref.hybrid_engine
-    if not hybrid and not cfg.async_training.enable:
+    hybrid = cfg.actor_rollout_ref.hybrid_engine  # null: follows async_training.enable
+    if hybrid is False and not cfg.async_training.enable:
         problems.append(f"actor_rollout_ref.hybrid_engine=False: {NOT} in synchronous training (actor and rollout "
                         "always share their devices); set it to True, or use async_training.enable=True")
-    if hybrid and cfg.async_training.enable:
+    if hybrid is True and cfg.async_training.enable:
         problems.append(f"actor_rollout_ref.hybrid_engine=True with async_training.enable=True is {NOT}: "
                         "fully-async training puts the rollout on a pool of its own; set it to False")
     if cfg.data.val_batch_size is not None:
