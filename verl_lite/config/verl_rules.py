@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, List
 
 from verl_lite.config import roles
-from verl_lite.models import is_gdn_model, read_hf_config
+from verl_lite.config.shapes import model_shape
+from verl_lite.models import is_gdn_model
 
 YET = "not supported by verl_lite yet"
 NOT = "not supported by verl_lite"
@@ -31,8 +32,8 @@ def _gdn_megatron(cfg: Any, role: str) -> bool:
     """rules._gdn_problems already refuses remove-padding and dynamic batch for this role."""
     if roles.strategy(cfg, role) != "megatron":
         return False
-    hf = read_hf_config(roles.model_path(cfg, role))
-    return bool(hf) and is_gdn_model(hf)
+    shape = model_shape(roles.model_path(cfg, role))  # the config.json, else a shipped shape, as the check reads
+    return shape is not None and is_gdn_model(shape.hf)
 
 
 def _role_problems(cfg: Any, role: str) -> List[str]:
