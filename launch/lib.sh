@@ -319,11 +319,15 @@ vl_args_backend() {
     "$otc.recompute_granularity=full"
     "$otc.recompute_num_layers=1"
   )
-  # Megatron cannot pack Gated DeltaNet sequences (THD): no remove-padding, no dynamic batch.
+  # verl_lite runs Gated DeltaNet models padded (the torch GDN rule cannot take packed THD input, and
+  # the engines do not pack yet even with a kernel that could): no remove-padding, no dynamic batch.
   [[ ${VL_MODEL_HAS_GDN:-1} == 1 ]] && VL_ARGS+=(
     "actor_rollout_ref.model.use_remove_padding=False"
     "actor_rollout_ref.actor.use_dynamic_bsz=False"
   )
+  # MindSpeed-Bridge: use_ascend_gdn=True on npu is the signal verl_lite reads (config/bridge_rules.py):
+  # the Ascend GDN kernel, and with Megatron-Bridge installed `import mindspeed_bridge.models` after
+  # the repatch, before the model build (docs/ascend.md).
   [[ $USE_MINDSPEED_BRIDGE == True ]] && VL_ARGS+=(
     "$otc.use_triton_gdn=False"
     "$otc.use_ascend_gdn=True"
