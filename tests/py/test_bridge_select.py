@@ -222,6 +222,8 @@ def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
 
 
 def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(tmp_path):
+    """The real MindSpeed engine (a ref, so no DDP/optimizer on the double's stand-in chunks)
+    initializes through Megatron-Bridge's AutoBridge with MindSpeed-Bridge, then exports."""
     shape = json.loads((REPO / "verl_lite" / "assets" / "shapes" / "Qwen3.5-35B-A3B.json").read_text())
     model = _model_dir(tmp_path, shape)
     out = _run(f"""
@@ -237,23 +239,18 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
         from verl_lite.engine import mindspeed as engine_ms
         from verl_lite.engine.bridges import select
         engine_ms.MindSpeedEngineMixin.internals_device = "cpu"
-        built = []
-
-        def build_only(engine, build):  # stop after the bridge's build: the double's chunks are not a GPTModel
-            build.configure(engine.parallel_sizes(), engine.transformer_overrides(), engine.dtype)
-            build.build()
-            built.append(build.kind)
-
-        select.initialize_external = build_only
         cfg = OmegaConf.structured(VerlLiteConfig)
         sec = cfg.actor_rollout_ref
         sec.model.path = {str(model)!r}
         sec.actor.strategy = "megatron"
         sec.actor.megatron.override_transformer_config = {{"use_triton_gdn": False, "use_ascend_gdn": True}}
         engine = engine_ms.MindSpeedLMEngine(sec.model, sec.ref, None, "npu", "ref")
-        engine.initialize()
+        engine.initialize()  # the ref: the model built and loaded through AutoBridge, frozen, no optimizer
+        names = [name for name, _ in engine.export_hf_weights()]
         import megatron.bridge._double as d
-        res.update(built=built, mindspeed=ms.kinds(), bridge=[(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
+        res.update(kind=engine.external.kind, names=names, vocab=engine.layout.vocab, frozen=not any(
+            p.requires_grad for c in engine.model for p in c.parameters()), mindspeed=ms.kinds(),
+            bridge=[(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
         print(json.dumps(res))
     """, [DOUBLES, MINDSPEED_DOUBLE], tmp_path, timeout=400)
     assert "before MindSpeed's repatch" in out["early"]
@@ -267,7 +264,10 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
     resolved = dict(events)["to_megatron_provider"]
     assert resolved["bridge"] == "Qwen35MoeNpuBridge" and resolved["provider"] == "Qwen35NpuProvider"
     assert "'use_ascend_gdn': True" in dict(events)["apply_overrides_and_finalize"]["overrides"]
-    assert out["built"] == [br.MEGATRON_BRIDGE]
+    assert out["kind"] == br.MEGATRON_BRIDGE and out["frozen"] and out["vocab"] == 248320
+    assert kinds.index("provide_distributed_model") < kinds.index("load_weights_hf_to_megatron")
+    assert dict(events)["load_weights_hf_to_megatron"]["path"].endswith("/model")
+    assert out["names"] == ["model.embed_tokens.weight", "lm_head.weight"]  # export goes through the bridge
 
 
 def test_the_shipped_shapes_load_in_transformers():

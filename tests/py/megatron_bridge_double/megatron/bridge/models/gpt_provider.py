@@ -67,12 +67,17 @@ class GPTModelProvider:
         return [ModelChunk(self)]
 
 
-class ModelChunk:
-    """Stands for a GPTModel chunk: holds its config and two named tensors for export."""
+def ModelChunk(provider: GPTModelProvider) -> Any:
+    """Stands for a GPTModel chunk: a torch module with the provider as its `config` and two named
+    tensors for export (no transformer layers)."""
+    import torch
 
-    def __init__(self, provider: GPTModelProvider):
-        import torch
+    class _Chunk(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = provider
+            self.hf_names = ["model.embed_tokens.weight", "lm_head.weight"]
+            self.weights = {name: torch.zeros(2, 2) for name in self.hf_names}
+            self.embedding = torch.nn.Parameter(torch.zeros(2, 2))
 
-        self.config = provider
-        self.hf_names = ["model.embed_tokens.weight", "lm_head.weight"]
-        self.weights = {name: torch.zeros(2, 2) for name in self.hf_names}
+    return _Chunk()
