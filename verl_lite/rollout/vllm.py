@@ -63,6 +63,11 @@ def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size
     return shapes, optional
 
 
+class _RotaryReloadNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.getMessage().startswith("RotaryEmbedding: Failed to load weights"))
+
+
 class VLLMRollout:
     """`model_config` / `rollout_config`: the ModelConfig and RolloutConfig sections (dataclass,
     DictConfig or dict). `device`: cpu, cuda or npu (the worker's)."""
@@ -83,6 +88,9 @@ class VLLMRollout:
             from vllm import LLM
         except ImportError as e:
             raise ImportError(f"actor_rollout_ref.rollout.name=vllm needs vLLM: {INSTALL_HINT} ({e})") from e
+        # vLLM's in-place reload warns at every sync that the rotary embedding (buffers, no
+        # checkpoint tensor) "failed to load"; a missing real tensor fails the sync by name here.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadNote())
         self.sleeping = False
         self.sleep_mode = bool(self.config.free_cache_engine) and device != "cpu"
         self.llm = LLM(**self.engine_kwargs())
