@@ -390,6 +390,36 @@ def test_the_critic_gdn_flags_are_checked_for_a_megatron_critic():
     assert problem.endswith("; set critic.use_dynamic_bsz=False")
 
 
+def test_a_family_without_a_bridge_is_refused_on_megatron_before_ray(write_model):
+    path = write_model({"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+                        "num_attention_heads": 16, "num_key_value_heads": 2, "num_hidden_layers": 4})
+    overrides = BASE + [f"actor_rollout_ref.model.path={path}"]
+    (problem,) = problems(overrides + ["actor_rollout_ref.actor.strategy=megatron"])
+    assert problem.startswith("actor: model_type 'qwen3_next' (architectures ['Qwen3NextForCausalLM']) has no bridge "
+                              "on megatron: verl_lite's registry has ")
+    assert "Qwen3_5MoeForConditionalGeneration" in problem and "set the role's strategy=fsdp" in problem
+    assert problems(overrides) == []  # fsdp builds it with transformers
+
+
+@pytest.mark.parametrize("setting,says", [
+    ("use_mbridge=False", "actor_rollout_ref.actor.megatron.use_mbridge=False asks for a Megatron build without a "
+                          "model bridge"),
+    ("vanilla_mbridge=True", "actor_rollout_ref.actor.megatron.vanilla_mbridge=True selects the legacy mbridge "
+                             "package, which is not installed"),
+])
+def test_the_bridge_switches_are_honoured_or_refused_by_the_check(setting, says):
+    found = problems(BASE + ["actor_rollout_ref.actor.strategy=megatron", f"actor_rollout_ref.actor.megatron.{setting}"])
+    assert [p for p in found if says in p], found
+
+
+def test_the_summary_names_the_bridge_and_the_gdn_kernel_per_megatron_role():
+    text = check.summarize(load_config(BASE + ["actor_rollout_ref.actor.strategy=megatron",
+                                              "actor_rollout_ref.actor.use_kl_loss=True"]))
+    assert text.count("  bridge      : verl_lite registry (Qwen3_5ForCausalLM) (installed here: ") == 2  # actor, ref
+    assert text.count("  GDN kernel  : pure-torch gated delta rule (padded batches only)") == 2
+    assert "shape         : " in text and "(the model's config.json): 2 layers, 4 heads, 2 kv heads" in text
+
+
 def test_model_rules_are_skipped_when_the_model_config_is_not_readable(tmp_path):
     assert (
         problems(
