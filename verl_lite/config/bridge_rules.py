@@ -30,6 +30,7 @@ GDN kernel per layer (the real stack's order):
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -49,6 +50,9 @@ PACKAGES = {
     "mindspeed_bridge": "MindSpeed-Bridge",
     "fla": "flash-linear-attention (Triton)",
 }
+
+# Distribution names of the dotted modules, for installs that sys.path does not show.
+DISTRIBUTIONS = {"megatron.bridge": ("megatron-bridge", "megatron_bridge")}
 
 TRITON_FLA = "triton_fla"
 ASCEND = "ascend"
@@ -182,6 +186,13 @@ def module_installed(name: str) -> bool:
         base = os.path.join(entry or os.getcwd(), rel)
         if os.path.isfile(os.path.join(base, "__init__.py")) or os.path.isfile(base + ".py"):
             return True
+    # An editable install (pip install -e) is found by an import hook, not on sys.path: its metadata says so.
+    for dist in DISTRIBUTIONS.get(name, ()):
+        try:
+            importlib.metadata.distribution(dist)
+            return True
+        except importlib.metadata.PackageNotFoundError:
+            continue
     return False
 
 
