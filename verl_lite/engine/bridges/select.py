@@ -119,14 +119,20 @@ class MBridgeBuild:
 
         self.model_dir = model_dir
         self.bridge = AutoBridge.from_config(hf_config)
+        self.fp16, self.bf16 = False, True
 
     def configure(self, parallel_sizes: Dict[str, Any], overrides: Dict[str, Any], dtype: Any,
                   value_model: bool = False) -> Any:
+        """mbridge reads the parallel layout from megatron's initialized groups; the overrides go to
+        its TransformerConfig (set_extra_args), as in verl."""
+        import torch
+
+        self.fp16, self.bf16 = dtype == torch.float16, dtype == torch.bfloat16
         self.bridge.set_extra_args(**overrides)
         return self.bridge.config
 
     def build(self) -> List[Any]:
-        model = self.bridge.get_model(wrap_with_ddp=False)
+        model = self.bridge.get_model(wrap_with_ddp=False, fp16=self.fp16, bf16=self.bf16)
         return model if isinstance(model, list) else [model]
 
     def load(self, chunks: List[Any], value_model: bool = False) -> None:
