@@ -29,7 +29,7 @@ from verl_lite.config import choices, roles, rollout_rules, rules, verl_rules
 from verl_lite.config import bridge_rules
 from verl_lite.config.shapes import ModelShape, model_shape
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
-from verl_lite.repatch import build_repatch_dict
+from verl_lite.repatch import build_repatch_dict, truthy
 from verl_lite.secrets import mask_env, redact
 
 PROG = "verl_lite.check"
@@ -62,13 +62,14 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
         problems += rules.layout_problems(cfg, layout)
         problems += rules.batch_problems(cfg, layout)
         path = roles.model_path(cfg, role)
-        shape = _shape(path)
+        shape = model_shape(path)
         if path not in hf_cache:
             hf_cache[path] = shape.hf if shape and shape.origin == "config" else None
         if layout.strategy == "megatron":
             hf = shape.hf if shape else None
             problems += rules.bridge_problems(cfg, role, device, hf, installed, registered)
-            problems += rules.model_problems(cfg, layout, hf, device, _replicates_kv(cfg, role, device, hf, installed),
+            problems += rules.model_problems(cfg, layout, hf, device,
+                                             _replicates_kv(cfg, role, device, hf, installed, registered),
                                              shape=_shape_name(shape, path))
             if device == "npu":
                 problems += rules.npu_problems(cfg, layout)
@@ -96,20 +97,17 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     return list(dict.fromkeys(problems))
 
 
-def _shape(path: str) -> Optional[ModelShape]:
-    return model_shape(path)
-
-
 def _shape_name(shape: Optional[ModelShape], path: str) -> str:
     if shape is None or shape.origin == "config":
         return path
     return f"{path} (shipped shape {shape.name})"
 
 
-def _replicates_kv(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]], installed: Dict[str, bool]) -> bool:
+def _replicates_kv(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]], installed: Dict[str, bool],
+                   registered: List[str]) -> bool:
     """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
     try:
-        choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()])
+        choice = rules.choose_role_bridge(cfg, role, device, hf, installed, registered)
     except bridge_rules.BridgeRefusal:
         return False
     return choice.kind != bridge_rules.VERL_LITE
@@ -471,7 +469,7 @@ def _inactive_line(cfg: Any, role: str, device: str) -> str:
 def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
     """The bridge the role's engine builds with and, for GDN models, the kernel of its GDN layers."""
     installed = bridge_rules.installed_here()
-    shape = _shape(roles.model_path(cfg, role))
+    shape = model_shape(roles.model_path(cfg, role))
     hf = shape.hf if shape else None
     choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()])
     here = ", ".join(f"{name} {'yes' if installed[mod] else 'no'}" for mod, name in
@@ -485,7 +483,7 @@ def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
     if hf is not None and is_gdn_model(hf):
         kernel = bridge_rules.gdn_kernel(device, overrides, installed["fla"])
         note = ""
-        if kernel == bridge_rules.TORCH and device != "cpu" and bridge_rules.truthy(overrides.get("use_triton_gdn", True)):
+        if kernel == bridge_rules.TORCH and device != "cpu" and truthy(overrides.get("use_triton_gdn", True)):
             note = " here; Triton fla where flash-linear-attention is installed"
         packs = "takes packed input" if kernel != bridge_rules.TORCH else "padded batches only"
         lines.append(f"  GDN kernel  : {bridge_rules.KERNEL_NAMES[kernel]}{note} ({packs})")
@@ -494,7 +492,7 @@ def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
 
 def _model_line(cfg: Any) -> str:
     path = cfg.actor_rollout_ref.model.path
-    shape = _shape(path)
+    shape = model_shape(path)
     if shape is None:
         return f"model         : {path} (config.json not readable here: expert, head and GDN checks skipped)"
     hf = shape.hf
