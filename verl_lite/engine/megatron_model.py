@@ -104,8 +104,20 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
 
 
 def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool) -> List[Any]:
-    """Megatron DDP around each chunk (gradient buffers, grad reduction over data-parallel ranks)."""
+    """Megatron DDP around each chunk (gradient buffers, grad reduction over data-parallel ranks).
+    Refuses to train MoE layers with TP > 1: megatron-core's MoE layer then requires sequence
+    parallelism (a ValueError in its training forward), which verl_lite does not support yet."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+
+    if tf_config.num_moe_experts and tf_config.tensor_model_parallel_size > 1 and not tf_config.sequence_parallel:
+        from verl_lite.engine.bridges import UnsupportedModelError
+
+        raise UnsupportedModelError(
+            f"training an MoE model with tensor_model_parallel_size={tf_config.tensor_model_parallel_size} needs "
+            f"Megatron sequence parallelism, which verl_lite's Megatron engines do not support yet: train MoE "
+            f"with tensor_model_parallel_size=1 and split the experts with expert_model_parallel_size "
+            f"(forward-only roles such as the ref may keep TP > 1)"
+        )
 
     wrapped = []
     for i, module in enumerate(chunks):
