@@ -194,6 +194,31 @@ def _phase_ascend(rank, rec, refs, torch_engine):
         rec["torch:packed_error"] = str(e)
 
 
+def _phase_chunk_size(rec, refs, engine):
+    """The torch rule's chunk: by sequence length (auto), or model.linear_attention_chunk_size."""
+    from megatron.core.ssm import gated_delta_net as gdn
+
+    original, chunks = gdn.torch_chunk_gated_delta_rule, []
+
+    def recording(*args, **kwargs):
+        chunks.append(kwargs.get("chunk_size"))
+        return original(*args, **kwargs)
+
+    gdn.torch_chunk_gated_delta_rule = recording
+    try:
+        batch = make_batch()
+        valid = batch["attention_mask"].bool()
+        hf_logits = _hf_logits(refs[DENSE][1], batch)
+        for setting in (None, 8):
+            engine.tf_config.gdn_chunk_size = setting  # what linear_attention_chunk_size sets at init
+            chunks.clear()
+            diff = (_engine_logits(engine, batch)[valid] - hf_logits[valid]).abs().max().item()
+            rec[f"chunk:{setting}"] = (sorted(set(chunks)), diff)
+    finally:
+        gdn.torch_chunk_gated_delta_rule = original
+        engine.tf_config.gdn_chunk_size = None
+
+
 def _try_training_moe_at_tp2(rec):
     from verl_lite.engine.megatron import MegatronLMEngine
 
@@ -218,6 +243,7 @@ def _scenario(rank, world, port, out_dir):
             if (path, tp) == (MOE, 2):
                 _try_training_moe_at_tp2(rec)
             if (path, tp, pp, ep) == (DENSE, 1, 1, 1):
+                _phase_chunk_size(rec, refs, engine)
                 _phase_ascend(rank, rec, refs, engine)
             mpu.destroy_model_parallel()
     except Exception:
@@ -284,6 +310,13 @@ def test_the_ascend_kernel_takes_packed_sequences_and_agrees_with_padded(run):
 def test_the_torch_rule_refuses_packed_sequences_naming_the_fix(run):
     for rec in run:
         assert "feed padded batches" in rec["torch:packed_error"]
+
+
+def test_the_torch_rule_takes_the_chunk_of_linear_attention_chunk_size_or_chooses_by_length(run):
+    for rec in run:
+        assert rec["chunk:None"][0] == [16]  # auto: 16 up to 128 tokens, as the torch engine
+        assert rec["chunk:8"][0] == [8]
+        assert rec["chunk:None"][1] < 1e-5 and rec["chunk:8"][1] < 1e-5
 
 
 def test_training_moe_at_tp2_is_refused_naming_the_fix(run):

@@ -125,7 +125,8 @@ class MegatronLMEngine(BaseEngine):
         self.bridge = selection.bridge
         self.tf_config = megatron_model.transformer_config(
             self.bridge, self.parallel_sizes(), self.dtype, self.transformer_overrides(),
-            self.megatron_config.sequence_parallel, self.compute_device, self.role, device=self.device)
+            self.megatron_config.sequence_parallel, self.compute_device, self.role, device=self.device,
+            gdn_chunk_size=self.model_config.linear_attention_chunk_size)
         self.layout = self.bridge.layout(mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank())
         chunks = megatron_model.build_chunks(self.tf_config, self.bridge, self.layout, self._torch_device(),
                                              self.compute_device, self._tied_lm_head, self._attach_head)

@@ -12,7 +12,9 @@ replaces its forward so that:
   chooses it: Triton `fla.chunk_gated_delta_rule` when `fla` is installed and `use_triton_gdn`
   (default True) on a cuda/npu device; the Ascend kernel (`flash_gated_delta_rule`, AscendC ops
   of flash-linear-attention-npu as shipped by MindSpeed-MM) when `use_ascend_gdn` on npu; else
-  megatron's pure-torch `torch_chunk_gated_delta_rule`;
+  megatron's pure-torch `torch_chunk_gated_delta_rule`, with the chunk of
+  `model.linear_attention_chunk_size` (`config.gdn_chunk_size`; None = by sequence length, as the
+  torch engine chooses it: `verl_lite.models.hf.auto_chunk_size`);
 - padded (BSHD) batches are exact: hidden states at padding positions (taken from the 4D mask's
   diagonal, True = masked) are zeroed before the input projection, as transformers' Qwen3.5 does
   (`apply_mask_to_padding_states`). With no bias, a zero input leaves the conv and the recurrent
@@ -34,6 +36,8 @@ import logging
 from typing import Any, Callable, Optional
 
 import torch
+
+from verl_lite.models.hf import auto_chunk_size
 
 logger = logging.getLogger(__name__)
 
@@ -214,9 +218,10 @@ def _build_layer_class() -> type:
 
         def _rule(self, query, key, value, g, beta, cu_seqlens):
             if self.gdn_kernel == "torch":
+                chunk = getattr(self.config, "gdn_chunk_size", None) or auto_chunk_size(query.shape[1])
                 out, _ = gdn.torch_chunk_gated_delta_rule(
-                    query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
-                    use_qk_l2norm_in_kernel=False)
+                    query, key, value, g=g, beta=beta, chunk_size=chunk, initial_state=None,
+                    output_final_state=False, use_qk_l2norm_in_kernel=False)
                 return out
             if self.gdn_kernel == "fla":
                 out, _ = gdn.chunk_gated_delta_rule(

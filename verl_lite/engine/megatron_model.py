@@ -22,12 +22,13 @@ logger = logging.getLogger(__name__)
 
 def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtype: torch.dtype,
                        overrides: Dict[str, Any], sequence_parallel: bool, compute_device: str, role: str,
-                       device: Optional[str] = None) -> Any:
+                       device: Optional[str] = None, gdn_chunk_size: Optional[int] = None) -> Any:
     """The TransformerConfig: the bridge's fields, then the parallel sizes and fixed settings, then
     the overrides. Overrides megatron does not define are set as attributes afterwards (e.g.
     `use_ascend_gdn` / `use_triton_gdn`). For a model with Gated DeltaNet layers `gdn_kernel` is
     set from those two switches and the run's `device` (the engine's device: npu for MindSpeed
-    engines even when tests run their internals on CPU; defaults to `compute_device`)."""
+    engines even when tests run their internals on CPU; defaults to `compute_device`), and
+    `gdn_chunk_size` (model.linear_attention_chunk_size: the torch rule's chunk, None = by length)."""
     from megatron.core.transformer import TransformerConfig
 
     kwargs = bridge.transformer_config_kwargs()
@@ -61,6 +62,9 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
     if kwargs.get("experimental_attention_variant") == "gated_delta_net":
         from verl_lite.engine.megatron_gdn import select_gdn_kernel
 
+        if gdn_chunk_size is not None and int(gdn_chunk_size) < 1:
+            raise ValueError(f"linear_attention_chunk_size={gdn_chunk_size!r} must be a positive integer or null (auto)")
+        config.gdn_chunk_size = None if gdn_chunk_size is None else int(gdn_chunk_size)
         config.gdn_kernel = select_gdn_kernel(getattr(config, "use_triton_gdn", None),
                                               getattr(config, "use_ascend_gdn", None), device or compute_device)
         logger.info("%s: Gated DeltaNet kernel %r (use_triton_gdn=%s, use_ascend_gdn=%s, device %s)", role,
