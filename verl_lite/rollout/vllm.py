@@ -22,6 +22,7 @@ the same worker, so they come before vLLM (vllm-ascend's plugin loads when vLLM 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
@@ -63,6 +64,22 @@ def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size
     return shapes, optional
 
 
+def _rows_of(outputs: List[Any], rows: slice) -> List[Any]:
+    """The request outputs cut to the sample rows `rows` (a request holds n consecutive rows)."""
+    import copy
+
+    kept, at = [], 0
+    for out in outputs:
+        samples = sorted(out.outputs, key=lambda s: s.index)
+        take = [s for i, s in enumerate(samples) if rows.start <= at + i < rows.stop]
+        at += len(samples)
+        if take:
+            part = copy.copy(out)
+            part.outputs = take
+            kept.append(part)
+    return kept
+
+
 class _RotaryReloadNote(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.getMessage().startswith("RotaryEmbedding: Failed to load weights"))
@@ -82,8 +99,9 @@ class VLLMRollout:
         self.expected, self.optional = expected_hf_weights(self.model_config)
         # The engine core in this process (no extra process per replica); read when vLLM is imported.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if device == "npu":
-            import torch_npu  # noqa: F401  torch-npu before vLLM (its vllm-ascend plugin loads with vLLM)
+        if device == "npu":  # torch-npu before vLLM (its vllm-ascend plugin loads with vLLM)
+            importlib.import_module("torch_npu")
+        self.tp, self.tp_group, self.tp_rank = self._tensor_parallel_group()
         try:
             from vllm import LLM
         except ImportError as e:
@@ -100,10 +118,7 @@ class VLLMRollout:
     def engine_kwargs(self) -> Dict[str, Any]:
         """The arguments of vllm.LLM: every rollout setting, then engine_kwargs.vllm (no overlaps)."""
         c, m = self.config, self.model_config
-        tp = int(c.tensor_model_parallel_size)
-        if tp != 1:
-            raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}: the vllm rollout runs one "
-                             "engine per actor rank (TP 1); set it to 1")
+        tp = self.tp
         share = float(DEFAULT_MEMORY_SHARE.get(self.device, 0.5) if c.gpu_memory_utilization is None
                       else c.gpu_memory_utilization)
         if not 0 < share <= 1:
@@ -114,8 +129,10 @@ class VLLMRollout:
             tensor_parallel_size=tp, enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
             max_num_batched_tokens=int(c.max_num_batched_tokens), enable_chunked_prefill=bool(c.enable_chunked_prefill),
             enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=c.max_model_len,
-            logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode,
+            logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode, seed=self._seed(),
         )
+        if tp > 1:  # one engine per rank, the TP group's ranks run it in lockstep (torchrun-style)
+            kwargs["distributed_executor_backend"] = "external_launcher"
         if self.device == "cpu":
             import psutil  # a vLLM dependency
 
@@ -131,6 +148,34 @@ class VLLMRollout:
                              f"{OWN_SETTINGS[clash[0]]}")
         kwargs.update(extra)
         return kwargs
+
+    def _tensor_parallel_group(self) -> Tuple[int, Any, int]:
+        """(TP size, this rank's TP process group or None, rank in it). Consecutive actor ranks form
+        a group: ranks [k*TP, (k+1)*TP) share engine k. Every rank creates every group (a collective)."""
+        import torch.distributed as dist
+
+        tp = int(self.config.tensor_model_parallel_size)
+        if tp == 1:
+            return 1, None, 0
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        if world % tp:
+            raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide the "
+                             f"{world} actor rank(s) that host the vllm rollout")
+        rank = dist.get_rank()
+        mine = None
+        for first in range(0, world, tp):
+            group = dist.new_group(list(range(first, first + tp)))
+            if first <= rank < first + tp:
+                mine = group
+        return tp, mine, rank % tp
+
+    def _seed(self) -> int:
+        """The engine's sampling seed: the worker's torch seed (trainer.seed and the rank), the same for
+        the ranks of one TP group (they must sample alike), different across replicas."""
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        return (int(torch.initial_seed()) - rank + (rank // self.tp) * self.tp) % 2 ** 31
 
     # -- memory ---------------------------------------------------------------------------------
 
@@ -200,6 +245,22 @@ class VLLMRollout:
             raise RuntimeError("the vllm rollout has no complete weights (no sync yet, or the last one failed)")
         input_ids, attention_mask = prompts["input_ids"], prompts["attention_mask"]
         rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
+        mine = slice(0, len(rows))
+        if self.tp > 1:
+            # Every rank of the group generates the group's rows and keeps its own. Ranks that hold
+            # the same rows (one data-parallel shard of a Megatron actor split by TP/PP/CP) are one
+            # shard: generated once, the same samples for each of them.
+            import torch.distributed as dist
+
+            parts: List[Any] = [None] * self.tp
+            dist.all_gather_object(parts, rows, group=self.tp_group)
+            shards: List[Any] = []
+            for part in parts:
+                if part not in shards:
+                    shards.append(part)
+            index = shards.index(rows)
+            start = sum(len(p) for p in shards[:index])
+            mine, rows = slice(start, start + len(rows)), [r for p in shards for r in p]
         groups: List[Tuple[List[int], int]] = []  # (prompt, consecutive rows with it)
         greedy = not bool(sampling.get("do_sample", True)) or float(sampling.get("temperature", 1.0) or 0.0) <= 0
         for row in rows:
@@ -211,10 +272,12 @@ class VLLMRollout:
         requests = [{"prompt_token_ids": g[0]} for g in groups]
         params = [self.sampling_params(sampling, response_length, g[1]) for g in groups]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
+        if self.tp > 1:
+            outputs = _rows_of(outputs, mine)
         if self.sleep_mode:
             self._sleep()
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        B = len(rows)
+        B = mine.stop - mine.start
         responses = torch.full((B, response_length), pad, dtype=torch.long)
         response_mask = torch.zeros((B, response_length), dtype=torch.long)
         log_probs = torch.zeros((B, response_length), dtype=torch.float32)
