@@ -107,3 +107,13 @@ def test_a_runtime_env_for_the_workers_is_refused_verl_lite_builds_it():
     assert found == ["ray_kwargs.ray_init.runtime_env.env_vars.X=1: not supported by verl_lite: verl_lite builds the "
                      "workers' runtime env itself (variables the user exported are forwarded; docs/config.md, "
                      "Worker runtime env)"]
+
+
+def test_settings_of_features_that_are_off_are_warned_about():
+    cfg = load_config(["trainer.device=cpu", "async_training.staleness_threshold=3", "custom_reward_function.name=f",
+                       "trainer.resume_from_path=/ckpt/global_step_2"])
+    warnings = collect_warnings(cfg)
+    assert "async_training.staleness_threshold has no effect: fully-async training is off (async_training.enable=False)" in warnings
+    assert any(w.startswith("custom_reward_function.name='f' has no effect") for w in warnings)
+    assert any(w.startswith("trainer.resume_from_path has no effect with trainer.resume_mode=auto") for w in warnings)
+    assert not any("async_training" in w for w in collect_warnings(load_config(["trainer.device=cpu"])))

@@ -139,9 +139,31 @@ def verl_problems(cfg: Any) -> List[str]:
     return problems
 
 
+def _changed(section: Any, cls: type, prefix: str, skip: tuple = ()) -> List[str]:
+    """Dotted keys of a section whose value differs from the schema's default."""
+    import dataclasses
+
+    default = cls()
+    return [f"{prefix}.{f.name}" for f in dataclasses.fields(cls)
+            if f.name not in skip and getattr(section, f.name) != getattr(default, f.name)]
+
+
 def verl_warnings(cfg: Any) -> List[str]:
     """verl settings that are valid but have no effect in this run (as in verl): said, not silently dropped."""
+    from verl_lite.config import schema
+
     warnings = []
+    if not cfg.async_training.enable:
+        changed = _changed(cfg.async_training, schema.AsyncTrainingConfig, "async_training", skip=("enable",))
+        if changed:
+            warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: fully-async "
+                            "training is off (async_training.enable=False)")
+    if cfg.custom_reward_function.path is None and cfg.custom_reward_function.name != "compute_score":
+        warnings.append(f"custom_reward_function.name={cfg.custom_reward_function.name!r} has no effect without "
+                        "custom_reward_function.path (the default rule rewards are used)")
+    if cfg.trainer.resume_from_path and cfg.trainer.resume_mode != "resume_path":
+        warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
+                        "(set trainer.resume_mode=resume_path to resume from it)")
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
     actor = cfg.actor_rollout_ref.actor
     if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None and actor.clip_ratio != 0.2:
