@@ -54,7 +54,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
         'actor_rollout_ref.ref.megatron.param_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_5_35b_megatron_npu': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
@@ -74,7 +73,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
         'actor_rollout_ref.ref.megatron.param_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_5_35b_megatron_npu_bridge': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
@@ -94,7 +92,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
         'actor_rollout_ref.ref.megatron.param_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_5_122b_a10b_megatron_gpu': [
         'data.filter_overlong_prompts_workers',
@@ -114,7 +111,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.param_offload',
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
         'actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len',
     ],
     'qwen3_5_122b_a10b_megatron_npu': [
@@ -134,7 +130,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.param_offload',
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
         'actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len',
     ],
     'qwen3_5_122b_a10b_megatron_npu_bridge': [
@@ -154,7 +149,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.param_offload',
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
         'actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len',
     ],
     'qwen3_5_397b_megatron_gpu': [
@@ -174,7 +168,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
         'actor_rollout_ref.ref.megatron.param_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_5_397b_megatron_npu': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
@@ -193,7 +186,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
         'actor_rollout_ref.ref.megatron.param_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_5_397b_megatron_npu_bridge': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
@@ -212,7 +204,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.grad_offload',
         'actor_rollout_ref.actor.megatron.optimizer_offload',
         'actor_rollout_ref.ref.megatron.param_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_8b_grpo_fsdp': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
@@ -224,7 +215,6 @@ EXPECTED = {
         'actor_rollout_ref.model.use_remove_padding',
         'actor_rollout_ref.ref.fsdp_config.param_offload',
         'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_8b_grpo_megatron': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
@@ -235,13 +225,11 @@ EXPECTED = {
         'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
         'actor_rollout_ref.model.use_remove_padding',
         'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen2_5_32b_grpo_fsdp': [
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'ray_kwargs.ray_init.runtime_env.py_executable',
         'actor_rollout_ref.ref.fsdp_config.param_offload',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'quickstart_ppo': [
     ],
@@ -256,7 +244,6 @@ EXPECTED = {
         'actor_rollout_ref.model.use_remove_padding',
         'critic.use_dynamic_bsz',
         'critic.model.use_remove_padding',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
     'qwen3_8b_ppo_fsdp_npu': [
         'actor_rollout_ref.actor.ulysses_sequence_parallel_size',
@@ -317,7 +304,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.megatron.vanilla_mbridge',
         'actor_rollout_ref.actor.megatron.dist_checkpointing_path',
         'actor_rollout_ref.ref.megatron.dist_checkpointing_path',
-        'actor_rollout_ref.rollout.tensor_model_parallel_size',
     ],
 }
 
