@@ -714,6 +714,21 @@ def test_check_1_on_the_qwen3_5_scripts_for_npu_prints_bridge_kernel_and_the_shi
     assert "'use_flash_attn': True" in repatch[0]
 
 
+@pytest.mark.parametrize("script,layout", [
+    ("run_qwen3_5_35b.sh", "megatron TP 2 PP 1 CP 1 EP 8 ETP 1 -> DP 4"),
+    ("run_qwen3_5_122b_a10b.sh", "megatron TP 2 PP 2 CP 1 EP 8 ETP 1 -> DP 8"),
+    ("run_qwen3_5_397b.sh", "megatron TP 2 PP 2 CP 1 EP 64 ETP 1 -> DP 32"),
+])
+def test_check_1_on_the_qwen3_5_scripts_for_cuda_names_the_triton_path(tmp_path, script, layout):
+    result = _check_1(tmp_path, script, DEVICE="cuda")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count(f": {layout}") == 2
+    assert out.count("  GDN kernel  : pure-torch gated delta rule here; Triton fla where flash-linear-attention is "
+                     "installed (padded batches only)") == 2
+    assert "MindSpeed-Bridge instead" not in out and "repatch" not in out
+
+
 @pytest.mark.parametrize("script,knobs,arithmetic", [
     ("run_qwen3_5_35b.sh", {"TP": "4"},
      "tensor_model_parallel_size=4 does not divide the 2 key/value heads of {home}/models/Qwen3.5-35B-A3B "
