@@ -300,7 +300,6 @@ EXPECTED = {
     'qwen3_06b_grpo_mindspeed_npu_ci': [
         'actor_rollout_ref.actor.megatron.use_dist_checkpointing',
         'actor_rollout_ref.ref.megatron.use_dist_checkpointing',
-        'actor_rollout_ref.ref.use_torch_compile',
         'actor_rollout_ref.actor.megatron.vanilla_mbridge',
         'actor_rollout_ref.actor.megatron.dist_checkpointing_path',
         'actor_rollout_ref.ref.megatron.dist_checkpointing_path',

@@ -61,6 +61,7 @@ INSTEAD: List[Tuple[str, str]] = [
     ("*.optim.override_optimizer_config*", "verl's Megatron optimizer overrides (CPU optimizer, precision-aware "
                                             f"optimizer, offload fraction) are {YET}: its "
                                             "optimizer is Adam with optim.lr, weight_decay, betas and clip_grad, state on the device"),
+    ("*.use_torch_compile", f"torch.compile is {YET}; set it to False"),
     ("*.megatron.dtype", f"the Megatron engine's dtype is {YET}: it trains in float32 on cpu, "
                          "bfloat16 on cuda and npu"),
     ("*.fsdp_config.model_dtype", f"the torch engine's dtype is {YET}: it trains in float32"),
@@ -193,11 +194,13 @@ SAME_AS_VERL_LITE = {
     "ray_kwargs.ray_init.runtime_env.py_executable": None,  # null: workers run the driver's Python, as here
     "actor_rollout_ref.rollout.calculate_log_probs": False,  # the rollout returns no log-probs, as here
     "trainer.balance_batch": False,  # ranks get consecutive slices of the batch, as here
+    "actor_rollout_ref.ref.use_torch_compile": False,  # the ref is not compiled, as here
 }
 SAME_AS_VERL_LITE_WHY = {
     "ray_kwargs.ray_init.runtime_env.py_executable": "the workers run the driver's Python, as verl_lite's do",
     "actor_rollout_ref.rollout.calculate_log_probs": "the rollout returns no log-probs; old log-probs come from the actor",
     "trainer.balance_batch": "no balancing: ranks get consecutive slices of the batch",
+    "actor_rollout_ref.ref.use_torch_compile": "the ref model is not compiled",
 }
 
 
