@@ -121,9 +121,9 @@ def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], d
     choice = _choose(prefix, megatron, hf, device, installed, registered)
     if value_model and choice.kind != VERL_LITE:
         raise BridgeRefusal(
-            f"{choice.describe()} builds language models only in verl_lite: a critic (value model) on megatron needs "
-            f"verl_lite's own bridges ({prefix}.vanilla_mbridge=False on nodes without Megatron-Bridge), or set "
-            f"critic.strategy=fsdp")
+            f"{choice.describe()} builds language models only in verl_lite: a critic (value model) on megatron is "
+            f"built by verl_lite's own bridges, which serve where Megatron-Bridge is not installed and "
+            f"{prefix}.vanilla_mbridge=False; set critic.strategy=fsdp, or run the critic where that holds")
     return choice
 
 
