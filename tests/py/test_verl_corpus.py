@@ -41,7 +41,6 @@ FRAGMENT = {
 EXPECTED = {
     'qwen3_5_35b_megatron_gpu': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
-        'actor_rollout_ref.rollout.calculate_log_probs',
         'actor_rollout_ref.actor.megatron.dtype',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -57,7 +56,6 @@ EXPECTED = {
     ],
     'qwen3_5_35b_megatron_npu': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
-        'actor_rollout_ref.rollout.calculate_log_probs',
         'actor_rollout_ref.actor.megatron.dtype',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -76,7 +74,6 @@ EXPECTED = {
     ],
     'qwen3_5_35b_megatron_npu_bridge': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
-        'actor_rollout_ref.rollout.calculate_log_probs',
         'actor_rollout_ref.actor.megatron.dtype',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -153,7 +150,6 @@ EXPECTED = {
     ],
     'qwen3_5_397b_megatron_gpu': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
-        'actor_rollout_ref.rollout.calculate_log_probs',
         'actor_rollout_ref.rollout.data_parallel_size',
         'actor_rollout_ref.rollout.expert_parallel_size',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
@@ -171,7 +167,6 @@ EXPECTED = {
     ],
     'qwen3_5_397b_megatron_npu': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
-        'actor_rollout_ref.rollout.calculate_log_probs',
         'actor_rollout_ref.rollout.data_parallel_size',
         'actor_rollout_ref.rollout.expert_parallel_size',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
@@ -189,7 +184,6 @@ EXPECTED = {
     ],
     'qwen3_5_397b_megatron_npu_bridge': [
         'actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu',
-        'actor_rollout_ref.rollout.calculate_log_probs',
         'actor_rollout_ref.rollout.data_parallel_size',
         'actor_rollout_ref.rollout.expert_parallel_size',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
@@ -275,7 +269,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
         'actor_rollout_ref.nccl_timeout',
-        'actor_rollout_ref.rollout.calculate_log_probs',
         'actor_rollout_ref.rollout.multi_turn.enable',
         'actor_rollout_ref.rollout.multi_turn.max_user_turns',
         'actor_rollout_ref.rollout.multi_turn.max_assistant_turns',

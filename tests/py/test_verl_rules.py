@@ -117,3 +117,9 @@ def test_settings_of_features_that_are_off_are_warned_about():
     assert any(w.startswith("custom_reward_function.name='f' has no effect") for w in warnings)
     assert any(w.startswith("trainer.resume_from_path has no effect with trainer.resume_mode=auto") for w in warnings)
     assert not any("async_training" in w for w in collect_warnings(load_config(["trainer.device=cpu"])))
+
+
+def test_rollout_log_probs_are_taken_from_the_vllm_rollout_and_refused_from_the_hf_one():
+    (problem,) = problems("actor_rollout_ref.rollout.calculate_log_probs=True", "actor_rollout_ref.rollout.name=hf")
+    assert "rollout log-probs from the hf rollout are not supported by verl_lite yet" in problem
+    assert problems("actor_rollout_ref.rollout.calculate_log_probs=True", "actor_rollout_ref.rollout.name=vllm") == []

@@ -343,6 +343,9 @@ class RolloutConfig:
     # vllm: how the engine loads its first weights (dummy = random, then the actor's at the first
     # sync; auto = from model.path). The hf rollout builds from model.path.
     load_format: str = "dummy"
+    # verl: the rollout returns the sampled tokens' log-probs. The vllm rollout always does (they feed
+    # the training/rollout_probs_diff metrics); the hf rollout does not, so True with name=hf is refused.
+    calculate_log_probs: bool = False
     # vllm: sequences the engine schedules at once.
     max_num_seqs: int = 256
     # vllm: tokens per engine step (prefill chunks + decodes).

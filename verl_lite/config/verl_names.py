@@ -77,8 +77,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("actor_rollout_ref.rollout.multi_turn*", f"multi-turn rollouts and tools are {YET}: each "
                                               "prompt gets one response"),
     ("actor_rollout_ref.rollout.agent*", f"agent loops are {YET}: each prompt gets one response"),
-    ("actor_rollout_ref.rollout.calculate_log_probs", f"rollout log-probs are {YET} (old log-probs come from the "
-                                                      "actor's scoring pass); set it to False"),
     ("data.filter_overlong_prompts_workers", f"{NOT}: overlong prompts are filtered in one process; remove it"),
     ("actor_rollout_ref.nccl_timeout", f"{NOT}: set the timeout of a call to the workers with trainer.ray_timeout_s"),
     ("ray_kwargs.ray_init.runtime_env*", f"{NOT}: verl_lite builds the workers' runtime env itself (variables "
@@ -192,13 +190,11 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
 # verl keys whose value here is exactly what verl_lite does: the line is taken and changes nothing
 SAME_AS_VERL_LITE = {
     "ray_kwargs.ray_init.runtime_env.py_executable": None,  # null: workers run the driver's Python, as here
-    "actor_rollout_ref.rollout.calculate_log_probs": False,  # the rollout returns no log-probs, as here
     "trainer.balance_batch": False,  # ranks get consecutive slices of the batch, as here
     "actor_rollout_ref.ref.use_torch_compile": False,  # the ref is not compiled, as here
 }
 SAME_AS_VERL_LITE_WHY = {
     "ray_kwargs.ray_init.runtime_env.py_executable": "the workers run the driver's Python, as verl_lite's do",
-    "actor_rollout_ref.rollout.calculate_log_probs": "the rollout returns no log-probs; old log-probs come from the actor",
     "trainer.balance_batch": "no balancing: ranks get consecutive slices of the batch",
     "actor_rollout_ref.ref.use_torch_compile": "the ref model is not compiled",
 }
@@ -258,6 +254,8 @@ DEFAULT_DIFFERENCES = {
     "trainer.device": "auto picks npu, then cuda, else cpu (verl: cuda)",
     "trainer.total_epochs": "1 epoch for the tiny run (verl: 30)",
     "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
+    "actor_rollout_ref.rollout.calculate_log_probs": "the hf rollout (the default) returns no log-probs, so True is "
+                                                     "refused there; the vllm rollout returns them whatever the value",
     "actor_rollout_ref.hybrid_engine": "null = True for synchronous training, False with async_training.enable, "
                                        "as verl's two trainer configs set it",
     # listed for as long as verl_lite's default is False (docs/ascend.md describes the bridge choice)

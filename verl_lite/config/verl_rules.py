@@ -113,6 +113,10 @@ def _run_problems(cfg: Any) -> List[str]:
     if hybrid is True and cfg.async_training.enable:
         problems.append(f"actor_rollout_ref.hybrid_engine=True with async_training.enable=True is {NOT}: "
                         "fully-async training puts the rollout on a pool of its own; set it to False")
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.calculate_log_probs and rollout.name == "hf":
+        problems.append(f"actor_rollout_ref.rollout.calculate_log_probs=True: rollout log-probs from the hf rollout are "
+                        f"{YET} (the vllm rollout returns them); set it to False or use actor_rollout_ref.rollout.name=vllm")
     if cfg.data.val_batch_size is not None:
         problems.append(f"data.val_batch_size={cfg.data.val_batch_size}: validation batches are {YET}: the whole "
                         "validation set is generated in one call; leave it null")
