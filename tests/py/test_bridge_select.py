@@ -260,6 +260,10 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
     assert first < kinds.index("from_hf_pretrained") < kinds.index("provide_distributed_model")
     events = out["bridge"]
     assert dict(events[first][1])["mindspeed_events"].count("repatch") >= 1
+    registered = [dict(data) for kind, data in events if kind == "register_bridge"
+                  and dict(data)["source"] == "Qwen3_5MoeForConditionalGeneration"]
+    # Megatron-Bridge's own VL bridge first, then MindSpeed-Bridge's, which replaces it
+    assert [r["bridge"] for r in registered] == ["Qwen35VLMoEBridge", "Qwen35MoeNpuBridge"]
     resolved = dict(events)["to_megatron_provider"]
     assert resolved["bridge"] == "Qwen35MoeNpuBridge" and resolved["provider"] == "Qwen35NpuProvider"
     assert "'use_ascend_gdn': True" in dict(events)["apply_overrides_and_finalize"]["overrides"]
