@@ -1,8 +1,7 @@
 #!/usr/bin/env bats
 # CHECK=1 on the Qwen3.5 scripts with the real interpreter (not the stub): on a machine without the
 # checkpoints, the layout is checked against the shipped public shape of the model's name, and the
-# summary names the shape, the bridge and the GDN kernel. ROLLOUT_TP=1: a vLLM TP group across
-# ranks is refused on its own until it is implemented (not what these tests are about).
+# summary names the shape, the bridge and the GDN kernel.
 
 load test_helper
 
@@ -14,7 +13,7 @@ setup() {
 }
 
 check() {
-  run_script PYTHON="$REAL_PYTHON" CHECK=1 DEVICE=npu USE_MINDSPEED_BRIDGE=True ROLLOUT_TP=1 "$@"
+  run_script PYTHON="$REAL_PYTHON" CHECK=1 DEVICE=npu USE_MINDSPEED_BRIDGE=True "$@"
 }
 
 assert_shape_summary() { # SHAPE LAYOUT

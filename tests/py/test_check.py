@@ -670,14 +670,14 @@ def test_the_check_cli_applies_overrides_in_order_around_the_training_flag(capsy
 
 def _check_1(tmp_path, script, **knobs):
     """CHECK=1 on an example script with a fresh HOME: the checkpoint is not readable here, so the
-    shipped shape of its name is used. ROLLOUT_TP=1: a vLLM TP group across ranks is refused on its
-    own until it is implemented (not what these tests are about)."""
+    shipped shape of its name is used."""
     import os
     import subprocess
 
     root = Path(check.__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k not in ("DEVICE", "DRY_RUN", "BACKEND", "TP", "PP", "EP")}
-    env.update(CHECK="1", PYTHON=sys.executable, HOME=str(tmp_path), PYTHONPATH=str(root), ROLLOUT_TP="1", **knobs)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DEVICE", "DRY_RUN", "BACKEND", "TP", "PP", "EP", "ROLLOUT_TP")}
+    env.update(CHECK="1", PYTHON=sys.executable, HOME=str(tmp_path), PYTHONPATH=str(root), **knobs)
     return subprocess.run(["bash", f"examples/grpo/{script}"], capture_output=True, text=True, env=env,
                           cwd=str(root), timeout=120)
 
