@@ -123,3 +123,22 @@ def test_rollout_log_probs_are_taken_from_the_vllm_rollout_and_refused_from_the_
     (problem,) = problems("actor_rollout_ref.rollout.calculate_log_probs=True", "actor_rollout_ref.rollout.name=hf")
     assert "rollout log-probs from the hf rollout are not supported by verl_lite yet" in problem
     assert problems("actor_rollout_ref.rollout.calculate_log_probs=True", "actor_rollout_ref.rollout.name=vllm") == []
+
+
+def test_a_megatron_dtype_is_taken_when_it_is_what_the_engine_trains_in_and_refused_otherwise():
+    assert problems("model_engine=megatron", "actor_rollout_ref.actor.megatron.dtype=float32") == []  # cpu
+    (problem,) = problems("model_engine=megatron", "actor_rollout_ref.actor.megatron.dtype=bfloat16")
+    assert problem == ("actor: actor_rollout_ref.actor.megatron.dtype='bfloat16': another training dtype is not supported "
+                       "by verl_lite yet: the Megatron engine trains in float32 on cpu; leave it null")
+    cfg = load_config(["trainer.device=npu", "model_engine=megatron", "actor_rollout_ref.actor.megatron.dtype=bfloat16"])
+    assert verl_problems(cfg) == []
+
+
+def test_token_budgets_without_dynamic_batch_size_are_taken_with_a_warning_as_verl_ignores_them():
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.use_kl_loss=True",
+                       "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096",
+                       "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096"])
+    assert verl_problems(cfg) == []
+    warnings = collect_warnings(cfg)
+    for key in ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"):
+        assert f"{key}=4096 has no effect: it is the token budget of dynamic batch size" in " ".join(warnings)

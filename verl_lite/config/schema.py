@@ -135,6 +135,9 @@ class MegatronConfig:
     # verl: a Megatron distributed checkpoint to load the initial weights from (use_dist_checkpointing).
     # Not supported by verl_lite yet: a path is refused by the preflight.
     dist_checkpointing_path: Optional[str] = None
+    # verl: the dtype the Megatron engine trains in. verl_lite's is float32 on cpu and bfloat16 on cuda
+    # and npu; null = that, and a value other than the target device's is refused.
+    dtype: Optional[str] = None
 
 
 @dataclass
@@ -285,6 +288,9 @@ class RefConfig:
     # verl: token-sized micro-batches in the ref log-prob pass. Not supported by verl_lite yet: True is
     # refused by the preflight.
     log_prob_use_dynamic_bsz: bool = False
+    # verl: token budget per rank of the ref pass's dynamic micro-batches; used only with
+    # log_prob_use_dynamic_bsz (refused), so any value is accepted, with a warning that it has no effect.
+    log_prob_max_token_len_per_gpu: int = 16384
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
 
@@ -324,6 +330,9 @@ class RolloutConfig:
     # verl: token-sized micro-batches in the log-prob passes. Not implemented in verl_lite: only the
     # preflight reads it (refused for GDN models on megatron).
     log_prob_use_dynamic_bsz: bool = False
+    # verl: token budget per rank of the log-prob passes' dynamic micro-batches; used only with
+    # log_prob_use_dynamic_bsz (refused), so any value is accepted, with a warning that it has no effect.
+    log_prob_max_token_len_per_gpu: int = 16384
     # Sequences per generate call of the hf rollout; in async mode also the chunk a replica generates
     # at once. verl_lite's own key.
     micro_batch_size: int = 256
@@ -403,6 +412,9 @@ class CriticConfig:
     ppo_micro_batch_size_per_gpu: Optional[int] = None
     # verl: token-sized micro-batches for the critic. Not supported by verl_lite yet: True is refused.
     use_dynamic_bsz: bool = False
+    # verl: token budget per rank of the critic's dynamic micro-batches; used only with use_dynamic_bsz
+    # (refused), so any value is accepted, with a warning that it has no effect (as verl ignores it).
+    ppo_max_token_len_per_gpu: int = 32768
     # Critic passes over each batch; null = actor.ppo_epochs.
     ppo_epochs: Optional[int] = None
     # Value clipping: new values are clipped to old values +- cliprange_value in the value loss.

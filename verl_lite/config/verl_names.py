@@ -62,8 +62,6 @@ INSTEAD: List[Tuple[str, str]] = [
                                             f"optimizer, offload fraction) are {YET}: its "
                                             "optimizer is Adam with optim.lr, weight_decay, betas and clip_grad, state on the device"),
     ("*.use_torch_compile", f"torch.compile is {YET}; set it to False"),
-    ("*.megatron.dtype", f"the Megatron engine's dtype is {YET}: it trains in float32 on cpu, "
-                         "bfloat16 on cuda and npu"),
     ("*.fsdp_config.model_dtype", f"the torch engine's dtype is {YET}: it trains in float32"),
     ("*.megatron.use_dist_checkpointing", f"loading initial weights from a Megatron dist checkpoint is {YET}: "
                                           "point actor_rollout_ref.model.path at the HF model"),
@@ -256,6 +254,10 @@ DEFAULT_DIFFERENCES = {
     "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
     "actor_rollout_ref.rollout.calculate_log_probs": "the hf rollout (the default) returns no log-probs, so True is "
                                                      "refused there; the vllm rollout returns them whatever the value",
+    "actor_rollout_ref.actor.megatron.dtype": "null = what the engine trains in on the target device (float32 on cpu, "
+                                              "bfloat16 on cuda and npu, verl's value there)",
+    "actor_rollout_ref.ref.megatron.dtype": "as the actor's",
+    "critic.megatron.dtype": "as the actor's",
     "actor_rollout_ref.hybrid_engine": "null = True for synchronous training, False with async_training.enable, "
                                        "as verl's two trainer configs set it",
     # listed for as long as verl_lite's default is False (docs/ascend.md describes the bridge choice)

@@ -28,6 +28,20 @@ KL_CTRL_TYPES = ("fixed", "adaptive")
 KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 
 
+def _device(cfg: Any) -> str:
+    from verl_lite import device as devices
+
+    try:
+        return devices.resolve_device(cfg.trainer.device)
+    except devices.DeviceError:
+        return str(cfg.trainer.device)
+
+
+def _megatron_dtype(cfg: Any) -> str:
+    """What verl_lite's Megatron engines train in (engine/megatron.py): float32 on cpu, bfloat16 on devices."""
+    return "float32" if _device(cfg) == "cpu" else "bfloat16"
+
+
 def _gdn_megatron(cfg: Any, role: str) -> bool:
     """rules._gdn_problems already refuses remove-padding and dynamic batch for this role."""
     if roles.strategy(cfg, role) != "megatron":
@@ -48,6 +62,10 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     if megatron and section.megatron.sequence_parallel and section.megatron.tensor_model_parallel_size > 1:
         problems.append(f"{role}: {prefix}.megatron.sequence_parallel=True: Megatron sequence parallelism is {YET} "
                         f"(needs Transformer Engine or Apex norms); set {prefix}.megatron.sequence_parallel=False")
+    dtype = section.megatron.dtype if megatron else None
+    if dtype is not None and dtype != _megatron_dtype(cfg):
+        problems.append(f"{role}: {prefix}.megatron.dtype={dtype!r}: another training dtype is {YET}: the Megatron "
+                        f"engine trains in {_megatron_dtype(cfg)} on {_device(cfg)}; leave it null")
     if megatron and section.megatron.dist_checkpointing_path:
         problems.append(f"{role}: {prefix}.megatron.dist_checkpointing_path={section.megatron.dist_checkpointing_path!r}: "
                         f"loading a Megatron dist checkpoint is {YET}; point the model path at the HF model and "
@@ -175,10 +193,23 @@ def verl_warnings(cfg: Any) -> List[str]:
                         "clip_ratio_high are both set (clip_ratio is only their default)")
     for role in roles.active_roles(cfg):
         section, prefix = roles.section(cfg, role), roles.SECTION[role]
-        budget = getattr(section, "ppo_max_token_len_per_gpu", None)
-        if budget is not None and budget != 16384 and not section.use_dynamic_bsz:
-            warnings.append(f"{prefix}.ppo_max_token_len_per_gpu={budget} has no effect: it is the token budget of "
-                            f"dynamic batch size, which is off ({prefix}.use_dynamic_bsz=False)")
+        rollout = cfg.actor_rollout_ref.rollout
+        if role == "actor":
+            budgets = [("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", section.ppo_max_token_len_per_gpu, 16384,
+                        "actor_rollout_ref.actor.use_dynamic_bsz", section.use_dynamic_bsz),
+                       ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+                        rollout.log_prob_max_token_len_per_gpu, 16384,
+                        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", rollout.log_prob_use_dynamic_bsz)]
+        elif role == "ref":
+            budgets = [("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu,
+                        16384, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", section.log_prob_use_dynamic_bsz)]
+        else:
+            budgets = [("critic.ppo_max_token_len_per_gpu", section.ppo_max_token_len_per_gpu, 32768,
+                        "critic.use_dynamic_bsz", section.use_dynamic_bsz)]
+        for key, budget, default, switch, on in budgets:
+            if budget != default and not on:
+                warnings.append(f"{key}={budget} has no effect: it is the token budget of dynamic batch size, "
+                                f"which is off ({switch}=False)")
         optim = getattr(section, "optim", None)
         if optim is not None and optim.lr_warmup_steps >= 0 and optim.lr_warmup_steps_ratio != 0.0:
             warnings.append(f"{prefix}.optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} has no effect: "
