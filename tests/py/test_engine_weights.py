@@ -114,7 +114,12 @@ def test_qwen3_5_configs_get_their_bridges_and_a_gdn_free_config_is_refused():
                                                  "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                                                  "shared_expert_intermediate_size": 32}}
     bridge = bridge_for(vl)
-    assert type(bridge) is Qwen3_5MoeVLBridge and bridge.hf_prefix == "model.language_model."
+    assert type(bridge) is Qwen3_5MoeVLBridge
+    checkpoint = {"model.language_model.layers.0.mlp.gate.weight": torch.ones(4, 64)}  # a VL checkpoint's name
+    layout = Layout(hidden=64, ffn=32, heads=4, groups=2, head_dim=16, vocab=48)
+    router = bridge.hf_to_megatron("decoder.layers.0.mlp.router.weight", layout, checkpoint.__getitem__)
+    assert torch.equal(router, torch.ones(4, 64))
+    assert bridge.megatron_to_hf("decoder.layers.0.mlp.router.weight", router, layout)[0][0] == "model.layers.0.mlp.gate.weight"
     assert bridge.transformer_config_kwargs()["num_moe_experts"] == 4
     with pytest.raises(UnsupportedModelError, match="no linear_attention layer"):
         bridge_for({**dense, "layer_types": ["full_attention", "full_attention"]})

@@ -2,7 +2,9 @@
 (qwen3_5_moe_text) on megatron-core 0.16's GPT model, and the conditional-generation checkpoints
 `Qwen3_5ForConditionalGeneration` / `Qwen3_5MoeForConditionalGeneration`, of which the text model
 (`text_config`, weights under `model.language_model.`) is built and the vision tower is left out:
-RL on text does not run it (a log line says so when such a bridge is made).
+RL on text does not run it (a log line says so when such a bridge is made). Their export carries
+the text model under transformers' CausalLM names, as AutoModelForCausalLM builds it from such a
+config.
 
 The model (semantics read from transformers' qwen3_5 / qwen3_5_moe modeling):
 - hybrid layers from the HF config's `layer_types` ("linear_attention" / "full_attention"; older
@@ -80,7 +82,7 @@ class Qwen3_5Bridge(ModelBridge):
 
     model_types: Tuple[str, ...] = ("qwen3_5_text",)
     moe = False
-    hf_prefix = "model."  # where the text model's weights live in the HF state dict
+    hf_prefix = "model."  # the text model's weights in transformers' CausalLM state dict
 
     def __init__(self, hf_config: Any):
         super().__init__(hf_config)
@@ -390,8 +392,23 @@ class Qwen3_5Bridge(ModelBridge):
             return torch.cat([get_hf(f"{prefix}{expert}.gate_proj.weight"), get_hf(f"{prefix}{expert}.up_proj.weight")])
         return get_hf(f"{prefix}{expert}.down_proj.weight")
 
+    @staticmethod
+    def _reader(get_hf: Callable[[str], torch.Tensor]) -> Callable[[str], torch.Tensor]:
+        """`get_hf` that also finds a text-model tensor under `model.language_model.` (the names in
+        a conditional-generation checkpoint; transformers' CausalLM strips that prefix on load)."""
+        def read(name: str) -> torch.Tensor:
+            try:
+                return get_hf(name)
+            except KeyError:
+                if not name.startswith("model."):
+                    raise
+                return get_hf("model.language_model." + name[len("model."):])
+
+        return read
+
     def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
                        layer_offset: int = 0) -> torch.Tensor:
+        get_hf = self._reader(get_hf)
         kind, hf, _ = self._split(name, layer_offset)
         tp, rank = layout.tp_size, layout.tp_rank
         if kind == "norm":
@@ -482,9 +499,10 @@ class Qwen3_5MoeBridge(Qwen3_5Bridge):
 
 
 class _VisionLeftOut:
-    """Conditional-generation checkpoints: the text model only, weights under model.language_model."""
-
-    hf_prefix = "model.language_model."
+    """Conditional-generation checkpoints: the text model only. Its weights load from
+    `model.language_model.*` (or `model.*`); the export uses transformers' Qwen3_5(Moe)ForCausalLM
+    names (`model.*`, `lm_head.weight`), which is what AutoModelForCausalLM builds from such a config
+    and what the torch engine exports."""
 
     def __init__(self, hf_config: Any):
         super().__init__(hf_config)  # type: ignore[call-arg]
