@@ -48,7 +48,9 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
     ("actor_rollout_ref.actor.shuffle=True", "shuffling between PPO epochs is not supported by verl_lite yet"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
      "policy_loss.loss_mode='clip_cov' is not supported by verl_lite: choose one of vanilla, gspo, geo_mean"),
-    ("+actor_rollout_ref.actor.checkpoint.save_contents=[model]", "choosing what a checkpoint holds is not supported"),
+    ("+actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]", "other contents (hf_model, a subset) are "
+                                                                         "not supported by verl_lite yet"),
+    ("actor_rollout_ref.actor.checkpoint.strict=False", "non-strict loading is not supported by verl_lite yet"),
     ("actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.hybrid_engine=False: not supported by verl_lite in "
                                               "synchronous training"),
     ("data.return_raw_chat=True", "raw chat messages"),
@@ -142,3 +144,10 @@ def test_token_budgets_without_dynamic_batch_size_are_taken_with_a_warning_as_ve
     warnings = collect_warnings(cfg)
     for key in ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu"):
         assert f"{key}=4096 has no effect: it is the token budget of dynamic batch size" in " ".join(warnings)
+
+
+def test_verls_checkpoint_settings_that_describe_a_verl_lite_checkpoint_are_taken():
+    assert problems("actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer]",
+                    "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]",
+                    "actor_rollout_ref.actor.checkpoint.async_save=False",
+                    "actor_rollout_ref.actor.checkpoint.strict=True") == []

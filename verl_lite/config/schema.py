@@ -255,9 +255,10 @@ class ActorConfig:
     use_torch_compile: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
-    # verl: what checkpoints save and load (save_contents, load_contents, async_save). Not supported by
-    # verl_lite yet: a checkpoint always holds the model, optimizer, LR schedule and RNG state, and every
-    # key set here is refused by the preflight.
+    # verl: what checkpoints save and load. A verl_lite checkpoint always holds and loads the model, the
+    # optimizer and "extra" (LR schedule, RNG), synchronously and strictly: save_contents/load_contents
+    # of exactly [model, optimizer, extra], async_save=False and strict=True are taken as they are; any
+    # other value (hf_model, a subset, async, non-strict) is refused by the preflight.
     checkpoint: Dict[str, Any] = field(default_factory=dict)
 
 

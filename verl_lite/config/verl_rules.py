@@ -101,15 +101,41 @@ def _actor_problems(cfg: Any) -> List[str]:
     if mode not in POLICY_LOSS_MODES:
         problems.append(f"{prefix}.policy_loss.loss_mode={mode!r} is {NOT}: choose one of "
                         f"{', '.join(POLICY_LOSS_MODES)}")
-    for name, value in dict(actor.checkpoint).items():
-        problems.append(f"{prefix}.checkpoint.{name}={value!r}: choosing what a checkpoint holds is {YET}: it "
-                        "always holds the model, optimizer, LR schedule and RNG state; remove it")
+    problems += _checkpoint_problems(dict(actor.checkpoint), f"{prefix}.checkpoint")
     ref = cfg.actor_rollout_ref.ref
     for key, value in (("actor_rollout_ref.ref.log_prob_micro_batch_size", ref.log_prob_micro_batch_size),
                        ("critic.ppo_micro_batch_size", cfg.critic.ppo_micro_batch_size)):
         if value is not None:
             per_gpu = key.replace("micro_batch_size", "micro_batch_size_per_gpu")
             problems.append(f"{key}={value}: verl's deprecated global micro-batch is {NOT} here: set {per_gpu}")
+    return problems
+
+
+# What a verl_lite checkpoint is (trainer/checkpoint.py and the engines' save/load): verl's checkpoint
+# section with these values means exactly that, any other value is refused.
+CHECKPOINT_AS_IS = {"save_contents": {"model", "optimizer", "extra"}, "load_contents": {"model", "optimizer", "extra"},
+                    "async_save": False, "strict": True}
+
+
+def _checkpoint_problems(section: dict, prefix: str) -> List[str]:
+    problems = []
+    for name, value in section.items():
+        expected = CHECKPOINT_AS_IS.get(name)
+        listed = hasattr(value, "__iter__") and not isinstance(value, (str, bytes, dict))  # list or ListConfig
+        given = set(value) if isinstance(expected, set) and listed else value
+        if expected is not None and given == expected and type(given) is type(expected):
+            continue
+        if name in ("save_contents", "load_contents"):
+            why = (f"a checkpoint always holds and loads model, optimizer and extra (LR schedule, RNG); other "
+                   f"contents (hf_model, a subset) are {YET}: set [model,optimizer,extra] or remove it")
+        elif name == "async_save":
+            why = f"asynchronous saving is {YET}: checkpoints are written synchronously; set it to False"
+        elif name == "strict":
+            why = f"non-strict loading is {YET}: a checkpoint must fit the model exactly; set it to True"
+        else:
+            why = f"{NOT}: remove it"
+        shown = list(value) if listed else value
+        problems.append(f"{prefix}.{name}={shown!r}: {why}")
     return problems
 
 
