@@ -51,7 +51,10 @@ def base(data_dir, out):
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=False", "actor_rollout_ref.rollout.micro_batch_size=16",
-        "actor_rollout_ref.rollout.val_kwargs.n=2",
+        "actor_rollout_ref.rollout.val_kwargs.n=2", "actor_rollout_ref.rollout.calculate_log_probs=False",
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra]",
+        "actor_rollout_ref.actor.checkpoint.strict=True",
         "trainer.project_name=p", "trainer.experiment_name=e", "trainer.logger=[jsonl]", "trainer.log_val_generations=0",
         "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "trainer.device=cpu", "trainer.total_training_steps=2",
         "trainer.save_freq=2", "trainer.test_freq=2", "trainer.val_before_train=True", f"trainer.default_local_dir={out}",
@@ -69,6 +72,7 @@ GRPO = [
     "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False", "actor_rollout_ref.ref.fsdp_config.param_offload=False",
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload=False", "actor_rollout_ref.ref.fsdp_config.fsdp_size=-1",
     "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=False",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096",
 ]
 PPO = [
     "algorithm.adv_estimator=gae", "algorithm.gamma=0.99", "algorithm.lam=0.95",
@@ -79,6 +83,7 @@ PPO = [
     "critic.model.init_seed=4", "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=8",
     "critic.use_dynamic_bsz=False", "critic.ppo_epochs=1", "critic.cliprange_value=0.3",
     "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=False", "trainer.critic_warmup=1",
+    "critic.ppo_max_token_len_per_gpu=8192",
 ]
 
 
@@ -124,6 +129,7 @@ MEGATRON = [
     "actor_rollout_ref.actor.megatron.seed=7", "actor_rollout_ref.actor.megatron.dist_checkpointing_path=null",
     "+actor_rollout_ref.actor.megatron.override_transformer_config.attention_dropout=0.0",
     "actor_rollout_ref.ref.megatron.param_offload=False", "actor_rollout_ref.ref.megatron.seed=7",
+    "actor_rollout_ref.actor.megatron.dtype=float32",
 ]
 
 
