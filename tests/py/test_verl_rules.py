@@ -151,3 +151,12 @@ def test_verls_checkpoint_settings_that_describe_a_verl_lite_checkpoint_are_take
                     "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]",
                     "actor_rollout_ref.actor.checkpoint.async_save=False",
                     "actor_rollout_ref.actor.checkpoint.strict=True") == []
+
+
+def test_kl_settings_without_their_switch_are_warned_about():
+    warnings = collect_warnings(load_config(["trainer.device=cpu", "algorithm.kl_ctrl.kl_coef=0.05",
+                                             "algorithm.kl_penalty=mse", "actor_rollout_ref.actor.kl_loss_coef=0.1"]))
+    assert ("algorithm.kl_ctrl.kl_coef, algorithm.kl_penalty have no effect: the KL penalty in the reward is off "
+            "(algorithm.use_kl_in_reward=False)") in warnings
+    assert ("actor_rollout_ref.actor.kl_loss_coef has no effect: the KL loss is off "
+            "(actor_rollout_ref.actor.use_kl_loss=False)") in warnings

@@ -206,6 +206,21 @@ def verl_warnings(cfg: Any) -> List[str]:
         if changed:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: fully-async "
                             "training is off (async_training.enable=False)")
+    algo = cfg.algorithm
+    if not algo.use_kl_in_reward:
+        changed = _changed(algo.kl_ctrl, schema.KLControlConfig, "algorithm.kl_ctrl")
+        changed += ["algorithm.kl_penalty"] if algo.kl_penalty != schema.AlgorithmConfig().kl_penalty else []
+        if changed:
+            warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: the KL penalty "
+                            "in the reward is off (algorithm.use_kl_in_reward=False)")
+    actor = cfg.actor_rollout_ref.actor
+    if not actor.use_kl_loss:
+        default = schema.ActorConfig()
+        changed = [f"actor_rollout_ref.actor.{k}" for k in ("kl_loss_coef", "kl_loss_type")
+                   if getattr(actor, k) != getattr(default, k)]
+        if changed:
+            warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: the KL loss is "
+                            "off (actor_rollout_ref.actor.use_kl_loss=False)")
     if cfg.custom_reward_function.path is None and cfg.custom_reward_function.name != "compute_score":
         warnings.append(f"custom_reward_function.name={cfg.custom_reward_function.name!r} has no effect without "
                         "custom_reward_function.path (the default rule rewards are used)")
