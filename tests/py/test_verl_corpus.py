@@ -290,3 +290,12 @@ def test_every_refused_key_is_a_key_the_run_sets():
         for key in keys:
             last = key.rsplit(".", 1)[-1]
             assert last in typed, f"{name}: {key} is refused but the run does not set it"
+
+
+def test_model_engine_megatron_gives_the_megatron_layout_so_the_big_npu_runs_divide_evenly():
+    """model_engine=megatron used to leave the layout at fsdp: DP = every device, and false
+    divisibility errors on the 256- and 64-NPU runs."""
+    for name in ("qwen3_5_397b_megatron_npu", "qwen3_5_122b_a10b_megatron_npu", "qwen3_5_397b_megatron_gpu"):
+        cfg, _ = compose_config(["trainer.device=npu", *RUNS[name]["argv"]])
+        assert cfg.actor_rollout_ref.actor.strategy == "megatron"
+        assert not [p for p in problems_of(RUNS[name]) if "divisible" in p]
