@@ -78,6 +78,7 @@ def load_hf_weights(params: Iterator[LocalParam], bridge: ModelBridge, layout: L
             if tuple(shard.shape) != tuple(param.shape):
                 raise ValueError(f"{name}: HF weights give shape {tuple(shard.shape)}, model has {tuple(param.shape)}")
             param.copy_(shard.to(param.dtype))
+    bridge.finish_load()
 
 
 def stage_hf_tensors(params: Iterator[LocalParam], bridge: ModelBridge, layout: Layout,

@@ -141,6 +141,9 @@ class ModelBridge(abc.ABC):
     def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
         """Split one local megatron parameter into HF-named local shards."""
 
+    def finish_load(self) -> None:
+        """Called after every parameter was loaded: drop what the load kept (read caches)."""
+
     def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: Layout) -> torch.Tensor:
         """The HF tensor from the full (TP-gathered) one: drops megatron's vocabulary padding."""
         if hf_name in ("model.embed_tokens.weight", "lm_head.weight") and full.shape[0] != layout.vocab:

@@ -4,7 +4,8 @@
 (`text_config`, weights under `model.language_model.`) is built and the vision tower is left out:
 RL on text does not run it (a log line says so when such a bridge is made). Their export carries
 the text model under transformers' CausalLM names, as AutoModelForCausalLM builds it from such a
-config.
+config. Multi-token-prediction layers (`mtp_num_hidden_layers`, `mtp.*` weights) are not built,
+as in transformers' CausalLM.
 
 The model (semantics read from transformers' qwen3_5 / qwen3_5_moe modeling):
 - hybrid layers from the HF config's `layer_types` ("linear_attention" / "full_attention"; older
@@ -87,7 +88,14 @@ class Qwen3_5Bridge(ModelBridge):
     def __init__(self, hf_config: Any):
         super().__init__(hf_config)
         self.text = self.text_config(hf_config)
-        self._expert_cache: Dict[str, torch.Tensor] = {}
+        self._expert_cache: Dict[str, Optional[torch.Tensor]] = {}
+        mtp = int(hf_field(self.text, "mtp_num_hidden_layers", 0) or 0)
+        if mtp:
+            logger.info("%s: the %d multi-token-prediction layer(s) (mtp.* weights) are not built, as transformers' "
+                        "Qwen3.5 CausalLM does not build them; RL trains the next-token model", type(self).__name__, mtp)
+
+    def finish_load(self) -> None:
+        self._expert_cache = {}
 
     @staticmethod
     def text_config(hf_config: Any) -> Any:
@@ -106,8 +114,6 @@ class Qwen3_5Bridge(ModelBridge):
             problems.append("attention_bias=True")
         if str(hf_field(text, "hidden_act", "silu")) != "silu":
             problems.append(f"hidden_act={hf_field(text, 'hidden_act')!r}")
-        if int(hf_field(text, "mtp_num_hidden_layers", 0) or 0):
-            problems.append("mtp_num_hidden_layers > 0 (multi-token prediction layers are not built)")
         rope = cls._rope_parameters(text)
         if str(rope.get("rope_type", "default")) != "default":
             problems.append(f"rope_type={rope.get('rope_type')!r}")
@@ -121,7 +127,7 @@ class Qwen3_5Bridge(ModelBridge):
         if problems:
             raise UnsupportedModelError(
                 f"model_type {model_type!r} with {'; '.join(problems)} is not covered by verl_lite's {cls.__name__} "
-                f"(it maps Qwen3.5 {'MoE' if cls.moe else 'dense'}: GDN + gated attention, default RoPE, SiLU, no MTP)"
+                f"(it maps Qwen3.5 {'MoE' if cls.moe else 'dense'}: GDN + gated attention, default RoPE, SiLU)"
             )
 
     @staticmethod
