@@ -1,11 +1,14 @@
 """Qwen3.5 dense and MoE on the Megatron engines (CPU, fp32, gloo): logits against transformers at
 TP=1, TP=2, PP=2 and (MoE) EP=2; the export loading strictly into transformers with the same
 log-probs; HF -> Megatron -> HF bitwise; the GDN kernel choice and the Ascend kernel path through
-its contract double (tests/py/mindspeed_double/mindspeed_mm), packed against padded.
+its contract double (tests/py/mindspeed_double/mindspeed_mm), packed against padded, and the
+MindSpeed npu engine (its internals on CPU) running Qwen3.5 through that kernel.
 
-All megatron work runs in ONE spawn of two gloo processes (`_scenario`, a megatron import costs
-7-9 s per process); the layouts run one after the other in them and the tests below read what
-they recorded. The shipped tiny models start from their seeded random HF init (`init_seed`).
+The layouts run in ONE spawn of two gloo processes (`_scenario`, a megatron import costs 7-9 s per
+process), one after the other; the MindSpeed engine needs a process of its own (the double must be
+imported before megatron: `_mindspeed_scenario`, one rank); the MoE GRPO run is in-process. The
+tests read what the spawned processes recorded. The shipped tiny models start from their seeded
+random HF init (`init_seed`).
 """
 
 from __future__ import annotations
@@ -129,8 +132,8 @@ def _check_layout(rank, rec, refs, path, tp, pp, ep):
 
 
 def _gdn_layer(engine):
-    return next(layer.self_attention for layer in engine.model[0].decoder.layers
-                if hasattr(layer.self_attention, "gdn_kernel"))
+    chunk = getattr(engine.model[0], "module", engine.model[0])  # DDP-wrapped when it trains
+    return next(layer.self_attention for layer in chunk.decoder.layers if hasattr(layer.self_attention, "gdn_kernel"))
 
 
 def _packed_vs_padded(layer, hidden, mask):
@@ -251,9 +254,70 @@ def _scenario(rank, world, port, out_dir):
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+def _mindspeed_scenario(rank, world, port, out_dir):
+    """The npu engine from the registry (MindSpeed, its internals on CPU) with use_ascend_gdn, in a
+    process where the MindSpeed double is imported before megatron (as on Ascend)."""
+    sys.path.insert(0, str(DOUBLE))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    rec = {}
+    try:
+        import importlib
+
+        importlib.import_module("mindspeed._double")  # the package only: megatron is not imported yet
+
+        from verl_lite.engine import mindspeed as ms
+        from verl_lite.registry import ENGINES
+
+        ms.MindSpeedEngineMixin.internals_device = "cpu"
+        model, actor = _sections(DENSE, overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
+        actor.optim.lr = 1e-2
+        engine = ENGINES.load("language_model", "megatron", "npu")(model, actor, actor.optim, "npu", "actor")
+        engine.initialize()
+        from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
+
+        rec["class"] = type(engine).__name__
+        rec["kernel"] = _gdn_layer(engine).gdn_kernel
+        batch = make_batch()
+        log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
+        _, hf_model, _ = _hf_reference(DENSE)
+        resp = batch["response_mask"].bool()
+        rec["log_prob_diff"] = (log_probs - _response_log_probs(_hf_logits(hf_model, batch), batch))[resp].abs().max().item()
+
+        def nll(outputs, mb):
+            mask = mb["response_mask"].float()
+            loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+            return loss, {"loss": loss.item()}
+
+        engine.train_mode()
+        losses = []
+        for _ in range(3):
+            engine.optimizer_zero_grad()
+            losses.append(engine.forward_backward([batch], nll)[0]["metrics"]["loss"])
+            engine.optimizer_step()
+        rec["losses"] = losses
+        rec["calls"] = list(double.CALLS)
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
 @pytest.fixture(scope="module")
 def run(spawn_ranks):
     return spawn_ranks(_scenario, "qwen3_5_megatron")
+
+
+@pytest.fixture(scope="module")
+def mindspeed_run(spawn_ranks):
+    return spawn_ranks(_mindspeed_scenario, "qwen3_5_mindspeed", nprocs=1)[0]
+
+
+def test_the_mindspeed_npu_engine_runs_qwen3_5_through_the_ascend_kernel_and_trains(mindspeed_run):
+    rec = mindspeed_run
+    assert rec["class"] == "MindSpeedLMEngine" and rec["kernel"] == "ascend"
+    assert rec["log_prob_diff"] < 0.02  # bf16 q/k/v inside the kernel
+    assert rec["calls"] and all(c["dtype"] == "bfloat16" for c in rec["calls"])
+    assert rec["losses"][-1] < rec["losses"][0], rec["losses"]
 
 
 def _keys(path):
