@@ -408,6 +408,16 @@ def test_the_gdn_kernel_follows_the_two_switches_and_the_installed_kernels():
     assert [kernel_takes_packed_input(k) for k in ("fla", "ascend", "torch")] == [True, True, False]
 
 
+def test_megatron_core_releases_other_than_0_16_are_refused_with_what_to_install():
+    from verl_lite.engine.bridges import UnsupportedModelError
+    from verl_lite.engine.megatron_gdn import check_megatron_version
+
+    check_megatron_version("0.16.1")
+    with pytest.raises(UnsupportedModelError, match="built for megatron-core 0.16.x .* has megatron-core 0.17.0. "
+                                                   "Install megatron-core==0.16.1 or use strategy=fsdp"):
+        check_megatron_version("0.17.0")
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_use_ascend_gdn_off_npu_is_refused_naming_the_fix(device):
     from verl_lite.engine.megatron_gdn import select_gdn_kernel

@@ -50,11 +50,13 @@ TESTED_MEGATRON = "0.16."
 FLA_L2NORM_EPS = 1e-6
 
 
-def check_megatron_version() -> None:
-    """GatedDeltaLayer's forward mirrors megatron-core 0.16's GatedDeltaNet: refuse other releases."""
-    from megatron.core import package_info
+def check_megatron_version(version: Optional[str] = None) -> None:
+    """GatedDeltaLayer's forward mirrors megatron-core 0.16's GatedDeltaNet: refuse other releases
+    (`version`: the installed megatron-core's when None)."""
+    if version is None:
+        from megatron.core import package_info
 
-    version = str(package_info.__version__)
+        version = str(package_info.__version__)
     if not version.startswith(TESTED_MEGATRON):
         from verl_lite.engine.bridges.base import UnsupportedModelError
 
