@@ -12,6 +12,7 @@ This module holds the engine's lifecycle; the parts beside it:
   megatron_optim   optimizer + LR schedule from the `optim` section, the clipped step
   megatron_memory  offload (parking flat DDP buffers) and CPU snapshots
   megatron_cpu     what lets megatron-core run on CPU over gloo (device cpu only)
+  megatron_gdn     Qwen3.5's Gated DeltaNet layer (GDN kernel per run, padding masked) and its norms
   bridges          HF <-> Megatron per model family, by HF architecture (`registry.BRIDGES`)
 
 What an engine does (see `BaseEngine` for the batch contract):
