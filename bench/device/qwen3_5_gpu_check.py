@@ -97,25 +97,26 @@ def gdn_kernels(engine):
                    if hasattr(layer.self_attention, "gdn_kernel")})
 
 
-def part_logits() -> dict:
+def part_logits(device: str = "cuda") -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
     from verl_lite.engine.megatron import MegatronLMEngine
 
     model, actor = sections("tiny-qwen3_5")
-    fla = MegatronLMEngine(model, actor, None, "cuda", "actor")
+    fla = MegatronLMEngine(model, actor, None, device, "actor")
     fla.initialize()
     batch = batch_of(4, 96, 48, 0, left_pad=20)
     valid = batch["attention_mask"].bool()
     logits = engine_logits(fla, batch).float()
-    hf = AutoModelForCausalLM.from_config(fla.hf_config, dtype=torch.bfloat16)
-    hf.load_state_dict({k: v.to(torch.bfloat16) for k, v in fla.export_hf_weights()}, strict=True)
-    hf = hf.cuda().eval()
+    dtype = fla.dtype
+    hf = AutoModelForCausalLM.from_config(fla.hf_config, dtype=dtype)
+    hf.load_state_dict({k: v.to(dtype) for k, v in fla.export_hf_weights()}, strict=True)
+    hf = hf.to(device).eval()
     with torch.no_grad():
-        ref = hf(**{k: batch[k].cuda() for k in ("input_ids", "attention_mask", "position_ids")}).logits.float().cpu()
+        ref = hf(**{k: batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}).logits.float().cpu()
     model, actor = sections("tiny-qwen3_5", {"use_triton_gdn": False})
-    plain = MegatronLMEngine(model, actor, None, "cuda", "ref")
+    plain = MegatronLMEngine(model, actor, None, device, "actor")  # no optimizer: forward only
     plain.initialize()
     torch_logits = engine_logits(plain, batch).float()
     out = {
@@ -124,9 +125,10 @@ def part_logits() -> dict:
         "fla_vs_torch_rule_bf16": (logits[valid] - torch_logits[valid]).abs().max().item(),
         "logit_scale": ref[valid].abs().max().item(),
     }
-    print(f"[1] tiny-qwen3_5 on cuda: GDN kernel {out['kernel']} (use_triton_gdn=False: {out['torch_kernel']}); "
+    print(f"[1] tiny-qwen3_5 on {device}: GDN kernel {out['kernel']} (use_triton_gdn=False: {out['torch_kernel']}); "
           f"max |logit diff| vs transformers {out['vs_transformers_bf16']:.4f}, fla vs torch rule "
-          f"{out['fla_vs_torch_rule_bf16']:.4f} (logits up to {out['logit_scale']:.2f}, bf16)", flush=True)
+          f"{out['fla_vs_torch_rule_bf16']:.4f} (logits up to {out['logit_scale']:.2f}, {str(dtype).replace('torch.', '')})",
+          flush=True)
     return out
 
 
@@ -141,21 +143,22 @@ def matmul_params(cfg: dict) -> int:
     return total + h * cfg["vocab_size"]  # the LM head (tied: the embedding lookup is no matmul)
 
 
-def part_step(args) -> dict:
+def part_step(args, cfg: dict = BIG, device: str = "cuda") -> dict:
     import torch
 
     from verl_lite.engine.megatron import MegatronLMEngine
 
     tmp = tempfile.mkdtemp(prefix="qwen3_5_1b_")
     with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(BIG, f)
+        json.dump(cfg, f)
     model, actor = sections(tmp)
-    engine = MegatronLMEngine(model, actor, actor.optim, "cuda", "actor")
+    engine = MegatronLMEngine(model, actor, actor.optim, device, "actor")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     t = time.perf_counter()
     engine.initialize()
     init_s = time.perf_counter() - t
     n_params = sum(p.numel() for chunk in engine.model for p in chunk.parameters())
-    micro = [batch_of(args.batch, args.seq, BIG["vocab_size"], s) for s in range(args.micro)]
+    micro = [batch_of(args.batch, args.seq, cfg["vocab_size"], s) for s in range(args.micro)]
 
     def nll(outputs, batch):
         mask = batch["response_mask"].float()
@@ -165,20 +168,21 @@ def part_step(args) -> dict:
     engine.train_mode()
     times = []
     for _ in range(args.warmup + args.steps):
-        torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         engine.optimizer_zero_grad()
         engine.forward_backward(micro, nll)
         engine.optimizer_step()
-        torch.cuda.synchronize()
+        sync()
         times.append(time.perf_counter() - t)
     step = statistics.median(times[args.warmup:])
     tokens = args.batch * args.seq * args.micro
-    flops = 6 * matmul_params(BIG) * tokens
+    flops = 6 * matmul_params(cfg) * tokens
     out = {"params": n_params, "init_s": init_s, "step_s": step, "tokens_per_s": tokens / step,
            "mfu": flops / step / (args.peak_tflops * 1e12), "kernel": gdn_kernels(engine),
-           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30}
-    print(f"[2] ~1B Qwen3.5 dense ({n_params / 1e9:.2f} B parameters, GDN kernel {out['kernel']}), bf16, "
+           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0}
+    print(f"[2] Qwen3.5 dense ({n_params / 1e9:.2f} B parameters, GDN kernel {out['kernel']}), "
+          f"{str(engine.dtype).replace('torch.', '')}, "
           f"{args.micro} x {args.batch} x {args.seq} tokens: init {init_s:.1f} s, median step {1000 * step:.0f} ms, "
           f"{out['tokens_per_s']:.0f} tokens/s, MFU {100 * out['mfu']:.1f}% of {args.peak_tflops:.0f} TFLOP/s "
           f"(6 * matmul params * tokens), peak memory {out['peak_mem_gib']:.1f} GiB", flush=True)
@@ -193,8 +197,19 @@ def main() -> int:
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--micro", type=int, default=2)
     parser.add_argument("--peak-tflops", type=float, default=989.0)
+    parser.add_argument("--cpu-smoke", action="store_true",
+                        help="run the script's code paths on CPU (torch kernel, fp32, a shrunken config): no figures")
     args = parser.parse_args()
     import torch
+
+    if args.cpu_smoke:
+        small = dict(BIG, hidden_size=128, intermediate_size=256, num_hidden_layers=4, vocab_size=512,
+                     layer_types=BIG["layer_types"][:4], head_dim=32, linear_key_head_dim=16,
+                     linear_value_head_dim=16, linear_num_key_heads=4, linear_num_value_heads=8)
+        args.batch, args.seq, args.micro, args.steps, args.warmup = 2, 64, 2, 2, 1
+        part_logits("cpu")
+        part_step(args, small, "cpu")
+        return 0
 
     if not torch.cuda.is_available():
         print("qwen3_5_gpu_check: no CUDA device here (this check needs one GPU)", file=sys.stderr)
