@@ -159,3 +159,27 @@ def test_weight_mapping_round_trips_through_two_tp_shards():
     qkv = bridge.hf_to_megatron(names[0], Layout.from_hf(hf_config, 2, 0), hf.__getitem__)
     assert torch.equal(qkv[:32], hf["model.layers.0.self_attn.q_proj.weight"][:32])
     assert torch.equal(qkv[32:48], hf["model.layers.0.self_attn.k_proj.weight"][:16])
+
+
+def test_qwen3_5_moe_experts_load_from_fused_or_per_expert_checkpoint_tensors():
+    """transformers' state dict fuses the experts (experts.gate_up_proj [E, 2I, H]); hub checkpoints
+    keep one tensor per expert (experts.{e}.gate_proj ...), under model.language_model. for VL ones."""
+    config = json.loads((REPO_ROOT / "verl_lite/assets/tiny-qwen3_5-moe/config.json").read_text())
+    bridge = bridge_for(config)
+    layout = bridge.layout(1, 0)
+    g = torch.Generator().manual_seed(0)
+    gate_up, down = torch.randn(4, 64, 64, generator=g), torch.randn(4, 64, 32, generator=g)
+    fused = {"model.layers.1.mlp.experts.gate_up_proj": gate_up, "model.layers.1.mlp.experts.down_proj": down}
+    per_expert = {}
+    for e in range(4):
+        prefix = f"model.language_model.layers.1.mlp.experts.{e}."
+        per_expert[prefix + "gate_proj.weight"], per_expert[prefix + "up_proj.weight"] = gate_up[e].chunk(2)
+        per_expert[prefix + "down_proj.weight"] = down[e]
+    for source in (fused, per_expert):
+        bridge.finish_load()
+        fc1 = bridge.hf_to_megatron("decoder.layers.1.mlp.experts.local_experts.2.linear_fc1.weight", layout,
+                                    source.__getitem__)
+        fc2 = bridge.hf_to_megatron("decoder.layers.1.mlp.experts.local_experts.3.linear_fc2.weight", layout,
+                                    source.__getitem__)
+        assert torch.equal(fc1, gate_up[2]) and torch.equal(fc2, down[3])
+

@@ -315,9 +315,10 @@ class Qwen3_5Bridge(ModelBridge):
 
     def _expert_layout(self) -> Tuple[int, int, int, int]:
         """(EP size, EP rank, expert-TP size, expert-TP rank) of this process (1, 0, 1, 0 without groups)."""
-        from megatron.core import parallel_state as mpu
+        import sys
 
-        if not mpu.model_parallel_is_initialized():
+        mpu = sys.modules.get("megatron.core.parallel_state")  # not imported: no groups, no megatron import
+        if mpu is None or not mpu.model_parallel_is_initialized():
             return 1, 0, 1, 0
         return (mpu.get_expert_model_parallel_world_size(), mpu.get_expert_model_parallel_rank(),
                 mpu.get_expert_tensor_parallel_world_size(), mpu.get_expert_tensor_parallel_rank())
