@@ -23,7 +23,7 @@ replaces its forward so that:
   the conv runs per packed segment. The torch rule takes padded batches only (NotImplementedError
   names the fix).
 
-The l2norm of q/k is fla's form (x / sqrt(sum(x^2) + 1e-6)); with fla installed fla's own is used.
+The l2norm of q/k is fla's form (x / sqrt(sum(x^2) + 1e-6)); the fla kernel path uses fla's own.
 Nothing here is CPU-specific: the same modules run on cuda/npu when the torch or Ascend kernel is
 chosen. Megatron is imported inside the functions and classes built on first use (MindSpeed must
 patch megatron before anything imports it).
