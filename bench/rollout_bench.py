@@ -54,6 +54,7 @@ def model_dir(which: str, tmp: Path) -> str:
     if which == "tiny":
         cfg = json.loads((src / "config.json").read_text())
         cfg["tie_word_embeddings"] = False  # the EOS row of lm_head is set on its own
+        cfg["max_position_embeddings"] = 512  # prompt + 128 tokens
     else:
         cfg = dict(CONFIG_100M)
     (out / "config.json").write_text(json.dumps(cfg))

@@ -140,3 +140,31 @@ def test_the_preflight_never_imports_vllm():
             "print(int('vllm' in sys.modules), round(time.perf_counter() - t, 2))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "0", "the preflight imported vllm"
+
+
+def test_sleep_mode_call_order_on_accelerators():
+    """free_cache_engine on cuda/npu: asleep after start and after each generation, the weights
+    woken alone for a sync, the KV cache before generating (vLLM's own sleep/wake are not run here:
+    no accelerator; this pins the order the rollout calls them in)."""
+    from verl_lite.rollout.vllm import VLLMRollout
+
+    calls = []
+
+    class FakeLLM:
+        def sleep(self, level):
+            calls.append(("sleep", level))
+
+        def wake_up(self, tags=None):
+            calls.append(("wake", tuple(tags)))
+
+    r = VLLMRollout.__new__(VLLMRollout)
+    r.llm, r.sleep_mode, r.asleep = FakeLLM(), True, set()
+    r._sleep()
+    r._wake(["weights"])  # update_weights
+    r._wake(["weights"])  # a second sync before any generation wakes nothing more
+    r._wake()  # generate
+    r._sleep()
+    assert calls == [("sleep", 1), ("wake", ("weights",)), ("wake", ("kv_cache",)), ("sleep", 1)]
+    r.sleep_mode, calls[:] = False, []  # cpu
+    r._sleep(), r._wake()
+    assert calls == []

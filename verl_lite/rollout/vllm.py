@@ -109,7 +109,7 @@ class VLLMRollout:
         # vLLM's in-place reload warns at every sync that the rotary embedding (buffers, no
         # checkpoint tensor) "failed to load"; a missing real tensor fails the sync by name here.
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadNote())
-        self.sleeping = False
+        self.asleep: set = set()  # vLLM sleep-mode tags now asleep ("weights", "kv_cache")
         self.sleep_mode = bool(self.config.free_cache_engine) and device != "cpu"
         self.llm = LLM(**self.engine_kwargs())
         if self.sleep_mode:
@@ -180,14 +180,18 @@ class VLLMRollout:
     # -- memory ---------------------------------------------------------------------------------
 
     def _sleep(self) -> None:
-        if self.sleep_mode and not self.sleeping:
+        """Free the KV cache and offload the weights (vLLM sleep level 1); CUDA and Ascend only."""
+        if self.sleep_mode and not self.asleep:
             self.llm.sleep(level=1)
-            self.sleeping = True
+            self.asleep = {"weights", "kv_cache"}
 
     def _wake(self, tags: Optional[List[str]] = None) -> None:
-        if self.sleep_mode and self.sleeping:
-            self.llm.wake_up(tags=tags)
-            self.sleeping = tags is not None and "kv_cache" not in tags
+        """Wake what `tags` names (all by default) if it sleeps: the weights before a sync, the KV
+        cache before a generation."""
+        want = set(tags or ("weights", "kv_cache")) & self.asleep if self.sleep_mode else set()
+        if want:
+            self.llm.wake_up(tags=sorted(want))
+            self.asleep -= want
 
     # -- weights --------------------------------------------------------------------------------
 
