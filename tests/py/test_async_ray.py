@@ -122,14 +122,15 @@ def test_syncing_every_second_step_reweights_the_groups_a_version_old_and_a_dyin
 def test_a_queue_that_stays_empty_past_the_timeout_says_why(ray_cluster, data_dir, tmp_path):
     from verl_lite.trainer.async_run import QueueTimeout
 
-    # 4 prompts x 2 samples: the replica stalls scoring its second chunk.
-    error, _ = run_faulty(data_dir, tmp_path, 9, "time.sleep(600)", "async_training.queue_timeout_s=4",
+    # 4 prompts x 2 samples: the replica stalls scoring its second chunk. The timeout leaves room for
+    # the first chunk on a loaded 2-core box (at 4 s, step 1 timed out there before its chunk came).
+    error, _ = run_faulty(data_dir, tmp_path, 9, "time.sleep(600)", "async_training.queue_timeout_s=10",
                           "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
                           "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8")
     assert isinstance(error, QueueTimeout), repr(error)
     text = str(error)
-    assert text.startswith("the rollout queue stayed empty for 4 s (async_training.queue_timeout_s) at step 2")
+    assert text.startswith("the rollout queue stayed empty for 10 s (async_training.queue_timeout_s) at step 2")
     assert "replica 0: 1 chunks" in text and "raise async_training.queue_timeout_s" in text
 
 
