@@ -44,7 +44,7 @@ def base(data_dir, out):
         "actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.actor.clip_ratio_c=4.0",
         "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean", "actor_rollout_ref.actor.entropy_coeff=0.001",
         "actor_rollout_ref.actor.use_torch_compile=False",
-        "actor_rollout_ref.actor.fsdp_config.param_offload=False", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=True", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1", "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=False",
         "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.temperature=0.9",
         "actor_rollout_ref.rollout.top_k=20", "actor_rollout_ref.rollout.top_p=0.95", "actor_rollout_ref.rollout.do_sample=True",
@@ -69,7 +69,7 @@ GRPO = [
     "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
     "actor_rollout_ref.actor.kl_loss_type=k3", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
     "actor_rollout_ref.ref.strategy=fsdp", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False", "actor_rollout_ref.ref.fsdp_config.param_offload=False",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=False", "actor_rollout_ref.ref.fsdp_config.param_offload=True",
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload=False", "actor_rollout_ref.ref.fsdp_config.fsdp_size=-1",
     "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=False",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096",
@@ -82,7 +82,7 @@ PPO = [
     "critic.enable=True", "critic.strategy=fsdp", "critic.optim.lr=1e-3", "critic.model.path=tiny-qwen3_5",
     "critic.model.init_seed=4", "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=8",
     "critic.use_dynamic_bsz=False", "critic.ppo_epochs=1", "critic.cliprange_value=0.3",
-    "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=False", "trainer.critic_warmup=1",
+    "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=True", "critic.fsdp_config.optimizer_offload=True", "trainer.critic_warmup=1",
     "critic.ppo_max_token_len_per_gpu=8192",
 ]
 
@@ -124,11 +124,11 @@ MEGATRON = [
     "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=null",
     "actor_rollout_ref.actor.megatron.context_parallel_size=1", "actor_rollout_ref.actor.megatron.expert_model_parallel_size=1",
     "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null", "actor_rollout_ref.actor.megatron.sequence_parallel=False",
-    "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False", "actor_rollout_ref.actor.megatron.param_offload=False",
-    "actor_rollout_ref.actor.megatron.grad_offload=False", "actor_rollout_ref.actor.megatron.optimizer_offload=False",
+    "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False", "actor_rollout_ref.actor.megatron.param_offload=True",
+    "actor_rollout_ref.actor.megatron.grad_offload=True", "actor_rollout_ref.actor.megatron.optimizer_offload=True",
     "actor_rollout_ref.actor.megatron.seed=7", "actor_rollout_ref.actor.megatron.dist_checkpointing_path=null",
     "+actor_rollout_ref.actor.megatron.override_transformer_config.attention_dropout=0.0",
-    "actor_rollout_ref.ref.megatron.param_offload=False", "actor_rollout_ref.ref.megatron.seed=7",
+    "actor_rollout_ref.ref.megatron.param_offload=True", "actor_rollout_ref.ref.megatron.seed=7",
     "actor_rollout_ref.actor.megatron.dtype=float32",
 ]
 

@@ -14,26 +14,34 @@ def problems(*overrides):
     return verl_problems(load_config(["trainer.device=cpu", *overrides]))
 
 
-@pytest.mark.parametrize("line", [
-    "actor_rollout_ref.actor.fsdp_config.param_offload=True",
-    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+@pytest.mark.parametrize("lines", [
+    ("actor_rollout_ref.actor.fsdp_config.param_offload=True", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+     "actor_rollout_ref.ref.fsdp_config.param_offload=True", "critic.fsdp_config.param_offload=True"),
+    ("model_engine=megatron", "actor_rollout_ref.actor.megatron.param_offload=True",
+     "actor_rollout_ref.actor.megatron.grad_offload=True", "actor_rollout_ref.actor.megatron.optimizer_offload=True",
+     "critic.megatron.optimizer_offload=True"),
 ])
-def test_offload_on_a_running_role_is_refused_and_false_is_accepted(line):
-    (problem,) = problems(line)
-    assert problem.startswith(f"actor: {line}: offload is not supported by verl_lite yet") and "set it to False" in problem
-    assert problems(line.replace("True", "False")) == []
+def test_offload_is_accepted_for_every_role_and_engine(lines):
+    """Honoured by the engines between phases (verl_lite/engine/offload.py, tests/py/test_offload.py)."""
+    assert problems("actor_rollout_ref.actor.use_kl_loss=True", "algorithm.adv_estimator=gae", *lines) == []
 
 
-def test_megatron_offload_and_sequence_parallel_are_refused_per_role():
+def test_megatron_sequence_parallel_is_refused_per_role():
     found = problems("model_engine=megatron", "actor_rollout_ref.actor.use_kl_loss=True",
                      "actor_rollout_ref.actor.megatron.grad_offload=True", "actor_rollout_ref.ref.megatron.param_offload=True",
                      "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                      "actor_rollout_ref.actor.megatron.sequence_parallel=True")
-    assert [p.split(":", 2)[1].strip() for p in found] == [
-        "actor_rollout_ref.actor.megatron.grad_offload=True",
-        "actor_rollout_ref.actor.megatron.sequence_parallel=True",
-        "actor_rollout_ref.ref.megatron.param_offload=True",
-    ]
+    assert [p.split(":", 2)[1].strip() for p in found] == ["actor_rollout_ref.actor.megatron.sequence_parallel=True"]
+
+
+def test_offload_where_it_moves_nothing_is_warned_about():
+    on_cpu = collect_warnings(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.param_offload=True"]))
+    assert "actor_rollout_ref.actor.fsdp_config.param_offload=True has no effect on trainer.device=cpu" in " ".join(on_cpu)
+    on_cuda = collect_warnings(load_config(["trainer.device=cuda", "actor_rollout_ref.actor.use_kl_loss=True",
+                                            "actor_rollout_ref.ref.fsdp_config.optimizer_offload=True"]))
+    assert any(w.startswith("actor_rollout_ref.ref.fsdp_config.optimizer_offload=True has no effect: the ref model "
+                            "keeps no gradients or optimizer state") for w in on_cuda), on_cuda
+    assert not [w for w in on_cuda if "offload" in w and "ref" not in w]
 
 
 def test_offload_of_a_role_that_does_not_run_is_not_refused():
@@ -65,8 +73,8 @@ def test_each_accepted_but_unsupported_value_is_refused_with_its_fix(line, fragm
 
 
 def test_the_refusals_reach_python_m_verl_lite_check():
-    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.param_offload=True"])
-    assert any("offload is not supported by verl_lite yet" in p for p in collect_problems(cfg, for_training=False))
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.use_torch_compile=True"])
+    assert any("torch.compile is not supported by verl_lite yet" in p for p in collect_problems(cfg, for_training=False))
 
 
 def test_settings_with_no_effect_in_the_run_are_warned_about():

@@ -115,12 +115,14 @@ class MegatronConfig:
     # Shard the optimizer state over data-parallel ranks (Megatron's distributed optimizer);
     # on cuda and npu only, ignored on cpu.
     use_distributed_optimizer: bool = True
-    # verl: offload the parameters to CPU between uses (less device memory, slower).
-    # Not supported by verl_lite yet: True is refused by the preflight for a role that runs.
+    # Keep the parameters and gradients (DDP buffers) on the host between phases: on the device for
+    # a forward, an update or a weight sync only (less device memory, slower; as verl). The ref's
+    # follows the actor's unless set. No effect on cpu (docs/reliability.md, "Offload").
     param_offload: bool = False
-    # verl: offload the gradients to CPU between uses. Not supported yet: True is refused.
+    # Keep the gradients on the host between updates (with param_offload they move anyway, as in verl).
     grad_offload: bool = False
-    # verl: offload the optimizer state to CPU between uses. Not supported yet: True is refused.
+    # Keep the optimizer state (Adam moments, fp32 main parameters) on the host except during updates
+    # and checkpoints.
     optimizer_offload: bool = False
     # Seed of Megatron's model-parallel RNG tracker (model_parallel_cuda_manual_seed).
     seed: int = 42
@@ -142,10 +144,11 @@ class MegatronConfig:
 
 @dataclass
 class FSDPConfig:
-    # verl: offload the parameters to CPU (less device memory, slower). Not supported by verl_lite yet:
-    # True is refused by the preflight for a role that runs.
+    # Keep the parameters and gradients on the host between phases: on the device for a forward, an
+    # update or a weight sync only (less device memory, slower; as verl). No effect on cpu
+    # (docs/reliability.md, "Offload").
     param_offload: bool = False
-    # verl: offload the optimizer state to CPU. Not supported yet: True is refused.
+    # Keep the optimizer state on the host except during updates and checkpoints. The ref has none.
     optimizer_offload: bool = False
     # verl: ranks per FSDP shard group (hybrid sharding); -1 = all ranks. Not supported by verl_lite yet:
     # it always shards over all data-parallel ranks; other values are refused.
@@ -274,6 +277,7 @@ def _ref_megatron() -> MegatronConfig:
         expert_tensor_parallel_size=actor + "expert_tensor_parallel_size}",  # type: ignore[arg-type]
         # Actor and ref share one process and MindSpeed's repatch is process-wide: same overrides.
         override_transformer_config=actor + "override_transformer_config}",  # type: ignore[arg-type]
+        param_offload=actor + "param_offload}",  # type: ignore[arg-type]  # verl's ref default
     )
 
 

@@ -2,7 +2,7 @@
 but whose non-default value it cannot act on yet: each is refused with
 "<key>=<value>: ... not supported by verl_lite yet: <what to use instead>", never accepted and ignored.
 
-A value equal to what verl_lite does is accepted (`param_offload=False`, `use_torch_compile=False`,
+A value equal to what verl_lite does is accepted (`use_torch_compile=False`, `shuffle=False`,
 `hybrid_engine=True` in a synchronous run): the setting then means what it says.
 
 `verl_problems(cfg)` works on the composed DictConfig or the dataclass (attribute access only);
@@ -19,8 +19,6 @@ from verl_lite.models import is_gdn_model
 
 YET = "not supported by verl_lite yet"
 NOT = "not supported by verl_lite"
-OFFLOAD = (f"{YET}: parameters, gradients and optimizer state stay on the device (offload between phases is "
-           "planned); set it to False")
 DYNAMIC = f"{YET}: micro-batches have a fixed size (the role's *_micro_batch_size_per_gpu); set it to False"
 REMOVE_PADDING = f"{YET}: sequences run padded (no packed forward); set it to False"
 POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
@@ -54,11 +52,7 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     section, prefix = roles.section(cfg, role), roles.SECTION[role]
     problems = []
     megatron = roles.strategy(cfg, role) == "megatron"
-    engine = "megatron" if megatron else "fsdp_config"
-    offload_keys = ("param_offload", "grad_offload", "optimizer_offload") if megatron else ("param_offload", "optimizer_offload")
-    for name in offload_keys:
-        if getattr(getattr(section, engine), name):
-            problems.append(f"{role}: {prefix}.{engine}.{name}=True: offload is {OFFLOAD}")
+    # offload flags are honoured by every engine (engine/offload.py); verl_warnings says where they do nothing
     if megatron and section.megatron.sequence_parallel and section.megatron.tensor_model_parallel_size > 1:
         problems.append(f"{role}: {prefix}.megatron.sequence_parallel=True: Megatron sequence parallelism is {YET} "
                         f"(needs Transformer Engine or Apex norms); set {prefix}.megatron.sequence_parallel=False")
@@ -227,6 +221,7 @@ def verl_warnings(cfg: Any) -> List[str]:
     if cfg.trainer.resume_from_path and cfg.trainer.resume_mode != "resume_path":
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
+    warnings += _offload_warnings(cfg)
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
     actor = cfg.actor_rollout_ref.actor
     if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None and actor.clip_ratio != 0.2:
@@ -258,4 +253,25 @@ def verl_warnings(cfg: Any) -> List[str]:
         if roles.strategy(cfg, role) == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
             warnings.append(f"{prefix}.fsdp_config.reshard_after_forward=False has no effect on one rank "
                             "(nothing is sharded)")
+    return warnings
+
+
+def _offload_warnings(cfg: Any) -> List[str]:
+    """Offload flags that are on where they move nothing: on a cpu run, and the ref's optimizer and
+    gradient flags (the ref keeps neither)."""
+    warnings = []
+    for role in roles.active_roles(cfg):
+        section, prefix = roles.section(cfg, role), roles.SECTION[role]
+        engine = "megatron" if roles.strategy(cfg, role) == "megatron" else "fsdp_config"
+        names = ("param_offload", "grad_offload", "optimizer_offload") if engine == "megatron" else (
+            "param_offload", "optimizer_offload")
+        on = [f"{prefix}.{engine}.{n}" for n in names if getattr(getattr(section, engine), n)]
+        if on and _device(cfg) == "cpu":
+            warnings.append(f"{', '.join(on)}=True {'has' if len(on) == 1 else 'have'} no effect on trainer.device=cpu "
+                            "(the tensors already live on the host)")
+        elif role == "ref":
+            idle = [key for key in on if not key.endswith(".param_offload")]
+            if idle:
+                warnings.append(f"{', '.join(idle)}=True {'has' if len(idle) == 1 else 'have'} no effect: the ref "
+                                "model keeps no gradients or optimizer state (param_offload moves its parameters)")
     return warnings

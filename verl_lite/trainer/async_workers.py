@@ -71,7 +71,8 @@ class TrainWorker(ActorRolloutRefWorker):
         Here, and only here, the exported tensors are collected into one dict: the rollout replicas
         live in other processes (the rollout pool), and the weights cross Ray to them as one object
         (`ray.put` once, every replica reads it). Syncs within a process stream instead."""
-        return dict(self.actor.export_hf_weights())
+        with self.phases.phase("sync", "actor"):
+            return dict(self.actor.export_hf_weights())
 
     def sync_rollout_weights(self, version: int) -> int:
         raise RuntimeError("a TrainWorker has no rollout: weights go to the rollout pool through export_weights")
@@ -79,7 +80,8 @@ class TrainWorker(ActorRolloutRefWorker):
     def load_checkpoint(self, path: str) -> None:
         import os
 
-        self.actor.load_checkpoint(os.path.join(path, "actor"))
+        with self.phases.phase("checkpoint", "actor"):
+            self.actor.load_checkpoint(os.path.join(path, "actor"))
 
     # -- CPU snapshots ---------------------------------------------------------------------------
 
@@ -96,7 +98,8 @@ class TrainWorker(ActorRolloutRefWorker):
         from verl_lite.engine.base import CPUSnapshotUnsupported
 
         try:
-            self.cpu_models[key] = self.actor.snapshot_to_cpu()
+            with self.phases.phase("sync", "actor"):  # the parameters on the device, to copy them
+                self.cpu_models[key] = self.actor.snapshot_to_cpu()
         except CPUSnapshotUnsupported as e:
             raise self._no_snapshots(e) from e
 
@@ -106,7 +109,8 @@ class TrainWorker(ActorRolloutRefWorker):
         if key not in self.cpu_models:
             raise KeyError(f"no CPU snapshot {key!r} (have: {sorted(self.cpu_models)})")
         try:
-            self.actor.restore_from_cpu(self.cpu_models[key])
+            with self.phases.phase("sync", "actor"):
+                self.actor.restore_from_cpu(self.cpu_models[key])
         except CPUSnapshotUnsupported as e:
             raise self._no_snapshots(e) from e
 
@@ -115,6 +119,10 @@ class TrainWorker(ActorRolloutRefWorker):
 
     def compute_log_prob_from(self, batch: Dict[str, Any], key: str) -> Dict[str, Any]:
         """Old log-probs under the snapshot `key` (the published weights); the current weights come back."""
+        with self.phases.phase("forward", "actor"):  # one load for the snapshots and the pass inside
+            return self._log_prob_from(batch, key)
+
+    def _log_prob_from(self, batch: Dict[str, Any], key: str) -> Dict[str, Any]:
         self.save_model_to_cpu("_current")
         try:
             self.restore_model_from_cpu(key)

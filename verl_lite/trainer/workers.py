@@ -64,12 +64,27 @@ class _EngineWorker:
         return True
 
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
+        from verl_lite.config import roles
+        from verl_lite.engine.offload import OffloadPolicy
         from verl_lite.registry import load_engine
 
         cls = load_engine(self.cfg, role, self.device)
         engine = cls(model_cfg, engine_cfg, optim_cfg, self.device, role)
         engine.initialize()
+        # what the role's offload flags move off the device leaves it now (as verl, after the build)
+        self.phases.add(engine, OffloadPolicy.of(engine_cfg, roles.strategy(self.cfg, role)))
         return engine
+
+    @property
+    def phases(self):
+        """The one owner of where this process's engines keep their tensors in each phase
+        (`verl_lite.engine.offload.PhaseOwner`), with the rollout's sleep and wake."""
+        owner = self.__dict__.get("_phases")
+        if owner is None:
+            from verl_lite.engine.offload import PhaseOwner
+
+            owner = self.__dict__["_phases"] = PhaseOwner()
+        return owner
 
     def topology(self) -> Dict[str, Any]:
         engine = self._main_engine()
@@ -78,6 +93,14 @@ class _EngineWorker:
 
     def _update(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
                 micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:
+        with self.phases.phase("update", engine.role):
+            result = self._update_steps(engine, batch, meta, make_loss, epochs, micro_bsz, calculate_entropy)
+            # as verl's train mode on exit: no gradients are kept between updates (nothing to offload)
+            engine.optimizer_zero_grad()
+            return result
+
+    def _update_steps(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
+                      micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:
         from verl_lite.batch import chunk, split_by_size
 
         engine.train_mode()
@@ -121,6 +144,7 @@ class ActorRolloutRefWorker(_EngineWorker):
             self.ref = self._make_engine(model_cfg, cfg.actor_rollout_ref.ref, None, "ref")
         rollout_cfg = cfg.actor_rollout_ref.rollout
         self.rollout = ROLLOUTS.load(rollout_cfg.name)(model_cfg, rollout_cfg, self.tokenizer, device)
+        self.phases.attach_rollout(self.rollout)
         self.weight_version = 0
         self.sync_rollout_weights(0)
 
@@ -130,7 +154,8 @@ class ActorRolloutRefWorker(_EngineWorker):
     def sync_rollout_weights(self, version: int) -> int:
         """Stream the actor's weights into this rank's rollout, one tensor at a time (a collective)."""
         self.weight_version = version
-        return self.rollout.update_weights(self.actor.export_hf_weights(), version)
+        with self.phases.phase("sync", "actor"):
+            return self.rollout.update_weights(self.actor.export_hf_weights(), version)
 
     def generate_sequences(self, prompts: Dict[str, Any], response_length: int, sampling: Dict[str, Any],
                            log_probs: bool = False, ref_log_probs: bool = False) -> Dict[str, Any]:
@@ -140,7 +165,8 @@ class ActorRolloutRefWorker(_EngineWorker):
         import time
 
         t = time.perf_counter()
-        out = self.rollout.generate(prompts, response_length, sampling)
+        with self.phases.phase("rollout"):
+            out = self.rollout.generate(prompts, response_length, sampling)
         timing = {"gen": time.perf_counter() - t, "old_log_prob": 0.0}
         if log_probs or ref_log_probs:
             t = time.perf_counter()
@@ -163,8 +189,9 @@ class ActorRolloutRefWorker(_EngineWorker):
         micro = (micro or section.rollout.log_prob_micro_batch_size_per_gpu or section.actor.ppo_micro_batch_size_per_gpu
                  or 64)
         engine.eval_mode()
-        outs = engine.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True,
-                                       calculate_entropy=entropy)
+        with self.phases.phase("forward", engine.role):
+            outs = engine.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True,
+                                           calculate_entropy=entropy)
         res = {key: torch.cat([o["log_probs"] for o in outs])}
         if entropy:
             res["entropy"] = torch.cat([o["entropy"] for o in outs])
@@ -235,13 +262,16 @@ class ActorRolloutRefWorker(_EngineWorker):
 
     def actor_state_dict(self) -> Dict[str, Any]:
         """Full actor weights on CPU (HF names), all at once, for tests and inspection (a collective)."""
-        return dict(self.actor.export_hf_weights())
+        with self.phases.phase("sync", "actor"):
+            return dict(self.actor.export_hf_weights())
 
     def save_checkpoint(self, path: str) -> None:
-        self.actor.save_checkpoint(os.path.join(path, "actor"))
+        with self.phases.phase("checkpoint", "actor"):
+            self.actor.save_checkpoint(os.path.join(path, "actor"))
 
     def load_checkpoint(self, path: str) -> None:
-        self.actor.load_checkpoint(os.path.join(path, "actor"))
+        with self.phases.phase("checkpoint", "actor"):
+            self.actor.load_checkpoint(os.path.join(path, "actor"))
         self.sync_rollout_weights(self.weight_version)
 
 
@@ -267,7 +297,8 @@ class CriticWorker(_EngineWorker):
 
         micro = self.cfg.critic.ppo_micro_batch_size_per_gpu or 64
         self.critic.eval_mode()
-        outs = self.critic.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True)
+        with self.phases.phase("forward", "critic"):
+            outs = self.critic.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True)
         return {"values": torch.cat([o["values"] for o in outs])}
 
     def update_critic(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
@@ -288,7 +319,9 @@ class CriticWorker(_EngineWorker):
         return self._update(self.critic, batch, meta, make_loss, int(epochs), int(micro), calculate_entropy=False)
 
     def save_checkpoint(self, path: str) -> None:
-        self.critic.save_checkpoint(os.path.join(path, "critic"))
+        with self.phases.phase("checkpoint", "critic"):
+            self.critic.save_checkpoint(os.path.join(path, "critic"))
 
     def load_checkpoint(self, path: str) -> None:
-        self.critic.load_checkpoint(os.path.join(path, "critic"))
+        with self.phases.phase("checkpoint", "critic"):
+            self.critic.load_checkpoint(os.path.join(path, "critic"))
