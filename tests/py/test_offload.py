@@ -279,3 +279,44 @@ def test_the_megatron_engines_offload_by_the_same_phases(copy_task_data, tmp_pat
     with pytest.raises(AssertionError, match="critic train with \\['grad'\\] off the device"):
         check_timeline([e for e in events if not (isinstance(e, Move) and e.phase == "update"
                                                   and e.role == "critic")], policies)
+
+
+# ------------------------------------------------------------------------------ on a device
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_torch_engine_leaves_the_device_between_phases():
+    """Where the tensors really are, and the memory it frees (has not run yet: no GPU so far)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    engine = TorchLMEngine(ModelConfig(path="tiny-qwen3"), ActorConfig(), OptimConfig(lr=1e-3), "cuda", "actor")
+    engine.initialize()
+    ids = torch.randint(3, 40, (2, 8))
+    mb = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(8).expand(2, 8),
+          "responses": ids[:, -3:], "response_mask": torch.ones(2, 3, dtype=torch.long)}
+
+    def step():
+        engine.optimizer_zero_grad()
+        engine.forward_backward([mb], lambda out, _: (out["log_probs"].mean(), {}))
+        engine.optimizer_step()
+
+    def placement():
+        state = next(iter(engine.optimizer.state.values()))["exp_avg"]
+        return next(engine.module.parameters()).device.type, state.device.type
+
+    step()  # the optimizer has state now
+    on_device = torch.cuda.memory_allocated()
+    owner = PhaseOwner()
+    owner.add(engine, OffloadPolicy(param=True, grad=True, optimizer=True))
+    assert placement() == ("cpu", "cpu") and torch.cuda.memory_allocated() < on_device
+    with owner.phase("forward", "actor"):
+        assert placement() == ("cuda", "cpu")
+    with owner.phase("update", "actor"):
+        assert placement() == ("cuda", "cuda")
+        step()
+    assert placement() == ("cpu", "cpu")
