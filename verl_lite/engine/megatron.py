@@ -458,19 +458,26 @@ class MegatronValueEngine(MegatronLMEngine):
             return "value_head." + name[len("output_layer.linear.") :]
         return name
 
-    def _hf_model_class(self) -> Any:
-        from transformers import AutoModelForTokenClassification
-
-        return AutoModelForTokenClassification
-
     def _read_hf_config(self) -> Any:
         hf_config = super()._read_hf_config()
         hf_config.num_labels = 1
         return hf_config
 
+    def _hf_model_class(self) -> Any:
+        """transformers' token-classification class where it has one for this config (Qwen3); Qwen3.5
+        has none, so its seeded random init is the causal LM's and the head is added below."""
+        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+        if type(self.hf_config) in AutoModelForTokenClassification._model_mapping:
+            return AutoModelForTokenClassification
+        return AutoModelForCausalLM
+
     def _hf_source(self) -> megatron_hf.HFSource:
         source = super()._hf_source()
-        if not isinstance(source, megatron_hf.SafetensorsSource) or "score.weight" in source:
+        if not isinstance(source, megatron_hf.SafetensorsSource) and self._hf_model_class().__name__.endswith(
+                "TokenClassification"):
+            return source
+        if isinstance(source, megatron_hf.SafetensorsSource) and "score.weight" in source:
             return source
         # An LM checkpoint: the value head starts like HF's token-classification head.
         generator = torch.Generator().manual_seed(int(self.model_config.init_seed))
