@@ -211,6 +211,12 @@ class TorchLMEngine(BaseEngine):
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         target = torch_device(device) if device != "cpu" else torch.device("cpu")
         if model:
+            if self.sharded and target.type == "cpu":
+                from torch.distributed.fsdp import FSDPModule
+
+                for m in self.module.modules():  # free what reshard_after_forward=False kept all-gathered
+                    if isinstance(m, FSDPModule):
+                        m.reshard()
             self.module.to(target)
         if grad:
             for p in self.module.parameters():
