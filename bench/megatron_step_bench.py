@@ -9,8 +9,8 @@ Usage:
 
 A step is what the worker does per mini-batch: zero_grad, forward_backward over the micro-batches
 with a token-mean NLL loss, optimizer_step, lr_scheduler_step. Each layout runs in fresh processes
-(TP=2 and EP=2: two gloo processes; with EP=2 the two ranks are also two data-parallel ranks, each
-stepping the whole batch); the first `--warmup` steps are dropped and the median is printed.
+(TP=2, with sequence parallelism as by default, and EP=2: two gloo processes; with EP=2 the two
+ranks are also two data-parallel ranks, each stepping the whole batch); the first `--warmup` steps are dropped and the median is printed.
 Qwen3.5's GDN layers run megatron-core's torch gated delta rule on CPU.
 The import figures come from fresh interpreters, each measured `--import-runs` times.
 """
@@ -145,16 +145,14 @@ def steps(args) -> None:
             rows.append((path, "torch engine (fsdp, 1 process)", torch_engine(args, path)))
         layouts = [(1, 1), (2, 1)] + ([(1, 2)] if "moe" in path else [])
         for tp, ep in layouts:
-            if "moe" in path and tp > 1:  # megatron's MoE needs sequence parallel to train with TP > 1
-                rows.append((path, "megatron engine TP=2: MoE + TP>1 training needs sequence parallel "
-                                   "(not supported yet)", None))
-                continue
             world = tp * ep
             with tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "r.pt")
                 torch.multiprocessing.spawn(megatron_worker, args=(world, free_port(), args, out, path, tp, ep),
                                             nprocs=world, join=True)
-                name = f"megatron engine {'EP=2' if ep > 1 else f'TP={tp}'} ({world} gloo process{'es' if world > 1 else ''})"
+                # TP > 1 runs with sequence parallelism (megatron.sequence_parallel, verl's default True)
+                what = 'EP=2' if ep > 1 else f'TP={tp}' + (' SP' if tp > 1 else '')
+                name = f"megatron engine {what} ({world} gloo process{'es' if world > 1 else ''})"
                 rows.append((path, name, torch.load(out)))
     print(f"{args.batch} sequences x {args.seq} tokens in 2 micro-batches, {args.steps} steps, "
           f"{os.cpu_count()} CPU cores")

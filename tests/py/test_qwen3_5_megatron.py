@@ -226,6 +226,7 @@ def _try_training_moe_at_tp2(rec):
     from verl_lite.engine.megatron import MegatronLMEngine
 
     model, actor = _sections(MOE, tp=2)
+    actor.megatron.sequence_parallel = False  # with it (the default) MoE trains: tests/py/test_sequence_parallel.py
     try:
         MegatronLMEngine(model, actor, actor.optim, "cpu", "actor").initialize()
         rec["moe_tp2_training_error"] = None
@@ -383,7 +384,7 @@ def test_the_torch_rule_takes_the_chunk_of_linear_attention_chunk_size_or_choose
         assert rec["chunk:None"][1] < 1e-5 and rec["chunk:8"][1] < 1e-5
 
 
-def test_training_moe_at_tp2_is_refused_naming_the_fix(run):
+def test_training_moe_at_tp2_without_sequence_parallel_is_refused_naming_the_fix(run):
     for rec in run:  # megatron-core's MoE layer needs sequence parallel to train with TP > 1
         error = rec["moe_tp2_training_error"]
         assert error.startswith("UnsupportedModelError: training an MoE model with tensor_model_parallel_size=2 "

@@ -123,7 +123,7 @@ MEGATRON = [
     "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=1", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=1",
     "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=null",
     "actor_rollout_ref.actor.megatron.context_parallel_size=1", "actor_rollout_ref.actor.megatron.expert_model_parallel_size=1",
-    "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null", "actor_rollout_ref.actor.megatron.sequence_parallel=False",
+    "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null", "actor_rollout_ref.actor.megatron.sequence_parallel=True",
     "actor_rollout_ref.actor.megatron.use_distributed_optimizer=False", "actor_rollout_ref.actor.megatron.param_offload=True",
     "actor_rollout_ref.actor.megatron.grad_offload=True", "actor_rollout_ref.actor.megatron.optimizer_offload=True",
     "actor_rollout_ref.actor.megatron.seed=7", "actor_rollout_ref.actor.megatron.dist_checkpointing_path=null",

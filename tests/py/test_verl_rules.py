@@ -26,12 +26,13 @@ def test_offload_is_accepted_for_every_role_and_engine(lines):
     assert problems("actor_rollout_ref.actor.use_kl_loss=True", "algorithm.adv_estimator=gae", *lines) == []
 
 
-def test_megatron_sequence_parallel_is_refused_per_role():
+def test_megatron_sequence_parallel_at_tp2_is_accepted():
+    """The Megatron engines run it (tests/py/test_sequence_parallel.py)."""
     found = problems("model_engine=megatron", "actor_rollout_ref.actor.use_kl_loss=True",
                      "actor_rollout_ref.actor.megatron.grad_offload=True", "actor_rollout_ref.ref.megatron.param_offload=True",
                      "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
                      "actor_rollout_ref.actor.megatron.sequence_parallel=True")
-    assert [p.split(":", 2)[1].strip() for p in found] == ["actor_rollout_ref.actor.megatron.sequence_parallel=True"]
+    assert found == []
 
 
 def test_offload_where_it_moves_nothing_is_warned_about():

@@ -108,10 +108,10 @@ class MegatronConfig:
     expert_model_parallel_size: int = 1
     # Tensor parallel size inside the experts (ETP); null = TP.
     expert_tensor_parallel_size: Optional[int] = None
-    # verl: Megatron sequence parallelism (activations split along the sequence over the TP group).
-    # Not supported by verl_lite yet: True with TP > 1 is refused by the preflight. verl's default is
-    # True; verl_lite's is False so that verl's scripts, which leave it unset, run.
-    sequence_parallel: bool = False
+    # Megatron sequence parallelism (verl's default True): with TP > 1, activations outside attention
+    # and MLP (norms, dropout) are split along the sequence over the TP group; the sequence is padded
+    # to a multiple of TP. Needed to train MoE models with TP > 1. No effect with TP = 1.
+    sequence_parallel: bool = True
     # Shard the optimizer state over data-parallel ranks (Megatron's distributed optimizer);
     # on cuda and npu only, ignored on cpu.
     use_distributed_optimizer: bool = True

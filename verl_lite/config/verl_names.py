@@ -229,11 +229,6 @@ DEFAULT_DIFFERENCES = {
     "actor_rollout_ref.actor.clip_ratio_low": "null = clip_ratio, which gives verl's 0.2 (verl writes the value out)",
     "actor_rollout_ref.actor.clip_ratio_high": "null = clip_ratio, which gives verl's 0.2",
     "actor_rollout_ref.actor.use_torch_compile": "torch.compile is not supported yet; True is refused",
-    "actor_rollout_ref.actor.megatron.sequence_parallel": "Megatron sequence parallelism is not supported yet (it "
-                                                          "needs Transformer Engine or Apex norms); True with TP > 1 "
-                                                          "is refused, so verl's scripts, which leave it unset, run",
-    "actor_rollout_ref.ref.megatron.sequence_parallel": "as the actor's",
-    "critic.megatron.sequence_parallel": "as the actor's",
     "actor_rollout_ref.rollout.name": "hf runs anywhere, CPU included (verl requires a value)",
     "actor_rollout_ref.rollout.mode": "verl_lite's synchronous trainer generates in the worker (verl: async servers)",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "one device per replica by default",

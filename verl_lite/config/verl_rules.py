@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from verl_lite.config import roles
+from verl_lite.config import roles, rules
 from verl_lite.config.shapes import model_shape
 from verl_lite.models import is_gdn_model
 
@@ -53,9 +53,7 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     problems = []
     megatron = roles.strategy(cfg, role) == "megatron"
     # offload flags are honoured by every engine (engine/offload.py); verl_warnings says where they do nothing
-    if megatron and section.megatron.sequence_parallel and section.megatron.tensor_model_parallel_size > 1:
-        problems.append(f"{role}: {prefix}.megatron.sequence_parallel=True: Megatron sequence parallelism is {YET} "
-                        f"(needs Transformer Engine or Apex norms); set {prefix}.megatron.sequence_parallel=False")
+    problems += _moe_sequence_parallel_problems(cfg, role)
     dtype = section.megatron.dtype if megatron else None
     if dtype is not None and dtype != _megatron_dtype(cfg):
         problems.append(f"{role}: {prefix}.megatron.dtype={dtype!r}: another training dtype is {YET}: the Megatron "
@@ -81,6 +79,24 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
         if role != "ref" and roles.model_section(cfg, role).use_remove_padding:
             problems.append(f"{role}: {model_key}.use_remove_padding=True: remove-padding is {REMOVE_PADDING}")
     return problems
+
+
+def _moe_sequence_parallel_problems(cfg: Any, role: str) -> List[str]:
+    """megatron-core's MoE layer refuses to train with TP > 1 without sequence parallelism (a ValueError
+    in its training forward, moe_layer.py): refuse it here, before Ray starts. The ref only runs forward."""
+    section, prefix = roles.section(cfg, role), roles.SECTION[role]
+    tp = section.megatron.tensor_model_parallel_size
+    if role == "ref" or roles.strategy(cfg, role) != "megatron" or tp <= 1 or section.megatron.sequence_parallel:
+        return []
+    shape = model_shape(roles.model_path(cfg, role))
+    experts = rules.expert_count(shape.hf) if shape is not None else None
+    if not experts:
+        return []
+    return [f"{role}: training an MoE model ({experts} experts) with {prefix}.megatron.tensor_model_parallel_size={tp} "
+            f"needs Megatron sequence parallelism (megatron-core's MoE layer refuses TP > 1 without it): set "
+            f"{prefix}.megatron.sequence_parallel=True (verl's default), or "
+            f"{prefix}.megatron.tensor_model_parallel_size=1 and split the experts with "
+            f"{prefix}.megatron.expert_model_parallel_size"]
 
 
 def _actor_problems(cfg: Any) -> List[str]:

@@ -301,7 +301,10 @@ class MegatronLMEngine(BaseEngine):
             raise ValueError(f"pipeline parallelism needs equal micro-batch sizes, got {sorted(sizes)}")
         pad_to = max(mb["input_ids"].shape[1] for mb in micro_batches) if pipelined else 0
         pad_id = int(getattr(self.hf_config, "pad_token_id", 0) or 0)
-        prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), pad_to, pad_id) for mb in micro_batches]
+        # sequence parallelism splits the sequence over TP: its length must divide by TP (left padding)
+        multiple = mpu.get_tensor_model_parallel_world_size() if getattr(self.tf_config, "sequence_parallel", False) else 1
+        prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), pad_to, pad_id, multiple=multiple)
+                    for mb in micro_batches]
         return megatron_batch.run_schedule(self.model, prepared, self._postprocess, loss_fn, forward_only,
                                            calculate_entropy)
 
@@ -451,7 +454,8 @@ class MegatronValueEngine(MegatronLMEngine):
     model_type = "value_model"
 
     def _attach_head(self, module: Any) -> None:
-        module.output_layer = megatron_model.ValueHead(self.tf_config.hidden_size, self.dtype)
+        module.output_layer = megatron_model.ValueHead(self.tf_config.hidden_size, self.dtype,
+                                                       sequence_parallel=self.tf_config.sequence_parallel)
 
     def _mapping_name(self, name: str) -> str:
         if name.startswith("output_layer.linear."):

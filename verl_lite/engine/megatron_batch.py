@@ -63,15 +63,19 @@ def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:
     return causal[None, None] | (attention_mask == 0)[:, None, None, :]
 
 
-def prepare_batch(micro_batch: Dict[str, Any], device: torch.device, pad_to: int, pad_token_id: int) -> Dict[str, Any]:
-    """The micro-batch on `device` with the model's inputs, left-padded to `pad_to` columns (pipeline
-    parallelism needs one sequence length; left padding keeps the responses in the last R columns)."""
+def prepare_batch(micro_batch: Dict[str, Any], device: torch.device, pad_to: int, pad_token_id: int,
+                  multiple: int = 1) -> Dict[str, Any]:
+    """The micro-batch on `device` with the model's inputs, left-padded to `pad_to` columns, rounded
+    up to a multiple of `multiple` (sequence parallelism splits the sequence over TP ranks). Left
+    padding keeps the responses in the last R columns, where the engines read their outputs, so the
+    pad needs no stripping."""
     missing = [k for k in BATCH_KEYS if k not in micro_batch]
     if missing:
         raise KeyError(f"micro-batch lacks {missing} (engine batch contract: {', '.join(BATCH_KEYS)})")
     batch = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in micro_batch.items()}
     ids, mask, pos = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
-    extra = pad_to - ids.shape[1]
+    width = max(pad_to, ids.shape[1])
+    extra = -(-width // multiple) * multiple - ids.shape[1]
     if extra > 0:
         ids = torch.nn.functional.pad(ids, (extra, 0), value=pad_token_id)
         mask = torch.nn.functional.pad(mask, (extra, 0), value=0)

@@ -20,8 +20,11 @@ nothing here runs for `cuda` or `npu`. What changes, and why:
    functions), so those functions run as the plain Python they wrap.
 
 Process-wide effects (1, 2) are why this module is only for processes whose engines run on CPU.
+Sequence parallelism runs on CPU: verl_lite's norms (`megatron_norm`) take it, and gloo (torch
+2.13) has the collectives megatron's sequence-parallel linears call (`all_gather_into_tensor` /
+`_all_gather_base`, `reduce_scatter_tensor` / `_reduce_scatter_base`), so nothing is emulated.
 Settings megatron cannot honour on CPU are turned off by `cpu_settings()` with a warning:
-sequence parallel and the distributed optimizer need Apex/Transformer Engine kernels, gradient
+the distributed optimizer needs Apex/Transformer Engine kernels, gradient
 accumulation fusion needs a CUDA kernel, the MoE all-to-all token dispatcher needs CUDA streams
 (the all-gather dispatcher routes the same way), and the optimizer's own grad clipping uses CUDA
 multi-tensor kernels (the engine clips itself).
@@ -212,7 +215,6 @@ def cpu_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
     """Turn off (among the keys given) what megatron cannot do on CPU; warn for each that was on."""
     out = dict(settings)
     reasons = {
-        "sequence_parallel": "needs Apex/Transformer Engine layer norms",
         "use_distributed_optimizer": "needs Apex/Transformer Engine multi-tensor kernels",
         "gradient_accumulation_fusion": "needs a CUDA kernel",
     }

@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from verl_lite.engine.megatron_norm import RMSNorm
 from verl_lite.models.hf import auto_chunk_size
 
 logger = logging.getLogger(__name__)
@@ -130,30 +131,12 @@ def load_ascend_kernel() -> Callable[..., Any]:
         ) from e
 
 
-class RMSNorm(torch.nn.Module):
-    """RMSNorm computed in fp32. `zero_centered` (default: config.layernorm_zero_centered_gamma)
-    scales by (1 + w) with w starting at 0, the form of Qwen3.5's RMSNorm; otherwise by w, the
-    form of its gated GDN output norm. megatron's torch norm refuses the zero-centred form."""
-
-    def __init__(self, config: Any, hidden_size: int, eps: float = 1e-6, zero_centered: Optional[bool] = None):
-        super().__init__()
-        self.config = config
-        self.eps = float(eps)
-        self.zero_centered = bool(config.layernorm_zero_centered_gamma if zero_centered is None else zero_centered)
-        init = torch.zeros if self.zero_centered else torch.ones
-        self.weight = torch.nn.Parameter(init(hidden_size, dtype=config.params_dtype))
-        setattr(self.weight, "sequence_parallel", bool(config.sequence_parallel))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        if self.zero_centered:
-            return (normed * (1.0 + self.weight.float())).type_as(x)
-        return self.weight * normed.to(x.dtype)
-
-
 class GatedOutputRMSNorm(RMSNorm):
     """The GDN output norm (before the SiLU output gate): scaled by w, as transformers'
-    Qwen3_5RMSNormGated (megatron's TE spec would make it zero-centred with the other norms)."""
+    Qwen3_5RMSNormGated (megatron's TE spec would make it zero-centred with the other norms).
+    It acts per value head on the gathered sequence; as TE's norm in megatron's GDN spec, its weight
+    carries `sequence_parallel` = config.sequence_parallel, so with SP megatron sums its grads (partial
+    over this rank's heads) over TP."""
 
     def __init__(self, config: Any, hidden_size: int, eps: float = 1e-6):
         super().__init__(config, hidden_size, eps, zero_centered=False)
@@ -259,6 +242,8 @@ def _build_layer_class() -> type:
                 pad = padding_positions(attention_mask, batch, seq_len)
                 if pad is not None and bool(pad.any()):
                     keep = (~pad).transpose(0, 1).unsqueeze(-1).to(hidden_states.dtype)  # (T, B, 1)
+                    if self.sp_size > 1:  # sequence parallel: this rank holds its slice of the sequence
+                        keep = keep.chunk(self.sp_size, dim=0)[self.pg_collection.tp.rank()]
                     hidden_states = hidden_states * keep
 
             qkvzba, _ = self.in_proj(hidden_states)

@@ -24,7 +24,8 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
                        overrides: Dict[str, Any], sequence_parallel: bool, compute_device: str, role: str,
                        device: Optional[str] = None, gdn_chunk_size: Optional[int] = None) -> Any:
     """The TransformerConfig: the bridge's fields, then the parallel sizes and fixed settings, then
-    the overrides. Overrides megatron does not define are set as attributes afterwards (e.g.
+    the overrides. `sequence_parallel` (megatron.sequence_parallel) is passed on when TP > 1; the
+    batch's sequence length is then padded to a multiple of TP (`megatron_batch.prepare_batch`). Overrides megatron does not define are set as attributes afterwards (e.g.
     `use_ascend_gdn` / `use_triton_gdn`). For a model with Gated DeltaNet layers `gdn_kernel` is
     set from those two switches and the run's `device` (the engine's device: npu for MindSpeed
     engines even when tests run their internals on CPU; defaults to `compute_device`), and
@@ -35,7 +36,8 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
     kwargs.update(parallel_sizes)
     kwargs.update(
         activation_func=torch.nn.functional.silu,
-        sequence_parallel=False,
+        # at TP=1 sequence parallelism splits nothing: megatron gets it only with TP > 1
+        sequence_parallel=bool(sequence_parallel) and int(parallel_sizes.get("tensor_model_parallel_size", 1)) > 1,
         params_dtype=dtype,
         pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
@@ -46,9 +48,6 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
         gradient_accumulation_fusion=False,
         perform_initialization=False,  # weights always come from an HF source
     )
-    if sequence_parallel and kwargs["tensor_model_parallel_size"] > 1:
-        # megatron's local layer spec uses torch norms, which reject sequence parallel
-        logger.warning("%s: megatron.sequence_parallel=True is not supported by verl_lite yet; running without it", role)
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     kwargs.update({k: v for k, v in overrides.items() if k in fields})
     if compute_device == "cpu":
@@ -109,8 +108,8 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
 
 def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool) -> List[Any]:
     """Megatron DDP around each chunk (gradient buffers, grad reduction over data-parallel ranks).
-    Refuses to train MoE layers with TP > 1: megatron-core's MoE layer then requires sequence
-    parallelism (a ValueError in its training forward), which verl_lite does not support yet."""
+    Refuses to train MoE layers with TP > 1 without sequence parallelism: megatron-core's MoE layer
+    then raises a ValueError in its training forward (the preflight refuses it before Ray starts)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
     if tf_config.num_moe_experts and tf_config.tensor_model_parallel_size > 1 and not tf_config.sequence_parallel:
@@ -118,9 +117,8 @@ def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool)
 
         raise UnsupportedModelError(
             f"training an MoE model with tensor_model_parallel_size={tf_config.tensor_model_parallel_size} needs "
-            f"Megatron sequence parallelism, which verl_lite's Megatron engines do not support yet: train MoE "
-            f"with tensor_model_parallel_size=1 and split the experts with expert_model_parallel_size "
-            f"(forward-only roles such as the ref may keep TP > 1)"
+            f"Megatron sequence parallelism: set megatron.sequence_parallel=True (verl's default), or train with "
+            f"tensor_model_parallel_size=1 and split the experts with expert_model_parallel_size"
         )
 
     wrapped = []
@@ -141,15 +139,23 @@ def unwrap(chunk: Any) -> Any:
 
 
 class ValueHead(torch.nn.Module):
-    """Scalar output layer with megatron's output-layer call signature; replicated over TP."""
+    """Scalar output layer with megatron's output-layer call signature; replicated over TP. With
+    sequence parallelism it first gathers the sequence (as megatron's output layer does); every TP
+    rank then computes the same values and loss, so the backward takes this rank's slice of the
+    (replicated) gradient instead of summing it over TP."""
 
-    def __init__(self, hidden: int, dtype: torch.dtype):
+    def __init__(self, hidden: int, dtype: torch.dtype, sequence_parallel: bool = False):
         super().__init__()
         self.linear = torch.nn.Linear(hidden, 1, bias=True, dtype=dtype)
+        self.sequence_parallel = bool(sequence_parallel)
 
     @property
     def weight(self) -> torch.nn.Parameter:
         return self.linear.weight
 
     def forward(self, hidden_states: torch.Tensor, weight: Any = None, runtime_gather_output: Any = None):
+        if self.sequence_parallel:
+            from megatron.core.tensor_parallel.mappings import gather_from_sequence_parallel_region
+
+            hidden_states = gather_from_sequence_parallel_region(hidden_states, tensor_parallel_output_grad=False)
         return self.linear(hidden_states), None

@@ -110,6 +110,21 @@ class Qwen3Bridge(ModelBridge):
 
         return get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
 
+    def model_spec(self, config: Any, vp_stage: Optional[int] = None) -> Any:
+        """The local layer spec with verl_lite's RMSNorm (megatron_norm: it takes sequence
+        parallelism, which megatron's torch norm refuses), one spec per layer of this chunk."""
+        from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+        from verl_lite.engine import megatron_norm
+
+        spec = self.layer_spec()
+        spec.submodules.input_layernorm = megatron_norm.RMSNorm
+        spec.submodules.pre_mlp_layernorm = megatron_norm.RMSNorm
+        spec.submodules.self_attention.submodules.q_layernorm = megatron_norm.HeadRMSNorm
+        spec.submodules.self_attention.submodules.k_layernorm = megatron_norm.HeadRMSNorm
+        count = get_num_layers_to_build(config, vp_stage=vp_stage)
+        return TransformerBlockSubmodules(layer_specs=[spec] * count, layer_norm=megatron_norm.RMSNorm)
+
     def rope_theta(self) -> float:
         params = hf_field(self.hf_config, "rope_parameters") or {}
         theta = params.get("rope_theta") if isinstance(params, dict) else None

@@ -215,7 +215,7 @@ class Qwen3_5Bridge(ModelBridge):
         )
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-        from verl_lite.engine import megatron_gdn
+        from verl_lite.engine import megatron_gdn, megatron_norm
 
         megatron_gdn.check_megatron_version()
         local = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False,
@@ -224,8 +224,9 @@ class Qwen3_5Bridge(ModelBridge):
         attention = copy.deepcopy(local)
         attention.submodules.input_layernorm = norm
         attention.submodules.pre_mlp_layernorm = norm
-        attention.submodules.self_attention.submodules.q_layernorm = norm
-        attention.submodules.self_attention.submodules.k_layernorm = norm
+        # q/k norms act per head after the gather: not sequence-parallel (megatron_norm)
+        attention.submodules.self_attention.submodules.q_layernorm = megatron_norm.HeadRMSNorm
+        attention.submodules.self_attention.submodules.k_layernorm = megatron_norm.HeadRMSNorm
         attention.submodules.mlp = self._mlp_spec(local)
         gdn = copy.deepcopy(attention)
         gdn.submodules.self_attention = ModuleSpec(

@@ -1,0 +1,264 @@
+"""Megatron sequence parallelism (SP): the preflight rule for MoE at TP > 1, and (one 2-rank spawn)
+SP on CPU over gloo against TP=2 without SP and transformers."""
+
+from __future__ import annotations
+
+from verl_lite import check
+from verl_lite.config import compose_config
+
+BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+        "actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=16", "trainer.device=npu"]
+SHAPE_35B = "actor_rollout_ref.model.path=/nonexistent/Qwen3.5-35B-A3B"  # the shipped public shape (256 experts)
+DENSE = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "num_attention_heads": 8,
+         "num_key_value_heads": 8, "num_hidden_layers": 4}
+
+
+def layout(role: str, tp: int, ep: int = 1, sp: bool = False):
+    prefix = {"actor": "actor_rollout_ref.actor", "ref": "actor_rollout_ref.ref", "critic": "critic"}[role]
+    return [f"{prefix}.megatron.tensor_model_parallel_size={tp}", f"{prefix}.megatron.expert_model_parallel_size={ep}",
+            f"{prefix}.megatron.sequence_parallel={sp}"]
+
+
+def problems(overrides):
+    cfg, compose_problems = compose_config(overrides)
+    assert compose_problems == []
+    return check.collect_problems(cfg, for_training=False)
+
+
+def sp_problems(overrides):
+    return [p for p in problems(overrides) if "sequence parallel" in p]
+
+
+def test_training_moe_at_tp2_without_sequence_parallel_is_refused_before_ray_naming_the_fix():
+    found = sp_problems(BASE + [SHAPE_35B] + layout("actor", 2, 8, sp=False) + layout("ref", 2, 8, sp=True))
+    assert len(found) == 1, found
+    assert "actor: training an MoE model (256 experts)" in found[0]
+    assert "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2" in found[0]
+
+
+def test_moe_at_tp1_and_dense_models_at_tp2_and_the_forward_only_ref_are_not_refused(write_model):
+    assert sp_problems(BASE + [SHAPE_35B] + layout("actor", 1, 8) + layout("ref", 2, 8)) == []
+    dense = f"actor_rollout_ref.model.path={write_model(DENSE)}"
+    assert sp_problems(BASE + [dense] + layout("actor", 2) + layout("ref", 2)) == []
+
+
+# ---------------------------------------------------------------------------- SP on CPU (one 2-rank spawn)
+# Every check below runs in ONE spawn of two gloo ranks (`_scenario`; a megatron import costs 7-9 s
+# per process) at TP=2; the tests read what the ranks recorded. fp32 throughout.
+
+import os  # noqa: E402
+import traceback  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+B, T, R = 3, 11, 4  # T odd: sequence parallelism at TP=2 pads one column on the left
+SEED = 3
+QWEN3, QWEN3_5, MOE = "tiny-qwen3", "tiny-qwen3_5", "tiny-qwen3_5-moe"
+NORM = "decoder.layers.0.input_layernorm.weight"  # hidden-state norm: grads summed over TP under SP
+QNORM = "decoder.layers.0.self_attention.q_layernorm.weight"  # per head: not sequence-parallel
+# One Adam step (lr 1e-3) with SP vs without, largest weight difference. Adam's first step moves each
+# weight by about lr * sign(grad), so an entry whose grad is near Adam's eps turns fp32 reduction-order
+# differences (SP sums in another order) into a few 1e-6 (measured 4.5e-6); without the norms' mark the
+# difference is 2e-3 (2 * lr: norm updates of the wrong sign).
+STEP_TOL = 2e-5
+
+
+def make_batch(seed: int = 0):
+    """Left-padded prompts and a response that ended early."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 48, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, :4] = 0
+    mask[2, :2] = 0
+    mask[1, -1] = 0
+    ids[mask == 0] = 0
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
+
+
+def _sections(path, sp, lr=1e-3, tp=2):
+    from omegaconf import OmegaConf
+
+    from verl_lite.config.schema import VerlLiteConfig
+
+    cfg = OmegaConf.structured(VerlLiteConfig)
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    model.path, model.init_seed = path, SEED
+    actor.strategy = "megatron"
+    actor.megatron.tensor_model_parallel_size = tp
+    actor.megatron.sequence_parallel = sp
+    actor.optim.lr = lr
+    return model, actor, cfg.critic
+
+
+def nll(outputs, mb):
+    mask = mb["response_mask"].float()
+    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    return loss, {"loss": loss.item()}
+
+
+def _engine(path, sp, trains, lr=1e-3):
+    from verl_lite.engine.megatron import MegatronLMEngine
+
+    model, actor, _ = _sections(path, sp, lr)
+    engine = MegatronLMEngine(model, actor, actor.optim if trains else None, "cpu", "actor")
+    engine.initialize()
+    return engine
+
+
+def _logits(engine, batch):
+    """Full-vocabulary logits (gathered over TP) through the engine's batch preparation (padded to
+    a multiple of TP under SP), the left pad column removed."""
+    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
+
+    from verl_lite.engine import megatron_batch
+
+    multiple = 2 if engine.tf_config.sequence_parallel else 1
+
+    def logits_of(output, item, with_entropy):
+        return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
+
+    prepared = [megatron_batch.prepare_batch(batch, torch.device("cpu"), 0, 0, multiple=multiple)]
+    out = megatron_batch.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
+    return out[:, -batch["input_ids"].shape[1]:]
+
+
+def _hf_logits(path, batch):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from verl_lite.engine.megatron_hf import random_hf_state
+    from verl_lite.models import resolve_model_dir
+
+    config = AutoConfig.from_pretrained(resolve_model_dir(path))
+    state = random_hf_state(AutoModelForCausalLM, config, SEED).__self__
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.load_state_dict(state, strict=True)
+    with torch.no_grad():
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                     position_ids=batch["position_ids"]).logits
+
+
+def _params(engine):
+    from verl_lite.engine.megatron_model import unwrap
+
+    return dict(unwrap(engine.model[0]).named_parameters())
+
+
+def _phase_logits(rec, batch, valid):
+    """Logits with SP against transformers' (all three models) and against TP=2 without SP (Qwen3
+    dense; the other two are compared without SP against transformers in test_qwen3_5_megatron);
+    the engine's log-probs (its own padding to a multiple of TP) against transformers'."""
+    resp = batch["response_mask"].bool()
+    for path in (QWEN3, QWEN3_5, MOE):
+        hf = _hf_logits(path, batch)
+        with_sp = _engine(path, True, trains=False)
+        rec[f"{path}:sp_config"] = bool(with_sp.tf_config.sequence_parallel)
+        sp_logits = _logits(with_sp, batch)
+        sp_log_probs = with_sp.forward_backward([batch], forward_only=True)[0]["log_probs"]
+        rec[f"{path}:vs_hf"] = (sp_logits[valid] - hf[valid]).abs().max().item()
+        hf_log_probs = torch.log_softmax(hf[:, -R - 1:-1], -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+        rec[f"{path}:log_probs_vs_hf"] = (sp_log_probs - hf_log_probs)[resp].abs().max().item()
+        if path == QWEN3:
+            rec[f"{path}:vs_no_sp"] = (sp_logits[valid] - _logits(_engine(path, False, trains=False), batch)[valid]
+                                       ).abs().max().item()
+
+
+def _one_step(engine, batch, strip_attribute=False):
+    if strip_attribute:  # negative control: norms no longer marked for megatron's TP all-reduce
+        for p in _params(engine).values():
+            if getattr(p, "sequence_parallel", False):
+                p.sequence_parallel = False
+    engine.train_mode()
+    engine.optimizer_zero_grad()
+    engine.forward_backward([batch], nll)
+    grads = {n: p.main_grad.detach().clone() for n, p in _params(engine).items() if n in (NORM, QNORM)}
+    engine.optimizer_step()
+    weights = {n: t.detach().clone() for n, t in engine.export_hf_weights()}
+    return grads, weights
+
+
+def _phase_step(rec, batch):
+    runs = {"sp": (True, False), "no_sp": (False, False), "sp_unmarked": (True, True)}
+    results = {}
+    for name, (sp, strip) in runs.items():
+        engine = _engine(QWEN3, sp, trains=True)
+        if name == "sp":
+            params = _params(engine)
+            rec["attr_norm"] = getattr(params[NORM], "sequence_parallel", None)
+            rec["attr_qnorm"] = getattr(params[QNORM], "sequence_parallel", None)
+            rec["attr_final"] = getattr(params["decoder.final_layernorm.weight"], "sequence_parallel", None)
+        results[name] = _one_step(engine, batch, strip_attribute=strip)
+    (g_sp, w_sp), (g_no, w_no), (g_bad, w_bad) = results["sp"], results["no_sp"], results["sp_unmarked"]
+    rec["step_weight_diff"] = max((w_sp[k] - w_no[k]).abs().max().item() for k in w_no)
+    rec["step_weight_diff_unmarked"] = max((w_bad[k] - w_no[k]).abs().max().item() for k in w_no)
+    rec["norm_grad_diff"] = (g_sp[NORM] - g_no[NORM]).abs().max().item()
+    rec["norm_grad_diff_unmarked"] = (g_bad[NORM] - g_no[NORM]).abs().max().item()
+    rec["qnorm_grad_diff"] = (g_sp[QNORM] - g_no[QNORM]).abs().max().item()
+    rec["norm_grad"] = g_sp[NORM]  # compared across the two ranks by the test
+
+
+def _phase_moe_training(rec, batch):
+    engine = _engine(MOE, True, trains=True, lr=1e-2)
+    engine.train_mode()
+    losses = []
+    for _ in range(4):
+        engine.optimizer_zero_grad()
+        losses.append(engine.forward_backward([batch], nll)[0]["metrics"]["loss"])
+        engine.optimizer_step()
+    rec["moe_losses"] = losses
+
+
+def _scenario(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    rec = {}
+    try:
+        batch = make_batch()
+        valid = batch["attention_mask"].bool()
+        _phase_logits(rec, batch, valid)
+        _phase_step(rec, batch)
+        _phase_moe_training(rec, batch)
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.fixture(scope="module")
+def ranks(spawn_ranks):
+    return spawn_ranks(_scenario, "sequence_parallel")
+
+
+@pytest.mark.parametrize("path", [QWEN3, QWEN3_5, MOE])
+def test_logits_with_sequence_parallel_equal_transformers_and_tp2_without_it(ranks, path):
+    for rec in ranks:
+        assert rec[f"{path}:sp_config"] is True
+        assert rec[f"{path}:vs_hf"] < 1e-5
+        assert rec[f"{path}:log_probs_vs_hf"] < 1e-5
+        if path == QWEN3:
+            assert rec[f"{path}:vs_no_sp"] < 1e-5
+
+
+def test_hidden_state_norms_are_marked_sequence_parallel_and_qk_norms_are_not(ranks):
+    assert ranks[0]["attr_norm"] is True and ranks[0]["attr_final"] is True
+    assert ranks[0]["attr_qnorm"] is False
+
+
+def test_one_step_with_sequence_parallel_gives_the_weights_of_tp2_without_it(ranks):
+    for rec in ranks:
+        assert rec["step_weight_diff"] < STEP_TOL
+        assert rec["norm_grad_diff"] < 1e-6 and rec["qnorm_grad_diff"] < 1e-6
+    assert torch.equal(ranks[0]["norm_grad"], ranks[1]["norm_grad"])
+
+
+def test_without_the_sequence_parallel_mark_the_norm_grads_are_partial_and_the_step_differs(ranks):
+    """The negative control of the test above: the mark is what makes megatron sum the norm grads."""
+    for rec in ranks:
+        assert rec["norm_grad_diff_unmarked"] > 1e-4
+        assert rec["step_weight_diff_unmarked"] > 1e-4
+
+
+def test_moe_trains_at_tp2_with_sequence_parallel_and_the_loss_falls(ranks):
+    losses = ranks[0]["moe_losses"]
+    assert ranks[1]["moe_losses"] == losses
+    assert losses[-1] < losses[0] - 0.05, losses
