@@ -76,7 +76,7 @@ class MegatronBridgeBuild:
 
         provider = self.bridge.to_megatron_provider(load_weights=False)
         settings: Dict[str, Any] = dict(parallel_sizes)
-        settings.update(sequence_parallel=False, variable_seq_lengths=True, batch_p2p_comm=False)
+        settings.update(variable_seq_lengths=True, batch_p2p_comm=False)  # sequence_parallel: in overrides
         settings.update(overrides)
         if value_model and hasattr(provider, "share_embeddings_and_output_weights"):
             settings["share_embeddings_and_output_weights"] = False
@@ -195,7 +195,11 @@ def initialize_external(engine: Any, build: Any) -> None:
             f"{build.kind}: {model_dir} has no *.safetensors; Megatron-Bridge and mbridge load HF weights from the "
             f"model directory (a random-init model runs only through verl_lite's own bridges: without "
             f"Megatron-Bridge installed, or with vanilla_mbridge=False and no mbridge)")
-    build.configure(engine.parallel_sizes(), engine.transformer_overrides(), engine.dtype,
+    # megatron.sequence_parallel as verl passes it (on with TP > 1 only, as for verl_lite's own bridges);
+    # override_transformer_config wins, as in verl
+    sizes = engine.parallel_sizes()
+    sp = bool(engine.megatron_config.sequence_parallel) and int(sizes.get("tensor_model_parallel_size", 1)) > 1
+    build.configure(sizes, {"sequence_parallel": sp, **engine.transformer_overrides()}, engine.dtype,
                     engine.model_type == "value_model")
     chunks = build.build()
     build.load(chunks, engine.model_type == "value_model")
