@@ -198,6 +198,19 @@ def _phase_step(rec, batch):
     rec["norm_grad"] = g_sp[NORM]  # compared across the two ranks by the test
 
 
+def _phase_gdn_step(rec, batch):
+    """Qwen3.5 dense: the GDN output norm acts per head (heads split over TP), so its grads are partial
+    on each rank with or without SP; one step must leave it equal on both ranks, and SP must give the
+    weights of TP=2 without SP."""
+    weights, norms = {}, {}
+    for sp in (True, False):
+        engine = _engine(QWEN3_5, sp, trains=True)
+        _, weights[sp] = _one_step(engine, batch)
+        norms[sp] = {n: p.detach().clone() for n, p in _params(engine).items() if "out_norm" in n}
+    rec["gdn_step_weight_diff"] = max((weights[True][k] - weights[False][k]).abs().max().item() for k in weights[False])
+    rec["gdn_out_norms"] = norms  # compared across the two ranks by the test
+
+
 def _phase_moe_training(rec, batch):
     engine = _engine(MOE, True, trains=True, lr=1e-2)
     engine.train_mode()
@@ -218,6 +231,7 @@ def _scenario(rank, world, port, out_dir):
         valid = batch["attention_mask"].bool()
         _phase_logits(rec, batch, valid)
         _phase_step(rec, batch)
+        _phase_gdn_step(rec, batch)
         _phase_moe_training(rec, batch)
     except Exception:
         rec["error"] = traceback.format_exc()
@@ -249,6 +263,17 @@ def test_one_step_with_sequence_parallel_gives_the_weights_of_tp2_without_it(ran
         assert rec["step_weight_diff"] < STEP_TOL
         assert rec["norm_grad_diff"] < 1e-6 and rec["qnorm_grad_diff"] < 1e-6
     assert torch.equal(ranks[0]["norm_grad"], ranks[1]["norm_grad"])
+
+
+def test_gdn_output_norm_stays_replicated_over_tp_after_a_step_with_and_without_sequence_parallel(ranks):
+    for rec in ranks:
+        assert rec["gdn_step_weight_diff"] < STEP_TOL
+    for sp in (True, False):
+        first, second = ranks[0]["gdn_out_norms"][sp], ranks[1]["gdn_out_norms"][sp]
+        assert first and first.keys() == second.keys()
+        for name in first:  # a step moves them (lr 1e-3) and both TP ranks hold the same values
+            assert torch.equal(first[name], second[name]), (sp, name)
+            assert (first[name] - 1.0).abs().max() > 1e-4, (sp, name)
 
 
 def test_without_the_sequence_parallel_mark_the_norm_grads_are_partial_and_the_step_differs(ranks):

@@ -134,12 +134,14 @@ def load_ascend_kernel() -> Callable[..., Any]:
 class GatedOutputRMSNorm(RMSNorm):
     """The GDN output norm (before the SiLU output gate): scaled by w, as transformers'
     Qwen3_5RMSNormGated (megatron's TE spec would make it zero-centred with the other norms).
-    It acts per value head on the gathered sequence; as TE's norm in megatron's GDN spec, its weight
-    carries `sequence_parallel` = config.sequence_parallel, so with SP megatron sums its grads (partial
-    over this rank's heads) over TP."""
+    It acts per value head on the gathered sequence, so with TP > 1 each rank's grad covers its own
+    heads only: as TE's norm in megatron's GDN spec, its weight carries `sequence_parallel` =
+    config.sequence_parallel (with SP megatron sums it over TP), and `tp_partial_grad`, by which
+    `megatron_model.wrap_ddp` sums it over TP without SP (megatron sums only q/k norms by name)."""
 
     def __init__(self, config: Any, hidden_size: int, eps: float = 1e-6):
         super().__init__(config, hidden_size, eps, zero_centered=False)
+        setattr(self.weight, "tp_partial_grad", True)
 
 
 def padding_positions(attention_mask: Optional[torch.Tensor], batch: int, seq_len: int) -> Optional[torch.Tensor]:

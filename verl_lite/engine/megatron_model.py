@@ -127,10 +127,35 @@ def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool)
             grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=use_distributed_optimizer
         )
         wrapped.append(DistributedDataParallel(tf_config, ddp_config, module, disable_bucketing=i > 0))
-    tf_config.finalize_model_grads_func = finalize_model_grads
+    def finalize(model: List[Any], *args: Any, **kwargs: Any) -> Any:
+        result = finalize_model_grads(model, *args, **kwargs)
+        sum_partial_grads_over_tp(model, tf_config)
+        return result
+
+    tf_config.finalize_model_grads_func = finalize
     no_sync = [m.no_sync for m in wrapped]
     tf_config.no_sync_func = no_sync[0] if len(no_sync) == 1 else no_sync
     return wrapped
+
+
+def sum_partial_grads_over_tp(model: List[Any], tf_config: Any) -> None:
+    """Sum over TP the grads of replicated weights marked `tp_partial_grad` (the GDN output norm: per
+    head, heads split over TP) when megatron does not: without sequence parallelism its
+    finalize_model_grads sums only sequence-parallel-marked and q/k-norm weights."""
+    from megatron.core import parallel_state as mpu
+
+    if tf_config.sequence_parallel or mpu.get_tensor_model_parallel_world_size() <= 1:
+        return
+    grads = [p.main_grad for chunk in model for p in chunk.parameters()
+             if p.requires_grad and getattr(p, "tp_partial_grad", False) and getattr(p, "main_grad", None) is not None]
+    if not grads:
+        return
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    coalesced = _flatten_dense_tensors(grads)
+    torch.distributed.all_reduce(coalesced, group=mpu.get_tensor_model_parallel_group())
+    for grad, summed in zip(grads, _unflatten_dense_tensors(coalesced, grads)):
+        grad.copy_(summed)
 
 
 def unwrap(chunk: Any) -> Any:
