@@ -211,6 +211,37 @@ def _phase_gdn_step(rec, batch):
     rec["gdn_out_norms"] = norms  # compared across the two ranks by the test
 
 
+def _phase_critic(rec, batch):
+    """The value engine (Qwen3 trunk, scalar head replicated over TP): values and one step with SP
+    against TP=2 without SP."""
+    from verl_lite.config.schema import CriticConfig
+    from verl_lite.engine.megatron import MegatronValueEngine
+
+    def value_loss(outputs, mb):
+        mask = mb["response_mask"].float()
+        loss = ((outputs["values"] - 1.0) ** 2 * mask).sum() / mask.sum()
+        return loss, {"loss": loss.item()}
+
+    model, _, _ = _sections(QWEN3, True)
+    values, weights = {}, {}
+    for sp in (True, False):
+        critic = CriticConfig(strategy="megatron")
+        critic.megatron.tensor_model_parallel_size = 2
+        critic.megatron.sequence_parallel = sp
+        critic.optim.lr = 1e-3
+        engine = MegatronValueEngine(model, critic, critic.optim, "cpu", "critic")
+        engine.initialize()
+        values[sp] = engine.forward_backward([batch], forward_only=True)[0]["values"]
+        engine.train_mode()
+        engine.optimizer_zero_grad()
+        engine.forward_backward([batch], value_loss)
+        engine.optimizer_step()
+        weights[sp] = {n: t.detach().clone() for n, t in engine.export_hf_weights()}
+    resp = batch["response_mask"].bool()
+    rec["critic_values_diff"] = (values[True] - values[False])[resp].abs().max().item()
+    rec["critic_step_weight_diff"] = max((weights[True][k] - weights[False][k]).abs().max().item() for k in weights[False])
+
+
 def _phase_moe_training(rec, batch):
     engine = _engine(MOE, True, trains=True, lr=1e-2)
     engine.train_mode()
@@ -232,6 +263,7 @@ def _scenario(rank, world, port, out_dir):
         _phase_logits(rec, batch, valid)
         _phase_step(rec, batch)
         _phase_gdn_step(rec, batch)
+        _phase_critic(rec, batch)
         _phase_moe_training(rec, batch)
     except Exception:
         rec["error"] = traceback.format_exc()
@@ -274,6 +306,12 @@ def test_gdn_output_norm_stays_replicated_over_tp_after_a_step_with_and_without_
         for name in first:  # a step moves them (lr 1e-3) and both TP ranks hold the same values
             assert torch.equal(first[name], second[name]), (sp, name)
             assert (first[name] - 1.0).abs().max() > 1e-4, (sp, name)
+
+
+def test_the_critic_with_sequence_parallel_gives_the_values_and_step_of_tp2_without_it(ranks):
+    for rec in ranks:
+        assert rec["critic_values_diff"] < 1e-5
+        assert rec["critic_step_weight_diff"] < STEP_TOL
 
 
 def test_without_the_sequence_parallel_mark_the_norm_grads_are_partial_and_the_step_differs(ranks):
