@@ -242,10 +242,8 @@ def test_the_micro_batch_must_divide_each_ranks_share_unless_batches_are_dynamic
         "each of the 4 data-parallel ranks 32/4 = 8 sequences, "
         "not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3" in problem
     )
-    # Dynamic batches skip the micro-batch arithmetic; verl_lite refuses them on their own (not implemented yet).
-    assert problems(overrides + ["actor_rollout_ref.actor.use_dynamic_bsz=True"]) == [
-        "actor: actor_rollout_ref.actor.use_dynamic_bsz=True: dynamic batch size is not supported by verl_lite yet: "
-        "micro-batches have a fixed size (the role's *_micro_batch_size_per_gpu); set it to False"]
+    # Dynamic batches skip the micro-batch arithmetic: micro-batches are packed by a token budget instead.
+    assert problems(overrides + ["actor_rollout_ref.actor.use_dynamic_bsz=True"]) == []
 
 
 def test_the_critic_uses_its_own_mini_batch_when_set():
@@ -336,7 +334,7 @@ def test_layers_must_split_evenly_over_pipeline_stages_unless_placed_explicitly(
     assert problems(base + [f"+{OTC}.num_layers_in_first_pipeline_stage=14"]) == []
 
 
-def test_gdn_models_on_megatron_reject_remove_padding_and_dynamic_batches():
+def test_gdn_models_on_megatron_reject_remove_padding_but_take_dynamic_batches_which_run_padded():
     found = problems(
         BASE
         + [
@@ -348,10 +346,8 @@ def test_gdn_models_on_megatron_reject_remove_padding_and_dynamic_batches():
     why = ("is not supported for Gated DeltaNet models (Qwen3.5) on megatron: on cpu with these switches the GDN "
            "layers run the pure-torch gated delta rule, which cannot take packed (THD) input. Rule: packed (THD) Gated "
            "DeltaNet input needs a kernel that takes cu_seqlens: on npu the Ascend kernel")
-    assert [p.split(why)[0] for p in found] == [
-        "actor: actor_rollout_ref.model.use_remove_padding=True ", "actor: actor_rollout_ref.actor.use_dynamic_bsz=True "]
+    assert [p.split(why)[0] for p in found] == ["actor: actor_rollout_ref.model.use_remove_padding=True "]
     assert found[0].endswith("; set actor_rollout_ref.model.use_remove_padding=False")
-    assert found[1].endswith("; set actor_rollout_ref.actor.use_dynamic_bsz=False")
 
 
 @pytest.mark.parametrize("device,switches,kernel", [
@@ -383,11 +379,13 @@ def test_gdn_models_on_fsdp_get_no_gdn_packing_refusal():
 
 
 def test_the_critic_gdn_flags_are_checked_for_a_megatron_critic():
-    found = problems(BASE + ["algorithm.adv_estimator=gae", "critic.strategy=megatron", "critic.use_dynamic_bsz=True"])
-    (problem,) = found
-    assert problem.startswith("critic: critic.use_dynamic_bsz=True is not supported for Gated DeltaNet models (Qwen3.5) "
-                              "on megatron: on cpu with these switches the GDN layers run the pure-torch gated delta rule")
-    assert problem.endswith("; set critic.use_dynamic_bsz=False")
+    found = problems(BASE + ["algorithm.adv_estimator=gae", "critic.strategy=megatron", "critic.use_dynamic_bsz=True",
+                             "critic.model.use_remove_padding=True"])
+    (problem,) = found  # dynamic batch size is taken: its micro-batches run padded
+    assert problem.startswith("critic: critic.model.use_remove_padding=True is not supported for Gated DeltaNet models "
+                              "(Qwen3.5) on megatron: on cpu with these switches the GDN layers run the pure-torch gated "
+                              "delta rule")
+    assert problem.endswith("; set critic.model.use_remove_padding=False")
 
 
 def test_a_family_without_a_bridge_is_refused_on_megatron_before_ray(write_model):

@@ -39,6 +39,50 @@ def make_batch(seed: int = 0):
     return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
 
 
+def ragged_batch(seed: int, longest: int):
+    """6 rows of left-padded prompts (1..4 tokens) and right-padded responses (1..`longest` of 8): dynamic
+    batch size packs them into micro-batches of different rows and widths."""
+    g = torch.Generator().manual_seed(seed)
+    p, r = 4, 8
+    ids = torch.randint(3, 48, (6, p + r), generator=g)
+    mask = torch.zeros(6, p + r, dtype=torch.long)
+    p_len, r_len = torch.randint(1, p + 1, (6,), generator=g), torch.randint(1, longest + 1, (6,), generator=g)
+    r_len[0] = longest
+    for i in range(6):
+        mask[i, p - p_len[i]:p + r_len[i]] = 1
+    ids = ids * mask
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -r:], response_mask=mask[:, -r:])
+
+
+def dynamic_vs_fixed(engine, batch, budget):
+    """Log-probs, and gradients of a loss normalised by the batch's token count, from one fixed micro-batch
+    and from token-budget micro-batches (`verl_lite.engine.dynamic_batch`): the largest gaps, and the shapes."""
+    from verl_lite.engine.dynamic_batch import MicroBatches
+
+    total = batch["response_mask"].sum()
+
+    def loss_fn(outputs, mb):
+        loss = -(outputs["log_probs"] * mb["response_mask"].float()).sum() / total
+        return loss, {"loss": loss.item()}
+
+    def grads(micro):
+        engine.train_mode()
+        engine.optimizer_zero_grad()
+        engine.forward_backward(micro.parts, micro.loss(loss_fn))
+        engine.eval_mode()
+        return torch.cat([p.main_grad.detach().flatten().clone() for c in engine.model for p in c.parameters()])
+
+    fixed, dyn = MicroBatches(batch, micro_batch_size=6), MicroBatches(batch, max_token_len=budget)
+    mask = batch["response_mask"].bool()
+    lp_f = fixed.gather(engine.forward_backward(fixed.parts, forward_only=True), "log_probs")
+    lp_d = dyn.gather(engine.forward_backward(dyn.parts, forward_only=True), "log_probs")
+    g_f, g_d = grads(fixed), grads(dyn)
+    return {"log_prob_gap": (lp_f - lp_d)[mask].abs().max().item(),
+            "grad_gap": (g_f - g_d).abs().max().item() / g_f.abs().max().item(),
+            "shapes": [tuple(p["input_ids"].shape) for p in dyn.parts]}
+
+
 RECOMPUTE = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
 
 
@@ -193,6 +237,13 @@ def _phase_tp1_dp2(rank, rec):
     gathered = [torch.empty_like(weights) for _ in range(2)]
     torch.distributed.all_gather(gathered, weights)
     rec["dp2_weight_gap"] = (gathered[0] - gathered[1]).abs().max().item()
+    # dynamic batch size: rank 0's long sequences need more micro-batches than rank 1's short ones; both
+    # ranks run the larger count (a DDP step needs every rank), and the gradients still match
+    from verl_lite.engine.dynamic_batch import MicroBatches, max_over_ranks
+
+    ragged = ragged_batch(seed=rank, longest=8 if rank == 0 else 2)
+    rec["dp2_dynamic_counts"] = (len(MicroBatches(ragged, max_token_len=12).parts),
+                                 len(MicroBatches(ragged, max_token_len=12, count_sync=max_over_ranks).parts))
 
 
 def _phase_pp2(rank, rec):
@@ -206,6 +257,7 @@ def _phase_pp2(rank, rec):
     rec["pp2_leader"] = lm.is_data_parallel_leader()
     rec["pp2_export"] = {n: t for n, t in lm.export_hf_weights()}
     rec["pp2_losses"], _ = train(lm, batch, nll_loss, 3)
+    rec["pp2_dynamic"] = dynamic_vs_fixed(lm, ragged_batch(seed=3, longest=8), budget=24)
 
 
 def _scenario(rank, world, port, out_dir):
@@ -270,6 +322,19 @@ def test_topology_reports_data_parallel_rank_size_and_leader(run):
 
 def test_data_parallel_ranks_stay_identical_after_a_step_on_different_data(run):
     assert run[0]["dp2_weight_gap"] == 0.0
+
+
+def test_dynamic_batch_size_runs_the_largest_micro_batch_count_of_the_data_parallel_ranks(run):
+    (own0, synced0), (own1, synced1) = run[0]["dp2_dynamic_counts"], run[1]["dp2_dynamic_counts"]
+    assert own0 > own1 and synced0 == synced1 == own0
+
+
+def test_dynamic_micro_batches_of_different_shapes_cross_the_pp2_stages_with_the_fixed_runs_results(run):
+    """float32: log-probs within 1e-5, gradients within 1e-5 of the largest gradient entry."""
+    for rec in run:  # both stages hold the log-probs; each its own layers' gradients
+        dyn = rec["pp2_dynamic"]
+        assert len({rows for rows, _ in dyn["shapes"]}) > 1 and len({cols for _, cols in dyn["shapes"]}) > 1, dyn
+        assert dyn["log_prob_gap"] < 1e-5 and dyn["grad_gap"] < 1e-5, dyn
 
 
 # ------------------------------------------------------------------------------ training

@@ -53,9 +53,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
         'actor_rollout_ref.model.use_remove_padding',
-        'actor_rollout_ref.actor.use_dynamic_bsz',
-        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
-        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
         'actor_rollout_ref.actor.checkpoint.strict',
     ],
     'qwen3_5_35b_megatron_npu_bridge': [
@@ -64,9 +61,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
         'actor_rollout_ref.model.use_remove_padding',
-        'actor_rollout_ref.actor.use_dynamic_bsz',
-        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
-        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
         'actor_rollout_ref.actor.checkpoint.strict',
     ],
     'qwen3_5_122b_a10b_megatron_gpu': [
@@ -139,18 +133,12 @@ EXPECTED = {
     'qwen3_8b_grpo_fsdp': [
         'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
-        'actor_rollout_ref.actor.use_dynamic_bsz',
-        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
         'actor_rollout_ref.model.use_remove_padding',
-        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
     ],
     'qwen3_8b_grpo_megatron': [
         'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
-        'actor_rollout_ref.actor.use_dynamic_bsz',
-        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
         'actor_rollout_ref.model.use_remove_padding',
-        'actor_rollout_ref.ref.log_prob_use_dynamic_bsz',
     ],
     'qwen2_5_32b_grpo_fsdp': [
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
@@ -161,10 +149,7 @@ EXPECTED = {
     'qwen3_8b_ppo_fsdp_gpu': [
         'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
-        'actor_rollout_ref.actor.use_dynamic_bsz',
-        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
         'actor_rollout_ref.model.use_remove_padding',
-        'critic.use_dynamic_bsz',
         'critic.model.use_remove_padding',
     ],
     'qwen3_8b_ppo_fsdp_npu': [
@@ -172,10 +157,7 @@ EXPECTED = {
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'critic.ulysses_sequence_parallel_size',
         'trainer.max_critic_ckpt_to_keep',
-        'actor_rollout_ref.actor.use_dynamic_bsz',
-        'actor_rollout_ref.rollout.log_prob_use_dynamic_bsz',
         'actor_rollout_ref.model.use_remove_padding',
-        'critic.use_dynamic_bsz',
         'critic.model.use_remove_padding',
     ],
     'qwen3_5_35b_fully_async_megatron': [

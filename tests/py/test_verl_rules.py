@@ -50,8 +50,6 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
 
 
 @pytest.mark.parametrize("line, fragment", [
-    ("actor_rollout_ref.actor.use_dynamic_bsz=True", "dynamic batch size is not supported by verl_lite yet"),
-    ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True", "dynamic batch size is not supported by verl_lite yet"),
     ("actor_rollout_ref.model.use_remove_padding=True", "remove-padding is not supported by verl_lite yet"),
     ("actor_rollout_ref.actor.use_torch_compile=True", "torch.compile is not supported by verl_lite yet"),
     ("actor_rollout_ref.actor.shuffle=True", "shuffling between PPO epochs is not supported by verl_lite yet"),

@@ -360,16 +360,10 @@ def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]], devic
 def _gdn_problems(cfg: Any, role: str, device: str) -> List[str]:
     actor_rollout_ref = cfg.actor_rollout_ref
     flags = {
-        "actor": [
-            ("actor_rollout_ref.model.use_remove_padding", actor_rollout_ref.model.use_remove_padding),
-            ("actor_rollout_ref.actor.use_dynamic_bsz", actor_rollout_ref.actor.use_dynamic_bsz),
-            ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", actor_rollout_ref.rollout.log_prob_use_dynamic_bsz),
-        ],
-        "ref": [("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", actor_rollout_ref.ref.log_prob_use_dynamic_bsz)],
-        "critic": [
-            ("critic.model.use_remove_padding", cfg.critic.model.use_remove_padding),
-            ("critic.use_dynamic_bsz", cfg.critic.use_dynamic_bsz),
-        ],
+        # dynamic batch size is fine: its micro-batches are padded (engine/dynamic_batch.py), as every GDN kernel takes
+        "actor": [("actor_rollout_ref.model.use_remove_padding", actor_rollout_ref.model.use_remove_padding)],
+        "ref": [],
+        "critic": [("critic.model.use_remove_padding", cfg.critic.model.use_remove_padding)],
     }[role]
     overrides = _override_config(cfg, role)
     if bridge_rules.packing_kernel_ok(device, overrides):

@@ -214,11 +214,13 @@ class ActorConfig:
     # Sequences per forward/backward on each rank in the actor update (gradients accumulate over a
     # mini-batch); null = ppo_micro_batch_size, else 64. Also the log-prob passes' fallback.
     ppo_micro_batch_size_per_gpu: Optional[int] = None
-    # verl: size micro-batches by tokens (ppo_max_token_len_per_gpu). Not supported by verl_lite yet:
-    # True is refused by the preflight.
+    # Size the actor update's micro-batches by tokens (ppo_max_token_len_per_gpu) instead of sequences:
+    # sequences of similar length packed together, each micro-batch cut to the columns its rows use
+    # (padded, not packed; every model, GDN included). Loss and gradients as with fixed micro-batches.
     use_dynamic_bsz: bool = False
-    # verl: token budget per rank of a dynamic micro-batch; used only with use_dynamic_bsz, which is
-    # refused, so any value is accepted (as verl ignores it with use_dynamic_bsz=False).
+    # Token budget per rank of a dynamic micro-batch: rows x (longest prompt + longest response) of the
+    # micro-batch stays within it; at least max_prompt_length + max_response_length (as verl asserts).
+    # Read only with use_dynamic_bsz (a changed value without it gets a warning, as verl ignores it).
     ppo_max_token_len_per_gpu: int = 16384
     # Passes over each step's batch in the actor update. With 1 epoch and 1 mini-batch the update's own
     # forward gives the old log-probs (no scoring pass).
@@ -290,11 +292,11 @@ class RefConfig:
     # Sequences per forward on each rank in the ref log-prob pass; null = the actor's log-prob
     # micro-batch (rollout.log_prob_micro_batch_size_per_gpu).
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
-    # verl: token-sized micro-batches in the ref log-prob pass. Not supported by verl_lite yet: True is
-    # refused by the preflight.
+    # Token-sized micro-batches in the ref log-prob pass (as actor.use_dynamic_bsz). verl's default
+    # follows actor.use_dynamic_bsz; here it is False unless set.
     log_prob_use_dynamic_bsz: bool = False
-    # verl: token budget per rank of the ref pass's dynamic micro-batches; used only with
-    # log_prob_use_dynamic_bsz (refused), so any value is accepted, with a warning that it has no effect.
+    # Token budget per rank of the ref pass's dynamic micro-batches; read only with
+    # log_prob_use_dynamic_bsz (otherwise a changed value gets a warning that it has no effect).
     log_prob_max_token_len_per_gpu: int = 16384
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
@@ -332,11 +334,11 @@ class RolloutConfig:
     # Sequences per forward on each rank when scoring old (actor) and ref log-probs;
     # null = actor.ppo_micro_batch_size_per_gpu, else 64.
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
-    # verl: token-sized micro-batches in the log-prob passes. Not implemented in verl_lite: only the
-    # preflight reads it (refused for GDN models on megatron).
+    # Token-sized micro-batches in the actor's old log-prob pass (as actor.use_dynamic_bsz); the ref pass
+    # has its own switch. verl's default follows actor.use_dynamic_bsz; here it is False unless set.
     log_prob_use_dynamic_bsz: bool = False
-    # verl: token budget per rank of the log-prob passes' dynamic micro-batches; used only with
-    # log_prob_use_dynamic_bsz (refused), so any value is accepted, with a warning that it has no effect.
+    # Token budget per rank of that pass's dynamic micro-batches; read only with log_prob_use_dynamic_bsz
+    # (otherwise a changed value gets a warning that it has no effect).
     log_prob_max_token_len_per_gpu: int = 16384
     # Sequences per generate call of the hf rollout; in async mode also the chunk a replica generates
     # at once. verl_lite's own key.
@@ -415,10 +417,11 @@ class CriticConfig:
     ppo_micro_batch_size: Optional[int] = None
     # Sequences per forward/backward on each rank in the critic update and value pass; null = 64.
     ppo_micro_batch_size_per_gpu: Optional[int] = None
-    # verl: token-sized micro-batches for the critic. Not supported by verl_lite yet: True is refused.
+    # Token-sized micro-batches for the critic's update and value pass (as actor.use_dynamic_bsz). verl's
+    # default follows actor.use_dynamic_bsz; here it is False unless set.
     use_dynamic_bsz: bool = False
-    # verl: token budget per rank of the critic's dynamic micro-batches; used only with use_dynamic_bsz
-    # (refused), so any value is accepted, with a warning that it has no effect (as verl ignores it).
+    # Token budget per rank of the critic's dynamic micro-batches (update and value pass); read only
+    # with use_dynamic_bsz (otherwise a changed value gets a warning that it has no effect).
     ppo_max_token_len_per_gpu: int = 32768
     # Critic passes over each batch; null = actor.ppo_epochs.
     ppo_epochs: Optional[int] = None

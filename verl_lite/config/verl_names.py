@@ -49,13 +49,11 @@ STRING_ALIASES = {"actor_rollout_ref.actor.policy_loss": "actor_rollout_ref.acto
 
 YET = "not supported by verl_lite yet"
 NOT = "not supported by verl_lite"
-DYNAMIC_BSZ = (f"dynamic batch size (token-budget micro-batches) is {YET}: micro-batches are fixed, set by the "
-               "role's *_micro_batch_size_per_gpu")
 # verl key patterns (fnmatch, first match wins) -> why and what to use instead (each text says "not supported")
 INSTEAD: List[Tuple[str, str]] = [
-    ("*.log_prob_max_token_len_per_gpu", DYNAMIC_BSZ),
-    ("*.ppo_max_token_len_per_gpu", DYNAMIC_BSZ),
-    ("*.forward_max_token_len_per_gpu", DYNAMIC_BSZ),
+    ("critic.forward_max_token_len_per_gpu", f"a token budget of the critic's value pass of its own is {NOT}: with "
+                                             "critic.use_dynamic_bsz the value pass uses critic.ppo_max_token_len_per_gpu "
+                                             "(verl's default for it); remove it"),
     ("*.ulysses_sequence_parallel_size", f"Ulysses sequence parallelism is {YET}: "
                                          "remove it (each rank holds whole sequences)"),
     ("*.optim.override_optimizer_config*", "verl's Megatron optimizer overrides (CPU optimizer, precision-aware "

@@ -19,7 +19,6 @@ from verl_lite.models import is_gdn_model
 
 YET = "not supported by verl_lite yet"
 NOT = "not supported by verl_lite"
-DYNAMIC = f"{YET}: micro-batches have a fixed size (the role's *_micro_batch_size_per_gpu); set it to False"
 REMOVE_PADDING = f"{YET}: sequences run padded (no packed forward); set it to False"
 POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
 KL_CTRL_TYPES = ("fixed", "adaptive")
@@ -41,7 +40,7 @@ def _megatron_dtype(cfg: Any) -> str:
 
 
 def _gdn_megatron(cfg: Any, role: str) -> bool:
-    """rules._gdn_problems already refuses remove-padding and dynamic batch for this role."""
+    """rules._gdn_problems already refuses remove-padding for this role."""
     if roles.strategy(cfg, role) != "megatron":
         return False
     shape = model_shape(roles.model_path(cfg, role))  # the config.json, else a shipped shape, as the check reads
@@ -66,15 +65,8 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
         problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
                         f"{YET}: it shards over all data-parallel ranks; set it to -1")
     gdn = _gdn_megatron(cfg, role)
-    dynamic = {
-        "actor": [("actor_rollout_ref.actor.use_dynamic_bsz", cfg.actor_rollout_ref.actor.use_dynamic_bsz),
-                  ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
-                   cfg.actor_rollout_ref.rollout.log_prob_use_dynamic_bsz)],
-        "ref": [("actor_rollout_ref.ref.log_prob_use_dynamic_bsz", cfg.actor_rollout_ref.ref.log_prob_use_dynamic_bsz)],
-        "critic": [("critic.use_dynamic_bsz", cfg.critic.use_dynamic_bsz)],
-    }[role]
-    if not gdn:  # for GDN models on megatron the layout rules refuse these with the GDN reason
-        problems += [f"{role}: {key}=True: dynamic batch size is {DYNAMIC}" for key, on in dynamic if on]
+    problems += _token_budget_problems(cfg, role)
+    if not gdn:  # for GDN models on megatron the layout rules refuse remove-padding with the GDN reason
         model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
         if role != "ref" and roles.model_section(cfg, role).use_remove_padding:
             problems.append(f"{role}: {model_key}.use_remove_padding=True: remove-padding is {REMOVE_PADDING}")
@@ -97,6 +89,27 @@ def _moe_sequence_parallel_problems(cfg: Any, role: str) -> List[str]:
             f"{prefix}.megatron.sequence_parallel=True (verl's default), or "
             f"{prefix}.megatron.tensor_model_parallel_size=1 and split the experts with "
             f"{prefix}.megatron.expert_model_parallel_size"]
+
+
+def _token_budget_problems(cfg: Any, role: str) -> List[str]:
+    """Dynamic batch size (engine/dynamic_batch.py) packs micro-batches by a token budget; as in verl, the
+    budget must hold the longest sequence, data.max_prompt_length + data.max_response_length."""
+    arr = cfg.actor_rollout_ref
+    budgets = {
+        "actor": [("actor_rollout_ref.actor", arr.actor.use_dynamic_bsz, "use_dynamic_bsz", "ppo_max_token_len_per_gpu",
+                   arr.actor.ppo_max_token_len_per_gpu),
+                  ("actor_rollout_ref.rollout", arr.rollout.log_prob_use_dynamic_bsz, "log_prob_use_dynamic_bsz",
+                   "log_prob_max_token_len_per_gpu", arr.rollout.log_prob_max_token_len_per_gpu)],
+        "ref": [("actor_rollout_ref.ref", arr.ref.log_prob_use_dynamic_bsz, "log_prob_use_dynamic_bsz",
+                 "log_prob_max_token_len_per_gpu", arr.ref.log_prob_max_token_len_per_gpu)],
+        "critic": [("critic", cfg.critic.use_dynamic_bsz, "use_dynamic_bsz", "ppo_max_token_len_per_gpu",
+                    cfg.critic.ppo_max_token_len_per_gpu)],
+    }[role]
+    longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
+    return [f"{role}: {prefix}.{key}={budget} is smaller than data.max_prompt_length + data.max_response_length = "
+            f"{longest}: with {prefix}.{switch}=True every sequence must fit in one micro-batch's token budget (verl "
+            f"asserts the same); raise {prefix}.{key} to at least {longest}"
+            for prefix, on, switch, key, budget in budgets if on and int(budget) < longest]
 
 
 def _actor_problems(cfg: Any) -> List[str]:

@@ -11,6 +11,9 @@ responses, as produced by the rollout):
   responses       (B, R) long   the last R columns of input_ids
   response_mask   (B, R) long   1 for generated tokens up to and including EOS
 
+Micro-batches of one call may differ in rows and columns (dynamic batch size cuts each to the
+columns its rows use: `verl_lite.engine.dynamic_batch`); the responses stay the last R' columns.
+
 Forward outputs, one dict per micro-batch:
   language_model: log_probs (B, R) float32 [, entropy (B, R) when asked]
   value_model:    values (B, R) float32
@@ -83,6 +86,11 @@ class BaseEngine(abc.ABC):
         Gradients accumulate across micro-batches; the caller scales each loss. Returns the
         forward outputs (detached, on CPU) with the loss function's metrics under "metrics".
         """
+
+    def micro_batch_multiple(self) -> int:
+        """The number of micro-batches of one pass must be a multiple of this (megatron's interleaved
+        pipeline schedule); a token-budget split (`verl_lite.engine.dynamic_batch`) rounds up to it."""
+        return 1
 
     @abc.abstractmethod
     def optimizer_zero_grad(self) -> None: ...

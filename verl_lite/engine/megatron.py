@@ -296,17 +296,22 @@ class MegatronLMEngine(BaseEngine):
         if mpu.get_context_parallel_world_size() > 1:
             raise NotImplementedError("context_parallel_size > 1 is not supported by verl_lite's Megatron forward yet")
         pipelined = mpu.get_pipeline_model_parallel_world_size() > 1
-        sizes = {mb["input_ids"].shape[0] for mb in micro_batches}
-        if pipelined and len(sizes) > 1:
-            raise ValueError(f"pipeline parallelism needs equal micro-batch sizes, got {sorted(sizes)}")
-        pad_to = max(mb["input_ids"].shape[1] for mb in micro_batches) if pipelined else 0
+        # Micro-batches of different shapes (dynamic batch size) cross pipeline stages with their shapes
+        # sent first (megatron's variable_seq_lengths); equal shapes keep one fixed p2p shape.
+        variable = pipelined and len({tuple(mb["input_ids"].shape) for mb in micro_batches}) > 1
         pad_id = int(getattr(self.hf_config, "pad_token_id", 0) or 0)
         # sequence parallelism splits the sequence over TP: its length must divide by TP (left padding)
         multiple = mpu.get_tensor_model_parallel_world_size() if getattr(self.tf_config, "sequence_parallel", False) else 1
-        prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), pad_to, pad_id, multiple=multiple)
+        prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), 0, pad_id, multiple=multiple)
                     for mb in micro_batches]
         return megatron_batch.run_schedule(self.model, prepared, self._postprocess, loss_fn, forward_only,
-                                           calculate_entropy)
+                                           calculate_entropy, variable_shapes=variable)
+
+    def micro_batch_multiple(self) -> int:
+        """The interleaved schedule (virtual pipeline stages) runs micro-batches in groups of PP."""
+        vpp = self.megatron_config.virtual_pipeline_model_parallel_size
+        pp = int(self.megatron_config.pipeline_model_parallel_size)
+        return pp if vpp and int(vpp) > 1 and pp > 1 else 1
 
     # ---------------------------------------------------------------------------- optimizer
 

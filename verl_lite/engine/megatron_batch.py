@@ -83,13 +83,30 @@ def prepare_batch(micro_batch: Dict[str, Any], device: torch.device, pad_to: int
     return {"batch": batch, "input_ids": ids, "position_ids": pos, "mask4d": attention_mask_4d(mask)}
 
 
+@contextlib.contextmanager
+def variable_seq_lengths(model: List[Any]):
+    """megatron's `variable_seq_lengths` on for one schedule run: pipeline stages exchange each
+    activation's shape before the activation, so micro-batches may differ in rows and columns."""
+    from megatron.core.utils import get_model_config
+
+    config = get_model_config(model[0])
+    before = getattr(config, "variable_seq_lengths", False)
+    config.variable_seq_lengths = True
+    try:
+        yield
+    finally:
+        config.variable_seq_lengths = before
+
+
 def run_schedule(model: List[Any], prepared: List[Dict[str, Any]], postprocess: Postprocess,
-                 loss_fn: Optional[LossFn], forward_only: bool, calculate_entropy: bool) -> List[Dict[str, Any]]:
+                 loss_fn: Optional[LossFn], forward_only: bool, calculate_entropy: bool,
+                 variable_shapes: bool = False) -> List[Dict[str, Any]]:
     """Forward (and backward) of the prepared micro-batches through megatron's pipeline schedule.
 
     The loss function sees the outputs on the last pipeline stage and its loss is back-propagated as
     is (the schedule's division by the number of micro-batches is undone: the caller scales each
     loss). Returns one record per micro-batch (outputs detached on CPU, "metrics"), on every stage.
+    `variable_shapes`: the micro-batches differ in shape (see `variable_seq_lengths`).
     """
     from megatron.core import parallel_state as mpu
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -117,7 +134,8 @@ def run_schedule(model: List[Any], prepared: List[Dict[str, Any]], postprocess: 
     chunks = len(model)
     iterator = iter(prepared) if chunks == 1 else [iter(prepared) for _ in range(chunks)]
     grad_ctx = torch.no_grad() if forward_only else contextlib.nullcontext()
-    with grad_ctx:
+    shapes_ctx = variable_seq_lengths(model) if variable_shapes else contextlib.nullcontext()
+    with grad_ctx, shapes_ctx:
         get_forward_backward_func()(
             forward_step_func=forward_step,
             data_iterator=iterator,

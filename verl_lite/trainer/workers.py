@@ -91,6 +91,28 @@ class _EngineWorker:
         return {"dp_rank": engine.data_parallel_rank(), "dp_size": engine.data_parallel_size(),
                 "leader": engine.is_data_parallel_leader()}
 
+    def _micro_batches(self, engine, batch: Dict[str, Any], micro_bsz: int, max_token_len: Optional[int]):
+        """Fixed micro-batches of `micro_bsz` rows, or packed by a token budget (verl's dynamic batch size)
+        when `max_token_len` is set (`verl_lite.engine.dynamic_batch`)."""
+        from verl_lite.engine.dynamic_batch import MicroBatches, max_over_ranks
+
+        return MicroBatches(batch, micro_batch_size=int(micro_bsz), max_token_len=max_token_len,
+                            count_sync=max_over_ranks, multiple_of=engine.micro_batch_multiple())
+
+    def _token_budget(self, role: str, training: bool) -> Optional[int]:
+        """The role's token budget per micro-batch when its dynamic batch size is on, else None: training
+        reads use_dynamic_bsz / ppo_max_token_len_per_gpu (actor, critic), the log-prob passes the rollout's
+        (actor) or the ref's log_prob_use_dynamic_bsz / log_prob_max_token_len_per_gpu; the critic's value
+        pass uses its ppo budget (verl's forward_max_token_len_per_gpu default)."""
+        arr = self.cfg.actor_rollout_ref
+        if role == "critic":
+            critic = self.cfg.critic
+            return int(critic.ppo_max_token_len_per_gpu) if critic.use_dynamic_bsz else None
+        if training:
+            return int(arr.actor.ppo_max_token_len_per_gpu) if arr.actor.use_dynamic_bsz else None
+        section = arr.ref if role == "ref" else arr.rollout
+        return int(section.log_prob_max_token_len_per_gpu) if section.log_prob_use_dynamic_bsz else None
+
     def _update(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
                 micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:
         with self.phases.phase("update", engine.role):
@@ -101,7 +123,7 @@ class _EngineWorker:
 
     def _update_steps(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
                       micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:
-        from verl_lite.batch import chunk, split_by_size
+        from verl_lite.batch import chunk
 
         engine.train_mode()
         per_mini: List[Dict[str, float]] = []
@@ -109,8 +131,8 @@ class _EngineWorker:
             for j, mini in enumerate(chunk(batch, meta["num_mini_batches"])):
                 loss_fn = make_loss(meta["mini_tokens"][j], meta["mini_seqs"][j])
                 engine.optimizer_zero_grad()
-                outs = engine.forward_backward(split_by_size(mini, micro_bsz), loss_fn,
-                                               calculate_entropy=calculate_entropy)
+                micro = self._micro_batches(engine, mini, micro_bsz, self._token_budget(engine.role, training=True))
+                outs = engine.forward_backward(micro.parts, micro.loss(loss_fn), calculate_entropy=calculate_entropy)
                 summed: Dict[str, float] = defaultdict(float)
                 counts: Dict[str, int] = defaultdict(int)
                 for o in outs:
@@ -181,20 +203,17 @@ class ActorRolloutRefWorker(_EngineWorker):
 
     def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False,
                    micro: Optional[int] = None) -> Dict[str, Any]:
-        import torch
-
-        from verl_lite.batch import split_by_size
-
         section = self.cfg.actor_rollout_ref
         micro = (micro or section.rollout.log_prob_micro_batch_size_per_gpu or section.actor.ppo_micro_batch_size_per_gpu
                  or 64)
         engine.eval_mode()
+        parts = self._micro_batches(engine, batch, int(micro), self._token_budget(engine.role, training=False))
         with self.phases.phase("forward", engine.role):
-            outs = engine.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True,
+            outs = engine.forward_backward(parts.parts, None, forward_only=True,
                                            calculate_entropy=entropy)
-        res = {key: torch.cat([o["log_probs"] for o in outs])}
+        res = {key: parts.gather(outs, "log_probs")}
         if entropy:
-            res["entropy"] = torch.cat([o["entropy"] for o in outs])
+            res["entropy"] = parts.gather(outs, "entropy")
         return res
 
     def compute_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -291,15 +310,12 @@ class CriticWorker(_EngineWorker):
         return self.critic
 
     def compute_values(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        import torch
-
-        from verl_lite.batch import split_by_size
-
         micro = self.cfg.critic.ppo_micro_batch_size_per_gpu or 64
         self.critic.eval_mode()
+        parts = self._micro_batches(self.critic, batch, int(micro), self._token_budget("critic", training=False))
         with self.phases.phase("forward", "critic"):
-            outs = self.critic.forward_backward(split_by_size(batch, int(micro)), None, forward_only=True)
-        return {"values": torch.cat([o["values"] for o in outs])}
+            outs = self.critic.forward_backward(parts.parts, None, forward_only=True)
+        return {"values": parts.gather(outs, "values")}
 
     def update_critic(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
         from verl_lite.trainer import core_algos
