@@ -13,6 +13,7 @@ This module holds the engine's lifecycle; the parts beside it:
   megatron_memory  offload (parking flat DDP buffers) and CPU snapshots
   megatron_cpu     what lets megatron-core run on CPU over gloo (device cpu only)
   megatron_gdn     Qwen3.5's Gated DeltaNet layer (GDN kernel per run, padding masked) and its norms
+  megatron_norm    the RMSNorm of the layer specs (takes sequence parallelism, unlike megatron's torch norm)
   bridges          HF <-> Megatron per model family, by HF architecture (`registry.BRIDGES`)
 
 What an engine does (see `BaseEngine` for the batch contract):
