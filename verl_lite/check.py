@@ -428,6 +428,10 @@ def summarize(cfg: Any) -> str:
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
         if layout.strategy == "megatron":
             lines += _bridge_lines(cfg, role, device)
+            if layout.tp > 1:
+                sp = roles.section(cfg, role).megatron.sequence_parallel
+                lines.append(f"  seq parallel: on (sequence split over TP, padded to a multiple of {layout.tp})" if sp
+                             else "  seq parallel: off (megatron.sequence_parallel=False)")
         if layout.strategy == "megatron" and device == "npu":
             lines.append(f"  repatch     : {build_repatch_dict(roles.section(cfg, role).megatron)!r}")
     rollout = cfg.actor_rollout_ref.rollout

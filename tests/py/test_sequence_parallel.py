@@ -325,3 +325,13 @@ def test_moe_trains_at_tp2_with_sequence_parallel_and_the_loss_falls(ranks):
     losses = ranks[0]["moe_losses"]
     assert ranks[1]["moe_losses"] == losses
     assert losses[-1] < losses[0] - 0.05, losses
+
+
+def test_the_check_summary_says_whether_sequence_parallel_is_on_per_megatron_role_at_tp_above_1():
+    cfg, compose_problems = compose_config(BASE + [SHAPE_35B, "actor_rollout_ref.actor.use_kl_loss=True"]
+                                           + layout("actor", 2, 8, sp=True) + layout("ref", 2, 8, sp=False))
+    assert compose_problems == []
+    lines = check.summarize(cfg).splitlines()
+    assert [line.strip() for line in lines if "seq parallel" in line] == [
+        "seq parallel: on (sequence split over TP, padded to a multiple of 2)",
+        "seq parallel: off (megatron.sequence_parallel=False)"]
