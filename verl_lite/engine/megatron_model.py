@@ -25,7 +25,8 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
                        device: Optional[str] = None, gdn_chunk_size: Optional[int] = None) -> Any:
     """The TransformerConfig: the bridge's fields, then the parallel sizes and fixed settings, then
     the overrides. `sequence_parallel` (megatron.sequence_parallel) is passed on when TP > 1; the
-    batch's sequence length is then padded to a multiple of TP (`megatron_batch.prepare_batch`). Overrides megatron does not define are set as attributes afterwards (e.g.
+    batch's sequence length is then padded to a multiple of TP (`megatron_batch.prepare_batch`).
+    Overrides megatron does not define are set as attributes afterwards (e.g.
     `use_ascend_gdn` / `use_triton_gdn`). For a model with Gated DeltaNet layers `gdn_kernel` is
     set from those two switches and the run's `device` (the engine's device: npu for MindSpeed
     engines even when tests run their internals on CPU; defaults to `compute_device`), and
@@ -127,6 +128,7 @@ def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool)
             grad_reduce_in_fp32=True, overlap_grad_reduce=False, use_distributed_optimizer=use_distributed_optimizer
         )
         wrapped.append(DistributedDataParallel(tf_config, ddp_config, module, disable_bucketing=i > 0))
+
     def finalize(model: List[Any], *args: Any, **kwargs: Any) -> Any:
         result = finalize_model_grads(model, *args, **kwargs)
         sum_partial_grads_over_tp(model, tf_config)
