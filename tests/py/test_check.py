@@ -370,12 +370,14 @@ def test_gdn_packing_on_npu_without_the_ascend_switch_states_the_rule():
     assert "on npu the Ascend kernel (override_transformer_config.use_ascend_gdn=True" in problem
 
 
-def test_gdn_models_on_fsdp_get_no_gdn_packing_refusal():
-    """The GDN packing rule is Megatron's; on fsdp only the general not-implemented refusals apply."""
+def test_gdn_models_on_fsdp_refuse_remove_padding_with_the_torch_engines_reason():
+    """The Megatron GDN kernel rule is Megatron's; on fsdp the torch engine packs attention-only models,
+    and transformers' GDN layers cannot take packed sequences. Dynamic batch size runs padded: taken."""
     found = problems(BASE + ["actor_rollout_ref.model.use_remove_padding=True",
                              "actor_rollout_ref.actor.use_dynamic_bsz=True"])
-    assert found and not any("Gated DeltaNet" in p for p in found)
-    assert all("not supported by verl_lite yet" in p for p in found), found
+    assert found == ["actor: actor_rollout_ref.model.use_remove_padding=True: remove-padding for Gated DeltaNet models "
+                     "(Qwen3.5) on the torch engine is not supported by verl_lite: transformers' GDN layers carry their "
+                     "recurrent state across packed sequences, so these models run padded; set it to False"]
 
 
 def test_the_critic_gdn_flags_are_checked_for_a_megatron_critic():

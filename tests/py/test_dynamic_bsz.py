@@ -209,3 +209,88 @@ def test_a_trainer_step_with_every_dynamic_switch_on_logs_the_fixed_runs_losses_
     assert len(keys) == 4, sorted(fixed)
     for key in keys:
         assert abs(fixed[key] - dynamic[key]) <= TOL * max(1.0, abs(fixed[key])), (key, fixed[key], dynamic[key])
+
+
+# ------------------------------------------------------------------------------ remove-padding (torch engine)
+
+
+def _engines(path, cls_name="TorchLMEngine"):
+    """The same model (one init seed) padded and with use_remove_padding=True."""
+    from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
+    from verl_lite.engine import fsdp
+
+    cls = getattr(fsdp, cls_name)
+    built = []
+    for packed in (False, True):
+        eng = cls(ModelConfig(path=path, use_remove_padding=packed), ActorConfig(), OptimConfig(), "cpu", "actor")
+        eng.initialize()
+        built.append(eng)
+    return built
+
+
+def test_remove_padding_gives_the_padded_runs_log_probs_entropy_and_gradients():
+    padded, packed = _engines("tiny-qwen3")
+    seen = []  # the packed engine's model sees one row of real tokens
+    packed.module.model.embed_tokens.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    batch = ragged_batch(seed=2)
+    mask = batch["response_mask"].bool()
+    for parts in (MicroBatches(batch, micro_batch_size=6), MicroBatches(batch, max_token_len=60)):
+        a = padded.forward_backward(parts.parts, forward_only=True, calculate_entropy=True)
+        b = packed.forward_backward(parts.parts, forward_only=True, calculate_entropy=True)
+        for key in ("log_probs", "entropy"):
+            assert (parts.gather(a, key) - parts.gather(b, key))[mask].abs().max().item() < TOL, key
+    assert seen and all(rows == 1 for rows, _ in seen), seen
+    loss_f, grads_f = run_pass(padded, MicroBatches(batch, micro_batch_size=6), policy_loss("token-mean", batch))
+    loss_p, grads_p = run_pass(packed, MicroBatches(batch, micro_batch_size=6), policy_loss("token-mean", batch))
+    scale = max(g.abs().max().item() for g in grads_f.values())
+    assert abs(loss_f - loss_p) < TOL
+    assert max((grads_f[n] - grads_p[n]).abs().max().item() for n in grads_f) <= TOL * scale
+
+
+def test_remove_padding_gives_the_critic_the_padded_runs_values():
+    padded, packed = _engines("tiny-qwen3", "TorchValueEngine")
+    batch = ragged_batch(seed=3)
+    parts = MicroBatches(batch, micro_batch_size=12)
+    a = parts.gather(padded.forward_backward(parts.parts, forward_only=True), "values")
+    b = parts.gather(packed.forward_backward(parts.parts, forward_only=True), "values")
+    assert (a - b)[batch["response_mask"].bool()].abs().max().item() < TOL
+
+
+def test_remove_padding_is_refused_for_a_gdn_model_with_the_reason():
+    from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    engine = TorchLMEngine(ModelConfig(path="tiny-qwen3_5", use_remove_padding=True), ActorConfig(), OptimConfig(),
+                           "cpu", "actor")
+    with pytest.raises(ValueError, match="Gated DeltaNet layers carry their recurrent state across packed sequences"):
+        engine.initialize()
+
+
+def test_the_preflight_takes_remove_padding_on_fsdp_for_attention_models_and_refuses_it_on_megatron():
+    from verl_lite.check import collect_problems
+    from verl_lite.config import load_config
+
+    def found(*lines):
+        return collect_problems(load_config(["trainer.device=cpu", "actor_rollout_ref.model.path=tiny-qwen3",
+                                             "actor_rollout_ref.model.use_remove_padding=True", *lines]),
+                                for_training=False)
+
+    assert found() == []
+    (problem,) = found("actor_rollout_ref.actor.strategy=megatron")
+    assert problem.startswith("actor: actor_rollout_ref.model.use_remove_padding=True: remove-padding on the Megatron "
+                              "engines is not supported by verl_lite yet")
+
+
+def test_the_preflight_refuses_a_token_budget_smaller_than_the_longest_sequence_as_verl_asserts():
+    from verl_lite.check import collect_problems
+    from verl_lite.config import load_config
+
+    cfg = load_config(["trainer.device=cpu", "data.max_prompt_length=512", "data.max_response_length=1024",
+                       "actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024",
+                       "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+                       "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=1536"])
+    assert collect_problems(cfg, for_training=False) == [
+        "actor: actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024 is smaller than data.max_prompt_length + "
+        "data.max_response_length = 1536: with actor_rollout_ref.actor.use_dynamic_bsz=True every sequence must fit in "
+        "one micro-batch's token budget (verl asserts the same); raise actor_rollout_ref.actor.ppo_max_token_len_per_gpu "
+        "to at least 1536"]

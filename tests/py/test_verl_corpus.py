@@ -133,7 +133,6 @@ EXPECTED = {
     'qwen3_8b_grpo_fsdp': [
         'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
-        'actor_rollout_ref.model.use_remove_padding',
     ],
     'qwen3_8b_grpo_megatron': [
         'trainer.balance_batch',
@@ -149,16 +148,12 @@ EXPECTED = {
     'qwen3_8b_ppo_fsdp_gpu': [
         'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
-        'actor_rollout_ref.model.use_remove_padding',
-        'critic.model.use_remove_padding',
     ],
     'qwen3_8b_ppo_fsdp_npu': [
         'actor_rollout_ref.actor.ulysses_sequence_parallel_size',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'critic.ulysses_sequence_parallel_size',
         'trainer.max_critic_ckpt_to_keep',
-        'actor_rollout_ref.model.use_remove_padding',
-        'critic.model.use_remove_padding',
     ],
     'qwen3_5_35b_fully_async_megatron': [
         'data.gen_batch_size',

@@ -172,9 +172,11 @@ class ModelConfig:
     # Let transformers run the model directory's own Python code (config, model, tokenizer); only for
     # directories you trust.
     trust_remote_code: bool = False
-    # verl: pack sequences without padding in the forward. Not supported by verl_lite yet: True is
-    # refused by the preflight (with the GDN reason for Qwen3.5 on megatron). verl's megatron spelling
-    # <role>.megatron.use_remove_padding is the same key.
+    # Pack each micro-batch's real tokens into one row for the forward (no padded tokens computed;
+    # same log-probs as padded): the torch engine, attention-only models. Refused with the reason for
+    # Gated DeltaNet models (transformers' GDN layers would mix packed sequences: they run padded) and
+    # on the Megatron engines (padded batches). False by default, unlike verl's True: padded runs
+    # everywhere. verl's megatron spelling <role>.megatron.use_remove_padding is the same key.
     use_remove_padding: bool = False
     # Recompute activations in backward to save memory (transformers' gradient checkpointing);
     # fsdp strategy only, the megatron engine does not read it.

@@ -11,7 +11,7 @@ no torch import.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 from verl_lite.config import roles, rules
 from verl_lite.config.shapes import model_shape
@@ -19,7 +19,6 @@ from verl_lite.models import is_gdn_model
 
 YET = "not supported by verl_lite yet"
 NOT = "not supported by verl_lite"
-REMOVE_PADDING = f"{YET}: sequences run padded (no packed forward); set it to False"
 POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
 KL_CTRL_TYPES = ("fixed", "adaptive")
 KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -68,9 +67,24 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     problems += _token_budget_problems(cfg, role)
     if not gdn:  # for GDN models on megatron the layout rules refuse remove-padding with the GDN reason
         model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
-        if role != "ref" and roles.model_section(cfg, role).use_remove_padding:
-            problems.append(f"{role}: {model_key}.use_remove_padding=True: remove-padding is {REMOVE_PADDING}")
+        why = _remove_padding_blocker(cfg, role, megatron)
+        if role != "ref" and roles.model_section(cfg, role).use_remove_padding and why:
+            problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
     return problems
+
+
+def _remove_padding_blocker(cfg: Any, role: str, megatron: bool) -> Optional[str]:
+    """Why remove-padding cannot run for the role, or None: the torch engine packs the sequences of
+    attention-only models (engine/packing.py); GDN models and the Megatron engines run padded."""
+    if megatron:
+        return (f"remove-padding on the Megatron engines is {YET}: they run padded batches; set it to False "
+                "(the fsdp strategy packs attention-only models)")
+    shape = model_shape(roles.model_path(cfg, role))
+    if shape is not None and is_gdn_model(shape.hf):
+        return (f"remove-padding for Gated DeltaNet models (Qwen3.5) on the torch engine is {NOT}: transformers' "
+                "GDN layers carry their recurrent state across packed sequences, so these models run padded; set "
+                "it to False")
+    return None
 
 
 def _moe_sequence_parallel_problems(cfg: Any, role: str) -> List[str]:

@@ -86,6 +86,8 @@ class TorchLMEngine(BaseEngine):
         self.lr_scheduler = None
         self.dp_rank, self.dp_size = 0, 1
         self.sharded = False
+        # model.use_remove_padding: each micro-batch's real tokens packed into one row (engine/packing.py)
+        self.remove_padding = bool(self.model_config.use_remove_padding)
 
     # -- build ---------------------------------------------------------------------------------
 
@@ -98,6 +100,13 @@ class TorchLMEngine(BaseEngine):
         import torch.distributed as dist
 
         module = self._build_module()
+        if self.remove_padding:
+            from verl_lite.engine.packing import packing_problem
+
+            problem = packing_problem(getattr(module, "config", None))
+            if problem:
+                raise ValueError(f"{self.role}: model.use_remove_padding=True is not supported here: {problem}; "
+                                 "set it to False")
         if self.model_config.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
         module.to(torch_device(self.device))
@@ -145,8 +154,14 @@ class TorchLMEngine(BaseEngine):
         attention_mask = mb["attention_mask"].to(dev)
         position_ids = mb["position_ids"].to(dev)
         resp_len = mb["responses"].shape[1]
-        logits = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             use_cache=False).logits
+        if self.remove_padding:
+            from verl_lite.engine.packing import packed_forward
+
+            logits = packed_forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
+                                                  "position_ids": position_ids}, "logits")
+        else:
+            logits = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                 use_cache=False).logits
         logits = logits[:, -resp_len - 1:-1, :].float()
         temperature = float(mb.get("temperature", 1.0) or 1.0)
         if temperature != 1.0:
@@ -332,7 +347,12 @@ class TorchValueEngine(TorchLMEngine):
 
     def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:
         dev = torch_device(self.device)
-        values = self.module(input_ids=mb["input_ids"].to(dev), attention_mask=mb["attention_mask"].to(dev),
-                             position_ids=mb["position_ids"].to(dev))
+        inputs = {k: mb[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids")}
+        if self.remove_padding:
+            from verl_lite.engine.packing import packed_forward
+
+            values = packed_forward(self.module, inputs, None)
+        else:
+            values = self.module(**inputs)
         resp_len = mb["responses"].shape[1]
         return {"values": values[:, -resp_len - 1:-1].float()}

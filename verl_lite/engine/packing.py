@@ -1,0 +1,53 @@
+"""Remove-padding (verl's `use_remove_padding`) on the torch engine: a micro-batch's real tokens packed
+into one row, the model run once over it, its outputs put back in the padded layout.
+
+transformers tells packed sequences apart by their position ids (each sequence restarts at 0) when no
+attention mask is given, and its attention masks keep them apart (block-causal). That holds for
+attention layers only: transformers' Gated DeltaNet layers (Qwen3.5, Qwen3-Next) carry their
+recurrent state from one packed sequence into the next on this path, so GDN models run padded
+(`packing_problem` says why; the preflight refuses an explicit True for them).
+
+Outputs are scattered back into a zero tensor of the padded shape, so the engine's slicing of the
+response columns is the same as for a padded forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+
+def packing_problem(hf_config: Any) -> Optional[str]:
+    """Why `hf_config`'s model cannot take packed sequences on the torch engine, or None if it can."""
+    from verl_lite.models import is_gdn_model
+
+    as_dict = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(hf_config or {})
+    if is_gdn_model(as_dict):
+        return ("transformers' Gated DeltaNet layers carry their recurrent state across packed sequences (no "
+                "per-sequence boundaries on the torch engine), so Gated DeltaNet models run padded")
+    return None
+
+
+def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+         position_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(1, N) input ids and position ids of the real tokens, row after row, and the (B, T) bool mask
+    that `unpack` needs. Position ids restart at 0 in each row (the rollout's cumulative mask count)."""
+    mask = attention_mask.bool()
+    return input_ids[mask].unsqueeze(0), position_ids[mask].unsqueeze(0), mask
+
+
+def unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(1, N, ...) outputs of a packed forward in the padded (B, T, ...) layout, zeros at padding."""
+    out = packed.new_zeros(tuple(mask.shape) + tuple(packed.shape[2:]))
+    out[mask] = packed[0]
+    return out
+
+
+def packed_forward(module: Any, batch: Dict[str, torch.Tensor], output: str) -> torch.Tensor:
+    """`module(...)`'s `output` ("logits", or None for a module returning a tensor) for a packed batch,
+    in the padded layout."""
+    ids, pos, mask = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+    result = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False) if output else \
+        module(input_ids=ids, attention_mask=None, position_ids=pos)
+    return unpack(getattr(result, output) if output else result, mask)
