@@ -32,7 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from verl_lite.batch import Batch, batch_size, select, split_by_size
+from verl_lite import batch as batches
+from verl_lite.batch import Batch, batch_size, select
 
 # The model's inputs (T columns) and the response-wide fields (R columns) a trimmed micro-batch carries;
 # every other field reaches the loss function from the untrimmed micro-batch.
@@ -147,7 +148,7 @@ class MicroBatches:
         if not self.dynamic:
             if micro_batch_size is None:
                 raise ValueError("micro-batches need micro_batch_size or max_token_len")
-            self.full = split_by_size(batch, int(micro_batch_size))
+            self.full = batches.split_by_size(batch, int(micro_batch_size))
             self.parts = self.full
             n = batch_size(batch)
             self.indices = [list(range(s, min(s + int(micro_batch_size), n))) for s in range(0, n, int(micro_batch_size))]
@@ -171,18 +172,20 @@ class MicroBatches:
         return sum(int(p["input_ids"].numel()) for p in self.parts)
 
     def loss(self, loss_fn: Optional[Callable]) -> Optional[Callable]:
-        """The loss function as the engine calls it, on a trimmed part: it gets the part's outputs padded
-        back to the full response width and the untrimmed micro-batch (on the outputs' device)."""
-        if loss_fn is None or not self.dynamic:
-            return loss_fn
+        """The loss function as the engine calls it: it gets the micro-batch's tensors on the outputs'
+        device (the torch engine hands the loss its CPU micro-batch), and for a trimmed part the outputs
+        padded back to the full response width and the untrimmed micro-batch."""
+        if loss_fn is None:
+            return None
 
         def wrapped(outputs: Dict[str, Any], part: Batch):
-            full = self.full[int(part[MICRO_BATCH_ID])]
             device = next(iter(outputs.values())).device
+            full = self.full[int(part[MICRO_BATCH_ID])] if self.dynamic else part
             full = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in full.items()}
-            padded = {k: (_pad_right(v, self.width) if isinstance(v, torch.Tensor) and v.dim() >= 2 else v)
-                      for k, v in outputs.items()}
-            return loss_fn(padded, full)
+            if self.dynamic:
+                outputs = {k: (_pad_right(v, self.width) if isinstance(v, torch.Tensor) and v.dim() >= 2 else v)
+                           for k, v in outputs.items()}
+            return loss_fn(outputs, full)
 
         return wrapped
 
