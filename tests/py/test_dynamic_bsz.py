@@ -294,3 +294,16 @@ def test_the_preflight_refuses_a_token_budget_smaller_than_the_longest_sequence_
         "data.max_response_length = 1536: with actor_rollout_ref.actor.use_dynamic_bsz=True every sequence must fit in "
         "one micro-batch's token budget (verl asserts the same); raise actor_rollout_ref.actor.ppo_max_token_len_per_gpu "
         "to at least 1536"]
+
+
+@pytest.mark.parametrize("pp, vpp, multiple", [(2, 2, 2), (4, 2, 4), (2, None, 1), (1, None, 1)])
+def test_megatrons_interleaved_schedule_gets_a_micro_batch_count_in_groups_of_pp(pp, vpp, multiple):
+    from verl_lite.config.schema import ActorConfig, ModelConfig
+    from verl_lite.engine.megatron import MegatronLMEngine
+
+    actor = ActorConfig(strategy="megatron")
+    actor.megatron.pipeline_model_parallel_size, actor.megatron.virtual_pipeline_model_parallel_size = pp, vpp
+    engine = MegatronLMEngine(ModelConfig(path="tiny-qwen3"), actor, None, "cpu", "actor")  # not initialised
+    assert engine.micro_batch_multiple() == multiple
+    parts = MicroBatches(ragged_batch(), max_token_len=200, multiple_of=engine.micro_batch_multiple())
+    assert len(parts.parts) % multiple == 0
