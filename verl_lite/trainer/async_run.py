@@ -58,8 +58,12 @@ class RolloutPool:
         from verl_lite.trainer.worker_group import worker_resources
 
         self.timeout = call_timeout_s
+        # A replica holds rollout.tensor_model_parallel_size devices (vllm runs its TP workers on them).
+        tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
+        resources = {k: ({n: c * tp for n, c in v.items()} if isinstance(v, dict) else v * tp)
+                     for k, v in worker_resources(device).items()}
         remote = ray.remote(RolloutWorker).options(max_concurrency=4, max_restarts=0, max_task_retries=0,
-                                                   **worker_resources(device))
+                                                   **resources)
         ex_ref, val_ref = ray.put(examples), ray.put(val_examples)
         self.workers = [remote.remote(cfg, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
         self.loops: List[Any] = []
