@@ -172,12 +172,17 @@ class VLLMRollout:
         return tp, mine, rank % tp
 
     def _seed(self) -> int:
-        """The engine's sampling seed: the worker's torch seed (trainer.seed and the rank), the same for
-        the ranks of one TP group (they must sample alike), different across replicas."""
+        """The engine's sampling seed: the worker's torch seed (trainer.seed and its rank), taken from
+        the first rank of a TP group for all of it (its ranks must sample alike)."""
         import torch.distributed as dist
 
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        return (int(torch.initial_seed()) - rank + (rank // self.tp) * self.tp) % 2 ** 31
+        seed = int(torch.initial_seed()) % 2 ** 31
+        if self.tp_group is not None:
+            rank = dist.get_rank()
+            box = [seed]
+            dist.broadcast_object_list(box, src=rank - rank % self.tp, group=self.tp_group)
+            seed = int(box[0])
+        return seed
 
     # -- memory ---------------------------------------------------------------------------------
 
