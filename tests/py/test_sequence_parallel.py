@@ -98,10 +98,10 @@ def nll(outputs, mb):
     return loss, {"loss": loss.item()}
 
 
-def _engine(path, sp, trains, lr=1e-3):
+def _engine(path, sp, trains, lr=1e-3, tp=2):
     from verl_lite.engine.megatron import MegatronLMEngine
 
-    model, actor, _ = _sections(path, sp, lr)
+    model, actor, _ = _sections(path, sp, lr, tp)
     engine = MegatronLMEngine(model, actor, actor.optim if trains else None, "cpu", "actor")
     engine.initialize()
     return engine
@@ -173,24 +173,32 @@ def _one_step(engine, batch, strip_attribute=False):
     engine.optimizer_zero_grad()
     engine.forward_backward([batch], nll)
     grads = {n: p.main_grad.detach().clone() for n, p in _params(engine).items() if n in (NORM, QNORM)}
-    engine.optimizer_step()
+    grads["norm"] = engine.optimizer_step()  # the grad norm the step clipped with (optim.clip_grad 1.0)
     weights = {n: t.detach().clone() for n, t in engine.export_hf_weights()}
     return grads, weights
 
 
 def _phase_step(rec, batch):
-    runs = {"sp": (True, False), "no_sp": (False, False), "sp_unmarked": (True, True)}
+    runs = {"sp": (True, False), "no_sp": (False, False), "sp_unmarked": (True, True), "tp1": (True, False)}
     results = {}
+    from megatron.core import parallel_state as mpu
+
     for name, (sp, strip) in runs.items():
-        engine = _engine(QWEN3, sp, trains=True)
+        if name == "tp1":  # last: TP=1 makes the two ranks two DP ranks (same batch); then back to TP=2
+            mpu.destroy_model_parallel()
+        engine = _engine(QWEN3, sp, trains=True, tp=1 if name == "tp1" else 2)
         if name == "sp":
             params = _params(engine)
             rec["attr_norm"] = getattr(params[NORM], "sequence_parallel", None)
             rec["attr_qnorm"] = getattr(params[QNORM], "sequence_parallel", None)
             rec["attr_final"] = getattr(params["decoder.final_layernorm.weight"], "sequence_parallel", None)
         results[name] = _one_step(engine, batch, strip_attribute=strip)
+    mpu.destroy_model_parallel()
     (g_sp, w_sp), (g_no, w_no), (g_bad, w_bad) = results["sp"], results["no_sp"], results["sp_unmarked"]
     rec["step_weight_diff"] = max((w_sp[k] - w_no[k]).abs().max().item() for k in w_no)
+    g_tp1, w_tp1 = results["tp1"]
+    rec["grad_norms"] = (g_tp1["norm"], g_sp["norm"], g_no["norm"])
+    rec["step_weight_diff_tp1"] = max((w_sp[k] - w_tp1[k]).abs().max().item() for k in w_tp1)
     rec["step_weight_diff_unmarked"] = max((w_bad[k] - w_no[k]).abs().max().item() for k in w_no)
     rec["norm_grad_diff"] = (g_sp[NORM] - g_no[NORM]).abs().max().item()
     rec["norm_grad_diff_unmarked"] = (g_bad[NORM] - g_no[NORM]).abs().max().item()
@@ -283,6 +291,16 @@ def test_logits_with_sequence_parallel_equal_transformers_and_tp2_without_it(ran
         assert rec[f"{path}:log_probs_vs_hf"] < 1e-5
         if path == QWEN3:
             assert rec[f"{path}:vs_no_sp"] < 1e-5
+
+
+def test_tp2_with_and_without_sequence_parallel_clips_with_the_grad_norm_of_tp1_and_steps_alike(ranks):
+    """megatron counts a TP-split weight once per shard only when the weight is marked tensor-parallel
+    (megatron_model.mark_tensor_parallel_weights); unmarked, TP=2's norm counted rank 0's shards only."""
+    for rec in ranks:
+        tp1, sp, no_sp = rec["grad_norms"]
+        assert tp1 > 1.0  # above optim.clip_grad: the step clips by this norm
+        assert abs(sp - tp1) < 1e-4 * tp1 and abs(no_sp - tp1) < 1e-4 * tp1, rec["grad_norms"]
+        assert rec["step_weight_diff_tp1"] < STEP_TOL
 
 
 def test_hidden_state_norms_are_marked_sequence_parallel_and_qk_norms_are_not(ranks):

@@ -103,8 +103,33 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
             )
         if module.post_process:
             attach_head(module)
+        if not tf_config.perform_initialization:
+            mark_tensor_parallel_weights(module)
         chunks.append(module.to(device))
     return chunks
+
+
+def mark_tensor_parallel_weights(module: Any) -> None:
+    """megatron sets `tensor_model_parallel` / `partition_dim` / `partition_stride` on the weights of
+    its parallel layers only while initialising them (`perform_initialization`); verl_lite loads HF
+    weights instead, so they are set here as megatron's init would set them. Without them megatron
+    takes every TP-split weight for a replica (`param_is_not_tensor_parallel_duplicate`): the grad
+    norm, and so the clipping, counted only TP rank 0's shards."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding
+
+    for layer in module.modules():
+        if isinstance(layer, (ColumnParallelLinear, VocabParallelEmbedding)):
+            dim = 0
+        elif isinstance(layer, RowParallelLinear):
+            dim = 1
+        else:
+            continue
+        weight = getattr(layer, "weight", None)
+        if weight is None or getattr(weight, "tensor_model_parallel", False):
+            continue
+        weight.tensor_model_parallel = True
+        weight.partition_dim = dim
+        weight.partition_stride = int(getattr(layer, "stride", 1) or 1)
 
 
 def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool) -> List[Any]:
