@@ -804,8 +804,9 @@ def test_the_shipped_tiny_job_has_no_warnings_and_the_bare_default_warns_about_r
         "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1"]
     import os
     import subprocess
+    import sys
 
-    out = subprocess.run(["bash", "examples/grpo/run_tiny.sh"], env={**os.environ, "CHECK": "1"},
+    out = subprocess.run(["bash", "examples/grpo/run_tiny.sh"], env={**os.environ, "CHECK": "1", "PYTHON": sys.executable},
                          capture_output=True, text=True, cwd=str(Path(__file__).resolve().parents[2]), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "warning" not in out.stderr and "verl_lite.check: OK" in out.stdout
