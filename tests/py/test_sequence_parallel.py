@@ -261,6 +261,24 @@ def _phase_moe_training(rec, batch):
     rec["moe_losses"] = losses
 
 
+def _phase_worker_sampling(rec, rank):
+    """The trainer's worker at TP=2 (one data-parallel rank over both processes): both TP ranks must
+    sample the same responses for the same prompts, or they would score and train on different
+    sequences together (GRPO at TP=2 then does not learn)."""
+    from verl_lite.config import load_config, to_dataclass
+    from verl_lite.trainer.workers import ActorRolloutRefWorker
+
+    cfg = to_dataclass(load_config([
+        "trainer.device=cpu", "trainer.n_gpus_per_node=2", f"actor_rollout_ref.model.path={QWEN3}",
+        "actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2"]))
+    worker = ActorRolloutRefWorker(cfg, rank, 2)
+    batch = make_batch()
+    prompts = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    out = worker.generate_sequences(prompts, 6, {"temperature": 1.0, "do_sample": True})
+    rec["worker_responses"] = out["responses"]
+
+
 def _scenario(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
@@ -273,6 +291,7 @@ def _scenario(rank, world, port, out_dir):
         _phase_gdn_step(rec, batch)
         _phase_critic(rec, batch)
         _phase_moe_training(rec, batch)
+        _phase_worker_sampling(rec, rank)
     except Exception:
         rec["error"] = traceback.format_exc()
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
@@ -353,3 +372,9 @@ def test_the_check_summary_says_whether_sequence_parallel_is_on_per_megatron_rol
     assert [line.strip() for line in lines if "seq parallel" in line] == [
         "seq parallel: on (sequence split over TP, padded to a multiple of 2)",
         "seq parallel: off (megatron.sequence_parallel=False)"]
+
+
+def test_the_tensor_parallel_ranks_of_one_worker_group_sample_the_same_responses(ranks):
+    first, second = ranks[0]["worker_responses"], ranks[1]["worker_responses"]
+    assert first.shape == (B, 6)
+    assert torch.equal(first, second)

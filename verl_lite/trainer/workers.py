@@ -164,6 +164,12 @@ class ActorRolloutRefWorker(_EngineWorker):
         self.ref = None
         if roles.ref_enabled(cfg):
             self.ref = self._make_engine(model_cfg, cfg.actor_rollout_ref.ref, None, "ref")
+        # Sampling draws from torch's generator: the ranks of one model-parallel group (one data-parallel
+        # rank) get the same prompts and must draw the same responses, or the TP/PP ranks would score and
+        # train on different sequences together. Seeded per data-parallel rank, not per process.
+        import torch
+
+        torch.manual_seed(int(cfg.trainer.seed) * 1000 + self.actor.data_parallel_rank())
         rollout_cfg = cfg.actor_rollout_ref.rollout
         self.rollout = ROLLOUTS.load(rollout_cfg.name)(model_cfg, rollout_cfg, self.tokenizer, device)
         self.phases.attach_rollout(self.rollout)
