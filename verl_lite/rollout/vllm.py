@@ -85,6 +85,14 @@ class _RotaryReloadNote(logging.Filter):
         return not (record.getMessage().startswith("RotaryEmbedding: Failed to load weights"))
 
 
+class _ChatWarmupNote(logging.Filter):
+    """vLLM's LLM() warms up chat-template rendering, which needs a tokenizer; the engine is built
+    without one (token ids in and out), so the warm-up always fails with a logged traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Chat template warmup failed")
+
+
 class VLLMRollout:
     """`model_config` / `rollout_config`: the ModelConfig and RolloutConfig sections (dataclass,
     DictConfig or dict). `device`: cpu, cuda or npu (the worker's)."""
@@ -109,6 +117,7 @@ class VLLMRollout:
         # vLLM's in-place reload warns at every sync that the rotary embedding (buffers, no
         # checkpoint tensor) "failed to load"; a missing real tensor fails the sync by name here.
         logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadNote())
+        logging.getLogger("vllm.renderers.base").addFilter(_ChatWarmupNote())
         self.asleep: set = set()  # vLLM sleep-mode tags now asleep ("weights", "kv_cache")
         self.sleep_mode = bool(self.config.free_cache_engine) and device != "cpu"
         self.llm = LLM(**self.engine_kwargs())
