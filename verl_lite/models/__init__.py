@@ -56,8 +56,9 @@ def read_hf_config(path: str) -> Optional[Dict[str, Any]]:
 
 
 def is_gdn_model(hf_config: Optional[Dict[str, Any]]) -> bool:
-    """True for models with Gated DeltaNet layers (Qwen3.5, Qwen3-Next)."""
-    if not hf_config:
+    """True for models with Gated DeltaNet layers (Qwen3.5, Qwen3-Next); False for anything that is
+    not a config dict (an unreadable or malformed config.json is reported by the preflight)."""
+    if not isinstance(hf_config, dict):
         return False
     text = hf_config.get("text_config") or {}
     model_type = str(hf_config.get("model_type", "")) + " " + str(text.get("model_type", ""))
