@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from verl_lite.engine.bridges import Layout, ModelBridge
+from verl_lite.engine.bridges.base import hf_field
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +104,39 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
             )
         if module.post_process:
             attach_head(module)
+        if module.pre_process:
+            freeze_padding_row(module, hf_field(bridge.hf_config, "pad_token_id"))
         if not tf_config.perform_initialization:
             mark_tensor_parallel_weights(module)
         chunks.append(module.to(device))
     return chunks
+
+
+def freeze_padding_row(module: Any, pad_token_id: Any) -> None:
+    """The embedding lookup of `pad_token_id` passes no gradient to its row, as transformers'
+    `nn.Embedding(vocab, hidden, padding_idx=pad_token_id)` of Qwen3 / Qwen3.5 does (megatron's
+    vocab-parallel embedding has no padding index). Without it a sampled pad token trains the row
+    that HF keeps fixed: HF inits it to zeros, and the RMSNorm of a zero vector has a gradient of
+    1/sqrt(eps), so one such token swamped the step's gradient norm (604 against ~1). A tied LM head
+    still trains the row through the output side, as in transformers."""
+    if pad_token_id is None:
+        return
+    pad = int(pad_token_id)
+
+    def hook(embedding: Any, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        ids = inputs[0]
+        mask = ids == pad  # [batch, seq]
+        if output.shape[:2] == ids.shape:  # [batch, seq, hidden]
+            keep = mask.unsqueeze(-1)
+        else:  # sequence parallel: [seq / TP, batch, hidden], this rank's part of the sequence
+            from megatron.core import parallel_state as mpu
+
+            part = output.shape[0]
+            rank = mpu.get_tensor_model_parallel_rank()
+            keep = mask.t()[rank * part:(rank + 1) * part].unsqueeze(-1)
+        return torch.where(keep, output.detach(), output)
+
+    module.embedding.word_embeddings.register_forward_hook(hook)
 
 
 def mark_tensor_parallel_weights(module: Any) -> None:
