@@ -480,8 +480,6 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
 
 
 @pytest.mark.parametrize("line, fragment", [
-    ("trainer.balance_batch=True", "trainer.balance_batch=True: balancing sequence lengths over data-parallel ranks "
-                                   "is not supported by verl_lite yet"),
     ("trainer.max_critic_ckpt_to_keep=1", "not supported by verl_lite: trainer.max_actor_ckpt_to_keep keeps whole"),
     ("ray_kwargs.ray_init.runtime_env.py_executable=uv", "verl_lite builds the workers' runtime env itself"),
     ("+actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024", "checkpoint engine"),

@@ -76,7 +76,7 @@ def test_the_on_policy_update_equals_the_update_with_recomputed_old_log_probs(da
     w1, w2 = recomputed.actor_state_dict(), on_policy.actor_state_dict()
     assert any(not torch.equal(before[k], w1[k]) for k in w1), "the update did not move the weights"
     for k in w1:
-        torch.testing.assert_close(w1[k], w2[k], atol=1e-6, rtol=1e-5, msg=f"weights differ after the update: {k}")
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-6, rtol=1e-5, msg=lambda m, k=k: f"weights differ after the update: {k}: {m}")
 
 
 def test_an_on_policy_update_over_several_mini_batches_is_refused(data_dir, tmp_path):
@@ -128,7 +128,7 @@ def test_update_actor_pushes_the_new_weights_to_the_rollout_when_asked(data_dir,
 
 def test_dp2_over_two_ray_workers_gives_the_dp1_loss_and_weights_on_the_same_global_batch(ray_cluster, data_dir, tmp_path):
     from verl_lite.config import to_dataclass
-    from verl_lite.trainer.ppo_trainer import dp_shards, update_meta
+    from verl_lite.trainer.ppo_trainer import balanced_order, dp_shards, update_meta
     from verl_lite.trainer.worker_group import WorkerGroup
     from verl_lite.trainer.workers import ActorRolloutRefWorker
 
@@ -142,7 +142,15 @@ def test_dp2_over_two_ray_workers_gives_the_dp1_loss_and_weights_on_the_same_glo
         wg = WorkerGroup(ActorRolloutRefWorker, f"actor_dp{dp}", to_dataclass(cfg), dp, "cpu",  # typed across Ray
                          use_ray=True, threads=1, call_timeout_s=120)
         assert wg.dp_size == dp
-        metrics = wg.call_shards("update_actor", dp_shards(train, num_mini, dp), update_meta(train, num_mini, dp))
+        # DP=2 with trainer.balance_batch (the default): rows regrouped within each mini-batch
+        balance = {}
+        metrics = wg.call_shards("update_actor", dp_shards(train, num_mini, dp, balance=True, metrics=balance),
+                                 update_meta(train, num_mini, dp))
+        if dp == 2:
+            assert balanced_order(train["attention_mask"], num_mini, dp) != list(range(16)), \
+                "balancing left the rows in place: the test would not catch a changed update"
+            assert balance["global_seqlen/balanced_max"] - balance["global_seqlen/balanced_min"] <= \
+                balance["global_seqlen/minmax_diff"]
         weights = wg.call_all("actor_state_dict")[0]
         results[dp] = (metrics, weights)
         wg.shutdown()
@@ -151,8 +159,10 @@ def test_dp2_over_two_ray_workers_gives_the_dp1_loss_and_weights_on_the_same_glo
     loss2 = [a + b for a, b in zip(m2[0]["actor/pg_loss"], m2[1]["actor/pg_loss"])]  # parts add over ranks
     assert loss1 == pytest.approx(loss2, abs=1e-6)
     assert any(abs(x) > 1e-4 for x in loss1), "the loss is trivially zero: the test would not catch a mismatch"
+    # Balancing changes the order in which rows add into the gradient: Adam turns that rounding into
+    # up to ~2e-5 on a weight whose gradient is near zero; a wrong row set moves weights by ~lr (1e-2).
     for k in w1:
-        torch.testing.assert_close(w1[k], w2[k], atol=2e-5, rtol=1e-4, msg=f"weights differ after the update: {k}")
+        torch.testing.assert_close(w1[k], w2[k], atol=1e-4, rtol=1e-4, msg=lambda m, k=k: f"weights differ after the update: {k}: {m}")
 
 
 def test_the_default_ray_path_trains_and_checkpoints(ray_cluster, data_dir, tmp_path):

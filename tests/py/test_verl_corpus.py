@@ -131,11 +131,9 @@ EXPECTED = {
         'actor_rollout_ref.actor.checkpoint.strict',
     ],
     'qwen3_8b_grpo_fsdp': [
-        'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
     ],
     'qwen3_8b_grpo_megatron': [
-        'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
         'actor_rollout_ref.model.use_remove_padding',
     ],
@@ -146,7 +144,6 @@ EXPECTED = {
     'quickstart_ppo': [
     ],
     'qwen3_8b_ppo_fsdp_gpu': [
-        'trainer.balance_batch',
         'ray_kwargs.ray_init.runtime_env.py_executable',
     ],
     'qwen3_8b_ppo_fsdp_npu': [

@@ -560,6 +560,10 @@ class TrainerConfig:
     val_before_train: bool = False
     # Steps in which only the critic trains; the actor updates from step critic_warmup + 1 on.
     critic_warmup: int = 0
+    # Regroup the rows of each mini-batch before an update so each data-parallel rank's part has
+    # balanced total tokens (verl's _balance_batch, keep_minibatch style: each mini-batch keeps its
+    # samples); logs global_seqlen/*. No effect with one DP rank.
+    balance_batch: bool = True
     # Output dir: checkpoints (global_step_N), metrics.jsonl, reward_curve.png, tensorboard, last_error.txt.
     default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
     # auto: resume from the newest complete checkpoint in default_local_dir; resume_path: from

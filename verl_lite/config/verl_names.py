@@ -77,8 +77,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("actor_rollout_ref.nccl_timeout", f"{NOT}: set the timeout of a call to the workers with trainer.ray_timeout_s"),
     ("ray_kwargs.ray_init.runtime_env*", f"{NOT}: verl_lite builds the workers' runtime env itself (variables "
                                          "the user exported are forwarded; docs/config.md, Worker runtime env)"),
-    ("trainer.balance_batch", f"balancing sequence lengths over data-parallel ranks is {YET}: "
-                              "set trainer.balance_batch=False (ranks get consecutive slices)"),
     ("trainer.max_critic_ckpt_to_keep", f"{NOT}: trainer.max_actor_ckpt_to_keep keeps whole checkpoints, the critic's included"),
     ("rollout.total_rollout_steps", f"{NOT}: the fully-async run's length is trainer.total_training_steps (or total_epochs)"),
     ("data.gen_batch_size", f"{NOT}: each step generates data.train_batch_size prompts"),
@@ -186,12 +184,10 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
 # verl keys whose value here is exactly what verl_lite does: the line is taken and changes nothing
 SAME_AS_VERL_LITE = {
     "ray_kwargs.ray_init.runtime_env.py_executable": None,  # null: workers run the driver's Python, as here
-    "trainer.balance_batch": False,  # ranks get consecutive slices of the batch, as here
     "actor_rollout_ref.ref.use_torch_compile": False,  # the ref is not compiled, as here
 }
 SAME_AS_VERL_LITE_WHY = {
     "ray_kwargs.ray_init.runtime_env.py_executable": "the workers run the driver's Python, as verl_lite's do",
-    "trainer.balance_batch": "no balancing: ranks get consecutive slices of the batch",
     "actor_rollout_ref.ref.use_torch_compile": "the ref model is not compiled",
 }
 

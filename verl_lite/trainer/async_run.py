@@ -282,7 +282,8 @@ class AsyncTrainer(StepLoop):
         t = time.perf_counter()
         num_mini = max(1, int(cfg.data.train_batch_size) // int(actor_rollout_ref.actor.ppo_mini_batch_size))
         dp = self.train_wg.dp_size
-        res = self.train_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp),
+        shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
+        res = self.train_wg.call_shards("update_actor", shards,
                                         update_meta(train_batch, num_mini, dp))
         metrics.update(_merge_rank_metrics(res))
         timing["update_actor"] = time.perf_counter() - t

@@ -67,8 +67,73 @@ def _tensors(batch: Batch, keys: Optional[Sequence[str]] = None) -> Batch:
     return {k: v for k, v in batch.items() if k not in LIST_KEYS and not k.startswith("_")}
 
 
-def dp_shards(batch: Batch, num_mini: int, dp: int) -> List[Batch]:
+def workload(seqlens: torch.Tensor) -> torch.Tensor:
+    """verl's `calculate_workload`: the relative FLOPs of a sequence of each length (a 7B-sized block)."""
+    return 24576 * seqlens + seqlens ** 2
+
+
+def equal_size_partitions(costs: Sequence[int], k: int) -> List[List[int]]:
+    """Indices of `costs` in `k` parts of equal size with near-equal cost sums: the costliest item
+    goes to the cheapest part that still has room (len(costs) must divide by k)."""
+    size = len(costs) // k
+    parts: List[List[int]] = [[] for _ in range(k)]
+    sums = [0] * k
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        p = min((j for j in range(k) if len(parts[j]) < size), key=lambda j: (sums[j], j))
+        parts[p].append(i)
+        sums[p] += costs[i]
+    return parts
+
+
+def balanced_order(attention_mask: torch.Tensor, num_mini: int, dp: int) -> List[int]:
+    """verl's `_balance_batch` with keep_minibatch: a row order in which each mini-batch keeps its
+    rows, and the part of it each DP rank gets (see reorder_for_dp) has balanced total tokens.
+
+    Keeping the mini-batches (rather than verl's default, which balances the whole batch and so
+    changes which rows share a mini-batch) keeps each update the same set of samples as with
+    balance_batch off or DP=1. Within a part, short rows are at both ends (as verl places them)."""
+    n = attention_mask.shape[0]
+    per_mini, per_part = n // num_mini, n // num_mini // dp
+    costs = workload(attention_mask.reshape(n, -1).sum(-1).long()).tolist()
+    order: List[int] = []
+    for j in range(num_mini):
+        rows = list(range(j * per_mini, (j + 1) * per_mini))
+        for part in equal_size_partitions([costs[i] for i in rows], dp):
+            part.sort(key=lambda x: (costs[rows[x]], x))
+            order.extend(rows[x] for x in part[::2] + part[1::2][::-1])
+    assert len(order) == n and per_part * dp * num_mini == n
+    return order
+
+
+def seqlen_balance_metrics(attention_mask: torch.Tensor, order: List[int], num_mini: int, dp: int,
+                           prefix: str = "global_seqlen") -> Dict[str, float]:
+    """verl's `log_seqlen_unbalance`: total tokens per DP rank before (min, max, minmax_diff) and after
+    balancing (balanced_min, balanced_max), and the mean per rank."""
+    seqlens = attention_mask.reshape(attention_mask.shape[0], -1).sum(-1).long()
+
+    def per_rank(rows: List[int]) -> List[int]:
+        share = len(rows) // dp
+        return [int(seqlens[rows[r * share:(r + 1) * share]].sum()) for r in range(dp)]
+
+    n = seqlens.shape[0]
+    before = per_rank(reorder_for_dp(n, num_mini, dp))
+    after = per_rank([order[k] for k in reorder_for_dp(n, num_mini, dp)])
+    return {f"{prefix}/min": min(before), f"{prefix}/max": max(before), f"{prefix}/minmax_diff": max(before) - min(before),
+            f"{prefix}/balanced_min": min(after), f"{prefix}/balanced_max": max(after),
+            f"{prefix}/mean": int(seqlens.sum()) / dp}
+
+
+def dp_shards(batch: Batch, num_mini: int, dp: int, balance: bool = False,
+              metrics: Optional[Dict[str, Any]] = None) -> List[Batch]:
+    """The batch split over `dp` ranks, mini-batch by mini-batch (reorder_for_dp). With `balance`
+    (trainer.balance_batch) the rows of each mini-batch are first regrouped so each rank's part has
+    balanced total tokens; verl's global_seqlen metrics go into `metrics`."""
     n = batch["response_mask"].shape[0]
+    if balance and dp > 1:
+        order = balanced_order(batch["attention_mask"], num_mini, dp)
+        if metrics is not None:
+            metrics.update(seqlen_balance_metrics(batch["attention_mask"], order, num_mini, dp))
+        batch = select(batch, order)
     ordered = select(batch, reorder_for_dp(n, num_mini, dp))
     return split(ordered, [n // dp] * dp)
 
@@ -205,7 +270,8 @@ class PPOTrainer(StepLoop):
         if self.critic_wg is not None:
             critic_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or actor_rollout_ref.actor.ppo_mini_batch_size)
             dp = self.critic_wg.dp_size
-            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp),
+            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp,
+                                                                        bool(cfg.trainer.balance_batch)),
                                              update_meta(train_batch, critic_mini, dp))
             metrics.update(_merge_rank_metrics(res))
         timing["update_critic"] = time.perf_counter() - t
@@ -215,7 +281,8 @@ class PPOTrainer(StepLoop):
             meta = update_meta(train_batch, num_mini, dp)
             # The worker pushes the new weights to its rollout before it answers: one round trip.
             meta.update(on_policy=on_policy, sync_weights_version=self.global_step + 1)
-            res = self.actor_wg.call_shards("update_actor", dp_shards(train_batch, num_mini, dp), meta)
+            shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
+            res = self.actor_wg.call_shards("update_actor", shards, meta)
             metrics.update(_merge_rank_metrics(res))
             fault_point("step")
         timing["update_actor"] = time.perf_counter() - t
