@@ -110,13 +110,24 @@ def test_ray_init_arguments_from_verls_ray_kwargs_reach_ray_init(monkeypatch):
     assert seen["num_gpus"] == 0 and seen["object_store_memory"] == 100000000 and seen["num_cpus"] == 3
 
 
-def test_a_runtime_env_for_the_workers_is_refused_verl_lite_builds_it():
+def test_a_runtime_env_key_ray_does_not_know_is_refused_naming_it():
     from verl_lite.config.compose import compose_config
 
-    _, found = compose_config(["+ray_kwargs.ray_init.runtime_env.env_vars.X=1"])
-    assert found == ["ray_kwargs.ray_init.runtime_env.env_vars.X=1: not supported by verl_lite: verl_lite builds the "
-                     "workers' runtime env itself (variables the user exported are forwarded; docs/config.md, "
-                     "Worker runtime env)"]
+    cfg, found = compose_config(["+ray_kwargs.ray_init.runtime_env.env_vars.X=1",
+                                 "+ray_kwargs.ray_init.runtime_env.py_exe=uv"])
+    assert found == []  # composes: the key check is the preflight's
+    (problem,) = verl_problems(cfg)  # the preflight's verl refusals (collect_problems runs them)
+    assert problem.startswith("ray_init.runtime_env.py_exe: Ray's runtime_env has no key 'py_exe' (verl: "
+                              "ray_kwargs.ray_init.runtime_env.py_exe); use one of conda,")
+    assert "py_executable" in problem
+
+
+def test_the_runtime_env_keys_are_rays_own():
+    from ray.runtime_env import RuntimeEnv
+
+    from verl_lite.config.verl_rules import RAY_RUNTIME_ENV_KEYS
+
+    assert set(RAY_RUNTIME_ENV_KEYS) == {k for k in RuntimeEnv.known_fields if not k.startswith("_")}
 
 
 def test_settings_of_features_that_are_off_are_warned_about():
@@ -168,3 +179,41 @@ def test_kl_settings_without_their_switch_are_warned_about():
             "(algorithm.use_kl_in_reward=False)") in warnings
     assert ("actor_rollout_ref.actor.kl_loss_coef has no effect: the KL loss is off "
             "(actor_rollout_ref.actor.use_kl_loss=False)") in warnings
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.mode='async': verl's server-based"),
+    ("actor_rollout_ref.rollout.response_length=999", "actor_rollout_ref.rollout.response_length=999 differs from "
+     "data.max_response_length=512"),
+    ("actor_rollout_ref.rollout.prompt_length=999", "actor_rollout_ref.rollout.prompt_length=999 differs from "
+     "data.max_prompt_length=512"),
+    ("actor_rollout_ref.rollout.log_prob_micro_batch_size=8", "set actor_rollout_ref.rollout.log_prob_micro_batch_size"
+     "_per_gpu"),
+])
+def test_rollout_keys_verl_lite_does_not_act_on_are_refused(line, fragment):
+    (problem,) = problems(line)
+    assert fragment in problem and "not supported by verl_lite" in problem, problem
+
+
+def test_rollout_lengths_equal_to_the_data_lengths_are_taken():
+    assert problems("actor_rollout_ref.rollout.response_length=512", "actor_rollout_ref.rollout.prompt_length=512") == []
+
+
+@pytest.mark.parametrize("line", ["actor_rollout_ref.rollout.dtype=float16", "actor_rollout_ref.rollout.load_format=auto",
+                                  "actor_rollout_ref.rollout.free_cache_engine=False"])
+def test_vllm_engine_settings_are_refused_with_the_hf_rollout(line):
+    found = collect_problems(load_config(["trainer.device=cpu", line]), for_training=False)
+    key = line.split("=")[0]
+    assert [p for p in found if p.startswith(key)] == [
+        f"{key} is read by the vllm rollout only, and actor_rollout_ref.rollout.name=hf: remove it, or set "
+        "actor_rollout_ref.rollout.name=vllm"], found
+
+
+@pytest.mark.parametrize("mode", ["gspo", "geo_mean"])
+def test_loss_agg_mode_and_dual_clip_have_no_effect_with_gspo_and_geo_mean_and_say_so(mode):
+    cfg = load_config(["trainer.device=cpu", f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}",
+                       "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum", "actor_rollout_ref.actor.clip_ratio_c=5"])
+    said = [w for w in collect_warnings(cfg) if "no effect with policy_loss.loss_mode" in w]
+    assert said and "actor_rollout_ref.actor.loss_agg_mode, actor_rollout_ref.actor.clip_ratio_c" in said[0], said
+    vanilla = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum"])
+    assert not [w for w in collect_warnings(vanilla) if "no effect with policy_loss.loss_mode" in w]

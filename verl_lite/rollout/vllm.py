@@ -260,7 +260,13 @@ class VLLMRollout:
         return SamplingParams(
             n=n, max_tokens=int(response_length), temperature=0.0 if greedy else temperature,
             top_p=1.0 if greedy else float(sampling.get("top_p", 1.0)), top_k=-1 if greedy or top_k <= 0 else top_k,
-            stop_token_ids=[int(self.tokenizer.eos_token_id)], logprobs=0, detokenize=False)
+            stop_token_ids=[int(self.tokenizer.eos_token_id)], logprobs=0 if self._log_probs_on() else None,
+            detokenize=False)
+
+    def _log_probs_on(self) -> bool:
+        """verl's calculate_log_probs (null = on, verl's default): off, vLLM skips them and the
+        training/rollout_probs_diff metrics are not reported."""
+        return self.config.calculate_log_probs is not False
 
     @torch.no_grad()
     def generate(self, prompts: Batch, response_length: int, sampling: Dict[str, Any]) -> Batch:
@@ -314,8 +320,9 @@ class VLLMRollout:
                     tokens = tokens[:tokens.index(eos) + 1]
                 responses[i, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
                 response_mask[i, :len(tokens)] = 1
-                log_probs[i, :len(tokens)] = torch.tensor(
-                    [step[tok].logprob for step, tok in zip(sample.logprobs, tokens)], dtype=torch.float32)
+                if sample.logprobs is not None:
+                    log_probs[i, :len(tokens)] = torch.tensor(
+                        [step[tok].logprob for step, tok in zip(sample.logprobs, tokens)], dtype=torch.float32)
                 i += 1
         if i != B:
             raise RuntimeError(f"vLLM returned {i} samples for {B} prompt rows")
@@ -324,6 +331,8 @@ class VLLMRollout:
         result.update(
             prompts=input_ids, responses=responses, response_mask=response_mask,
             input_ids=torch.cat([input_ids, responses], dim=1), attention_mask=full_mask,
-            position_ids=position_ids_from(full_mask), rollout_log_probs=log_probs,
+            position_ids=position_ids_from(full_mask),
         )
+        if self._log_probs_on():
+            result["rollout_log_probs"] = log_probs
         return result
