@@ -158,6 +158,14 @@ def collect_warnings(cfg: Any) -> List[str]:
                 f"(algorithm.adv_estimator={algo.adv_estimator}{', critic.enable=False' if cfg.critic.enable is False else ''}"
                 "): the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True")
     warnings += verl_rules.verl_warnings(cfg)  # verl settings with no effect in this run
+    from verl_lite.runtime_env import DEVICE_ENV, runtime_env_overrides
+
+    try:
+        device = _target_device(cfg)
+    except devices.DeviceError:
+        device = None  # collect_problems reports the device
+    if device in DEVICE_ENV:  # ray_init.runtime_env.env_vars that replace verl_lite's own variables
+        warnings += runtime_env_overrides(cfg, device)
     return warnings
 
 
@@ -442,8 +450,11 @@ def summarize(cfg: Any) -> str:
     lines.append(rollout_rules.rollout_summary(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path)))
     lines.append(f"ray           : {describe_ray(cfg, device)}")
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
-    env = mask_env(get_runtime_env(cfg, device, gpu_capability=capability)["env_vars"])
+    runtime_env = get_runtime_env(cfg, device, gpu_capability=capability)
+    env = mask_env(runtime_env.pop("env_vars"))
     lines.append("runtime env   : " + redact(" ".join(f"{k}={v}" for k, v in sorted(env.items()))))
+    if runtime_env:  # the run's ray_init.runtime_env keys besides env_vars, passed to Ray as they are
+        lines.append(f"{'':16}" + redact("; ".join(f"{k}={v}" for k, v in sorted(runtime_env.items()))))
     if device == "cuda" and uses_megatron(cfg) and capability is None:
         lines.append(
             f"{'':16}(GPU capability unknown here: CUDA_DEVICE_MAX_CONNECTIONS=1 is added on compute capability "

@@ -8,6 +8,10 @@
 - A variable the user already exported wins: its value is forwarded instead of ours, so workers
   on other nodes see it too.
 
+- `ray_init.runtime_env` (verl: `ray_kwargs.ray_init.runtime_env.*`) is merged in: its keys
+  (py_executable, working_dir, pip, ...) are passed to Ray as they are, and its env_vars win over
+  verl_lite's own; `runtime_env_overrides` names each variable verl_lite sets that they replace.
+
 The GPU's capability is injectable for tests; on a cuda target without it, `nvidia-smi` is asked
 (no torch import). Unknown capability means the variable is not set.
 """
@@ -18,7 +22,7 @@ import logging
 import os
 import shutil
 import subprocess
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verl_lite.config import roles
 
@@ -75,8 +79,18 @@ def get_runtime_env(
     device: str,
     gpu_capability: Optional[Tuple[int, int]] = None,
     environ: Mapping[str, str] = os.environ,
-) -> Dict[str, Dict[str, str]]:
-    """`{"env_vars": {...}}` for `ray.init(runtime_env=...)` on a resolved device (cuda, npu, cpu)."""
+) -> Dict[str, Any]:
+    """`{"env_vars": {...}, ...}` for `ray.init(runtime_env=...)` on a resolved device (cuda, npu, cpu):
+    verl_lite's variables, then the run's ray_init.runtime_env merged in (its env_vars win)."""
+    env = _own_env(cfg, device, gpu_capability, environ)
+    user = user_runtime_env(cfg)
+    env.update(user.pop("env_vars", {}))
+    return {**user, "env_vars": env}
+
+
+def _own_env(cfg: Any, device: str, gpu_capability: Optional[Tuple[int, int]],
+             environ: Mapping[str, str]) -> Dict[str, str]:
+    """The variables verl_lite sets for its workers (a value the user exported wins)."""
     if device not in DEVICE_ENV:
         raise ValueError(f"device {device!r} is not resolved: expected one of {', '.join(DEVICE_ENV)}")
     env: Dict[str, str] = dict(COMMON_ENV)
@@ -90,7 +104,36 @@ def get_runtime_env(
     for key in env:
         if key in environ:
             env[key] = environ[key]
-    return {"env_vars": env}
+    return env
+
+
+def user_runtime_env(cfg: Any) -> Dict[str, Any]:
+    """The run's `ray_init.runtime_env` as plain values: null keys left out (verl's default
+    `py_executable=null` is Ray's default), env_vars as strings (Ray takes only strings; a boolean
+    is written true/false)."""
+    raw = getattr(getattr(cfg, "ray_init", None), "runtime_env", None) or {}
+    if not isinstance(raw, dict):
+        from omegaconf import OmegaConf
+
+        raw = OmegaConf.to_container(raw, resolve=True)
+    user = {k: v for k, v in raw.items() if v is not None}
+    if "env_vars" in user:
+        user["env_vars"] = {str(k): (str(v).lower() if isinstance(v, bool) else str(v))
+                            for k, v in (user["env_vars"] or {}).items() if v is not None}
+    return user
+
+
+def runtime_env_overrides(cfg: Any, device: str, gpu_capability: Optional[Tuple[int, int]] = None,
+                          environ: Mapping[str, str] = os.environ) -> List[str]:
+    """A line for each variable verl_lite sets for its workers that ray_init.runtime_env.env_vars
+    replaces with another value (the user's value is used)."""
+    user = user_runtime_env(cfg).get("env_vars", {})
+    if not user:
+        return []
+    ours = _own_env(cfg, device, gpu_capability, environ)
+    return [f"ray_init.runtime_env.env_vars.{k}={v!r} replaces verl_lite's {k}={ours[k]!r} for the workers "
+            f"(the value given is used; remove it to keep verl_lite's)"
+            for k, v in sorted(user.items()) if k in ours and ours[k] != v]
 
 
 # ---------------------------------------------------------------------------- which Ray cluster

@@ -481,7 +481,6 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
 
 @pytest.mark.parametrize("line, fragment", [
     ("trainer.max_critic_ckpt_to_keep=1", "not supported by verl_lite: trainer.max_actor_ckpt_to_keep keeps whole"),
-    ("ray_kwargs.ray_init.runtime_env.py_executable=uv", "verl_lite builds the workers' runtime env itself"),
     ("+actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024", "checkpoint engine"),
     ("critic.forward_max_token_len_per_gpu=4096", "the value pass uses critic.ppo_max_token_len_per_gpu"),
     ("+algorithm.filter_groups.enable=True", "dynamic sampling (DAPO's filter_groups)"),

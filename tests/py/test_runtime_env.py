@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from verl_lite.config import load_config
-from verl_lite.runtime_env import get_runtime_env, query_gpu_capability
+from verl_lite.runtime_env import get_runtime_env, query_gpu_capability, runtime_env_overrides
 
 MEGATRON = ["actor_rollout_ref.actor.strategy=megatron"]
 
@@ -62,6 +62,26 @@ def test_values_the_user_exported_win():
     assert "UNRELATED" not in env
 
 
+def test_the_runs_runtime_env_is_merged_in_and_its_env_vars_win():
+    cfg = load_config(["ray_kwargs.ray_init.runtime_env.py_executable=uv run --frozen",
+                       "+ray_kwargs.ray_init.runtime_env.working_dir=/src",
+                       "+ray_kwargs.ray_init.runtime_env.env_vars.NCCL_DEBUG=INFO",
+                       "+ray_kwargs.ray_init.runtime_env.env_vars.MY_FLAG=true",
+                       "+ray_kwargs.ray_init.runtime_env.env_vars.NCCL_TIMEOUT=30"])
+    env = get_runtime_env(cfg, "cuda", (9, 0), environ={})
+    assert env == {"py_executable": "uv run --frozen", "working_dir": "/src",
+                   "env_vars": {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "INFO", "MY_FLAG": "true",
+                                "NCCL_TIMEOUT": "30"}}
+    (line,) = runtime_env_overrides(cfg, "cuda", (9, 0), environ={})
+    assert line.startswith("ray_init.runtime_env.env_vars.NCCL_DEBUG='INFO' replaces verl_lite's NCCL_DEBUG='WARN'")
+
+
+def test_verls_default_null_py_executable_is_left_out():
+    cfg = load_config(["ray_kwargs.ray_init.runtime_env.py_executable=null"])
+    assert get_runtime_env(cfg, "cpu", environ={}) == {"env_vars": {"TOKENIZERS_PARALLELISM": "true"}}
+    assert runtime_env_overrides(cfg, "cpu", environ={}) == []
+
+
 def test_an_unresolved_device_is_rejected():
     with pytest.raises(ValueError, match="device 'auto' is not resolved"):
         get_runtime_env(load_config([]), "auto")
@@ -93,3 +113,13 @@ def test_a_failing_or_missing_nvidia_smi_means_unknown_capability(fake_nvidia_sm
     assert query_gpu_capability(fake_nvidia_smi("", rc=9)) is None
     assert query_gpu_capability({"PATH": str(tmp_path / "empty")}) is None
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in env_vars(MEGATRON, "cuda", None, {"PATH": str(tmp_path / "empty")})
+
+
+def test_the_check_summary_shows_the_runs_runtime_env():
+    from verl_lite.check import summarize
+
+    cfg = load_config(["trainer.device=cpu", "ray_kwargs.ray_init.runtime_env.py_executable=uv run --frozen",
+                       "+ray_kwargs.ray_init.runtime_env.env_vars.MY_FLAG=1"])
+    lines = summarize(cfg).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("runtime env   :"))
+    assert "MY_FLAG=1" in lines[at] and lines[at + 1].strip() == "py_executable=uv run --frozen"

@@ -44,7 +44,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
-        'ray_kwargs.ray_init.runtime_env.py_executable',
         'actor_rollout_ref.actor.megatron.vanilla_mbridge',
     ],
     'qwen3_5_35b_megatron_npu': [
@@ -71,7 +70,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
-        'ray_kwargs.ray_init.runtime_env.py_executable',
         'actor_rollout_ref.actor.megatron.vanilla_mbridge',
         'actor_rollout_ref.actor.use_torch_compile',
         'actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len',
@@ -131,20 +129,16 @@ EXPECTED = {
         'actor_rollout_ref.actor.checkpoint.strict',
     ],
     'qwen3_8b_grpo_fsdp': [
-        'ray_kwargs.ray_init.runtime_env.py_executable',
     ],
     'qwen3_8b_grpo_megatron': [
-        'ray_kwargs.ray_init.runtime_env.py_executable',
         'actor_rollout_ref.model.use_remove_padding',
     ],
     'qwen2_5_32b_grpo_fsdp': [
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
-        'ray_kwargs.ray_init.runtime_env.py_executable',
     ],
     'quickstart_ppo': [
     ],
     'qwen3_8b_ppo_fsdp_gpu': [
-        'ray_kwargs.ray_init.runtime_env.py_executable',
     ],
     'qwen3_8b_ppo_fsdp_npu': [
         'actor_rollout_ref.actor.ulysses_sequence_parallel_size',

@@ -43,6 +43,7 @@ ALIASES = {
     "ray_kwargs.ray_init.address": "ray_init.address",
     "ray_kwargs.ray_init._temp_dir": "ray_init.temp_dir",
     "ray_kwargs.ray_init.include_dashboard": "ray_init.include_dashboard",
+    "ray_kwargs.ray_init.runtime_env.": "ray_init.runtime_env.",
 }
 # verl < 0.5 spelled the policy loss as a string: `actor.policy_loss=gspo` means `policy_loss.loss_mode=gspo`
 STRING_ALIASES = {"actor_rollout_ref.actor.policy_loss": "actor_rollout_ref.actor.policy_loss.loss_mode"}
@@ -75,8 +76,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("actor_rollout_ref.rollout.agent*", f"agent loops are {YET}: each prompt gets one response"),
     ("data.filter_overlong_prompts_workers", f"{NOT}: overlong prompts are filtered in one process; remove it"),
     ("actor_rollout_ref.nccl_timeout", f"{NOT}: set the timeout of a call to the workers with trainer.ray_timeout_s"),
-    ("ray_kwargs.ray_init.runtime_env*", f"{NOT}: verl_lite builds the workers' runtime env itself (variables "
-                                         "the user exported are forwarded; docs/config.md, Worker runtime env)"),
     ("trainer.max_critic_ckpt_to_keep", f"{NOT}: trainer.max_actor_ckpt_to_keep keeps whole checkpoints, the critic's included"),
     ("rollout.total_rollout_steps", f"{NOT}: the fully-async run's length is trainer.total_training_steps (or total_epochs)"),
     ("data.gen_batch_size", f"{NOT}: each step generates data.train_batch_size prompts"),
@@ -183,11 +182,9 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
 
 # verl keys whose value here is exactly what verl_lite does: the line is taken and changes nothing
 SAME_AS_VERL_LITE = {
-    "ray_kwargs.ray_init.runtime_env.py_executable": None,  # null: workers run the driver's Python, as here
     "actor_rollout_ref.ref.use_torch_compile": False,  # the ref is not compiled, as here
 }
 SAME_AS_VERL_LITE_WHY = {
-    "ray_kwargs.ray_init.runtime_env.py_executable": "the workers run the driver's Python, as verl_lite's do",
     "actor_rollout_ref.ref.use_torch_compile": "the ref model is not compiled",
 }
 

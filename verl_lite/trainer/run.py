@@ -23,7 +23,7 @@ from verl_lite.config import async_rules
 from verl_lite.config.compose import ConfigError
 from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address, ray_workers,
-                                   uses_ray)
+                                   runtime_env_overrides, uses_ray)
 from verl_lite.secrets import redact, redacted_logs
 from verl_lite.trainer.loop import StopRequest
 
@@ -57,6 +57,8 @@ def _init_ray(cfg: Any, device: str, world: int) -> bool:
         _set_local_env()
     import ray
 
+    for line in runtime_env_overrides(cfg, device):
+        logger.warning("%s", line)
     kwargs: dict = {"log_to_driver": True, "runtime_env": get_runtime_env(cfg, device),
                     "logging_level": logging.WARNING}
     if address:
