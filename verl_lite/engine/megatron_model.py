@@ -134,7 +134,9 @@ def freeze_padding_row(module: Any, pad_token_id: Any) -> None:
             part = output.shape[0]
             rank = mpu.get_tensor_model_parallel_rank()
             keep = mask.t()[rank * part:(rank + 1) * part].unsqueeze(-1)
-        return torch.where(keep, output.detach(), output)
+        # contiguous: torch.where may take the transposed mask's layout, and megatron's MoE router
+        # views its input
+        return torch.where(keep, output.detach(), output).contiguous()
 
     module.embedding.word_embeddings.register_forward_hook(hook)
 
