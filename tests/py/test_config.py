@@ -509,3 +509,32 @@ def test_hints_point_only_at_keys_that_mean_the_same_thing():
 
 def test_a_line_given_twice_is_one_problem():
     assert problems_of("trainer.zzz=1", "trainer.zzz=1") == ["unknown key 'trainer.zzz'"]
+
+
+def test_nccl_timeout_reaches_the_workers_process_group(monkeypatch):
+    """verl's actor_rollout_ref.nccl_timeout / critic.nccl_timeout: the timeout of the workers'
+    init_process_group; a non-positive value is refused by the preflight."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from verl_lite.check import collect_problems
+    from verl_lite.trainer import workers
+
+    seen = {}
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: seen.update(kw))
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):  # restored after the test
+        monkeypatch.setenv(name, "")
+    threads = torch.get_num_threads()
+    cfg = load_config(["actor_rollout_ref.nccl_timeout=1200", "critic.nccl_timeout=300"])
+    try:
+        with torch.random.fork_rng(devices=[]):
+            for worker, expected in ((workers.ActorRolloutRefWorker, 1200), (workers.CriticWorker, 300)):
+                seen.clear()
+                workers._setup_process(cfg, 0, 2, "127.0.0.1", 29999, "cpu", threads, worker._nccl_timeout(None, cfg))
+                assert seen["timeout"] == datetime.timedelta(seconds=expected) and seen["backend"] == "gloo"
+    finally:
+        torch.set_num_threads(threads)
+    assert "actor_rollout_ref.nccl_timeout=0 must be a positive integer" in collect_problems(
+        load_config(["actor_rollout_ref.nccl_timeout=0"]), for_training=False)

@@ -64,7 +64,6 @@ EXPECTED = {
     ],
     'qwen3_5_122b_a10b_megatron_gpu': [
         'data.filter_overlong_prompts_workers',
-        'actor_rollout_ref.nccl_timeout',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -76,7 +75,6 @@ EXPECTED = {
     ],
     'qwen3_5_122b_a10b_megatron_npu': [
         'data.filter_overlong_prompts_workers',
-        'actor_rollout_ref.nccl_timeout',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -88,7 +86,6 @@ EXPECTED = {
     ],
     'qwen3_5_122b_a10b_megatron_npu_bridge': [
         'data.filter_overlong_prompts_workers',
-        'actor_rollout_ref.nccl_timeout',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -158,7 +155,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
-        'actor_rollout_ref.nccl_timeout',
         'actor_rollout_ref.rollout.multi_turn.enable',
         'actor_rollout_ref.rollout.multi_turn.max_user_turns',
         'actor_rollout_ref.rollout.multi_turn.max_assistant_turns',

@@ -397,6 +397,9 @@ class ActorRolloutRefConfig:
     # True for synchronous training (which always colocates; False is refused), False for fully-async
     # training (its rollout has a pool of its own; True is refused), as verl's two trainer configs set it.
     hybrid_engine: Optional[bool] = None
+    # verl: seconds a collective of the actor/rollout/ref workers' process group may wait before it
+    # fails (torch.distributed's init_process_group timeout; nccl, hccl or gloo).
+    nccl_timeout: int = 600
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)
@@ -412,6 +415,8 @@ class CriticConfig:
     enable: Optional[bool] = None  # None = on when algorithm.adv_estimator == gae
     # Backend of the critic.
     strategy: Optional[str] = None  # None = same as the actor
+    # verl: seconds a collective of the critic workers' process group may wait before it fails.
+    nccl_timeout: int = 600
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     model: ModelConfig = field(default_factory=lambda: ModelConfig(path=""))
     # Prompts per critic mini-batch, one optimizer step each; null = actor.ppo_mini_batch_size.

@@ -68,14 +68,13 @@ INSTEAD: List[Tuple[str, str]] = [
                                      "weights reach the rollout through the engine's export_hf_weights stream"),
     ("algorithm.filter_groups*", f"dynamic sampling (DAPO's filter_groups) is {YET}: remove it"),
     ("algorithm.rollout_correction*", f"rollout/training mismatch correction (importance sampling or rejection on rollout "
-                                      f"log-probs) is {YET}: remove it; the rollout does not "
-                                      "return log-probs and old log-probs come from the actor"),
+                                      f"log-probs) is {YET}: remove it; old log-probs come from the actor (the vllm "
+                                      "rollout reports the gap as training/rollout_probs_diff_*)"),
     ("actor_rollout_ref.model.mtp*", f"multi-token prediction (MTP) is {YET}: remove it"),
     ("actor_rollout_ref.rollout.multi_turn*", f"multi-turn rollouts and tools are {YET}: each "
                                               "prompt gets one response"),
     ("actor_rollout_ref.rollout.agent*", f"agent loops are {YET}: each prompt gets one response"),
     ("data.filter_overlong_prompts_workers", f"{NOT}: overlong prompts are filtered in one process; remove it"),
-    ("actor_rollout_ref.nccl_timeout", f"{NOT}: set the timeout of a call to the workers with trainer.ray_timeout_s"),
     ("trainer.max_critic_ckpt_to_keep", f"{NOT}: trainer.max_actor_ckpt_to_keep keeps whole checkpoints, the critic's included"),
     ("rollout.total_rollout_steps", f"{NOT}: the fully-async run's length is trainer.total_training_steps (or total_epochs)"),
     ("data.gen_batch_size", f"{NOT}: each step generates data.train_batch_size prompts"),

@@ -24,7 +24,10 @@ LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/
 
 
 def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str, master_port: int, device: str,
-                   threads: int) -> None:
+                   threads: int, timeout_s: int = 600) -> None:
+    """`timeout_s`: verl's nccl_timeout, how long a collective of the workers' process group may wait."""
+    import datetime
+
     import torch
     import torch.distributed as dist
 
@@ -34,7 +37,8 @@ def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr:
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
                           WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
         backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device]
-        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=int(timeout_s)))
 
 
 def _reduce_metrics(per_mini: List[Dict[str, float]]) -> Dict[str, List[float]]:
@@ -57,8 +61,11 @@ class _EngineWorker:
 
         self.cfg = cfg = as_section(VerlLiteConfig, cfg)
         self.rank, self.world_size, self.device = rank, world_size, device
-        _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads)
+        _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads, self._nccl_timeout(cfg))
         return cfg
+
+    def _nccl_timeout(self, cfg: VerlLiteConfig) -> int:
+        return int(cfg.actor_rollout_ref.nccl_timeout)
 
     def ready(self) -> bool:
         return True
@@ -301,6 +308,9 @@ class ActorRolloutRefWorker(_EngineWorker):
 
 
 class CriticWorker(_EngineWorker):
+    def _nccl_timeout(self, cfg: VerlLiteConfig) -> int:
+        return int(cfg.critic.nccl_timeout)
+
     def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29501, device: str = "cpu", threads: int = 1):
         from verl_lite.config import roles
