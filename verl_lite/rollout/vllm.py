@@ -80,17 +80,15 @@ def _rows_of(outputs: List[Any], rows: slice) -> List[Any]:
     return kept
 
 
-class _RotaryReloadNote(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.getMessage().startswith("RotaryEmbedding: Failed to load weights"))
+class _DropNote(logging.Filter):
+    """Drops a vLLM log record that starts with `prefix` (a note that is expected here)."""
 
-
-class _ChatWarmupNote(logging.Filter):
-    """vLLM's LLM() warms up chat-template rendering, which needs a tokenizer; the engine is built
-    without one (token ids in and out), so the warm-up always fails with a logged traceback."""
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Chat template warmup failed")
+        return not record.getMessage().startswith(self.prefix)
 
 
 class VLLMRollout:
@@ -116,8 +114,11 @@ class VLLMRollout:
             raise ImportError(f"actor_rollout_ref.rollout.name=vllm needs vLLM: {INSTALL_HINT} ({e})") from e
         # vLLM's in-place reload warns at every sync that the rotary embedding (buffers, no
         # checkpoint tensor) "failed to load"; a missing real tensor fails the sync by name here.
-        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_RotaryReloadNote())
-        logging.getLogger("vllm.renderers.base").addFilter(_ChatWarmupNote())
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(
+            _DropNote("RotaryEmbedding: Failed to load weights"))
+        # LLM() warms up chat-template rendering, which needs a tokenizer; the engine has none (token
+        # ids in and out), so the warm-up always fails with a logged traceback.
+        logging.getLogger("vllm.renderers.base").addFilter(_DropNote("Chat template warmup failed"))
         self.asleep: set = set()  # vLLM sleep-mode tags now asleep ("weights", "kv_cache")
         self.sleep_mode = bool(self.config.free_cache_engine) and device != "cpu"
         self.llm = LLM(**self.engine_kwargs())
