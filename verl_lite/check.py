@@ -67,9 +67,11 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
             hf_cache[path] = shape.hf if shape and shape.origin == "config" else None
         if layout.strategy == "megatron":
             hf = shape.hf if shape else None
-            problems += rules.bridge_problems(cfg, role, device, hf, installed, registered)
+            problems += rules.bridge_problems(cfg, role, device, hf, installed, registered,
+                                              nodes_elsewhere=_nodes_elsewhere(device, for_training))
             problems += rules.model_problems(cfg, layout, hf, device,
-                                             _replicates_kv(cfg, role, device, hf, installed, registered),
+                                             _replicates_kv(cfg, role, device, hf, installed, registered,
+                                                            _nodes_elsewhere(device, for_training)),
                                              shape=_shape_name(shape, path))
             if device == "npu":
                 problems += rules.npu_problems(cfg, layout)
@@ -103,11 +105,18 @@ def _shape_name(shape: Optional[ModelShape], path: str) -> str:
     return f"{path} (shipped shape {shape.name})"
 
 
+def _nodes_elsewhere(device: str, for_training: bool) -> bool:
+    """Whether the workers run on other machines than this one: a cuda/npu run checked without
+    `--training` (a laptop or login node checking a cluster's run). Packages the nodes need are then
+    named in the summary instead of refused."""
+    return device != "cpu" and not for_training
+
+
 def _replicates_kv(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]], installed: Dict[str, bool],
-                   registered: List[str]) -> bool:
+                   registered: List[str], nodes_elsewhere: bool = False) -> bool:
     """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
     try:
-        choice = rules.choose_role_bridge(cfg, role, device, hf, installed, registered)
+        choice = rules.choose_role_bridge(cfg, role, device, hf, installed, registered, nodes_elsewhere)
     except bridge_rules.BridgeRefusal:
         return False
     return choice.kind != bridge_rules.VERL_LITE
@@ -486,7 +495,9 @@ def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
     installed = bridge_rules.installed_here()
     shape = model_shape(roles.model_path(cfg, role))
     hf = shape.hf if shape else None
-    choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()])
+    # the summary follows a passed check: a package missing here was accepted only for other machines
+    choice = rules.choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()],
+                                      nodes_elsewhere=device != "cpu")
     here = ", ".join(f"{name} {'yes' if installed[mod] else 'no'}" for mod, name in
                      (("megatron.bridge", "Megatron-Bridge"), ("mbridge", "mbridge"),
                       ("mindspeed_bridge", "MindSpeed-Bridge"), ("fla", "fla")))

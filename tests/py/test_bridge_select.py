@@ -89,6 +89,14 @@ def test_refusals_name_the_key_and_the_fix(hf, device, meg, present, says):
         assert text in str(e.value), (text, str(e.value))
 
 
+def test_mbridge_for_other_machines_is_chosen_and_says_the_nodes_need_it():
+    choice = br.choose_bridge(PREFIX, megatron(vanilla=True), QWEN3, "cuda", NOTHING, REGISTERED, nodes_elsewhere=True)
+    assert (choice.kind, choice.missing_here) == (br.MBRIDGE, True)
+    assert "the training nodes need `pip install mbridge`" in choice.describe()
+    with pytest.raises(br.BridgeRefusal):  # the engine (on the node) and the local checks pass nodes_elsewhere=False
+        br.choose_bridge(PREFIX, megatron(vanilla=True), QWEN3, "cuda", NOTHING, REGISTERED)
+
+
 def test_a_critic_needs_verl_lites_own_bridges():
     with pytest.raises(br.BridgeRefusal) as e:
         br.choose_bridge("critic.megatron", megatron(), QWEN3, "cuda", installed(megatron_bridge=True), REGISTERED,

@@ -412,6 +412,21 @@ def test_the_bridge_switches_are_honoured_or_refused_by_the_check(setting, says)
     assert [p for p in found if says in p], found
 
 
+def test_mbridge_missing_here_is_refused_where_the_workers_run_and_named_for_a_clusters_nodes():
+    """vanilla_mbridge=True needs the mbridge package on the training nodes. A cuda/npu run checked
+    from another machine (no --training) cannot see the nodes: accepted, and the summary says what the
+    nodes need. On cpu (the workers run here) and with --training it is refused."""
+    assert not check.bridge_rules.module_installed("mbridge")  # CI's environment: the refusal paths below run
+    run = BASE + ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.vanilla_mbridge=True"]
+    says = "vanilla_mbridge=True selects the legacy mbridge package, which is not installed"
+    assert [p for p in problems(run) if says in p]  # device cpu
+    assert [p for p in problems(run + ["trainer.device=cuda"], for_training=True) if says in p]
+    assert not [p for p in problems(run + ["trainer.device=cuda"]) if "mbridge" in p]
+    text = check.summarize(load_config(run + ["trainer.device=cuda"]))
+    assert text.count("bridge      : mbridge AutoBridge (vanilla_mbridge=True; mbridge is not installed on this "
+                      "machine: the training nodes need `pip install mbridge`") == 1  # the actor (the ref is off)
+
+
 def test_the_summary_names_the_bridge_and_the_gdn_kernel_per_megatron_role():
     text = check.summarize(load_config(BASE + ["actor_rollout_ref.actor.strategy=megatron",
                                               "actor_rollout_ref.actor.use_kl_loss=True"]))

@@ -9,7 +9,7 @@ Bridge keys, as verl's Megatron engine reads them (`megatron.use_mbridge`, `mega
 |-------------|-----------------|-----------------------------|----------------------------------------------|
 | False       | any             | -                           | refused: every Megatron model is built through a bridge |
 | True        | True            | `mbridge`                   | the legacy mbridge package                   |
-| True        | True            | no `mbridge`                | refused (install mbridge or vanilla_mbridge=False) |
+| True        | True            | no `mbridge`                | refused where the workers run (device cpu, `--training`, the engine); a cluster's run checked elsewhere: accepted, the summary says the nodes need `pip install mbridge` |
 | True        | False           | Megatron-Bridge             | Megatron-Bridge's AutoBridge                 |
 | True        | False           | no Megatron-Bridge          | verl_lite's registry (`registry.BRIDGES`)    |
 
@@ -73,11 +73,15 @@ class BridgeChoice:
     kind: str  # VERL_LITE | MEGATRON_BRIDGE | MBRIDGE
     mindspeed_bridge: bool  # import mindspeed_bridge.models after the repatch, before the build
     architecture: Optional[str]  # the registered architecture (VERL_LITE) or the first one asked for
+    missing_here: bool = False  # MBRIDGE chosen for a cluster's nodes, but the package is not on this machine
 
     def describe(self) -> str:
         if self.kind == VERL_LITE:
             return f"verl_lite registry ({self.architecture or 'architecture unknown here'})"
         if self.kind == MBRIDGE:
+            if self.missing_here:
+                return ("mbridge AutoBridge (vanilla_mbridge=True; mbridge is not installed on this machine: the "
+                        "training nodes need `pip install mbridge`, which `--training` checks there)")
             return "mbridge AutoBridge (vanilla_mbridge=True)"
         text = "Megatron-Bridge AutoBridge"
         if self.mindspeed_bridge:
@@ -111,14 +115,17 @@ def architectures_of(hf: Optional[Mapping[str, Any]]) -> List[str]:
 
 
 def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device: str,
-                  installed: Mapping[str, bool], registered: Iterable[str], value_model: bool = False) -> BridgeChoice:
+                  installed: Mapping[str, bool], registered: Iterable[str], value_model: bool = False,
+                  nodes_elsewhere: bool = False) -> BridgeChoice:
     """The bridge a Megatron role builds its model with, or BridgeRefusal.
 
     prefix: where the role's megatron section lives (for messages), e.g. actor_rollout_ref.actor.megatron.
     installed: module name -> importable (keys of PACKAGES).
     registered: the architectures of verl_lite's own registry (`registry.BRIDGES`).
-    value_model: the role is a critic (a value head, which only verl_lite's own bridges attach)."""
-    choice = _choose(prefix, megatron, hf, device, installed, registered)
+    value_model: the role is a critic (a value head, which only verl_lite's own bridges attach).
+    nodes_elsewhere: the workers do not run on this machine (a cuda/npu run checked without `--training`),
+    so a package missing here is not refused: the choice says the nodes need it."""
+    choice = _choose(prefix, megatron, hf, device, installed, registered, nodes_elsewhere)
     if value_model and choice.kind != VERL_LITE:
         raise BridgeRefusal(
             f"{choice.describe()} builds language models only in verl_lite: a critic (value model) on megatron is "
@@ -128,7 +135,7 @@ def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], d
 
 
 def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device: str,
-            installed: Mapping[str, bool], registered: Iterable[str]) -> BridgeChoice:
+            installed: Mapping[str, bool], registered: Iterable[str], nodes_elsewhere: bool) -> BridgeChoice:
     use_mbridge = truthy(_setting(megatron, "use_mbridge", True))
     vanilla = truthy(_setting(megatron, "vanilla_mbridge", False))
     ms_bridge = mindspeed_bridge_requested(device, overrides_of(megatron))
@@ -145,6 +152,8 @@ def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device:
                 f"use_ascend_gdn=True on npu, from USE_MINDSPEED_BRIDGE=True): MindSpeed-Bridge registers into "
                 f"Megatron-Bridge's AutoBridge. Set {prefix}.vanilla_mbridge=False")
         if not installed.get("mbridge"):
+            if nodes_elsewhere:
+                return BridgeChoice(MBRIDGE, False, asked[0] if asked else None, missing_here=True)
             raise BridgeRefusal(
                 f"{prefix}.vanilla_mbridge=True selects the legacy mbridge package, which is not installed "
                 f"(module 'mbridge' not found): pip install mbridge, or set {prefix}.vanilla_mbridge=False "

@@ -265,7 +265,8 @@ def _same_as_actor(cfg: Any, role: str) -> bool:
 
 
 def bridge_problems(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]] = None,
-                    installed: Optional[Dict[str, bool]] = None, registered: Any = ()) -> List[str]:
+                    installed: Optional[Dict[str, bool]] = None, registered: Any = (),
+                    nodes_elsewhere: bool = False) -> List[str]:
     """MindSpeed-Bridge keys off npu, and the bridge switches (`config/bridge_rules.py`): the bridge
     the role's engine would build with, or why none can. `installed` defaults to this machine's packages."""
     problems = []
@@ -279,18 +280,19 @@ def bridge_problems(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any
             if k in overrides
         ]
     try:
-        choose_role_bridge(cfg, role, device, hf, installed, registered)
+        choose_role_bridge(cfg, role, device, hf, installed, registered, nodes_elsewhere)
     except bridge_rules.BridgeRefusal as e:
         problems.append(f"{role}: {e}")
     return problems
 
 
 def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]],
-                       installed: Optional[Dict[str, bool]], registered: Any) -> bridge_rules.BridgeChoice:
+                       installed: Optional[Dict[str, bool]], registered: Any,
+                       nodes_elsewhere: bool = False) -> bridge_rules.BridgeChoice:
     return bridge_rules.choose_bridge(
         f"{roles.SECTION[role]}.megatron", roles.section(cfg, role).megatron, hf, device,
         bridge_rules.installed_here() if installed is None else installed, registered,
-        value_model=roles.MODEL_TYPE[role] == "value_model")
+        value_model=roles.MODEL_TYPE[role] == "value_model", nodes_elsewhere=nodes_elsewhere)
 
 
 def npu_problems(cfg: Any, layout: Layout) -> List[str]:
