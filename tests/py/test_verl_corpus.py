@@ -35,8 +35,6 @@ FRAGMENT = {
     "data.train_batch_size": "must be a positive integer",
     # an engine argument that has its own rollout setting: refused with that setting's name
     "actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len": "set it with actor_rollout_ref.rollout.max_model_len",
-    # verl's legacy bridge package, refused where it is not installed (CI has no mbridge)
-    "actor_rollout_ref.actor.megatron.vanilla_mbridge": "selects the legacy mbridge package, which is not installed",
 }
 EXPECTED = {
     'qwen3_5_35b_megatron_gpu': [
@@ -44,7 +42,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
-        'actor_rollout_ref.actor.megatron.vanilla_mbridge',
     ],
     'qwen3_5_35b_megatron_npu': [
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
@@ -69,7 +66,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
-        'actor_rollout_ref.actor.megatron.vanilla_mbridge',
         'actor_rollout_ref.actor.use_torch_compile',
         'actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len',
     ],
@@ -103,7 +99,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
         'actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload',
-        'actor_rollout_ref.actor.megatron.vanilla_mbridge',
     ],
     'qwen3_5_397b_megatron_npu': [
         'actor_rollout_ref.rollout.data_parallel_size',
@@ -179,7 +174,6 @@ EXPECTED = {
     'qwen3_06b_grpo_mindspeed_npu_ci': [
         'actor_rollout_ref.actor.megatron.use_dist_checkpointing',
         'actor_rollout_ref.ref.megatron.use_dist_checkpointing',
-        'actor_rollout_ref.actor.megatron.vanilla_mbridge',
         'actor_rollout_ref.actor.megatron.dist_checkpointing_path',
         'actor_rollout_ref.ref.megatron.dist_checkpointing_path',
     ],
