@@ -232,3 +232,38 @@ def test_mixed_gsm8k_and_math_files_load_together_and_each_row_is_scored_by_its_
     custom = load_config([f"data.train_files={tmp_path}/other.parquet", "data.val_files=[]",
                           f"custom_reward_function.path={tmp_path}/reward.py"])
     assert data_source_problems(custom) == []
+
+
+class PidTokenizer:
+    """Answers each prompt with the id of the process that tokenized it (slowly enough that both
+    processes of the pool get chunks)."""
+
+    chat_template = "pid"
+
+    def apply_chat_template(self, messages, **kwargs):
+        import os
+        import time
+
+        time.sleep(0.01)
+        return [os.getpid()]
+
+
+def test_filter_overlong_prompts_workers_tokenizes_in_that_many_processes_with_the_same_ids_in_order(tok, tmp_path):
+    import os
+
+    from verl_lite.data.dataset import encode_prompts
+
+    prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(64)]
+    pids = {ids[0] for ids in encode_prompts(PidTokenizer(), prompts, True, None, workers=2)}
+    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes did the work
+    assert {ids[0] for ids in encode_prompts(PidTokenizer(), prompts, True, None, workers=1)} == {os.getpid()}
+    path = str(tmp_path / "train.parquet")
+    write_parquet([gsm8k_row(f"{QUESTION} {'more ' * (i % 7)}", "7", i) for i in range(48)], path)
+    lengths = sorted(len(e.prompt_ids) for e in PromptDataset(path, tok, 4096).examples)
+    limit = lengths[len(lengths) // 2]  # about half the prompts are overlong
+    one = PromptDataset(path, tok, limit, filter_overlong=True).examples
+    two = PromptDataset(path, tok, limit, filter_overlong=True, workers=2).examples
+    assert 0 < len(one) < 48 and [e.prompt_ids for e in two] == [e.prompt_ids for e in one]
+    assert [e.uid for e in two] == [e.uid for e in one]
+    with pytest.raises(ValueError, match=r"data.filter_overlong_prompts_workers=0 \(a positive number of processes\)"):
+        PromptDataset(path, tok, limit, workers=0)

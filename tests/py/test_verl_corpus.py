@@ -60,7 +60,6 @@ EXPECTED = {
         'actor_rollout_ref.actor.checkpoint.strict',
     ],
     'qwen3_5_122b_a10b_megatron_gpu': [
-        'data.filter_overlong_prompts_workers',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -70,7 +69,6 @@ EXPECTED = {
         'actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len',
     ],
     'qwen3_5_122b_a10b_megatron_npu': [
-        'data.filter_overlong_prompts_workers',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',
@@ -81,7 +79,6 @@ EXPECTED = {
         'actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len',
     ],
     'qwen3_5_122b_a10b_megatron_npu_bridge': [
-        'data.filter_overlong_prompts_workers',
         'actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes',
         'actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction',
         'actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d',

@@ -107,6 +107,7 @@ def positive_problems(cfg: Any) -> List[str]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size",
         "actor_rollout_ref.nccl_timeout",
         "critic.nccl_timeout",
+        "data.filter_overlong_prompts_workers",
     ]
     optional = ["critic.ppo_mini_batch_size", "actor_rollout_ref.model.linear_attention_chunk_size",
                 "critic.model.linear_attention_chunk_size"]

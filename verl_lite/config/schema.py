@@ -39,6 +39,9 @@ class DataConfig:
     truncation: str = "error"
     # True: drop prompts longer than max_prompt_length when the data is loaded (wins over truncation).
     filter_overlong_prompts: bool = False
+    # Processes that tokenize (and filter) the prompts when the data is loaded, capped at the CPU
+    # count as verl caps it. verl's default is 1 too.
+    filter_overlong_prompts_workers: int = 1
     # Shuffle the prompt order every epoch (a permutation of data.seed and the epoch, so a resumed run
     # keeps its order). False = file order.
     shuffle: bool = True

@@ -74,8 +74,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("actor_rollout_ref.rollout.multi_turn*", f"multi-turn rollouts and tools are {YET}: each "
                                               "prompt gets one response"),
     ("actor_rollout_ref.rollout.agent*", f"agent loops are {YET}: each prompt gets one response"),
-    ("data.filter_overlong_prompts_workers", f"{NOT}: overlong prompts are filtered in one process; remove it"),
-    ("trainer.max_critic_ckpt_to_keep", f"{NOT}: trainer.max_actor_ckpt_to_keep keeps whole checkpoints, the critic's included"),
     ("rollout.total_rollout_steps", f"{NOT}: the fully-async run's length is trainer.total_training_steps (or total_epochs)"),
     ("data.gen_batch_size", f"{NOT}: each step generates data.train_batch_size prompts"),
     ("*.engine_kwargs.sglang*", f"the sglang rollout is {NOT}: use actor_rollout_ref.rollout.name=hf or vllm"),
