@@ -217,3 +217,16 @@ def test_loss_agg_mode_and_dual_clip_have_no_effect_with_gspo_and_geo_mean_and_s
     assert said and "actor_rollout_ref.actor.loss_agg_mode, actor_rollout_ref.actor.clip_ratio_c" in said[0], said
     vanilla = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum"])
     assert not [w for w in collect_warnings(vanilla) if "no effect with policy_loss.loss_mode" in w]
+
+
+def test_run_without_the_preflight_still_refuses_a_verl_setting_it_would_ignore(tmp_path):
+    """run(cfg) called from Python skips `python -m verl_lite.check`: the refusals of verl settings the
+    code does not act on must stop it too, before Ray starts or a model is built."""
+    from verl_lite.config.compose import ConfigError
+    from verl_lite.trainer.run import run
+
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.rollout.mode=async",
+                       f"trainer.default_local_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.mode='async'"):
+        run(cfg)
+    assert not (tmp_path / "metrics.jsonl").exists()

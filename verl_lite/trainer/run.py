@@ -19,7 +19,7 @@ import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
-from verl_lite.config import async_rules
+from verl_lite.config import async_rules, verl_rules
 from verl_lite.config.compose import ConfigError
 from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address, ray_workers,
@@ -178,10 +178,11 @@ class _Job:
         self.cfg = cfg
         t, actor_rollout_ref, d = cfg.trainer, cfg.actor_rollout_ref, cfg.data
         self.is_async = bool(cfg.async_training.enable)
-        if self.is_async:
-            problems = async_rules.async_problems(cfg)
-            if problems:
-                raise ConfigError(problems)
+        # verl's settings that the schema takes but no code acts on are refused here too, not only by the
+        # preflight, so a run started from Python (run(cfg) without the check) cannot ignore them.
+        problems = verl_rules.verl_problems(cfg) + (async_rules.async_problems(cfg) if self.is_async else [])
+        if problems:
+            raise ConfigError(problems)
         self.device = resolve_device(t.device)
         self.world = int(t.nnodes) * int(t.n_gpus_per_node)
         self.uses_ray = uses_ray(cfg)  # fully-async always: a training pool and a rollout pool
