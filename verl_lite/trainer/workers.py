@@ -234,7 +234,8 @@ class ActorRolloutRefWorker(_EngineWorker):
 
     def compute_ref_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         if self.ref is None:
-            raise RuntimeError("compute_ref_log_prob called but no ref model was built (use_kl_loss is off)")
+            raise RuntimeError("compute_ref_log_prob called but no ref model was built (the ref runs only with "
+                               "actor_rollout_ref.actor.use_kl_loss=True or algorithm.use_kl_in_reward=True)")
         # the ref's own micro-batch when set (verl's ref.log_prob_micro_batch_size_per_gpu), else the actor's
         return self._log_probs(self.ref, batch, "ref_log_prob",
                                micro=self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu)
