@@ -232,7 +232,14 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
         except OverrideSyntaxError as e:
             problems.append(str(e))
             continue
-        override = override._replace(key=verl_names.alias(override.key, override.value))
+        ours = verl_names.alias(override.key, override.value)
+        if ours != override.key and ours not in keys.key_table() and not keys.open_section_of(ours):
+            # a key inside an aliased section that verl_lite lacks: refused under the name the user typed
+            problem = verl_names.verl_key_problem(override.key, override.value)
+            if problem:
+                problems.append(problem)
+                continue
+        override = override._replace(key=ours)
         if verl_names.same_as_verl_lite(override.key, override.value):
             continue
         problem = verl_names.value_problem(override.key, override.value) or _apply(cfg, override)

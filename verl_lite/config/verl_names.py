@@ -82,7 +82,7 @@ INSTEAD: List[Tuple[str, str]] = [
 
 def _instead(key: str) -> str:
     for pattern, text in INSTEAD:
-        if fnmatch.fnmatchcase(key, pattern):
+        if fnmatch.fnmatchcase(key, pattern) or fnmatch.fnmatchcase(alias(key), pattern):
             return text
     return f"{NOT}: remove it (verl_lite has no such setting; docs/config.md lists the keys it reads)"
 
@@ -107,6 +107,26 @@ def verl_key_problem(key: str, value: object) -> Optional[str]:
         return None
     return unsupported(key, value)
 
+
+def classify(key: str) -> Tuple[str, str]:
+    """What verl_lite does with verl's key `key` (a leaf of verl's configs), as the composer decides:
+    ("read", verl_lite's key) when the schema has it (after verl's spellings are mapped), ("open",
+    the open section) when it falls inside a section that passes keys on, else ("refused", the message)."""
+    from verl_lite.config import keys
+
+    ours = alias(key)
+    if ours in keys.key_table():
+        return "read", ours
+    section = keys.open_section_of(ours)
+    if section:
+        return "open", section
+    return "refused", _instead(key)
+
+
+def leaf_keys() -> List[str]:
+    """verl's keys that are not sections of other keys, sorted."""
+    ordered = sorted(verl_keys.KEYS)
+    return [k for i, k in enumerate(ordered) if not (i + 1 < len(ordered) and ordered[i + 1].startswith(k + "."))]
 
 RAY_INIT = "ray_kwargs.ray_init."
 
