@@ -25,7 +25,8 @@ def base(data_dir, out):
     return [
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
         "data.prompt_key=prompt", "data.train_batch_size=8", "data.max_prompt_length=8", "data.max_response_length=3",
-        "data.truncation=left", "data.filter_overlong_prompts=True", "data.shuffle=False", "data.seed=3",
+        "data.truncation=left", "data.filter_overlong_prompts=True", "data.filter_overlong_prompts_workers=2",
+        "data.shuffle=False", "data.seed=3",
         "data.apply_chat_template=False", "data.val_batch_size=null", "data.return_raw_chat=False",
         "actor_rollout_ref.hybrid_engine=True",
         "actor_rollout_ref.model.path=tiny-qwen3_5", "actor_rollout_ref.model.tokenizer_path=null",
