@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import choices, roles, rollout_rules, rules, verl_rules
-from verl_lite.config import bridge_rules
+from verl_lite.config import bridge_rules, packing_rules
 from verl_lite.config.shapes import ModelShape, model_shape
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.repatch import build_repatch_dict, truthy
@@ -443,6 +443,7 @@ def summarize(cfg: Any) -> str:
         )
         lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
+        lines.append(f"  batches     : {packing_rules.role_decision(cfg, role, device).why}")
         if layout.strategy == "megatron":
             lines += _bridge_lines(cfg, role, device)
             if layout.tp > 1:
@@ -511,7 +512,7 @@ def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
         note = ""
         if kernel == bridge_rules.TORCH and device != "cpu" and truthy(overrides.get("use_triton_gdn", True)):
             note = " here; Triton fla where flash-linear-attention is installed"
-        packs = "takes packed input" if kernel != bridge_rules.TORCH else "padded batches only"
+        packs = "takes packed input" if kernel != bridge_rules.TORCH else "packed: one call per sequence"
         lines.append(f"  GDN kernel  : {bridge_rules.KERNEL_NAMES[kernel]}{note} ({packs})")
     return lines
 

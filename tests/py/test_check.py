@@ -334,7 +334,8 @@ def test_layers_must_split_evenly_over_pipeline_stages_unless_placed_explicitly(
     assert problems(base + [f"+{OTC}.num_layers_in_first_pipeline_stage=14"]) == []
 
 
-def test_gdn_models_on_megatron_reject_remove_padding_but_take_dynamic_batches_which_run_padded():
+def test_gdn_models_on_megatron_take_remove_padding_and_dynamic_batches():
+    """The torch GDN rule packs one sequence at a time (config/packing_rules.py), so True is honoured."""
     found = problems(
         BASE
         + [
@@ -343,51 +344,52 @@ def test_gdn_models_on_megatron_reject_remove_padding_but_take_dynamic_batches_w
             "actor_rollout_ref.actor.use_dynamic_bsz=True",
         ]
     )  # the shipped tiny-qwen3_5 has GDN layers
-    why = ("is not supported for Gated DeltaNet models (Qwen3.5) on megatron: on cpu with these switches the GDN "
-           "layers run the pure-torch gated delta rule, which cannot take packed (THD) input. Rule: packed (THD) Gated "
-           "DeltaNet input needs a kernel that takes cu_seqlens: on npu the Ascend kernel")
-    assert [p.split(why)[0] for p in found] == ["actor: actor_rollout_ref.model.use_remove_padding=True "]
-    assert found[0].endswith("; set actor_rollout_ref.model.use_remove_padding=False")
+    assert found == []
 
 
-@pytest.mark.parametrize("device,switches,kernel", [
-    ("npu", ["use_triton_gdn=False", "use_ascend_gdn=True"], "the Ascend flash_gated_delta_rule"),
-    ("cuda", [], "the Triton fla chunk_gated_delta_rule"),
+@pytest.mark.parametrize("device,switches", [
+    ("npu", ["use_triton_gdn=False", "use_ascend_gdn=True"]),
+    ("npu", []),
+    ("cuda", []),
 ])
-def test_gdn_packing_with_a_kernel_that_packs_is_still_refused_because_the_engines_run_padded(device, switches, kernel):
+def test_gdn_packing_on_megatron_devices_is_taken(device, switches):
     found = problems(BASE + [f"trainer.device={device}", "actor_rollout_ref.actor.strategy=megatron",
                              "actor_rollout_ref.model.use_remove_padding=True"] + [f"+{OTC}.{s}" for s in switches])
-    (problem,) = [p for p in found if "use_remove_padding" in p]
-    assert f"{kernel}" in problem and f"on {device} could take packed GDN input" in problem
-    assert "verl_lite's Megatron engines run padded batches" in problem
+    assert [p for p in found if "use_remove_padding" in p] == []
 
 
-def test_gdn_packing_on_npu_without_the_ascend_switch_states_the_rule():
+@pytest.mark.parametrize("switch,why", [
+    ("use_flash_attn=False", "use_flash_attn=False: megatron's local attention takes no packed (TND) input"),
+    ("use_flash_attn_npu_batch_invariant=True", "use_flash_attn_npu_batch_invariant replaces MindSpeed's flash attention"),
+])
+def test_packing_on_npu_without_mindspeed_flash_attention_is_refused_with_the_reason(switch, why):
     found = problems(BASE + ["trainer.device=npu", "actor_rollout_ref.actor.strategy=megatron",
-                             "actor_rollout_ref.model.use_remove_padding=True"])
+                             "actor_rollout_ref.model.use_remove_padding=True", f"+{OTC}.{switch}"])
     (problem,) = [p for p in found if "use_remove_padding" in p]
-    assert "on npu with these switches the GDN layers run the pure-torch gated delta rule" in problem
-    assert "on npu the Ascend kernel (override_transformer_config.use_ascend_gdn=True" in problem
+    assert problem.startswith(f"actor: actor_rollout_ref.model.use_remove_padding=True: {why}")
+    # auto (null) runs padded there instead: no problem
+    found = problems(BASE + ["trainer.device=npu", "actor_rollout_ref.actor.strategy=megatron", f"+{OTC}.{switch}"])
+    assert [p for p in found if "use_remove_padding" in p] == []
 
 
 def test_gdn_models_on_fsdp_refuse_remove_padding_with_the_torch_engines_reason():
-    """The Megatron GDN kernel rule is Megatron's; on fsdp the torch engine packs attention-only models,
-    and transformers' GDN layers cannot take packed sequences. Dynamic batch size runs padded: taken."""
+    """On fsdp the torch engine packs attention-only models, and transformers' GDN layers cannot take
+    packed sequences. Dynamic batch size runs padded: taken. Auto (null) runs them padded."""
     found = problems(BASE + ["actor_rollout_ref.model.use_remove_padding=True",
                              "actor_rollout_ref.actor.use_dynamic_bsz=True"])
     assert found == ["actor: actor_rollout_ref.model.use_remove_padding=True: remove-padding for Gated DeltaNet models "
-                     "(Qwen3.5) on the torch engine is not supported by verl_lite: transformers' GDN layers carry their "
-                     "recurrent state across packed sequences, so these models run padded; set it to False"]
+                     "(Qwen3.5) on the torch engine is not supported by verl_lite: transformers' Gated DeltaNet layers "
+                     "carry their recurrent state across packed sequences, so these models run padded; set it to False "
+                     "(or leave it null: auto runs them padded), or use strategy=megatron, which packs them"]
+    assert problems(BASE + ["actor_rollout_ref.actor.use_dynamic_bsz=True"]) == []
 
 
-def test_the_critic_gdn_flags_are_checked_for_a_megatron_critic():
+def test_the_critic_remove_padding_is_checked_for_the_critics_engine():
     found = problems(BASE + ["algorithm.adv_estimator=gae", "critic.strategy=megatron", "critic.use_dynamic_bsz=True",
                              "critic.model.use_remove_padding=True"])
-    (problem,) = found  # dynamic batch size is taken: its micro-batches run padded
-    assert problem.startswith("critic: critic.model.use_remove_padding=True is not supported for Gated DeltaNet models "
-                              "(Qwen3.5) on megatron: on cpu with these switches the GDN layers run the pure-torch gated "
-                              "delta rule")
-    assert problem.endswith("; set critic.model.use_remove_padding=False")
+    assert found == []  # a megatron critic packs the GDN model
+    (problem,) = problems(BASE + ["algorithm.adv_estimator=gae", "critic.model.use_remove_padding=True"])
+    assert problem.startswith("critic: critic.model.use_remove_padding=True: remove-padding for Gated DeltaNet models")
 
 
 def test_a_family_without_a_bridge_is_refused_on_megatron_before_ray(write_model):
@@ -431,7 +433,7 @@ def test_the_summary_names_the_bridge_and_the_gdn_kernel_per_megatron_role():
     text = check.summarize(load_config(BASE + ["actor_rollout_ref.actor.strategy=megatron",
                                               "actor_rollout_ref.actor.use_kl_loss=True"]))
     assert text.count("  bridge      : verl_lite registry (Qwen3_5ForCausalLM) (installed here: ") == 2  # actor, ref
-    assert text.count("  GDN kernel  : pure-torch gated delta rule (padded batches only)") == 2
+    assert text.count("  GDN kernel  : pure-torch gated delta rule (packed: one call per sequence)") == 2
     assert "shape         : " in text and "(the model's config.json): 2 layers, 4 heads, 2 kv heads" in text
 
 
@@ -745,7 +747,7 @@ def test_check_1_on_the_qwen3_5_scripts_for_cuda_names_the_triton_path(tmp_path,
     out = result.stdout
     assert out.count(f": {layout}") == 2
     assert out.count("  GDN kernel  : pure-torch gated delta rule here; Triton fla where flash-linear-attention is "
-                     "installed (padded batches only)") == 2
+                     "installed (packed: one call per sequence)") == 2
     assert "MindSpeed-Bridge instead" not in out and "repatch" not in out
 
 

@@ -266,7 +266,7 @@ def test_remove_padding_is_refused_for_a_gdn_model_with_the_reason():
         engine.initialize()
 
 
-def test_the_preflight_takes_remove_padding_on_fsdp_for_attention_models_and_refuses_it_on_megatron():
+def test_the_preflight_takes_remove_padding_for_attention_models_on_fsdp_and_megatron():
     from verl_lite.check import collect_problems
     from verl_lite.config import load_config
 
@@ -276,9 +276,7 @@ def test_the_preflight_takes_remove_padding_on_fsdp_for_attention_models_and_ref
                                 for_training=False)
 
     assert found() == []
-    (problem,) = found("actor_rollout_ref.actor.strategy=megatron")
-    assert problem.startswith("actor: actor_rollout_ref.model.use_remove_padding=True: remove-padding on the Megatron "
-                              "engines is not supported by verl_lite yet")
+    assert found("actor_rollout_ref.actor.strategy=megatron") == []  # packed THD micro-batches (megatron_batch)
 
 
 def test_the_preflight_refuses_a_token_budget_smaller_than_the_longest_sequence_as_verl_asserts():

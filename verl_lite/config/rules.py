@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite import device as devices
 from verl_lite.config import bridge_rules, roles
-from verl_lite.models import is_gdn_model, model_dir_problem
+from verl_lite.models import model_dir_problem
 from verl_lite.repatch import RepatchError, build_repatch_dict, truthy
 
 BRIDGE_KEYS = ("use_ascend_gdn", "use_triton_gdn")
@@ -357,33 +357,8 @@ def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]], devic
             f"{role}: {layers} layers of {path} do not split evenly over PP*VPP = {layout.pp}*{layout.vpp or 1} = "
             f"{stages} stages: {layers} % {stages} = {layers % stages} (or set num_layers_in_first/last_pipeline_stage)"
         )
-    if is_gdn_model(hf):
-        problems.extend(_gdn_problems(cfg, role, device or devices.resolve_device(cfg.trainer.device)))
+    # remove-padding (packed GDN input included) is decided in config/packing_rules.py (verl_rules refuses)
     return problems
-
-
-def _gdn_problems(cfg: Any, role: str, device: str) -> List[str]:
-    actor_rollout_ref = cfg.actor_rollout_ref
-    flags = {
-        # dynamic batch size is fine: its micro-batches are padded (engine/dynamic_batch.py), as every GDN kernel takes
-        "actor": [("actor_rollout_ref.model.use_remove_padding", actor_rollout_ref.model.use_remove_padding)],
-        "ref": [],
-        "critic": [("critic.model.use_remove_padding", cfg.critic.model.use_remove_padding)],
-    }[role]
-    overrides = _override_config(cfg, role)
-    if bridge_rules.packing_kernel_ok(device, overrides):
-        kernel = bridge_rules.KERNEL_NAMES[bridge_rules.ASCEND if device == "npu" else bridge_rules.TRITON_FLA]
-        why = (f"the {kernel} on {device} could take packed GDN input, but verl_lite's Megatron engines run padded "
-               "batches (packing is not implemented yet)")
-    else:
-        why = (f"on {device} with these switches the GDN layers run the "
-               f"{bridge_rules.KERNEL_NAMES[bridge_rules.TORCH]}, which cannot take packed (THD) input. Rule: "
-               f"{bridge_rules.PACKING_RULE}")
-    return [
-        f"{role}: {key}=True is not supported for Gated DeltaNet models (Qwen3.5) on megatron: {why}; set {key}=False"
-        for key, on in flags
-        if on
-    ]
 
 
 # ---------------------------------------------------------------------------- training-machine rules

@@ -175,12 +175,13 @@ class ModelConfig:
     # Let transformers run the model directory's own Python code (config, model, tokenizer); only for
     # directories you trust.
     trust_remote_code: bool = False
-    # Pack each micro-batch's real tokens into one row for the forward (no padded tokens computed;
-    # same log-probs as padded): the torch engine, attention-only models. Refused with the reason for
-    # Gated DeltaNet models (transformers' GDN layers would mix packed sequences: they run padded) and
-    # on the Megatron engines (padded batches). False by default, unlike verl's True: padded runs
-    # everywhere. verl's megatron spelling <role>.megatron.use_remove_padding is the same key.
-    use_remove_padding: bool = False
+    # Pack each micro-batch's real tokens into one sequence for the forward (no padded tokens computed;
+    # same log-probs as padded). null = auto: packed where the engine packs natively (torch engine:
+    # attention-only models; Megatron: attention layers, and GDN layers with fla or the Ascend kernel),
+    # padded otherwise (GDN layers on the torch rule, which True packs one sequence at a time). True is
+    # refused where it cannot be honoured (GDN models on the torch engine; see config/packing_rules.py).
+    # verl's default is True. verl's megatron spelling <role>.megatron.use_remove_padding is the same key.
+    use_remove_padding: Optional[bool] = None
     # Recompute activations in backward to save memory (transformers' gradient checkpointing);
     # fsdp strategy only, the megatron engine does not read it.
     enable_gradient_checkpointing: bool = False

@@ -229,8 +229,12 @@ DEFAULT_DIFFERENCES = {
     "data.return_raw_chat": "raw chat is only for agent loops and reward models, which verl_lite does not have; "
                             "True is refused",
     "actor_rollout_ref.model.path": "a shipped tiny config; nothing is downloaded",
-    "actor_rollout_ref.model.use_remove_padding": ("padded runs on every engine and model; True packs on the torch engine for "
-                                                   "attention-only models and is refused for GDN models and on Megatron"),
+    "actor_rollout_ref.model.use_remove_padding": ("null = auto: packed where the engine packs natively (torch engine: "
+                                                   "attention-only models; Megatron: attention layers, and Gated DeltaNet "
+                                                   "layers on fla or the Ascend kernel), padded otherwise (GDN layers on "
+                                                   "the pure-torch rule, which True packs one sequence at a time); True "
+                                                   "is refused where it cannot be honoured, with the reason (GDN models "
+                                                   "on the torch engine); verl's True packs everywhere"),
     "critic.model.use_remove_padding": "as actor_rollout_ref.model.use_remove_padding",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "the tiny models do not need it; it costs time",
     "critic.model.enable_gradient_checkpointing": "as for the actor",

@@ -15,7 +15,6 @@ from typing import Any, List, Optional
 
 from verl_lite.config import roles, rules
 from verl_lite.config.shapes import model_shape
-from verl_lite.models import is_gdn_model
 
 YET = "not supported by verl_lite yet"
 NOT = "not supported by verl_lite"
@@ -38,14 +37,6 @@ def _megatron_dtype(cfg: Any) -> str:
     return "float32" if _device(cfg) == "cpu" else "bfloat16"
 
 
-def _gdn_megatron(cfg: Any, role: str) -> bool:
-    """rules._gdn_problems already refuses remove-padding for this role."""
-    if roles.strategy(cfg, role) != "megatron":
-        return False
-    shape = model_shape(roles.model_path(cfg, role))  # the config.json, else a shipped shape, as the check reads
-    return shape is not None and is_gdn_model(shape.hf)
-
-
 def _role_problems(cfg: Any, role: str) -> List[str]:
     section, prefix = roles.section(cfg, role), roles.SECTION[role]
     problems = []
@@ -63,28 +54,37 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     if not megatron and section.fsdp_config.fsdp_size not in (-1, None):
         problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
                         f"{YET}: it shards over all data-parallel ranks; set it to -1")
-    gdn = _gdn_megatron(cfg, role)
     problems += _token_budget_problems(cfg, role)
-    if not gdn:  # for GDN models on megatron the layout rules refuse remove-padding with the GDN reason
+    if role != "ref":  # the ref runs with the actor's model section
         model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
-        why = _remove_padding_blocker(cfg, role, megatron)
-        if role != "ref" and roles.model_section(cfg, role).use_remove_padding and why:
+        why = _remove_padding_blocker(cfg, role)
+        if why:
             problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
     return problems
 
 
-def _remove_padding_blocker(cfg: Any, role: str, megatron: bool) -> Optional[str]:
-    """Why remove-padding cannot run for the role, or None: the torch engine packs the sequences of
-    attention-only models (engine/packing.py); GDN models and the Megatron engines run padded."""
-    if megatron:
-        return (f"remove-padding on the Megatron engines is {YET}: they run padded batches; set it to False "
-                "(the fsdp strategy packs attention-only models)")
-    shape = model_shape(roles.model_path(cfg, role))
-    if shape is not None and is_gdn_model(shape.hf):
-        return (f"remove-padding for Gated DeltaNet models (Qwen3.5) on the torch engine is {NOT}: transformers' "
-                "GDN layers carry their recurrent state across packed sequences, so these models run padded; set "
-                "it to False")
-    return None
+def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:
+    """Why an explicit use_remove_padding=True cannot run for the role, or None (config/packing_rules.py:
+    null = auto packs where the engine can, True is refused only where it cannot)."""
+    from verl_lite.config import packing_rules
+
+    return packing_rules.role_decision(cfg, role, _device(cfg)).refusal
+
+
+def _torch_compile_problems(cfg: Any, role: str) -> List[str]:
+    """use_torch_compile on cpu: inductor builds C++ kernels with $CXX, else g++ (clang++ on macOS)."""
+    import os
+    import shutil
+    import sys
+
+    if role == "critic" or not roles.section(cfg, role).use_torch_compile or _device(cfg) != "cpu":
+        return []
+    compiler = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+    if shutil.which(compiler):
+        return []
+    return [f"{role}: {roles.SECTION[role]}.use_torch_compile=True on trainer.device=cpu: torch.compile's inductor "
+            f"builds C++ kernels with {compiler!r} ($CXX, else g++), which is not on PATH; install a C++ compiler "
+            "(e.g. apt-get install g++) or point CXX at one, or set it to False"]
 
 
 def _moe_sequence_parallel_problems(cfg: Any, role: str) -> List[str]:

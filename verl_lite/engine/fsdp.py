@@ -87,7 +87,8 @@ class TorchLMEngine(BaseEngine):
         self.dp_rank, self.dp_size = 0, 1
         self.sharded = False
         # model.use_remove_padding: each micro-batch's real tokens packed into one row (engine/packing.py)
-        self.remove_padding = bool(self.model_config.use_remove_padding)
+        # (null = auto, resolved with the model in build: engine/packing.py:decide)
+        self.remove_padding = self.model_config.use_remove_padding is not False
 
     # -- build ---------------------------------------------------------------------------------
 
@@ -101,12 +102,9 @@ class TorchLMEngine(BaseEngine):
 
         module = self._build_module()
         if self.remove_padding:
-            from verl_lite.engine.packing import packing_problem
+            from verl_lite.engine.packing import decide
 
-            problem = packing_problem(getattr(module, "config", None))
-            if problem:
-                raise ValueError(f"{self.role}: model.use_remove_padding=True is not supported here: {problem}; "
-                                 "set it to False")
+            self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None))
         if self.model_config.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
         module.to(torch_device(self.device))

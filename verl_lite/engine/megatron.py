@@ -27,9 +27,14 @@ What an engine does (see `BaseEngine` for the batch contract):
 - `forward_backward()` runs megatron's pipeline schedule; outputs reach every pipeline stage.
 - `optimizer_step()` clips to `optim.clip_grad` itself (megatron's clip asserts CUDA tensors).
 
-Not supported yet: context parallelism inside forward (CP>1 builds the mesh, forward raises),
-sequence packing (remove-padding): batches are padded, which every GDN kernel takes (Qwen3.5's
-GDN layers mask the padding; `megatron_gdn`).
+Remove-padding (`model.use_remove_padding`, null = auto; config/packing_rules.py decides per engine,
+device and GDN kernel): packed micro-batches are THD (`megatron_batch.prepare_packed_batch`: each
+sequence aligned to TP as verl's `preprocess_packed_seqs`, megatron's `PackedSeqParams`); attention
+layers get a core attention that takes them (`megatron_model.packed_core_attention`), GDN layers reset
+their state per sequence (`megatron_gdn`), outputs come back in the padded layout. Padded batches
+otherwise (Qwen3.5's GDN layers mask the padding).
+
+Not supported yet: context parallelism inside forward (CP>1 builds the mesh, forward raises).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class MegatronLMEngine(BaseEngine):
         self.layout: Optional[Layout] = None
         self.external: Any = None  # Megatron-Bridge / mbridge build, when that bridge is chosen (bridges/select.py)
         self._parking = megatron_memory.StorageParking()
+        self.remove_padding = False  # packed (THD) micro-batches; decided in initialize() (_decide_packing)
 
     # ---------------------------------------------------------------------------- settings
 
@@ -122,6 +128,7 @@ class MegatronLMEngine(BaseEngine):
                                                 self.model_type, bool(self.model_config.trust_remote_code))
         if selection.external is not None:
             self.external = selection.external
+            self._decide_packing(self._external_gdn_kernel())
             bridge_select.initialize_external(self, self.external)
             return
         self.bridge = selection.bridge
@@ -129,9 +136,11 @@ class MegatronLMEngine(BaseEngine):
             self.bridge, self.parallel_sizes(), self.dtype, self.transformer_overrides(),
             self.megatron_config.sequence_parallel, self.compute_device, self.role, device=self.device,
             gdn_chunk_size=self.model_config.linear_attention_chunk_size)
+        self._decide_packing(getattr(self.tf_config, "gdn_kernel", None))
         self.layout = self.bridge.layout(mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank())
         chunks = megatron_model.build_chunks(self.tf_config, self.bridge, self.layout, self._torch_device(),
-                                             self.compute_device, self._tied_lm_head, self._attach_head)
+                                             self.compute_device, self._tied_lm_head, self._attach_head,
+                                             packed_attention=self.remove_padding)
         trains = self.role != "ref" and self.optim_config is not None
         if trains:
             use_dist_opt = bool(self.megatron_config.use_distributed_optimizer) and self.compute_device != "cpu"
@@ -145,6 +154,38 @@ class MegatronLMEngine(BaseEngine):
             self.optimizer, self.lr_scheduler = megatron_optim.build_optimizer(
                 self.model, self.optim_config, self.dtype, use_distributed_optimizer=use_dist_opt)
         self.eval_mode()
+
+    def _decide_packing(self, gdn_kernel: Optional[str]) -> None:
+        """model.use_remove_padding for this engine (config/packing_rules.py: null = auto): packed where
+        the attention and the GDN kernel take packed input; an explicit True that cannot be honoured
+        raises with the reason."""
+        from megatron.core import parallel_state as mpu
+
+        from verl_lite.config import packing_rules
+
+        te = None
+        if self.compute_device == "cuda" and self.external is None:
+            te = megatron_model.transformer_engine_attention() is not None
+        decision = packing_rules.decide_megatron(
+            self.model_config.use_remove_padding, self.device, gdn_kernel, self.transformer_overrides(),
+            external=self.external is not None, te_installed=te, cp=mpu.get_context_parallel_world_size())
+        if decision.refusal:
+            raise ValueError(f"{self.role}: model.use_remove_padding=True cannot run here: {decision.refusal}")
+        self.remove_padding = decision.packed
+        logger.info("%s: micro-batches %s", self.role, decision.why)
+
+    def _external_gdn_kernel(self) -> Optional[str]:
+        """The GDN kernel of a Megatron-Bridge / mbridge build of a Gated DeltaNet model (None otherwise),
+        as the real stack picks it (config/bridge_rules.gdn_kernel)."""
+        from verl_lite.config import bridge_rules
+        from verl_lite.models import is_gdn_model
+
+        hf = self.hf_config.to_dict() if hasattr(self.hf_config, "to_dict") else dict(vars(self.hf_config))
+        if not is_gdn_model(hf):
+            return None
+        from verl_lite.engine.megatron_gdn import fla_installed
+
+        return bridge_rules.gdn_kernel(self.device, self.transformer_overrides(), fla_installed())
 
     def _ensure_process_group(self) -> None:
         """Megatron needs torch.distributed. A multi-rank caller sets it up; one rank gets its own."""
@@ -301,10 +342,17 @@ class MegatronLMEngine(BaseEngine):
         # sent first (megatron's variable_seq_lengths); equal shapes keep one fixed p2p shape.
         variable = pipelined and len({tuple(mb["input_ids"].shape) for mb in micro_batches}) > 1
         pad_id = int(getattr(self.hf_config, "pad_token_id", 0) or 0)
-        # sequence parallelism splits the sequence over TP: its length must divide by TP (left padding)
-        multiple = mpu.get_tensor_model_parallel_world_size() if getattr(self.tf_config, "sequence_parallel", False) else 1
-        prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), 0, pad_id, multiple=multiple)
-                    for mb in micro_batches]
+        if self.remove_padding:
+            # each sequence aligned to TP, as verl's preprocess_packed_seqs; packed shapes differ per micro-batch
+            align = mpu.get_tensor_model_parallel_world_size()
+            prepared = [megatron_batch.prepare_packed_batch(mb, self._torch_device(), pad_id, align=align)
+                        for mb in micro_batches]
+            variable = pipelined and len({tuple(p["input_ids"].shape) for p in prepared}) > 1
+        else:
+            # sequence parallelism splits the sequence over TP: its length must divide by TP (left padding)
+            multiple = mpu.get_tensor_model_parallel_world_size() if getattr(self.tf_config, "sequence_parallel", False) else 1
+            prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), 0, pad_id, multiple=multiple)
+                        for mb in micro_batches]
         return megatron_batch.run_schedule(self.model, prepared, self._postprocess, loss_fn, forward_only,
                                            calculate_entropy, variable_shapes=variable)
 

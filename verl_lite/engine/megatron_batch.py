@@ -1,5 +1,6 @@
-"""Batches through the Megatron model: the micro-batch contract, the causal + padding mask, the
-vocab-parallel log-softmax, and one pass of megatron's pipeline schedule over the micro-batches.
+"""Batches through the Megatron model: the micro-batch contract, the causal + padding mask, packed
+(THD) micro-batches for remove-padding, the vocab-parallel log-softmax, and one pass of megatron's
+pipeline schedule over the micro-batches.
 
 Used by `verl_lite.engine.megatron`. Like the engine, nothing here imports megatron at module
 import time (MindSpeed must patch it first on Ascend): the functions import it when called.
@@ -83,6 +84,58 @@ def prepare_batch(micro_batch: Dict[str, Any], device: torch.device, pad_to: int
     return {"batch": batch, "input_ids": ids, "position_ids": pos, "mask4d": attention_mask_4d(mask)}
 
 
+def prepare_packed_batch(micro_batch: Dict[str, Any], device: torch.device, pad_token_id: int,
+                         align: int = 1) -> Dict[str, Any]:
+    """The micro-batch packed (remove-padding, as verl's `preprocess_packed_seqs`): the real tokens of
+    each row one after the other in one row of shape (1, N), each sequence padded at its end to a
+    multiple of `align` (verl aligns to TP: sequence parallelism splits the packed length over TP),
+    and megatron's `PackedSeqParams` (qkv_format "thd", cu_seqlens over the aligned sequences, as
+    verl gives them). Each sequence's own padding follows its tokens, so causal attention and the GDN
+    recurrence never carry it into them. Position ids restart at 0 in each sequence; megatron's
+    rotary embedding does the same for thd input with cu_seqlens.
+
+    "index"/"valid" map the outputs back: `unpack_window` takes the packed output at the padded
+    layout's last R + 1 columns (where the engines read their outputs)."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    missing = [k for k in BATCH_KEYS if k not in micro_batch]
+    if missing:
+        raise KeyError(f"micro-batch lacks {missing} (engine batch contract: {', '.join(BATCH_KEYS)})")
+    if align < 1:
+        raise ValueError(f"packed alignment must be a positive integer, got {align!r}")
+    batch = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in micro_batch.items()}
+    mask = batch["attention_mask"].bool()
+    lengths = mask.sum(dim=1)
+    padded = (lengths + align - 1) // align * align
+    if bool((lengths == 0).any()):
+        raise ValueError(f"packed micro-batch: rows {torch.nonzero(lengths == 0).flatten().tolist()} have no tokens")
+    starts = torch.cumsum(padded, 0) - padded
+    total = int(padded.sum())
+    rank = mask.long().cumsum(dim=1) - 1  # a real token's place in its sequence
+    where = starts[:, None] + rank  # its place in the pack
+    ids = torch.full((total,), int(pad_token_id), dtype=batch["input_ids"].dtype, device=device)
+    ids[where[mask]] = batch["input_ids"][mask]
+    seq_of = torch.repeat_interleave(torch.arange(len(padded), device=device), padded)
+    pos = torch.arange(total, device=device) - starts[seq_of]
+    cu = torch.zeros(len(padded) + 1, dtype=torch.int32, device=device)
+    cu[1:] = torch.cumsum(padded, 0).to(torch.int32)
+    longest = int(padded.max())
+    params = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=cu,
+                             cu_seqlens_kv_padded=cu, max_seqlen_q=longest, max_seqlen_kv=longest)
+    window = batch["responses"].shape[1] + 1
+    return {"batch": batch, "input_ids": ids.unsqueeze(0), "position_ids": pos.unsqueeze(0), "mask4d": None,
+            "packed_seq_params": params, "index": where[:, -window:].clamp(min=0), "valid": mask[:, -window:],
+            "tokens": int(lengths.sum()), "packed_tokens": total}
+
+
+def unpack_window(output: torch.Tensor, item: Dict[str, Any]) -> torch.Tensor:
+    """(1, N, ...) outputs of a packed forward at the padded layout's last R + 1 columns, (B, R + 1, ...),
+    zeros where the padded layout has padding (differentiable: a gather)."""
+    index, valid = item["index"], item["valid"]
+    picked = output[0][index]
+    return torch.where(valid.reshape(valid.shape + (1,) * (picked.dim() - 2)), picked, torch.zeros_like(picked))
+
+
 @contextlib.contextmanager
 def variable_seq_lengths(model: List[Any]):
     """megatron's `variable_seq_lengths` on for one schedule run: pipeline stages exchange each
@@ -115,6 +168,8 @@ def run_schedule(model: List[Any], prepared: List[Dict[str, Any]], postprocess: 
     outputs: List[Dict[str, Any]] = []
 
     def loss_step(item: Dict[str, Any], output: torch.Tensor):
+        if item.get("packed_seq_params") is not None:
+            output = unpack_window(output, item)  # postprocess reads the last R + 1 columns of the padded layout
         result = postprocess(output, item["batch"], calculate_entropy)
         if forward_only:
             loss, metrics = output.sum() * 0.0, {}
@@ -128,7 +183,10 @@ def run_schedule(model: List[Any], prepared: List[Dict[str, Any]], postprocess: 
 
     def forward_step(data_iterator, chunk):
         item = next(data_iterator)
-        output = chunk(item["input_ids"], item["position_ids"], item["mask4d"])
+        if item.get("packed_seq_params") is not None:
+            output = chunk(item["input_ids"], item["position_ids"], None, packed_seq_params=item["packed_seq_params"])
+        else:
+            output = chunk(item["input_ids"], item["position_ids"], item["mask4d"])
         return output, functools.partial(loss_step, item)
 
     chunks = len(model)

@@ -19,6 +19,12 @@ nothing here runs for `cuda` or `npu`. What changes, and why:
    of each shape (seconds each; the gated attention output and the MoE router call such
    functions), so those functions run as the plain Python they wrap.
 
+7. Packed (THD) micro-batches (remove-padding): megatron's local DotProductAttention refuses
+   packed_seq_params and CPU has neither Transformer Engine nor MindSpeed's flash attention, so the
+   engines' attention layers get `packed_core_attention_class()`: megatron's own DotProductAttention
+   run once per packed sequence (cu_seqlens), each causal on its own, so no token attends across a
+   sequence boundary. Used only for cpu engines (`megatron_model.packed_core_attention`).
+
 Process-wide effects (1, 2) are why this module is only for processes whose engines run on CPU.
 Sequence parallelism runs on CPU: verl_lite's norms (`megatron_norm`) take it, and gloo (torch
 2.13) has the collectives megatron's sequence-parallel linears call (`all_gather_into_tensor` /
@@ -229,3 +235,43 @@ def cpu_settings(settings: Dict[str, Any]) -> Dict[str, Any]:
                        "(the same routing, tokens exchanged by all-gather)", dispatcher)
         out["moe_token_dispatcher_type"] = "allgather"
     return out
+
+
+_PACKED_ATTENTION = None
+
+
+def packed_core_attention_class() -> type:
+    """megatron's DotProductAttention taking packed (THD) input as well (cpu only; built on first use)."""
+    global _PACKED_ATTENTION
+    if _PACKED_ATTENTION is None:
+        from megatron.core.transformer.dot_product_attention import DotProductAttention
+        from megatron.core.transformer.enums import AttnMaskType
+
+        class CpuPackedDotProductAttention(DotProductAttention):
+            """Padded input: megatron's forward as it is. Packed input ([tokens, heads, dim] with
+            cu_seqlens): the same forward per sequence with its causal mask, outputs concatenated."""
+
+            def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
+                        packed_seq_params=None):
+                if packed_seq_params is None:
+                    return super().forward(query, key, value, attention_mask, attn_mask_type=attn_mask_type,
+                                           attention_bias=attention_bias)
+                if packed_seq_params.qkv_format != "thd":
+                    raise ValueError(f"packed attention on cpu takes qkv_format 'thd', got {packed_seq_params.qkv_format!r}")
+                cu_q = packed_seq_params.cu_seqlens_q_padded
+                cu_q = (packed_seq_params.cu_seqlens_q if cu_q is None else cu_q).tolist()
+                cu_kv = packed_seq_params.cu_seqlens_kv_padded
+                cu_kv = (packed_seq_params.cu_seqlens_kv if cu_kv is None else cu_kv).tolist()
+                if cu_q != cu_kv or cu_q[-1] != query.shape[0]:
+                    raise ValueError(f"packed self-attention: cu_seqlens {cu_q} / {cu_kv} do not cover the "
+                                     f"{query.shape[0]} packed tokens")
+                parts = [
+                    super(CpuPackedDotProductAttention, self).forward(
+                        query[s:e].unsqueeze(1), key[s:e].unsqueeze(1), value[s:e].unsqueeze(1), None,
+                        attn_mask_type=AttnMaskType.causal, attention_bias=attention_bias)
+                    for s, e in zip(cu_q[:-1], cu_q[1:]) if e > s
+                ]
+                return torch.cat(parts, dim=0)  # [tokens, 1, heads * dim]
+
+        _PACKED_ATTENTION = CpuPackedDotProductAttention
+    return _PACKED_ATTENTION

@@ -19,9 +19,10 @@ replaces its forward so that:
   diagonal, True = masked) are zeroed before the input projection, as transformers' Qwen3.5 does
   (`apply_mask_to_padding_states`). With no bias, a zero input leaves the conv and the recurrent
   state at zero, so left padding does not leak into the tokens after it;
-- packed (THD) input with `cu_seqlens` is taken only by the kernels that support it (fla, Ascend);
-  the conv runs per packed segment. The torch rule takes padded batches only (NotImplementedError
-  names the fix).
+- packed (THD) input with `cu_seqlens` (remove-padding): fla and the Ascend kernel take cu_seqlens
+  and start each sequence from a zero state; the torch rule takes none, so it runs once per packed
+  sequence (initial state None each time: the same reset, in a loop). The conv runs per packed
+  segment. Which of them auto packs: config/packing_rules.py.
 
 The l2norm of q/k is fla's form (x / sqrt(sum(x^2) + 1e-6)); the fla kernel path uses fla's own.
 Nothing here is CPU-specific: the same modules run on cuda/npu when the torch or Ascend kernel is
@@ -108,7 +109,8 @@ def select_gdn_kernel(use_triton_gdn: Any, use_ascend_gdn: Any, device: str,
 
 
 def kernel_takes_packed_input(kernel: str) -> bool:
-    """Whether a GDN kernel takes packed (THD) sequences with cu_seqlens: fla and Ascend do."""
+    """Whether a GDN kernel takes packed (THD) sequences with cu_seqlens itself: fla and Ascend do (the
+    layer runs the torch rule once per packed sequence instead)."""
     if kernel not in GDN_KERNELS:
         raise ValueError(f"GDN kernel {kernel!r} is not one of {', '.join(GDN_KERNELS)}")
     return kernel != "torch"
@@ -205,6 +207,11 @@ def _build_layer_class() -> type:
 
         def _rule(self, query, key, value, g, beta, cu_seqlens):
             if self.gdn_kernel == "torch":
+                if cu_seqlens is not None:  # no cu_seqlens in the torch rule: one call per packed sequence
+                    bounds = cu_seqlens.tolist()
+                    parts = [self._rule(*(x[:, s:e] for x in (query, key, value, g, beta)), None)
+                             for s, e in zip(bounds[:-1], bounds[1:]) if e > s]
+                    return torch.cat(parts, dim=1)
                 chunk = getattr(self.config, "gdn_chunk_size", None) or auto_chunk_size(query.shape[1])
                 out, _ = gdn.torch_chunk_gated_delta_rule(
                     query, key, value, g=g, beta=beta, chunk_size=chunk, initial_state=None,
@@ -232,11 +239,6 @@ def _build_layer_class() -> type:
             seq_len = seq_len * self.sp_size
             cu_seqlens = None
             if packed_seq_params is not None:
-                if not kernel_takes_packed_input(self.gdn_kernel):
-                    raise NotImplementedError(
-                        "packed (THD) sequences reached a GDN layer that runs the torch gated delta rule, which "
-                        "takes no cu_seqlens: feed padded batches, or use a kernel that packs (fla on cuda/npu, "
-                        "use_ascend_gdn=True on npu)")
                 if batch != 1:
                     raise ValueError(f"packed GDN input must have batch 1 (tokens of all sequences in one row), got {batch}")
                 cu_seqlens = packed_seq_params.cu_seqlens_q

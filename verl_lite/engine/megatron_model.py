@@ -9,6 +9,7 @@ must patch it first on Ascend).
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import logging
 from typing import Any, Callable, Dict, List, Optional
@@ -74,10 +75,52 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
     return config
 
 
+def transformer_engine_attention() -> Any:
+    """megatron's Transformer Engine attention (`TEDotProductAttention`, THD input with cu_seqlens), or
+    None where Transformer Engine does not import."""
+    try:
+        from megatron.core.extensions.transformer_engine import TEDotProductAttention
+    except Exception:  # ImportError, or TE without its CUDA libraries
+        return None
+    return TEDotProductAttention
+
+
+def packed_core_attention(compute_device: str) -> Any:
+    """The core attention of packed (THD) micro-batches: megatron's local DotProductAttention refuses
+    packed_seq_params. cpu: a per-sequence attention (megatron_cpu, cpu only); cuda: Transformer
+    Engine's, as in megatron's TE layer spec; npu: None (megatron's DotProductAttention stays: MindSpeed's
+    flash attention replaces its forward and takes packed TND input)."""
+    if compute_device == "cpu":
+        from verl_lite.engine import megatron_cpu
+
+        return megatron_cpu.packed_core_attention_class()
+    if compute_device == "cuda":
+        te = transformer_engine_attention()
+        if te is None:
+            raise ImportError("packed micro-batches on cuda need Transformer Engine's attention (THD), which does not "
+                              "import: install transformer-engine or set model.use_remove_padding=False")
+        return te
+    return None
+
+
+def with_core_attention(spec: Any, core_attention: Any) -> Any:
+    """A copy of a layer or block spec whose attention layers use `core_attention` (GDN layers have none)."""
+    spec = copy.deepcopy(spec)
+    layers = getattr(spec, "layer_specs", None)
+    for layer in layers if layers is not None else [spec]:
+        attention = getattr(getattr(layer, "submodules", None), "self_attention", None)
+        sub = getattr(attention, "submodules", None)
+        if sub is not None and hasattr(sub, "core_attention"):
+            sub.core_attention = core_attention
+    return spec
+
+
 def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: torch.device, compute_device: str,
-                 share_embeddings: bool, attach_head: Callable[[Any], None]) -> List[Any]:
+                 share_embeddings: bool, attach_head: Callable[[Any], None], packed_attention: bool = False) -> List[Any]:
     """One GPTModel per virtual pipeline stage of this rank, on `device`; `attach_head(module)` runs
-    on the chunk holding the last stage (the value engine puts its scalar head there)."""
+    on the chunk holding the last stage (the value engine puts its scalar head there).
+    `packed_attention`: the micro-batches will be packed (THD), so attention layers get a core
+    attention that takes them (`packed_core_attention`)."""
     from megatron.core import parallel_state as mpu
     from megatron.core.models.gpt import GPTModel
 
@@ -90,10 +133,14 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
     chunks = []
     for stage in range(vpp or 1):
         vp_stage = stage if vpp else None
+        spec = bridge.model_spec(tf_config, vp_stage)
+        core = packed_core_attention(compute_device) if packed_attention else None
+        if core is not None:
+            spec = with_core_attention(spec, core)
         with build():
             module = GPTModel(
                 config=tf_config,
-                transformer_layer_spec=bridge.model_spec(tf_config, vp_stage),
+                transformer_layer_spec=spec,
                 vocab_size=layout.padded_vocab,
                 pre_process=mpu.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
                 post_process=mpu.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),

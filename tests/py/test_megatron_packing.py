@@ -1,0 +1,311 @@
+"""Remove-padding (packed THD micro-batches) on the Megatron engines, on CPU: log-probs, values and
+gradients of packed micro-batches against the padded ones (fp32), for Qwen3 and Qwen3.5 (dense
+and MoE) at TP=2 with sequence parallelism and at PP=2 (two data-parallel ranks at TP=1 for the
+critic), the Ascend GDN kernel (its CPU double) on packed input, a check that the per-sequence
+reset is what makes them equal, and the config's auto / True / False.
+
+All megatron work runs in one spawn of two gloo processes (`_scenario`); the tests assert on what
+it recorded. One ragged batch: rows of different prompt and response lengths, so a GDN state or an
+attention that crossed a sequence boundary would change the log-probs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import data_dir, read_metrics, run_training, tiny_overrides  # noqa: F401
+
+pytestmark = pytest.mark.megatron
+
+DOUBLE = Path(__file__).resolve().parent / "mindspeed_double"
+TOL = 2e-5  # fp32: packed and padded differ only in summation order
+QWEN3, DENSE, MOE = "tiny-qwen3", "tiny-qwen3_5", "tiny-qwen3_5-moe"
+# (model, tp, pp): TP=2 runs with sequence parallelism (the default)
+LAYOUTS = [(QWEN3, 2, 1), (DENSE, 2, 1), (MOE, 2, 1), (QWEN3, 1, 2), (DENSE, 1, 2)]
+
+
+def ragged_batch(seed: int = 0, rows: int = 5):
+    """Left-padded prompts of 1..5 tokens, right-padded responses of 1..7 tokens."""
+    g = torch.Generator().manual_seed(seed)
+    p, r = 5, 7
+    ids = torch.randint(3, 48, (rows, p + r), generator=g)
+    mask = torch.zeros(rows, p + r, dtype=torch.long)
+    p_len = torch.randint(1, p + 1, (rows,), generator=g)
+    r_len = torch.randint(1, r + 1, (rows,), generator=g)
+    p_len[0], r_len[0] = p, r  # one full row
+    for i in range(rows):
+        mask[i, p - p_len[i]:p + r_len[i]] = 1
+    ids = ids * mask
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -r:], response_mask=mask[:, -r:])
+
+
+def _sections(path, tp=1, pp=1, remove_padding=None, overrides=None, critic=False):
+    from omegaconf import OmegaConf
+
+    from verl_lite.config.schema import VerlLiteConfig
+
+    cfg = OmegaConf.structured(VerlLiteConfig)
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    section = cfg.critic if critic else actor
+    if critic:
+        model = cfg.critic.model
+    model.path, model.init_seed, model.use_remove_padding = path, 3, remove_padding
+    section.strategy = "megatron"
+    section.megatron.tensor_model_parallel_size = tp
+    section.megatron.pipeline_model_parallel_size = pp
+    section.megatron.override_transformer_config = dict(overrides or {})
+    section.optim.lr = 1e-2
+    return model, section
+
+
+def _nll(outputs, mb):
+    mask = mb["response_mask"].float()
+    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    return loss, {"loss": loss.item()}
+
+
+def _value_loss(outputs, mb):
+    mask = mb["response_mask"].float()
+    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
+    return loss, {"loss": loss.item()}
+
+
+def _run(engine, batches, key, loss_fn):
+    """Outputs of a forward over `batches` (two micro-batches), and the grads of one backward."""
+    out = torch.cat([r[key] for r in engine.forward_backward(batches, forward_only=True)])
+    engine.train_mode()
+    engine.optimizer_zero_grad()
+    engine.forward_backward(batches, loss_fn)
+    engine.eval_mode()
+    grads = torch.cat([p.main_grad.detach().flatten().clone() for c in engine.model for p in c.parameters()])
+    return out, grads
+
+
+def _compare(rec, name, make_engine, batches, key="log_probs", loss_fn=_nll):
+    mask = torch.cat([b["response_mask"] for b in batches]).bool()
+    runs = {}
+    for packed in (False, True):
+        engine = make_engine(packed)
+        runs[packed] = _run(engine, batches, key, loss_fn)
+        rec[f"{name}:packed={packed}"] = engine.remove_padding
+        last = engine
+    (out_pad, g_pad), (out_pack, g_pack) = runs[False], runs[True]
+    rec[f"{name}:out_gap"] = (out_pad - out_pack)[mask].abs().max().item()
+    rec[f"{name}:grad_gap"] = ((g_pad - g_pack).abs().max() / g_pad.abs().max()).item()
+    return last
+
+
+def _leak_gap(engine, batch):
+    """Log-probs of the packed engine when the pack is given as ONE sequence (cu_seqlens [0, N]): what
+    a forward without the per-sequence reset (GDN state, attention) computes, against the right one."""
+    from verl_lite.engine import megatron_batch
+
+    real = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    original = megatron_batch.prepare_packed_batch
+
+    def one_sequence(*args, **kwargs):
+        item = original(*args, **kwargs)
+        p = item["packed_seq_params"]
+        whole = torch.tensor([0, item["packed_tokens"]], dtype=torch.int32)
+        p.cu_seqlens_q = p.cu_seqlens_kv = p.cu_seqlens_q_padded = p.cu_seqlens_kv_padded = whole
+        p.max_seqlen_q = p.max_seqlen_kv = item["packed_tokens"]
+        return item
+
+    megatron_batch.prepare_packed_batch = one_sequence
+    try:
+        leaked = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    finally:
+        megatron_batch.prepare_packed_batch = original
+    return (real - leaked)[batch["response_mask"].bool()].abs().max().item()
+
+
+def _scenario(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    sys.path.insert(0, str(DOUBLE))
+    from megatron.core import parallel_state as mpu
+
+    from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
+
+    rec = {}
+    try:
+        batches = [ragged_batch(0), ragged_batch(1, rows=3)]
+        rec["tokens"] = int(sum(b["attention_mask"].sum() for b in batches))
+        rec["padded_tokens"] = int(sum(b["attention_mask"].numel() for b in batches))
+        for path, tp, pp in LAYOUTS:
+            # auto (null) where it decides: Qwen3 packs, the torch GDN rule runs padded; True / False otherwise
+            settings = {False: False, True: None} if path == QWEN3 else {False: None, True: True}
+
+            def make(packed, path=path, tp=tp, pp=pp, settings=settings):
+                model, actor = _sections(path, tp, pp, remove_padding=settings[packed])
+                engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+                engine.initialize()
+                return engine
+
+            engine = _compare(rec, f"{path}:tp{tp}:pp{pp}", make, batches)
+            if (tp, pp) == (2, 1) and path in (QWEN3, DENSE):
+                rec[f"{path}:leak_gap"] = _leak_gap(engine, batches[0])
+                rec[f"{path}:real_gap"] = rec[f"{path}:tp{tp}:pp{pp}:out_gap"]
+            mpu.destroy_model_parallel()
+
+        # the critic (values) at TP=1 with two data-parallel ranks
+        def make_critic(packed):
+            model, critic = _sections(DENSE, remove_padding=packed, critic=True)
+            engine = MegatronValueEngine(model, critic, critic.optim, "cpu", "critic")
+            engine.initialize()
+            return engine
+
+        _compare(rec, "critic", make_critic, batches, key="values", loss_fn=_value_loss)
+        mpu.destroy_model_parallel()
+
+        # the Ascend GDN kernel (its CPU double) on npu takes the packed sequences with cu_seqlens: auto packs
+        from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
+
+        class NpuOnCpu(MegatronLMEngine):  # device npu for the kernel and packing choice, tensors on CPU
+            compute_device = "cpu"
+
+        def make_ascend(packed):
+            model, actor = _sections(DENSE, 2, 1, remove_padding=None if packed else False,
+                                     overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
+            engine = NpuOnCpu(model, actor, actor.optim, "npu", "actor")
+            engine.initialize()
+            return engine
+
+        calls = len(double.CALLS)
+        _compare(rec, "ascend", make_ascend, batches)
+        rec["ascend:calls"] = double.CALLS[calls:]
+        mpu.destroy_model_parallel()
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.fixture(scope="module")
+def run(spawn_ranks):
+    return spawn_ranks(_scenario, "megatron_packing")
+
+
+@pytest.mark.parametrize("path,tp,pp", LAYOUTS)
+def test_packed_log_probs_and_grads_equal_padded(run, path, tp, pp):
+    for rec in run:
+        name = f"{path}:tp{tp}:pp{pp}"
+        assert rec[f"{name}:packed=True"] is True and rec[f"{name}:packed=False"] is False
+        assert rec[f"{name}:out_gap"] < TOL, rec[f"{name}:out_gap"]
+        assert rec[f"{name}:grad_gap"] < 1e-4, rec[f"{name}:grad_gap"]
+
+
+def test_packed_values_and_grads_of_the_critic_equal_padded(run):
+    for rec in run:
+        assert rec["critic:packed=True"] is True
+        assert rec["critic:out_gap"] < TOL and rec["critic:grad_gap"] < 1e-4, (rec["critic:out_gap"], rec["critic:grad_gap"])
+
+
+@pytest.mark.parametrize("path", [QWEN3, DENSE])
+def test_equality_rests_on_the_per_sequence_reset(run, path):
+    """Without sequence boundaries (one cu_seqlens segment over the pack) the log-probs move by far more
+    than the tolerance: the equality above is not a test that cannot fail."""
+    for rec in run:
+        assert rec[f"{path}:leak_gap"] > 100 * TOL > rec[f"{path}:real_gap"], (rec[f"{path}:leak_gap"], rec[f"{path}:real_gap"])
+
+
+def test_auto_packs_attention_models_and_keeps_the_torch_gdn_rule_padded(run):
+    """The Qwen3 runs' packed engine and the Qwen3.5 runs' padded engine have use_remove_padding null."""
+    for rec in run:
+        assert rec[f"{QWEN3}:tp2:pp1:packed=True"] is True and rec[f"{DENSE}:tp2:pp1:packed=False"] is False
+
+
+def test_the_ascend_kernel_takes_the_packed_sequences_and_auto_packs_on_npu(run):
+    for rec in run:
+        assert rec["ascend:packed=True"] is True
+        packed_calls = [c for c in rec["ascend:calls"] if c["packed"]]
+        assert packed_calls and all(c["batch"] == 1 and c["sequences"] > 1 for c in packed_calls)
+        assert rec["ascend:out_gap"] < 0.02  # bf16 q/k/v inside the kernel, in both runs
+        assert rec["ascend:grad_gap"] < 0.05
+
+
+def test_a_ragged_batch_packs_into_fewer_tokens(run):
+    rec = run[0]
+    assert rec["tokens"] < rec["padded_tokens"]
+
+
+def test_grpo_steps_packed_equal_padded_on_the_megatron_engine(data_dir, tmp_path):  # noqa: F811
+    """Same tiny Qwen3.5, seed and data: three GRPO steps with use_remove_padding=True (packed THD
+    micro-batches, the torch GDN rule once per sequence) give the padded run's metrics."""
+    rows = {}
+    for packed in (False, True):
+        out = tmp_path / f"packed_{packed}"
+        run_training(tiny_overrides(data_dir, out, 3, "actor_rollout_ref.model.path=tiny-qwen3_5",
+                                    "actor_rollout_ref.actor.strategy=megatron", "data.train_batch_size=16",
+                                    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                                    f"actor_rollout_ref.model.use_remove_padding={packed}"))
+        rows[packed] = read_metrics(out)
+    for key in ("actor/grad_norm", "actor/pg_loss", "actor/ppo_kl", "critic/score/mean", "actor/entropy"):
+        padded = [r[key] for r in rows[False] if key in r]
+        packed = [r[key] for r in rows[True] if key in r]
+        assert len(padded) == 3 and packed == pytest.approx(padded, rel=1e-4, abs=1e-6), (key, padded, packed)
+
+
+# ---------------------------------------------------------------------------- config: auto / True / False
+
+
+@pytest.mark.parametrize("device,kernel,overrides,auto", [
+    ("cpu", None, {}, True),  # attention-only: the cpu core attention packs
+    ("cuda", None, {}, True),
+    ("npu", None, {}, True),
+    ("cpu", "torch", {}, False),  # the torch GDN rule packs only when asked (one call per sequence)
+    ("cuda", "fla", {}, True),
+    ("cuda", "triton_fla", {}, True),
+    ("npu", "ascend", {"use_ascend_gdn": True}, True),
+    ("npu", "torch", {}, False),
+])
+def test_megatron_auto_true_false(device, kernel, overrides, auto):
+    from verl_lite.config.packing_rules import decide_megatron
+
+    assert decide_megatron(None, device, kernel, overrides).packed is auto
+    assert decide_megatron(True, device, kernel, overrides).packed is True
+    assert decide_megatron(True, device, kernel, overrides).refusal is None
+    assert decide_megatron(False, device, kernel, overrides).packed is False
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    (dict(device="npu", overrides={"use_flash_attn": False}), "use_flash_attn=False"),
+    (dict(device="npu", overrides={"use_flash_attn_npu_batch_invariant": True}), "use_flash_attn_npu_batch_invariant"),
+    (dict(device="cuda", overrides={}, te_installed=False), "needs Transformer Engine"),
+    (dict(device="cpu", overrides={}, external=True), "Megatron-Bridge / mbridge model on cpu"),
+    (dict(device="cpu", overrides={}, cp=2), "context_parallel_size=2"),
+])
+def test_megatron_true_is_refused_where_it_cannot_be_honoured_and_auto_runs_padded(kwargs, reason):
+    from verl_lite.config.packing_rules import decide_megatron
+
+    refused = decide_megatron(True, gdn_kernel=None, **kwargs)
+    assert not refused.packed and reason in refused.refusal
+    auto = decide_megatron(None, gdn_kernel=None, **kwargs)
+    assert not auto.packed and auto.refusal is None and reason in auto.why
+
+
+def test_torch_engine_auto_packs_attention_models_and_refuses_true_for_gdn():
+    from verl_lite.config.packing_rules import decide_torch
+
+    assert decide_torch(None, gdn=False).packed and not decide_torch(False, gdn=False).packed
+    assert not decide_torch(None, gdn=True).packed and decide_torch(None, gdn=True).refusal is None
+    assert "recurrent state across packed sequences" in decide_torch(True, gdn=True).refusal
+
+
+def test_the_schema_default_is_auto_and_the_summary_says_packed_or_padded_per_role():
+    from verl_lite.check import summarize
+    from verl_lite.config import load_config
+    from verl_lite.config.schema import ModelConfig
+
+    assert ModelConfig().use_remove_padding is None
+    lines = summarize(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.strategy=megatron",
+                                   "actor_rollout_ref.model.path=tiny-qwen3"])).splitlines()
+    assert [x.strip() for x in lines if "batches" in x][0].startswith("batches     : packed (auto)")
+    lines = summarize(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.strategy=megatron",
+                                   "actor_rollout_ref.model.use_remove_padding=False"])).splitlines()
+    assert [x.strip() for x in lines if "batches" in x][0] == "batches     : padded (use_remove_padding=False)"

@@ -1,0 +1,163 @@
+"""Remove-padding (verl's `use_remove_padding`, packed sequences): whether a role's micro-batches run
+packed or padded, and why. Pure: the preflight (`verl_rules`, `rules`, the summary in `check.py`) and
+the engines (`engine/megatron.py`, `engine/fsdp.py` through `engine/packing.py`) call the same
+`decide`, the preflight with what it can know here, the engine with what it built.
+
+`model.use_remove_padding` is tri-state:
+
+- null (auto, verl_lite's default) = packed where the engine packs natively, padded otherwise;
+- True = packed; refused, with the reason, where the engine cannot pack;
+- False = padded.
+
+verl's default is True. verl_lite's auto differs on purpose for Gated DeltaNet models whose GDN layers
+run the pure-torch rule: it takes no `cu_seqlens`, so packing runs it once per sequence (right, but a
+loop); auto keeps those padded and True packs them.
+
+What auto picks (and what True can do), per engine:
+
+| engine / model | device | attention | GDN layers | auto | True |
+|---|---|---|---|---|---|
+| torch (fsdp), attention-only | any | transformers (block-causal by position ids) | - | packed | packed |
+| torch (fsdp), Gated DeltaNet | any | - | transformers' GDN mixes packed sequences | padded | refused |
+| megatron, attention-only | cpu | per-sequence core attention (`engine/megatron_cpu.py`, cpu only) | - | packed | packed |
+| megatron, attention-only | cuda | Transformer Engine's attention (THD) | - | packed (padded where TE does not import) | packed (the engine refuses without TE) |
+| megatron, attention-only | npu | MindSpeed flash attention (TND), `use_flash_attn` on | - | packed | packed |
+| megatron, Gated DeltaNet | as above | as above | fla (cuda) / Ascend (npu): cu_seqlens | packed | packed |
+| megatron, Gated DeltaNet | as above | as above | torch rule: run per sequence | padded | packed |
+
+Megatron refusals (True; auto runs padded): on npu with MindSpeed flash attention off
+(`use_flash_attn=False`) or with the batch-invariant attention (`use_flash_attn_npu_batch_invariant`),
+whose forward replaces the one taking TND; a Megatron-Bridge / mbridge build on cpu (their layer
+specs have no packed attention without Transformer Engine); context parallelism > 1 (the Megatron
+forward refuses CP > 1 as a whole). Pipeline parallelism packs (stages exchange each packed
+micro-batch's shape first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from verl_lite.repatch import truthy
+
+# GDN kernel names as engine/megatron_gdn.py ("fla") and config/bridge_rules.py ("triton_fla") use them
+NATIVE_GDN_KERNELS = {"fla": "Triton fla (cu_seqlens)", "triton_fla": "Triton fla (cu_seqlens)",
+                      "ascend": "the Ascend kernel (cu_seqlens)"}
+TORCH_RULE = "torch"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """packed: run packed; why: one line for logs and the preflight summary; refusal: set when the user
+    asked for True and the engine cannot pack (the message names the fix)."""
+
+    packed: bool
+    why: str
+    refusal: Optional[str] = None
+
+
+def _setting(value: Any) -> Optional[bool]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "null", "none", "auto"):
+            return None
+        return text in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not: str) -> Decision:
+    if setting is False:
+        return Decision(False, "padded (use_remove_padding=False)")
+    if setting is True:
+        if not can:
+            return Decision(False, f"padded: {why_not}", refusal=why_not)
+        return Decision(True, f"packed (use_remove_padding=True): {how}")
+    if can and native:
+        return Decision(True, f"packed (auto): {how}")
+    if can:
+        return Decision(False, f"padded (auto: the GDN kernel takes no cu_seqlens); True would pack: {how}")
+    return Decision(False, f"padded (auto): {why_not}")
+
+
+def decide_torch(setting: Any, gdn: bool) -> Decision:
+    """The torch (fsdp) engine: transformers packs attention layers, not its GDN layers."""
+    if gdn:
+        return _finish(_setting(setting), False, False, "",
+                       "remove-padding for Gated DeltaNet models (Qwen3.5) on the torch engine is not supported by "
+                       "verl_lite: transformers' Gated DeltaNet layers carry their recurrent state across packed "
+                       "sequences, so these models run padded; set it to False (or leave it null: auto runs them "
+                       "padded), or use strategy=megatron, which packs them")
+    return _finish(_setting(setting), True, True, "transformers' attention keeps packed sequences apart", "")
+
+
+def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
+                    external: bool = False, te_installed: Optional[bool] = None, cp: int = 1) -> Decision:
+    """The Megatron engines. `gdn_kernel`: "fla" | "ascend" | "torch" for a model with GDN layers, None
+    for an attention-only model. `external`: the model is built by Megatron-Bridge / mbridge.
+    `te_installed`: whether Transformer Engine imports (cuda with verl_lite's own layer specs); None =
+    not known here (the preflight): assumed, and the engine decides on the node."""
+    setting = _setting(setting)
+    if int(cp or 1) > 1:
+        return _finish(setting, False, False, "", f"context_parallel_size={cp} is not supported by verl_lite's "
+                       "Megatron forward (packed or padded); set context_parallel_size=1")
+    if device == "cpu":
+        if external:
+            return _finish(setting, False, False, "", "a Megatron-Bridge / mbridge model on cpu has no packed "
+                           "attention (its layer spec needs Transformer Engine for THD input); set "
+                           "use_remove_padding=False or use verl_lite's own bridge")
+        attention = "attention per packed sequence (cpu core attention)"
+    elif device == "cuda":
+        if not external and te_installed is False:
+            return _finish(setting, False, False, "", "packed attention on cuda needs Transformer Engine's "
+                           "attention (THD with cu_seqlens), which does not import here; install "
+                           "transformer-engine or set use_remove_padding=False")
+        attention = "Transformer Engine attention (THD)"
+        if not external and te_installed is None:
+            attention += " where it imports on the nodes (the engine runs auto padded, and refuses True, without it)"
+    elif device == "npu":
+        if truthy(overrides.get("use_flash_attn_npu_batch_invariant")):
+            return _finish(setting, False, False, "", "use_flash_attn_npu_batch_invariant replaces MindSpeed's "
+                           "flash attention, which is what takes packed (TND) input; set "
+                           "use_remove_padding=False or turn the batch-invariant attention off")
+        if "use_flash_attn" in overrides and not truthy(overrides.get("use_flash_attn")):
+            return _finish(setting, False, False, "", "use_flash_attn=False: megatron's local attention takes no "
+                           "packed (TND) input, MindSpeed's flash attention does; set use_flash_attn=True or "
+                           "use_remove_padding=False")
+        attention = "MindSpeed flash attention (TND)"
+    else:
+        raise ValueError(f"device {device!r} is not one of cpu, cuda, npu")
+    if gdn_kernel is None:
+        return _finish(setting, True, True, attention, "")
+    if gdn_kernel in NATIVE_GDN_KERNELS:
+        return _finish(setting, True, True, f"{attention}; GDN layers: {NATIVE_GDN_KERNELS[gdn_kernel]}", "")
+    if gdn_kernel == TORCH_RULE:
+        return _finish(setting, True, False,
+                       f"{attention}; GDN layers: the torch rule takes no cu_seqlens, packed it runs once per "
+                       f"sequence (recurrent state reset at each)", "")
+    raise ValueError(f"GDN kernel {gdn_kernel!r} is not one of {', '.join(list(NATIVE_GDN_KERNELS) + [TORCH_RULE])}")
+
+
+def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> Decision:
+    """The preflight's decision for a role of a composed config on `device`: its model section's
+    use_remove_padding, its strategy, the model's shape (config.json or a shipped shape) and, for
+    Gated DeltaNet models on megatron, the GDN kernel the switches pick with the packages installed
+    here (on the training nodes the engine decides with theirs). `external`: the role's model is built
+    by Megatron-Bridge / mbridge (the summary knows; the problem list assumes verl_lite's own bridge)."""
+    from verl_lite.config import bridge_rules, roles
+    from verl_lite.config.shapes import model_shape
+    from verl_lite.models import is_gdn_model
+
+    setting = roles.model_section(cfg, role).use_remove_padding
+    shape = model_shape(roles.model_path(cfg, role))
+    gdn = shape is not None and is_gdn_model(shape.hf)
+    if roles.strategy(cfg, role) != "megatron":
+        return decide_torch(setting, gdn)
+    megatron = roles.section(cfg, role).megatron
+    overrides = bridge_rules.overrides_of(megatron)
+    kernel = None
+    if gdn:
+        kernel = bridge_rules.gdn_kernel(device, overrides, bridge_rules.installed_here()["fla"])
+    return decide_megatron(setting, device, kernel, overrides, external=external,
+                           cp=int(megatron.context_parallel_size or 1))
