@@ -480,7 +480,7 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
 
 
 @pytest.mark.parametrize("line, fragment", [
-    ("trainer.max_critic_ckpt_to_keep=1", "not supported by verl_lite: trainer.max_actor_ckpt_to_keep keeps whole"),
+    ("actor_rollout_ref.actor.checkpoint.mbridge_config.memory_efficient=True", "mbridge's save_weights arguments"),
     ("+actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024", "checkpoint engine"),
     ("critic.forward_max_token_len_per_gpu=4096", "the value pass uses critic.ppo_max_token_len_per_gpu"),
     ("+algorithm.filter_groups.enable=True", "dynamic sampling (DAPO's filter_groups)"),

@@ -371,7 +371,7 @@ def test_ref_engine_shares_the_mesh_starts_from_the_same_weights_and_cannot_step
 def test_checkpoint_round_trip_restores_the_saved_weights(run):
     assert run[0]["ckpt_moved"] > 1e-3
     assert run[0]["ckpt_restored"] == 0.0
-    assert run[0]["ckpt_files"] == ["actor_tp00_pp00.pt", "actor_tp01_pp00.pt"]
+    assert run[0]["ckpt_files"] == ["actor_tp00_pp00.pt", "actor_tp01_pp00.pt", "contents.json"]
 
 
 def test_to_cpu_on_a_cpu_engine_keeps_it_working(run):

@@ -56,9 +56,7 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
     ("actor_rollout_ref.actor.shuffle=True", "shuffling between PPO epochs is not supported by verl_lite yet"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
      "policy_loss.loss_mode='clip_cov' is not supported by verl_lite: choose one of vanilla, gspo, geo_mean"),
-    ("+actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]", "other contents (hf_model, a subset) are "
-                                                                         "not supported by verl_lite yet"),
-    ("actor_rollout_ref.actor.checkpoint.strict=False", "non-strict loading is not supported by verl_lite yet"),
+    ("actor_rollout_ref.actor.checkpoint.async_save=True", "asynchronous saving is not supported by verl_lite yet"),
     ("actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.hybrid_engine=False: not supported by verl_lite in "
                                               "synchronous training"),
     ("data.return_raw_chat=True", "raw chat messages"),
@@ -165,11 +163,22 @@ def test_token_budgets_without_dynamic_batch_size_are_taken_with_a_warning_as_ve
         assert f"{key}=4096 has no effect: it is the token budget of dynamic batch size" in " ".join(warnings)
 
 
-def test_verls_checkpoint_settings_that_describe_a_verl_lite_checkpoint_are_taken():
-    assert problems("actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer]",
-                    "actor_rollout_ref.actor.checkpoint.load_contents=[model,optimizer,extra]",
+def test_verls_checkpoint_settings_are_taken_hf_model_and_subsets_included():
+    assert problems("actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model,extra]",
+                    "actor_rollout_ref.actor.checkpoint.load_contents=[hf_model]",
                     "actor_rollout_ref.actor.checkpoint.async_save=False",
-                    "actor_rollout_ref.actor.checkpoint.strict=True") == []
+                    "actor_rollout_ref.actor.checkpoint.strict=False") == []
+
+
+def test_strict_without_hf_model_and_load_contents_without_a_resume_are_warned_about():
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.checkpoint.strict=False",
+                       "actor_rollout_ref.actor.checkpoint.load_contents=[model]", "trainer.resume_mode=disable",
+                       "trainer.max_critic_ckpt_to_keep=2"])
+    assert verl_problems(cfg) == []
+    warnings = " ".join(collect_warnings(cfg))
+    assert "actor_rollout_ref.actor.checkpoint.strict=False has no effect" in warnings
+    assert "actor_rollout_ref.actor.checkpoint.load_contents has no effect: trainer.resume_mode=disable" in warnings
+    assert "trainer.max_critic_ckpt_to_keep=2 has no effect: this run has no critic" in warnings
 
 
 def test_kl_settings_without_their_switch_are_warned_about():

@@ -56,9 +56,15 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
 }
 # List settings whose every element must be one of these.
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+# What a checkpoint holds (verl's names): checkpoint.save_contents / load_contents of actor and critic.
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 # A plain string given for one of these is taken as a one-element list (verl accepts `trainer.logger=console`).
 LIST_CHOICES: Dict[str, Tuple[str, ...]] = {
     "trainer.logger": LOGGERS,
+    "actor_rollout_ref.actor.checkpoint.save_contents": CHECKPOINT_CONTENTS,
+    "actor_rollout_ref.actor.checkpoint.load_contents": CHECKPOINT_CONTENTS,
+    "critic.checkpoint.save_contents": CHECKPOINT_CONTENTS,
+    "critic.checkpoint.load_contents": CHECKPOINT_CONTENTS,
 }
 
 # Removed upstream strategy/backend values -> the strategy that replaces them.

@@ -207,6 +207,24 @@ class PolicyLossConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    # What each checkpoint of the role holds (verl's names): model (the weights in the engine's own
+    # files and layout), optimizer (its state), extra (LR schedule and RNG state), hf_model (an HF model
+    # dir <role>/huggingface: config.json, safetensors and the tokenizer, which transformers'
+    # from_pretrained loads; a vision-language checkpoint's text model, as the engine trains it).
+    save_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    # What a resume loads (verl: follows save_contents). model and hf_model both load the weights, from
+    # the engine's files when model is listed, else from the HF copy (which any parallel layout reads);
+    # a listed part the checkpoint lacks fails the resume with its name.
+    load_contents: List[str] = "${.save_contents}"  # type: ignore[assignment]
+    # verl: write checkpoints in the background. Not supported by verl_lite yet: True is refused.
+    async_save: bool = False
+    # With hf_model saved: True = the exported tensor names must be exactly those of the HF model class
+    # (the save fails with the missing and extra names); False = write them and warn on a mismatch.
+    strict: bool = True
+
+
+@dataclass
 class ActorConfig:
     # fsdp (torch-native) | megatron. On device npu, megatron is served by MindSpeed engines.
     strategy: str = "fsdp"
@@ -266,11 +284,8 @@ class ActorConfig:
     use_torch_compile: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
-    # verl: what checkpoints save and load. A verl_lite checkpoint always holds and loads the model, the
-    # optimizer and "extra" (LR schedule, RNG), synchronously and strictly: save_contents/load_contents
-    # of exactly [model, optimizer, extra], async_save=False and strict=True are taken as they are; any
-    # other value (hf_model, a subset, async, non-strict) is refused by the preflight.
-    checkpoint: Dict[str, Any] = field(default_factory=dict)
+    # What the actor's checkpoints save and load (verl's checkpoint section).
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
 def _ref_megatron() -> MegatronConfig:
@@ -423,6 +438,8 @@ class CriticConfig:
     nccl_timeout: int = 600
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     model: ModelConfig = field(default_factory=lambda: ModelConfig(path=""))
+    # What the critic's checkpoints save and load (as actor_rollout_ref.actor.checkpoint).
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # Prompts per critic mini-batch, one optimizer step each; null = actor.ppo_mini_batch_size.
     ppo_mini_batch_size: Optional[int] = None
     # verl's deprecated global micro batch. Not supported: a value is refused (set
@@ -582,8 +599,12 @@ class TrainerConfig:
     resume_mode: str = "auto"
     # A global_step_N checkpoint dir to resume from (resume_mode=resume_path).
     resume_from_path: Optional[str] = None
-    # Keep only the newest N checkpoints (whole global_step_N dirs, critic included); null = all.
+    # Keep the actor part of only the newest N checkpoints; null or <= 0 = all. A global_step_N dir goes
+    # when it holds neither an actor nor a critic part.
     max_actor_ckpt_to_keep: Optional[int] = None
+    # Keep the critic part of only the newest N checkpoints (verl's setting); null or <= 0 = all. Follows
+    # max_actor_ckpt_to_keep unless set. A dir whose critic part went cannot resume a run with a critic.
+    max_critic_ckpt_to_keep: Optional[int] = "${trainer.max_actor_ckpt_to_keep}"  # type: ignore[assignment]
     # Seed of torch's RNG in each worker (seed * 1000 + rank), which drives the rollout's sampling.
     seed: int = 1
     # false runs the workers in-process (unit tests); the default path is Ray.

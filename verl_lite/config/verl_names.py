@@ -64,6 +64,8 @@ INSTEAD: List[Tuple[str, str]] = [
     ("*.fsdp_config.model_dtype", f"the torch engine's dtype is {YET}: it trains in float32"),
     ("*.megatron.use_dist_checkpointing", f"loading initial weights from a Megatron dist checkpoint is {YET}: "
                                           "point actor_rollout_ref.model.path at the HF model"),
+    ("*.checkpoint.mbridge_config*", f"mbridge's save_weights arguments are {NOT}: hf_model is written by "
+                                     "verl_lite's own exporter (safetensors shards); remove it"),
     ("*.rollout.checkpoint_engine*", f"verl's checkpoint engine (weight sync buckets and backends) is {NOT}: "
                                      "weights reach the rollout through the engine's export_hf_weights stream"),
     ("algorithm.filter_groups*", f"dynamic sampling (DAPO's filter_groups) is {YET}: remove it"),
@@ -260,6 +262,8 @@ DEFAULT_DIFFERENCES = {
     "trainer.device": "auto picks npu, then cuda, else cpu (verl: cuda)",
     "trainer.total_epochs": "1 epoch for the tiny run (verl: 30)",
     "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
+    "trainer.max_critic_ckpt_to_keep": "null = as trainer.max_actor_ckpt_to_keep, so one setting bounds the disk "
+                                       "used (verl: null = every critic checkpoint is kept); set null to keep them all",
     "actor_rollout_ref.rollout.calculate_log_probs": "the hf rollout (the default) returns no log-probs, so True is "
                                                      "refused there; the vllm rollout returns them whatever the value",
     "actor_rollout_ref.actor.megatron.dtype": "null = what the engine trains in on the target device (float32 on cpu, "

@@ -138,7 +138,7 @@ def _actor_problems(cfg: Any) -> List[str]:
     if mode not in POLICY_LOSS_MODES:
         problems.append(f"{prefix}.policy_loss.loss_mode={mode!r} is {NOT}: choose one of "
                         f"{', '.join(POLICY_LOSS_MODES)}")
-    problems += _checkpoint_problems(dict(actor.checkpoint), f"{prefix}.checkpoint")
+    problems += _checkpoint_problems(actor.checkpoint, f"{prefix}.checkpoint")
     ref = cfg.actor_rollout_ref.ref
     for key, value in (("actor_rollout_ref.ref.log_prob_micro_batch_size", ref.log_prob_micro_batch_size),
                        ("critic.ppo_micro_batch_size", cfg.critic.ppo_micro_batch_size)):
@@ -148,32 +148,13 @@ def _actor_problems(cfg: Any) -> List[str]:
     return problems
 
 
-# What a verl_lite checkpoint is (trainer/checkpoint.py and the engines' save/load): verl's checkpoint
-# section with these values means exactly that, any other value is refused.
-CHECKPOINT_AS_IS = {"save_contents": {"model", "optimizer", "extra"}, "load_contents": {"model", "optimizer", "extra"},
-                    "async_save": False, "strict": True}
-
-
-def _checkpoint_problems(section: dict, prefix: str) -> List[str]:
-    problems = []
-    for name, value in section.items():
-        expected = CHECKPOINT_AS_IS.get(name)
-        listed = hasattr(value, "__iter__") and not isinstance(value, (str, bytes, dict))  # list or ListConfig
-        given = set(value) if isinstance(expected, set) and listed else value
-        if expected is not None and given == expected and type(given) is type(expected):
-            continue
-        if name in ("save_contents", "load_contents"):
-            why = (f"a checkpoint always holds and loads model, optimizer and extra (LR schedule, RNG); other "
-                   f"contents (hf_model, a subset) are {YET}: set [model,optimizer,extra] or remove it")
-        elif name == "async_save":
-            why = f"asynchronous saving is {YET}: checkpoints are written synchronously; set it to False"
-        elif name == "strict":
-            why = f"non-strict loading is {YET}: a checkpoint must fit the model exactly; set it to True"
-        else:
-            why = f"{NOT}: remove it"
-        shown = list(value) if listed else value
-        problems.append(f"{prefix}.{name}={shown!r}: {why}")
-    return problems
+def _checkpoint_problems(section: Any, prefix: str) -> List[str]:
+    """verl's checkpoint section (save_contents, load_contents and strict are honoured by the engines'
+    save/load, trainer/checkpoint.py the parts' layout); what cannot be honoured yet is refused."""
+    if section.async_save:
+        return [f"{prefix}.async_save=True: asynchronous saving is {YET}: checkpoints are written synchronously "
+                "(and atomically); set it to False"]
+    return []
 
 
 def _run_problems(cfg: Any) -> List[str]:
@@ -252,6 +233,8 @@ def runtime_env_problems(cfg: Any) -> List[str]:
 def verl_problems(cfg: Any) -> List[str]:
     """Refusals for verl settings verl_lite accepts but cannot act on, for the roles that run."""
     problems = _actor_problems(cfg) + _run_problems(cfg) + runtime_env_problems(cfg)
+    if roles.critic_enabled(cfg):
+        problems += _checkpoint_problems(cfg.critic.checkpoint, "critic.checkpoint")
     for role in roles.active_roles(cfg):
         problems += _role_problems(cfg, role)
     return problems
@@ -306,6 +289,7 @@ def verl_warnings(cfg: Any) -> List[str]:
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
     warnings += _offload_warnings(cfg)
+    warnings += _checkpoint_warnings(cfg)
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
     actor = cfg.actor_rollout_ref.actor
     if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None and actor.clip_ratio != 0.2:
@@ -337,6 +321,27 @@ def verl_warnings(cfg: Any) -> List[str]:
         if roles.strategy(cfg, role) == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
             warnings.append(f"{prefix}.fsdp_config.reshard_after_forward=False has no effect on one rank "
                             "(nothing is sharded)")
+    return warnings
+
+
+def _checkpoint_warnings(cfg: Any) -> List[str]:
+    """checkpoint.strict acts on the hf_model export only (as in verl, where it goes to mbridge's
+    save_hf_weights); max_critic_ckpt_to_keep only where a critic runs."""
+    warnings = []
+    for role in ("actor", "critic"):
+        if role == "critic" and not roles.critic_enabled(cfg):
+            continue
+        section = roles.section(cfg, role).checkpoint
+        if not section.strict and "hf_model" not in list(section.save_contents):
+            warnings.append(f"{roles.SECTION[role]}.checkpoint.strict=False has no effect: it checks the names of "
+                            "the hf_model export, and save_contents has no hf_model")
+        if cfg.trainer.resume_mode == "disable" and list(section.load_contents) != list(section.save_contents):
+            warnings.append(f"{roles.SECTION[role]}.checkpoint.load_contents has no effect: trainer.resume_mode=disable "
+                            "loads no checkpoint")
+    t = cfg.trainer
+    if not roles.critic_enabled(cfg) and t.max_critic_ckpt_to_keep != t.max_actor_ckpt_to_keep:
+        warnings.append(f"trainer.max_critic_ckpt_to_keep={t.max_critic_ckpt_to_keep} has no effect: this run has no "
+                        "critic (critic.enable, algorithm.adv_estimator)")
     return warnings
 
 

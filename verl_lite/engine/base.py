@@ -133,13 +133,23 @@ class BaseEngine(abc.ABC):
         """Put the weights of a `snapshot_to_cpu()` back in place (optimizer state is not touched)."""
         raise CPUSnapshotUnsupported(f"{type(self).__name__} keeps no CPU snapshots")
 
+    def save_hf_model(self, path: str, strict: bool = True) -> Optional[str]:
+        """Write the model as an HF model dir at `path` (config.json, safetensors, the tokenizer) that
+        transformers' from_pretrained loads; `strict`: the exported names must be exactly the HF
+        class's (engine/hf_export.py). A collective; returns the dir on the rank that wrote it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot write an HF model")
+
     @abc.abstractmethod
     def save_checkpoint(self, path: str) -> None:
-        """Write model, optimizer, scheduler and RNG state under directory `path`."""
+        """Write under directory `path` what the role's checkpoint.save_contents lists: model,
+        optimizer, extra (LR schedule and RNG state), hf_model (`save_hf_model` into huggingface/),
+        and contents.json (what was saved, the parallel layout)."""
 
     @abc.abstractmethod
     def load_checkpoint(self, path: str) -> None:
-        """Restore what save_checkpoint wrote (tensors only: torch.load(weights_only=True))."""
+        """Restore what checkpoint.load_contents lists from what save_checkpoint wrote (tensors only:
+        torch.load(weights_only=True)); a listed part the checkpoint lacks, or files cut for another
+        parallel layout, is a CheckpointError naming it and the fix."""
 
     # -- topology ------------------------------------------------------------------------------
 

@@ -101,6 +101,9 @@ class TorchLMEngine(BaseEngine):
         import torch.distributed as dist
 
         module = self._build_module()
+        from verl_lite.engine.hf_export import check_hf_model_possible
+
+        check_hf_model_possible(self, module.config)
         if self.remove_padding:
             from verl_lite.engine.packing import decide
 
@@ -266,62 +269,136 @@ class TorchLMEngine(BaseEngine):
             local = _local(p)
             local.copy_(snapshot[name].to(local.device, non_blocking=True))
 
+    def _contents(self):
+        from verl_lite.engine.hf_export import Contents
+
+        return Contents(getattr(self.engine_config, "checkpoint", None), self.role)
+
+    def _layout(self) -> Dict[str, Any]:
+        return {"data_parallel_size": self.dp_size}
+
+    # the critic's value head is HF's token-classification `score`
+    _HF_RENAME: Dict[str, str] = {}
+
+    def save_hf_model(self, path: str, strict: bool = True) -> Optional[str]:
+        """Write the model as an HF model dir at `path` (config, safetensors, tokenizer; see
+        engine/hf_export.py). A collective: every rank calls it, rank 0 writes."""
+        from verl_lite.engine.hf_export import save_hf_model
+        from verl_lite.models import resolve_model_dir
+
+        mc = self.model_config
+        return save_hf_model(path, self.export_hf_weights(), self.module.config, self.model_type,
+                             mc.tokenizer_path or mc.path, bool(mc.trust_remote_code), strict, self.role,
+                             model_dir=resolve_model_dir(mc.path), rename=self._HF_RENAME)
+
     def save_checkpoint(self, path: str) -> None:
-        """Full (unsharded) model + optimizer + scheduler + RNG state; rank 0 writes model.pt."""
+        """What checkpoint.save_contents lists: model (the full, unsharded state dict), optimizer and
+        extra (LR schedule, RNG) in model.pt and rng_rank*.pt, hf_model in huggingface/; rank 0
+        writes all but each rank's RNG file."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
+        from verl_lite.engine.hf_export import HF_DIR, write_contents
+
+        contents = self._contents()
         os.makedirs(path, exist_ok=True)
-        model_sd = dict(self.export_hf_weights())  # a checkpoint holds the whole model
+        if "hf_model" in contents.save:
+            self.save_hf_model(os.path.join(path, HF_DIR), contents.strict)
+        model_sd = dict(self.export_hf_weights()) if "model" in contents.save else None  # the whole model
         optim_sd = None
-        if self.optimizer is not None:
+        if self.optimizer is not None and "optimizer" in contents.save:
             if self.sharded:
                 optim_sd = get_optimizer_state_dict(self.module, self.optimizer,
                                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             else:
                 optim_sd = self.optimizer.state_dict()
+        extra = "extra" in contents.save
         if self.dp_rank == 0:
-            payload = {"model": model_sd, "optimizer": optim_sd,
-                       "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None}
-            torch.save(payload, os.path.join(path, "model.pt"))
-        rng = {"cpu": torch.get_rng_state()}
-        if self.device in ("cuda", "npu"):  # sampling in the rollout draws from the device generator too
-            rng[self.device] = getattr(torch, self.device).get_rng_state()
-        torch.save(rng, os.path.join(path, f"rng_rank{self.dp_rank}.pt"))
+            if contents.save & {"model", "optimizer", "extra"}:
+                payload = {"model": model_sd, "optimizer": optim_sd,
+                           "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler and extra else None}
+                torch.save(payload, os.path.join(path, "model.pt"))
+            write_contents(path, contents.save, self._layout())
+        if extra:
+            rng = {"cpu": torch.get_rng_state()}
+            if self.device in ("cuda", "npu"):  # sampling in the rollout draws from the device generator too
+                rng[self.device] = getattr(torch, self.device).get_rng_state()
+            torch.save(rng, os.path.join(path, f"rng_rank{self.dp_rank}.pt"))
 
-    def load_checkpoint(self, path: str) -> None:
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
+    def _load_hf_weights(self, path: str) -> None:
+        """The weights of the part's HF copy (huggingface/*.safetensors), whatever layout wrote them."""
+        from safetensors.torch import load_file
 
-        from verl_lite.checkpoint_files import CheckpointError, load_tensors
+        from verl_lite.engine.hf_export import hf_files
 
-        model_file = os.path.join(path, "model.pt")
-        payload = load_tensors(model_file)  # weights_only=True: pickled objects are refused, never run
-        if not isinstance(payload, dict) or not isinstance(payload.get("model"), dict):
-            raise CheckpointError(f"checkpoint file {model_file} is not a {self.role} checkpoint of this engine "
-                                  f"(expected a dict with 'model', 'optimizer', 'lr_scheduler')")
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state: Dict[str, torch.Tensor] = {}
+        for file in hf_files(path):
+            state.update(load_file(file))
+        for own_prefix, hf_prefix in self._HF_RENAME.items():
+            state = {(own_prefix + k[len(hf_prefix):] if k.startswith(hf_prefix) else k): v for k, v in state.items()}
+        own = self.module.state_dict()
+        if "lm_head.weight" in own and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+            state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied: written once, as HF does
+        self._set_model_state(state, os.path.join(path, "huggingface"))
+
+    def _set_model_state(self, state: Dict[str, Any], source: str) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        from verl_lite.checkpoint_files import CheckpointError
+
         try:
             if self.sharded:
-                set_model_state_dict(self.module, payload["model"], options=opts)
+                set_model_state_dict(self.module, state, options=StateDictOptions(full_state_dict=True,
+                                                                                  cpu_offload=True))
             else:
-                self.module.load_state_dict(payload["model"])
+                self.module.load_state_dict(state)
         except RuntimeError as e:  # missing/unexpected keys or shape mismatch: another model's checkpoint
-            raise CheckpointError(f"checkpoint file {model_file} does not fit the {self.role} model "
+            raise CheckpointError(f"checkpoint {source} does not fit the {self.role} model "
                                   f"({' '.join(str(e).split())[:240]}); resume with the model it was "
                                   f"saved from, or set trainer.resume_mode=disable") from e
-        if self.optimizer is not None and payload.get("optimizer") is not None:
+
+    def load_checkpoint(self, path: str) -> None:
+        """What checkpoint.load_contents lists (a listed part the checkpoint lacks is a CheckpointError);
+        the weights from model.pt, or with hf_model alone from the HF copy."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        from verl_lite.checkpoint_files import CheckpointError, load_tensors
+        from verl_lite.engine.hf_export import check_loadable
+
+        contents = self._contents()
+        check_loadable(path, contents, self.role)
+        weights = contents.weights_from()
+        payload: Dict[str, Any] = {}
+        model_file = os.path.join(path, "model.pt")
+        if weights == "model" or contents.load & {"optimizer", "extra"}:
+            payload = load_tensors(model_file)  # weights_only=True: pickled objects are refused, never run
+            if not isinstance(payload, dict) or "model" not in payload:
+                raise CheckpointError(f"checkpoint file {model_file} is not a {self.role} checkpoint of this engine "
+                                      f"(expected a dict with 'model', 'optimizer', 'lr_scheduler')")
+        if weights == "model":
+            if not isinstance(payload.get("model"), dict):
+                raise CheckpointError(f"checkpoint file {model_file} holds no model weights")
+            self._set_model_state(payload["model"], model_file)
+        elif weights == "hf_model":
+            self._load_hf_weights(path)
+        if "optimizer" in contents.load and self.optimizer is not None and payload.get("optimizer") is not None:
             if self.sharded:
-                set_optimizer_state_dict(self.module, self.optimizer, payload["optimizer"], options=opts)
+                set_optimizer_state_dict(self.module, self.optimizer, payload["optimizer"],
+                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
             else:
                 self.optimizer.load_state_dict(payload["optimizer"])
+        if "extra" not in contents.load:
+            return
         if self.lr_scheduler is not None and payload.get("lr_scheduler") is not None:
             self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
         rng_file = os.path.join(path, f"rng_rank{self.dp_rank}.pt")
-        if os.path.isfile(rng_file):
-            rng = load_tensors(rng_file)
-            torch.set_rng_state(rng["cpu"])
-            if self.device in ("cuda", "npu") and self.device in rng:
-                getattr(torch, self.device).set_rng_state(rng[self.device])
+        if not os.path.isfile(rng_file):  # saved by fewer data-parallel ranks: the full state dicts load alike
+            logger.warning("%s: %s holds no RNG state for data-parallel rank %d (saved with another data-parallel "
+                           "size); this rank's sampling continues from its own seed", self.role, path, self.dp_rank)
+            return
+        rng = load_tensors(rng_file)
+        torch.set_rng_state(rng["cpu"])
+        if self.device in ("cuda", "npu") and self.device in rng:
+            getattr(torch, self.device).set_rng_state(rng[self.device])
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -334,6 +411,7 @@ class TorchLMEngine(BaseEngine):
 
 class TorchValueEngine(TorchLMEngine):
     model_type = "value_model"
+    _HF_RENAME = {"value_head.": "score."}
 
     def _build_module(self) -> nn.Module:
         from verl_lite.models.hf import build_causal_lm

@@ -47,7 +47,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from verl_lite.config.schema import MegatronConfig
-from verl_lite.engine import megatron_batch, megatron_hf, megatron_memory, megatron_model, megatron_optim
+from verl_lite.engine import hf_export, megatron_batch, megatron_hf, megatron_memory, megatron_model, megatron_optim
 from verl_lite.engine.base import BaseEngine, LossFn
 from verl_lite.engine.bridges import Layout, ModelBridge
 from verl_lite.engine.bridges import select as bridge_select
@@ -122,6 +122,7 @@ class MegatronLMEngine(BaseEngine):
         self.init_device_mesh()
         self._seed()
         self.hf_config = self._read_hf_config()
+        hf_export.check_hf_model_possible(self, self.hf_config)  # save_contents=[hf_model]: fail now, not at a save
         # verl_lite's registry, Megatron-Bridge's AutoBridge or mbridge, as verl's use_mbridge/vanilla_mbridge
         # say (config/bridge_rules.py); on npu MindSpeed-Bridge registers here, after the repatch above.
         selection = bridge_select.select_bridge(self.megatron_config, self.hf_config, self.device, self._model_dir(),
@@ -442,41 +443,22 @@ class MegatronLMEngine(BaseEngine):
             state["cuda"] = torch.cuda.get_rng_state()
         return state
 
+    def save_hf_model(self, path: str, strict: bool = True) -> Optional[str]:
+        """The weights as an HF model dir (config, safetensors, tokenizer; a collective, rank 0 writes)."""
+        from verl_lite.engine import megatron_checkpoint
+
+        return megatron_checkpoint.save_hf_model(self, path, strict)
+
     def save_checkpoint(self, path: str) -> None:
-        """One file per TP/PP rank, written by data-parallel rank 0 (a collective)."""
-        os.makedirs(path, exist_ok=True)
-        if self.data_parallel_rank() == 0:
-            state: Dict[str, Any] = {
-                "model": [
-                    {k: v for k, v in megatron_model.unwrap(c).state_dict().items() if isinstance(v, torch.Tensor)}
-                    for c in self.model
-                ],
-                "rng": self._rng_state(),
-            }
-            if self.optimizer is not None:
-                state["optimizer"] = self.optimizer.state_dict()
-                state["lr_scheduler"] = self.lr_scheduler.state_dict()
-            torch.save(state, self._shard_file(path))
-        torch.distributed.barrier()
+        """checkpoint.save_contents: one file per TP/PP rank and/or the HF copy (engine/megatron_checkpoint.py)."""
+        from verl_lite.engine import megatron_checkpoint
+
+        megatron_checkpoint.save(self, path)
 
     def load_checkpoint(self, path: str) -> None:
-        from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+        from verl_lite.engine import megatron_checkpoint
 
-        state = torch.load(self._shard_file(path), map_location="cpu", weights_only=True)
-        for chunk, weights in zip(self.model, state["model"]):
-            missing, unexpected = megatron_model.unwrap(chunk).load_state_dict(weights, strict=False)
-            missing = [k for k in missing if not k.endswith("_extra_state")]
-            if missing or unexpected:
-                raise ValueError(f"checkpoint {path} does not fit the model: missing {missing}, unexpected {unexpected}")
-        if self.optimizer is not None and "optimizer" in state:
-            if hasattr(self.optimizer, "reload_model_params"):
-                self.optimizer.reload_model_params()
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
-        torch.set_rng_state(state["rng"]["cpu"])
-        get_cuda_rng_tracker().set_states(state["rng"]["tracker"])
-        if "cuda" in state["rng"] and self.compute_device == "cuda":
-            torch.cuda.set_rng_state(state["rng"]["cuda"])
+        megatron_checkpoint.load(self, path)
 
     # ---------------------------------------------------------------------------- topology
 

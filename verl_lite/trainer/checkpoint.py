@@ -103,10 +103,34 @@ def verify(ckpt_dir: str) -> Optional[str]:
     return None
 
 
+PARTS = ("actor", "critic")  # the roles' subdirs of a global_step_N dir
+REMOVED = "removed_parts"  # manifest key: part -> why it was removed
+
+
+def _keep(value: Optional[int]) -> Optional[int]:
+    return int(value) if value is not None and int(value) > 0 else None
+
+
+def manifest_removed(ckpt_dir: str) -> Dict[str, str]:
+    """The parts a retention limit removed from an intact checkpoint, with the setting that did."""
+    try:
+        with open(os.path.join(ckpt_dir, MANIFEST), encoding="utf-8") as f:
+            return dict(json.load(f).get(REMOVED, {}))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 class CheckpointManager:
-    def __init__(self, root: str, max_to_keep: Optional[int] = None):
+    """global_step_N dirs under `root`. Retention, as verl's trainer counts it: the actor parts of the
+    newest `max_to_keep` checkpoints stay (trainer.max_actor_ckpt_to_keep), the critic parts of the
+    newest `max_critic_to_keep` (trainer.max_critic_ckpt_to_keep); null or <= 0 keeps all. A part is
+    removed with its manifest entries rewritten (the dir stays intact, and says what went and why);
+    a dir left with neither part is removed whole."""
+
+    def __init__(self, root: str, max_to_keep: Optional[int] = None, max_critic_to_keep: Any = "actor"):
         self.root = os.path.abspath(os.path.expanduser(root))
         self.max_to_keep = max_to_keep
+        self.max_critic_to_keep = max_to_keep if max_critic_to_keep == "actor" else max_critic_to_keep
 
     def step_dir(self, step: int) -> str:
         return os.path.join(self.root, f"global_step_{step}")
@@ -184,24 +208,85 @@ class CheckpointManager:
                 out.append((int(m.group(1)), os.path.join(self.root, name)))
         return sorted(out)
 
-    def latest_complete(self) -> Optional[Tuple[int, str]]:
-        """The newest intact checkpoint; damaged newer ones are skipped with a warning."""
+    def latest_complete(self, needed: Tuple[str, ...] = ()) -> Optional[Tuple[int, str]]:
+        """The newest intact checkpoint holding the parts `needed`; damaged newer ones, and ones whose
+        needed parts a retention limit removed, are skipped with a warning."""
         for step, path in reversed(self.list_steps()):
-            problem = verify(path)
+            problem = verify(path) or missing_parts(path, needed)
             if problem is None:
                 return step, path
             logger.warning("skipping checkpoint %s: %s", path, problem)
         return None
 
     def _prune(self) -> None:
-        if not self.max_to_keep or self.max_to_keep <= 0:
+        limits = {"actor": (_keep(self.max_to_keep), "trainer.max_actor_ckpt_to_keep"),
+                  "critic": (_keep(self.max_critic_to_keep), "trainer.max_critic_ckpt_to_keep")}
+        if limits["actor"][0] is None and limits["critic"][0] is None:
             return
         steps = self.list_steps()
-        for step, path in steps[:-self.max_to_keep]:
-            # Rename first (atomic), so a kill mid-delete never leaves a half-deleted global_step_N.
+        doomed_parts: Dict[str, List[str]] = {}
+        for part, (keep, _) in limits.items():
+            # a dir with neither part (the fully-async trainer's has an actor part; tests) counts as the actor's
+            holding = [path for _, path in steps if os.path.isdir(os.path.join(path, part)) or (
+                part == "actor" and not any(os.path.isdir(os.path.join(path, p)) for p in PARTS))]
+            if keep is not None:
+                for path in holding[:-keep]:
+                    doomed_parts.setdefault(path, []).append(part)
+        for step, path in steps:
+            parts = doomed_parts.get(path)
+            if not parts:
+                continue
+            left = [p for p in PARTS if os.path.isdir(os.path.join(path, p)) and p not in parts]
+            if not left:
+                # Rename first (atomic), so a kill mid-delete never leaves a half-deleted global_step_N.
+                doomed = tempfile.mkdtemp(prefix=f".global_step_{step}.del-", dir=self.root)
+                os.rename(path, os.path.join(doomed, "ckpt"))
+                shutil.rmtree(doomed, ignore_errors=True)
+                continue
+            self._remove_parts(path, {p: f"{limits[p][1]}={limits[p][0]}" for p in parts})
+
+    def _remove_parts(self, path: str, why: Dict[str, str]) -> None:
+        """Drop parts of an intact checkpoint: the manifest is rewritten first (without their files,
+        saying why they went), then the parts are moved out and deleted; a kill in between leaves
+        the files the manifest no longer lists, which verify() does not look at."""
+        manifest = os.path.join(path, MANIFEST)
+        with open(manifest, encoding="utf-8") as f:
+            data = json.load(f)
+        data["files"] = {rel: meta for rel, meta in data["files"].items() if rel.split(os.sep)[0] not in why}
+        data[REMOVED] = {**data.get(REMOVED, {}), **why}
+        tmp = manifest + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, manifest)
+        step = STEP_DIR.match(os.path.basename(path)).group(1)
+        for part in why:
             doomed = tempfile.mkdtemp(prefix=f".global_step_{step}.del-", dir=self.root)
-            os.rename(path, os.path.join(doomed, "ckpt"))
+            os.rename(os.path.join(path, part), os.path.join(doomed, part))
             shutil.rmtree(doomed, ignore_errors=True)
+        logger.info("checkpoint %s: removed %s", path, ", ".join(f"{p} ({w})" for p, w in why.items()))
+
+
+def missing_parts(path: str, needed: Tuple[str, ...]) -> Optional[str]:
+    """Why the checkpoint at `path` cannot resume a run with the roles `needed`, or None."""
+    removed = manifest_removed(path)
+    gone = [p for p in needed if not os.path.isdir(os.path.join(path, p))]
+    if not gone:
+        return None
+    return "; ".join(f"its {p} part was removed by {removed[p]}" if p in removed else f"it has no {p} part"
+                     for p in gone)
+
+
+def manager_for(cfg: Any) -> CheckpointManager:
+    """The run's checkpoint dir with its retention limits (trainer.max_actor_ckpt_to_keep,
+    trainer.max_critic_ckpt_to_keep; the latter only where a critic saves)."""
+    from verl_lite.config import roles
+
+    t = cfg.trainer
+    critic = roles.critic_enabled(cfg) and not cfg.async_training.enable
+    return CheckpointManager(t.default_local_dir, t.max_actor_ckpt_to_keep,
+                             t.max_critic_ckpt_to_keep if critic else None)
 
 
 def load_into_workers(path: str, *worker_groups: Any) -> None:
@@ -219,19 +304,23 @@ def select_checkpoint(cfg: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
     """(path, driver state) of the checkpoint trainer.resume_mode selects, verified against its
     manifest, or None to start afresh. Imports no torch and builds nothing, so run.py asks before
     Ray starts and a bad checkpoint is refused early. Tidies what an interrupted save left first."""
+    from verl_lite.config import roles
+
     t = cfg.trainer
-    manager = CheckpointManager(t.default_local_dir, t.max_actor_ckpt_to_keep)
+    manager = manager_for(cfg)
     manager.recover()
     if t.resume_mode == "disable":
         return None
+    needed = ("actor", "critic") if roles.critic_enabled(cfg) and not cfg.async_training.enable else ("actor",)
     if t.resume_mode == "resume_path":
         path = os.path.abspath(os.path.expanduser(t.resume_from_path or ""))
         problem = verify(path) if os.path.isdir(path) else "no such directory"
+        problem = problem or missing_parts(path, needed)
         if problem:
             raise CheckpointError(f"trainer.resume_from_path={t.resume_from_path!r} is not a usable checkpoint: "
                                   f"{problem} (point it at a global_step_N directory, or set trainer.resume_mode=auto)")
     else:
-        found = manager.latest_complete()
+        found = manager.latest_complete(needed)
         if found is None:
             return None
         path = found[1]

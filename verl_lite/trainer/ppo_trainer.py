@@ -22,7 +22,7 @@ from verl_lite.batch import Batch, left_pad, select, split
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.checkpoint import DRIVER_STATE, CheckpointManager, load_into_workers, select_checkpoint
+from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class PPOTrainer(StepLoop):
 
         self.sampler = BatchSampler(len(train_set), int(cfg.data.train_batch_size), int(cfg.data.seed),
                                     bool(cfg.data.shuffle))
-        self.ckpt = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep)
+        self.ckpt = manager_for(cfg)  # max_actor_ckpt_to_keep and max_critic_ckpt_to_keep
         self.global_step = 0
         self.saved_step = 0
         self.stop = stop or StopRequest()

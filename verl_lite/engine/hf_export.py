@@ -1,0 +1,262 @@
+"""What an engine's checkpoint part holds (verl's `checkpoint.save_contents` / `load_contents`), and
+the `hf_model` content: an HF model directory written from the engine's `export_hf_weights()`
+stream (safetensors shards, `config.json`, the tokenizer), which transformers' `from_pretrained`
+loads, and read back as a source of weights.
+
+- The config written is the one the exported names belong to: a language model's causal-LM config
+  (of a vision-language checkpoint, its text model: the engines build and train that alone), a
+  value model's token-classification config with one label (the value head as `score`).
+- `checkpoint.strict` (verl passes it to mbridge's `save_hf_weights`): the exported names must be
+  exactly the state dict of that HF class, built on the meta device from the config (True: the
+  save fails naming the missing and extra tensors; False: it writes them and warns).
+- Only global rank 0 writes; every rank iterates the stream (it is a collective).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import shutil
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+
+import torch
+
+from verl_lite.checkpoint_files import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+HF_DIR = "huggingface"
+CONTENTS_FILE = "contents.json"
+ALL_CONTENTS = ("model", "optimizer", "extra")  # what a part written before contents.json held
+SHARD_BYTES = 2 * 1024 ** 3
+
+
+class Contents:
+    """A role's checkpoint section as sets, with the names its error messages use."""
+
+    def __init__(self, section: Any, role: str):
+        self.prefix = "critic.checkpoint" if role == "critic" else "actor_rollout_ref.actor.checkpoint"
+        self.section = section
+        if section is None:  # the ref never saves
+            self.save, self.load = set(ALL_CONTENTS), set(ALL_CONTENTS)
+            return
+        self.save = set(section.save_contents)
+        self.load = set(section.load_contents)
+
+    @property
+    def strict(self) -> bool:
+        return True if self.section is None else bool(self.section.strict)  # read where it acts: hf_model saves
+
+    def weights_from(self) -> Optional[str]:
+        """Where a resume takes the weights: "model" (the engine's files), "hf_model", or None."""
+        return "model" if "model" in self.load else "hf_model" if "hf_model" in self.load else None
+
+
+def is_writer() -> bool:
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized()) or \
+        torch.distributed.get_rank() == 0
+
+
+def write_contents(path: str, saved: Set[str], layout: Dict[str, Any]) -> None:
+    with open(os.path.join(path, CONTENTS_FILE), "w", encoding="utf-8") as f:
+        json.dump({"save_contents": sorted(saved), "layout": layout}, f, indent=1)
+
+
+def read_contents(path: str) -> Dict[str, Any]:
+    file = os.path.join(path, CONTENTS_FILE)
+    if not os.path.isfile(file):
+        return {"save_contents": list(ALL_CONTENTS), "layout": None}
+    try:
+        with open(file, encoding="utf-8") as f:
+            data = json.load(f)
+        return {"save_contents": list(data["save_contents"]), "layout": data.get("layout")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint file {file} is unusable ({type(e).__name__}: {e})") from e
+
+
+def check_loadable(path: str, contents: Contents, role: str) -> Dict[str, Any]:
+    """What the part at `path` holds; a CheckpointError when load_contents asks for a part it lacks."""
+    held = read_contents(path)
+    saved = set(held["save_contents"])
+    wanted = set(contents.load) - {"hf_model"} if "model" in contents.load else set(contents.load)
+    missing = sorted(wanted - saved)
+    if missing:
+        raise CheckpointError(
+            f"the {role} checkpoint {path} holds no {', '.join(missing)} (it was saved with save_contents="
+            f"[{','.join(sorted(saved))}]): remove {', '.join(missing)} from {contents.prefix}.load_contents, or "
+            f"resume from a checkpoint that holds {'them' if len(missing) > 1 else 'it'}")
+    return held
+
+
+def layout_problem(path: str, saved: Optional[Dict[str, Any]], current: Dict[str, Any], role: str,
+                   what: List[str], prefix: str, section: str) -> None:
+    """A CheckpointError when the part was written by another parallel layout than this run's."""
+    if not saved or not what:
+        return
+    diff = {k: (saved.get(k), v) for k, v in current.items() if k in saved and saved.get(k) != v}
+    if not diff:
+        return
+    shown = ", ".join(f"{k}={old} (this run: {new})" for k, (old, new) in sorted(diff.items()))
+
+    def setting(key: str, value: Any) -> Optional[str]:
+        if key == "data_parallel_size":  # the device count over TP * PP * CP
+            return None
+        if key == "expert_tensor_parallel_size" and value == saved.get("tensor_model_parallel_size"):
+            return None  # null follows tensor_model_parallel_size
+        if key == "virtual_pipeline_model_parallel_size" and value == 1:
+            return f"{section}.{key}=null"
+        return f"{section}.{key}={value}"
+
+    sets = " ".join(s for s in (setting(k, old) for k, (old, _) in sorted(diff.items())) if s)
+    parts = ", ".join(what[:-1]) + (" and " if len(what) > 1 else "") + what[-1]
+    raise CheckpointError(
+        f"the {role} checkpoint {path} was saved with another parallel layout: {shown}; its "
+        f"{parts} files are cut for that layout. Resume with the saved layout"
+        f"{' (' + sets + ')' if sets else ''}, or load the weights alone from the checkpoint's HF copy "
+        f"({prefix}.load_contents=[hf_model], which needs hf_model in the saved save_contents)")
+
+
+# ---------------------------------------------------------------------------- the HF config and names
+
+
+def hf_class_and_config(hf_config: Any, model_type: str) -> Tuple[Any, Any]:
+    """(transformers auto class, config to write) for an engine's model: the causal LM's config (a
+    vision-language config's text model), or the token-classification config with one label."""
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+    config = copy.deepcopy(hf_config)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is not config:
+        config = copy.deepcopy(text)
+    auto = AutoModelForCausalLM if model_type == "language_model" else AutoModelForTokenClassification
+    mapping = auto._model_mapping
+    if type(config) not in mapping:
+        what = "causal LM" if model_type == "language_model" else "token-classification model"
+        setting = "actor_rollout_ref.actor" if model_type == "language_model" else "critic"
+        raise ValueError(f"{setting}.checkpoint.save_contents has hf_model, but transformers has no {what} class "
+                         f"for model_type {getattr(config, 'model_type', '?')!r}, so no HF model can hold these "
+                         f"weights; remove hf_model from {setting}.checkpoint.save_contents")
+    cls = mapping[type(config)]
+    config.architectures = [cls.__name__]
+    if model_type == "value_model":
+        config.num_labels = 1
+    return cls, config
+
+
+def check_hf_model_possible(engine: Any, hf_config: Any) -> None:
+    """At engine start, not at the first save: a ValueError when save_contents has hf_model and no HF
+    class can hold this engine's weights (a critic of a model without a token-classification class)."""
+    section = getattr(engine.engine_config, "checkpoint", None)
+    if section is not None and "hf_model" in section.save_contents:
+        hf_class_and_config(hf_config, engine.model_type)
+
+
+def _tied(config: Any) -> bool:
+    return bool(getattr(config, "tie_word_embeddings", False))
+
+
+def expected_names(cls: Any, config: Any) -> Set[str]:
+    """The state-dict names of `cls` built from `config` on the meta device (no memory, no init)."""
+    with torch.device("meta"):
+        model = cls._from_config(config)
+    names = set(model.state_dict())
+    if _tied(config):
+        names.discard("lm_head.weight")
+    return names
+
+
+def _shown(names: Set[str], limit: int = 8) -> str:
+    items = sorted(names)
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def save_hf_model(out_dir: str, tensors: Iterator[Tuple[str, torch.Tensor]], hf_config: Any, model_type: str,
+                  tokenizer_path: str, trust_remote_code: bool, strict: bool, role: str,
+                  model_dir: Optional[str] = None, rename: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """Write the HF model dir from the export stream; every rank calls it (the stream is a collective),
+    global rank 0 writes. `rename`: name prefixes to change (the torch critic's value_head -> score).
+    Returns the directory on the writer, None elsewhere."""
+    from safetensors.torch import save_file
+
+    writer = is_writer()
+    cls, config = hf_class_and_config(hf_config, model_type)
+    tied = _tied(config)
+    if writer:
+        os.makedirs(out_dir, exist_ok=True)
+    shard: Dict[str, torch.Tensor] = {}
+    shard_bytes, files, names = 0, [], set()
+    total, dtype = 0, None
+
+    def flush() -> None:
+        nonlocal shard, shard_bytes
+        name = f"part-{len(files):05d}.safetensors"
+        save_file(shard, os.path.join(out_dir, name), metadata={"format": "pt"})
+        files.append((name, list(shard)))
+        shard, shard_bytes = {}, 0
+
+    for name, tensor in tensors:
+        for old, new in (rename or {}).items():
+            if name.startswith(old):
+                name = new + name[len(old):]
+        if tied and name == "lm_head.weight":
+            continue  # the embedding, as transformers' save_pretrained leaves it out
+        names.add(name)
+        if not writer:
+            continue
+        tensor = tensor.detach().to("cpu").contiguous()
+        dtype = dtype or tensor.dtype
+        shard[name] = tensor
+        shard_bytes += tensor.numel() * tensor.element_size()
+        total += tensor.numel() * tensor.element_size()
+        if shard_bytes >= SHARD_BYTES:
+            flush()
+    expected = expected_names(cls, config)
+    missing, extra = expected - names, names - expected
+    if missing or extra:
+        what = (f"the {role}'s hf_model export does not match {cls.__name__}: "
+                f"{'missing ' + _shown(missing) if missing else ''}{'; ' if missing and extra else ''}"
+                f"{'extra ' + _shown(extra) if extra else ''}")
+        section = "critic.checkpoint" if role == "critic" else "actor_rollout_ref.actor.checkpoint"
+        if strict:
+            raise CheckpointError(f"{what} ({section}.strict=True; set it to False to write the tensors the "
+                                  "export gives)")
+        logger.warning("%s (%s.strict=False: written as exported)", what, section)
+    if not writer:
+        return None
+    if shard or not files:
+        flush()
+    if len(files) == 1:
+        os.replace(os.path.join(out_dir, files[0][0]), os.path.join(out_dir, "model.safetensors"))
+    else:
+        index = {"metadata": {"total_size": total}, "weight_map": {}}
+        for i, (name, keys) in enumerate(files):
+            final = f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+            os.replace(os.path.join(out_dir, name), os.path.join(out_dir, final))
+            index["weight_map"].update({k: final for k in keys})
+        with open(os.path.join(out_dir, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+            json.dump(index, f, indent=1, sort_keys=True)
+    if dtype is not None:
+        config.dtype = dtype
+    config.save_pretrained(out_dir)
+    from verl_lite.data.tokenizer import load_tokenizer
+
+    load_tokenizer(tokenizer_path, trust_remote_code).save_pretrained(out_dir)
+    if model_dir and os.path.isfile(os.path.join(model_dir, "generation_config.json")):
+        shutil.copy(os.path.join(model_dir, "generation_config.json"), out_dir)
+    return out_dir
+
+
+def hf_files(part_dir: str) -> List[str]:
+    """The safetensors files of a part's HF copy (a CheckpointError when there are none)."""
+    import glob
+
+    files = sorted(glob.glob(os.path.join(part_dir, HF_DIR, "*.safetensors")))
+    if not files:
+        raise CheckpointError(f"checkpoint {part_dir} has no {HF_DIR}/*.safetensors to load the weights from "
+                              "(save_contents had no hf_model)")
+    return files
