@@ -326,8 +326,8 @@ vl_args_backend() {
     "$otc.recompute_granularity=full"
     "$otc.recompute_num_layers=1"
   )
-  # verl_lite runs Gated DeltaNet models padded (the torch GDN rule cannot take packed THD input, and
-  # the engines do not pack yet even with a kernel that could): no remove-padding, no dynamic batch.
+  # Gated DeltaNet models run padded from the launcher: no remove-padding (null would pack where the GDN
+  # kernel takes cu_seqlens: config/packing_rules.py), no dynamic batch.
   [[ ${VL_MODEL_HAS_GDN:-1} == 1 ]] && VL_ARGS+=(
     "actor_rollout_ref.model.use_remove_padding=False"
     "actor_rollout_ref.actor.use_dynamic_bsz=False"
