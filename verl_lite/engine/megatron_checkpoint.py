@@ -2,7 +2,9 @@
 
 - model, optimizer, extra: one file per TP/PP rank (`<role>_tpXX_ppYY.pt`), written by data-parallel
   rank 0; the model chunks' state dicts, the optimizer's state dict, the LR schedule and RNG state
-  ("extra"). These files are cut for the parallel layout that wrote them: a resume with another
+  ("extra"). megatron's distributed optimizer (cuda/npu) keeps its Adam moments and fp32 main params
+  out of its state dict: they go to `<role>_optim_param_state_rankNNNNN.pt` through megatron's
+  save_parameter_state / load_parameter_state (gathered to and scattered from data-parallel rank 0). These files are cut for the parallel layout that wrote them: a resume with another
   layout is refused, naming the saved and the current sizes (`contents.json` records them).
 - hf_model: `huggingface/`, the HF model from the engine's export stream (engine/hf_export.py).
   A resume whose load_contents has hf_model and not model loads the weights from it through the
@@ -40,7 +42,18 @@ def layout(engine: Any) -> Dict[str, Any]:
 
 
 def _distributed_optimizer(engine: Any) -> bool:
-    return engine.optimizer is not None and "Distributed" in type(engine.optimizer).__name__
+    """megatron's DistributedOptimizer (alone or inside a ChainedOptimizer): its state_dict() leaves out
+    the Adam moments and fp32 main params, which are sharded over data parallelism."""
+    if engine.optimizer is None:
+        return False
+    inner = getattr(engine.optimizer, "chained_optimizers", [engine.optimizer])
+    return any(type(o).__name__ == "DistributedOptimizer" for o in inner)
+
+
+def _param_state_file(engine: Any, path: str) -> str:
+    """The distributed optimizer's parameter state, written by each data-parallel group's rank 0 (one
+    file per global rank: dense and expert data-parallel groups differ in their rank 0)."""
+    return os.path.join(path, f"{engine.role}_optim_param_state_rank{torch.distributed.get_rank():05d}.pt")
 
 
 def save_hf_model(engine: Any, path: str, strict: bool = True) -> Optional[str]:
@@ -71,6 +84,9 @@ def save(engine: Any, path: str) -> None:
             if "extra" in contents.save:
                 state["lr_scheduler"] = engine.lr_scheduler.state_dict()
         torch.save(state, engine._shard_file(path))
+    if "optimizer" in contents.save and _distributed_optimizer(engine):
+        # megatron's own dp-zero format: gathered over data parallelism, written on its rank 0 (a collective)
+        engine.optimizer.save_parameter_state(_param_state_file(engine, path))
     if hf_export.is_writer():
         hf_export.write_contents(path, contents.save, layout(engine))
     torch.distributed.barrier()
@@ -111,6 +127,8 @@ def load(engine: Any, path: str) -> None:
         engine.optimizer.reload_model_params()  # the fp32 main params follow the loaded weights
     if engine.optimizer is not None and "optimizer" in contents.load and "optimizer" in state:
         engine.optimizer.load_state_dict(state["optimizer"])
+        if _distributed_optimizer(engine):  # the moments and main params (load_state_dict left placeholders)
+            engine.optimizer.load_parameter_state(_param_state_file(engine, path))
     if "extra" in contents.load:
         if engine.optimizer is not None and "lr_scheduler" in state:
             engine.lr_scheduler.load_state_dict(state["lr_scheduler"])
