@@ -307,3 +307,40 @@ def test_max_critic_ckpt_to_keep_follows_the_actors_limit_unless_set():
     assert load_config(["trainer.max_actor_ckpt_to_keep=2"]).trainer.max_critic_ckpt_to_keep == 2
     assert load_config(["trainer.max_actor_ckpt_to_keep=2",
                         "trainer.max_critic_ckpt_to_keep=null"]).trainer.max_critic_ckpt_to_keep is None
+
+
+# ------------------------------------------------------------------------------ a PPO run, end to end
+
+
+def test_a_ppo_run_saves_hf_model_keeps_parts_by_their_limits_and_resumes_from_the_newest(copy_task_data, tmp_path,
+                                                                                          caplog):
+    """trainer.ray=false, tiny Qwen3 actor and critic: three saves, actor parts kept 2, critic parts 1;
+    the actor's HF copy loads in transformers; a longer run resumes from global_step_3."""
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.check import collect_problems
+    from verl_lite.config import load_config
+    from verl_lite.trainer.run import run
+
+    data, out = copy_task_data(n_train=32, n_val=4), tmp_path / "out"
+    lines = [f"data.train_files={data}/train.parquet", f"data.val_files={data}/val.parquet",
+             "data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=3",
+             "actor_rollout_ref.model.path=tiny-qwen3", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+             "actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae",
+             "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+             "trainer.max_actor_ckpt_to_keep=2", "trainer.max_critic_ckpt_to_keep=1", "trainer.save_freq=1",
+             "trainer.device=cpu", "trainer.ray=false", "trainer.logger=[jsonl]", "trainer.plot_rewards=false",
+             f"trainer.default_local_dir={out}"]
+    cfg = load_config(lines + ["trainer.total_training_steps=3"])
+    assert collect_problems(cfg, for_training=True) == []
+    assert run(cfg) == 0
+    held = {name: sorted(p for p in ("actor", "critic") if (out / name / p).is_dir())
+            for name in sorted(os.listdir(out)) if name.startswith("global_step_")}
+    assert held == {"global_step_2": ["actor"], "global_step_3": ["actor", "critic"]}
+    assert not (out / "global_step_3" / "critic" / "huggingface").exists()  # the critic's save_contents has none
+    AutoModelForCausalLM.from_pretrained(str(out / "global_step_3" / "actor" / "huggingface"))
+    with caplog.at_level(logging.INFO, logger="verl_lite.trainer.ppo_trainer"):
+        assert run(load_config(lines + ["trainer.total_training_steps=4"])) == 0
+    assert f"resumed from {out / 'global_step_3'} at step 3" in caplog.text
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]  # step 4 only was trained again: resumed from global_step_3
