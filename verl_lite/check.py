@@ -27,6 +27,7 @@ from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import choices, roles, rollout_rules, rules, verl_rules
 from verl_lite.config import bridge_rules, packing_rules
+from verl_lite.config import optimizer_rules
 from verl_lite.config.shapes import ModelShape, model_shape
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.repatch import build_repatch_dict, truthy
@@ -446,6 +447,8 @@ def summarize(cfg: Any) -> str:
         lines.append(f"  batches     : {packing_rules.role_decision(cfg, role, device).why}")
         if layout.strategy == "megatron":
             lines += _bridge_lines(cfg, role, device)
+            optim_line = optimizer_rules.summary_line(cfg, role, device)  # override_optimizer_config
+            lines += [optim_line] if optim_line else []
             if layout.tp > 1:
                 sp = roles.section(cfg, role).megatron.sequence_parallel
                 lines.append(f"  seq parallel: on (sequence split over TP, padded to a multiple of {layout.tp})" if sp

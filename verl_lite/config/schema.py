@@ -88,6 +88,14 @@ class OptimConfig:
     # Length of the LR schedule in training steps (cosine, warm-up ratio); -1 = unknown. verl injects it
     # from the trainer; verl_lite does not yet, so set it yourself for cosine or a warm-up ratio.
     total_training_steps: int = -1
+    # megatron strategy: fields of megatron-core's OptimizerConfig, passed as they are (verl's
+    # `+<role>.optim.override_optimizer_config.<field>=<value>`; dtypes as fp32/bf16/fp16). The CPU
+    # optimizer (optimizer_cpu_offload, optimizer_offload_fraction, overlap_cpu_optimizer_d2h_h2d) acts on
+    # cuda/npu and has no effect on cpu (Adam's state is in host memory there); use_precision_aware_optimizer
+    # needs Transformer Engine on the workers and is refused on cpu. A field verl_lite sets from its own key
+    # (lr, min_lr, weight_decay, betas, clip_grad, dtype, use_distributed_optimizer) is refused naming that
+    # key, an unknown field naming the valid ones; the fsdp strategy refuses the section. Open: `+key=value`.
+    override_optimizer_config: Dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- megatron
@@ -279,8 +287,10 @@ class ActorConfig:
     # verl's legacy clip key, no longer read by verl 0.9: optim.clip_grad is the clip applied. Not read
     # by verl_lite either; the preflight refuses a changed value and names optim.clip_grad.
     grad_clip: float = 1.0
-    # verl: torch.compile the model. Not supported by verl_lite yet: True is refused. verl's default is
-    # True; verl_lite's is False so that leaving it unset means what runs.
+    # torch.compile the log-prob and entropy computation from the logits (its passes over the vocabulary,
+    # with dynamic shapes: engine/logits.py), as verl compiles its entropy_from_logits; on the torch and
+    # Megatron engines. verl's default is True; verl_lite's is False: compiling costs seconds per worker,
+    # which dominates tiny CPU runs. On cpu it needs a C++ compiler (g++ or $CXX; the preflight checks).
     use_torch_compile: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
@@ -319,6 +329,9 @@ class RefConfig:
     # Token budget per rank of the ref pass's dynamic micro-batches; read only with
     # log_prob_use_dynamic_bsz (otherwise a changed value gets a warning that it has no effect).
     log_prob_max_token_len_per_gpu: int = 16384
+    # torch.compile the ref's log-prob computation (as actor.use_torch_compile); follows the actor's
+    # unless set, as in verl.
+    use_torch_compile: bool = "${actor_rollout_ref.actor.use_torch_compile}"
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
 

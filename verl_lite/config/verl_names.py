@@ -57,10 +57,18 @@ INSTEAD: List[Tuple[str, str]] = [
                                              "(verl's default for it); remove it"),
     ("*.ulysses_sequence_parallel_size", f"Ulysses sequence parallelism is {YET}: "
                                          "remove it (each rank holds whole sequences)"),
-    ("*.optim.override_optimizer_config*", "verl's Megatron optimizer overrides (CPU optimizer, precision-aware "
-                                            f"optimizer, offload fraction) are {YET}: its "
-                                            "optimizer is Adam with optim.lr, weight_decay, betas and clip_grad, state on the device"),
-    ("*.use_torch_compile", f"torch.compile is {YET}; set it to False"),
+    # verl's top-level precision-aware optimizer keys: verl_lite takes them as the OptimizerConfig fields they set
+    ("*.optim.use_precision_aware_optimizer", f"a top-level copy is {NOT}: set the megatron-core OptimizerConfig "
+                                              "field in the same optim section's override_optimizer_config (e.g. "
+                                              "+actor_rollout_ref.actor.optim.override_optimizer_config."
+                                              "use_precision_aware_optimizer=True; megatron strategy)"),
+    ("*.optim.*_dtype", f"a top-level copy is {NOT}: set the megatron-core OptimizerConfig field in the same optim "
+                        "section's override_optimizer_config, beside use_precision_aware_optimizer=True (e.g. "
+                        "+actor_rollout_ref.actor.optim.override_optimizer_config.exp_avg_dtype=bf16; megatron "
+                        "strategy)"),
+    ("*.fsdp_config.use_torch_compile", f"{NOT}: actor_rollout_ref.actor.use_torch_compile (and the ref's "
+                                        "actor_rollout_ref.ref.use_torch_compile) compiles the log-prob and entropy "
+                                        "computation on every engine; remove it"),
     ("*.fsdp_config.model_dtype", f"the torch engine's dtype is {YET}: it trains in float32"),
     ("*.megatron.use_dist_checkpointing", f"loading initial weights from a Megatron dist checkpoint is {YET}: "
                                           "point actor_rollout_ref.model.path at the HF model"),
@@ -200,12 +208,8 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
 
 
 # verl keys whose value here is exactly what verl_lite does: the line is taken and changes nothing
-SAME_AS_VERL_LITE = {
-    "actor_rollout_ref.ref.use_torch_compile": False,  # the ref is not compiled, as here
-}
-SAME_AS_VERL_LITE_WHY = {
-    "actor_rollout_ref.ref.use_torch_compile": "the ref model is not compiled",
-}
+SAME_AS_VERL_LITE: dict = {}
+SAME_AS_VERL_LITE_WHY: dict = {}
 
 
 def same_as_verl_lite(key: str, value: object) -> bool:
@@ -243,7 +247,8 @@ DEFAULT_DIFFERENCES = {
     "actor_rollout_ref.actor.ppo_mini_batch_size": "sized for the tiny CPU run",
     "actor_rollout_ref.actor.clip_ratio_low": "null = clip_ratio, which gives verl's 0.2 (verl writes the value out)",
     "actor_rollout_ref.actor.clip_ratio_high": "null = clip_ratio, which gives verl's 0.2",
-    "actor_rollout_ref.actor.use_torch_compile": "torch.compile is not supported yet; True is refused",
+    "actor_rollout_ref.actor.use_torch_compile": "compiling costs seconds per worker (inductor), which dominates tiny "
+                                                 "CPU runs; True compiles the log-prob and entropy computation",
     "actor_rollout_ref.rollout.name": "hf runs anywhere, CPU included (verl requires a value)",
     "actor_rollout_ref.rollout.mode": "verl_lite's synchronous trainer generates in the worker (verl: async servers)",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "one device per replica by default",

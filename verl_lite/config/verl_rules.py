@@ -2,7 +2,7 @@
 but whose non-default value it cannot act on yet: each is refused with
 "<key>=<value>: ... not supported by verl_lite yet: <what to use instead>", never accepted and ignored.
 
-A value equal to what verl_lite does is accepted (`use_torch_compile=False`, `shuffle=False`,
+A value equal to what verl_lite does is accepted (`shuffle=False`,
 `hybrid_engine=True` in a synchronous run): the setting then means what it says.
 
 `verl_problems(cfg)` works on the composed DictConfig or the dataclass (attribute access only);
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from verl_lite.config import roles, rules
+from verl_lite.config import optimizer_rules, roles, rules
 from verl_lite.config.shapes import model_shape
 
 YET = "not supported by verl_lite yet"
@@ -55,6 +55,8 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
         problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
                         f"{YET}: it shards over all data-parallel ranks; set it to -1")
     problems += _token_budget_problems(cfg, role)
+    problems += optimizer_rules.role_problems(cfg, role, roles.strategy(cfg, role), _device(cfg))
+    problems += _torch_compile_problems(cfg, role)
     if role != "ref":  # the ref runs with the actor's model section
         model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
         why = _remove_padding_blocker(cfg, role)
@@ -129,8 +131,6 @@ def _token_budget_problems(cfg: Any, role: str) -> List[str]:
 def _actor_problems(cfg: Any) -> List[str]:
     actor, prefix = cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor"
     problems = []
-    if actor.use_torch_compile:
-        problems.append(f"{prefix}.use_torch_compile=True: torch.compile is {YET}; set it to False")
     if actor.shuffle:
         problems.append(f"{prefix}.shuffle=True: shuffling between PPO epochs is {YET} (mini-batches keep their "
                         "order); set it to False")
@@ -289,6 +289,8 @@ def verl_warnings(cfg: Any) -> List[str]:
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
     warnings += _offload_warnings(cfg)
+    for role in roles.active_roles(cfg):
+        warnings += optimizer_rules.role_warnings(cfg, role, roles.strategy(cfg, role), _device(cfg))
     warnings += _checkpoint_warnings(cfg)
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
     actor = cfg.actor_rollout_ref.actor

@@ -14,10 +14,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from verl_lite.config.schema import OptimConfig
 from verl_lite.engine.base import BaseEngine, LossFn
+from verl_lite.engine.logits import log_probs_and_entropy
 
 logger = logging.getLogger(__name__)
 
@@ -167,11 +167,12 @@ class TorchLMEngine(BaseEngine):
         temperature = float(mb.get("temperature", 1.0) or 1.0)
         if temperature != 1.0:
             logits = logits / temperature
-        log_probs_all = F.log_softmax(logits, dim=-1)
-        responses = mb["responses"].to(dev)
-        out = {"log_probs": log_probs_all.gather(-1, responses.unsqueeze(-1)).squeeze(-1)}
-        if calculate_entropy:
-            out["entropy"] = torch.logsumexp(logits, dim=-1) - (log_probs_all.exp() * logits).sum(-1)
+        # the role's use_torch_compile compiles the vocabulary passes (engine/logits.py)
+        log_probs, entropy = log_probs_and_entropy(logits, mb["responses"].to(dev), calculate_entropy,
+                                                   self.engine_config.use_torch_compile)
+        out = {"log_probs": log_probs}
+        if entropy is not None:
+            out["entropy"] = entropy
         return out
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,

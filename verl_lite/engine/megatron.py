@@ -320,7 +320,8 @@ class MegatronLMEngine(BaseEngine):
         responses = batch["responses"]
         r = responses.shape[1]
         logits = output[:, -r - 1 : -1, :]  # position t predicts token t + 1
-        log_probs, entropy = megatron_batch.vocab_parallel_log_probs(logits, responses, self.layout.vocab, with_entropy)
+        log_probs, entropy = megatron_batch.vocab_parallel_log_probs(logits, responses, self.layout.vocab, with_entropy,
+                                                                     self.engine_config.use_torch_compile)
         out = {"log_probs": log_probs}
         if entropy is not None:
             out["entropy"] = entropy

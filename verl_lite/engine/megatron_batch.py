@@ -17,16 +17,16 @@ import torch
 from verl_lite.engine.base import LossFn
 
 BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
-_NEG = -1.0e30  # logit for padded vocabulary entries: exp() underflows to 0, 0 * _NEG stays finite
 
 # postprocess(model output, micro-batch, with_entropy) -> the engine's outputs (log_probs | values)
 Postprocess = Callable[[torch.Tensor, Dict[str, Any], bool], Dict[str, torch.Tensor]]
 
 
 def vocab_parallel_log_probs(
-    logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, with_entropy: bool
+    logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, with_entropy: bool, compiled: bool = False
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """log p(target) and entropy from logits split over the vocabulary across TP ranks.
+    """log p(target) and entropy from logits split over the vocabulary across TP ranks
+    (`verl_lite.engine.logits`, torch.compile'd with `compiled`: the role's use_torch_compile).
 
     `logits` (B, R, V/tp) is this rank's slice; padded vocabulary entries (index >= vocab_size)
     are excluded. Sums cross ranks with an all-reduce whose backward is the identity, which is
@@ -35,26 +35,16 @@ def vocab_parallel_log_probs(
     from megatron.core import parallel_state as mpu
     from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce
 
-    logits = logits.float()
-    local_v = logits.shape[-1]
-    start = mpu.get_tensor_model_parallel_rank() * local_v
-    if start + local_v > vocab_size:
-        index = torch.arange(start, start + local_v, device=logits.device)
-        logits = logits.masked_fill(index >= vocab_size, _NEG)
-    peak = logits.detach().max(dim=-1, keepdim=True).values
-    if mpu.get_tensor_model_parallel_world_size() > 1:
-        torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX, group=mpu.get_tensor_model_parallel_group())
-    shifted = logits - peak
-    lse = reduce(shifted.exp().sum(dim=-1)).log()
-    local_t = targets - start
-    inside = (local_t >= 0) & (local_t < local_v)
-    picked = shifted.gather(-1, local_t.clamp(0, local_v - 1).unsqueeze(-1)).squeeze(-1)
-    log_probs = reduce(picked * inside) - lse
-    entropy = None
-    if with_entropy:
-        probs = (shifted - lse.unsqueeze(-1)).exp()
-        entropy = lse - reduce((probs * shifted).sum(dim=-1))
-    return log_probs, entropy
+    from verl_lite.engine.logits import log_probs_and_entropy
+
+    def reduce_max(peak: torch.Tensor) -> None:
+        if mpu.get_tensor_model_parallel_world_size() > 1:
+            torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX,
+                                         group=mpu.get_tensor_model_parallel_group())
+
+    start = mpu.get_tensor_model_parallel_rank() * logits.shape[-1]
+    return log_probs_and_entropy(logits, targets, with_entropy, compiled, vocab_start=start, vocab_size=vocab_size,
+                                 reduce_max=reduce_max, reduce_sum=reduce)
 
 
 def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -83,18 +83,45 @@ def move_grads(chunks: List[Any], target: torch.device, parking: StorageParking)
 
 
 def move_optimizer_state(chunks: List[Any], optimizer: Any, target: torch.device) -> None:
-    """Adam moments, and the fp32 main copies of bf16 parameters (model parameters move with the model)."""
+    """Adam moments, and the fp32 main copies of bf16 parameters (model parameters move with the model).
+    With megatron's HybridDeviceOptimizer (optim.override_optimizer_config.optimizer_cpu_offload) only
+    its device share moves (`move_hybrid_state`)."""
     model_params = {id(p) for chunk in chunks for p in chunk.parameters()}
     for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
         inner = getattr(opt, "optimizer", opt)
+        if inner is None:  # a rank without parameters of this kind
+            continue
         for group in inner.param_groups:
             for p in group["params"]:
                 if id(p) not in model_params:
                     p.data = p.data.to(target, non_blocking=True)
+        if hasattr(inner, "sub_optimizers"):
+            move_hybrid_state(inner, target)
+            continue
         for state in inner.state.values():
             for key, value in state.items():
                 if isinstance(value, torch.Tensor):
                     state[key] = value.to(target, non_blocking=True)
+
+
+def move_hybrid_state(hybrid: Any, target: torch.device) -> None:
+    """A HybridDeviceOptimizer's state, as verl offloads and loads it: the state of its host
+    sub-optimizer (torch's AdamW over the offloaded fraction) stays on the host; its device
+    sub-optimizer's state and fp32 parameter copies move to `target`. Its own `state` mirrors the
+    sub-optimizers' and is kept pointing at the same tensors."""
+    host = [id(sub) for sub in hybrid.cpu_optimizers]  # by identity: without TE both kinds are torch's AdamW
+    for sub in hybrid.sub_optimizers:
+        if id(sub) in host:
+            continue
+        for group in sub.param_groups:
+            for p in group["params"]:
+                p.data = p.data.to(target, non_blocking=True)
+        for param, state in sub.state.items():
+            orig = hybrid.inner_param_to_orig_param.get(param, param)
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor):
+                    state[key] = value.to(target, non_blocking=True)
+                    hybrid.state[orig][key] = state[key]
 
 
 # ------------------------------------------------------------------------------ CPU snapshots

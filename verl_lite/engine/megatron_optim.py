@@ -4,16 +4,24 @@ Gradient clipping happens here, not inside megatron's optimizer (its clip assert
 the optimizer computes the norm, `clipped_step` scales the gradients to `optim.clip_grad`, then
 the optimizer steps. `optim.clip_grad` is the one clip setting, as in verl 0.9's engines
 (`actor.grad_clip` is not read). Megatron is imported inside the functions only.
+
+`optim.override_optimizer_config` (verl's Megatron optimizer overrides) is merged into the
+OptimizerConfig field by field, as verl's `init_megatron_optim_config` does, after the preflight's
+checks (`config/optimizer_rules.py`) are repeated against the installed megatron-core. On a cpu
+engine the CPU optimizer offload fields are left out: megatron's HybridDeviceOptimizer moves Adam's
+state and step to host memory, where a cpu engine keeps them already (and it needs CUDA streams).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 from typing import Any, List, Tuple
 
 import torch
 
+from verl_lite.config import optimizer_rules
 from verl_lite.config.schema import OptimConfig
 
 logger = logging.getLogger(__name__)
@@ -24,15 +32,31 @@ def _optimizers(optimizer: Any) -> List[Any]:
     return getattr(optimizer, "chained_optimizers", [optimizer])
 
 
-def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
-                    use_distributed_optimizer: bool) -> Tuple[Any, Any]:
-    """(megatron Adam optimizer over the model chunks, OptimizerParamScheduler): linear warm-up
-    (explicit steps win over the ratio), then constant or cosine decay to `lr * min_lr_ratio`."""
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+def _device_of(model: List[Any]) -> str:
+    """Where the optimizer state would live: the device type of the model's parameters."""
+    for chunk in model:
+        for param in chunk.parameters():
+            return param.device.type
+    return "cpu"
+
+
+def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, use_distributed_optimizer: bool,
+                     role: str = "megatron") -> Any:
+    """megatron-core's OptimizerConfig from the `optim` section and its override_optimizer_config."""
+    import dataclasses
+
+    from megatron.core.optimizer import OptimizerConfig
 
     lr, betas, weight_decay = float(optim.lr), list(optim.betas), float(optim.weight_decay)
-    config = OptimizerConfig(
+    device = _device_of(model)
+    items = dict(optim.override_optimizer_config or {})
+    fields = tuple(f.name for f in dataclasses.fields(OptimizerConfig))
+    overrides = optimizer_rules.engine_overrides(items, device, fields, prefix="optim")
+    left_out = sorted(set(items) - set(overrides))
+    if left_out:
+        logger.info("%s: %s left out on cpu: megatron's CPU optimizer offload would move Adam's state to host "
+                    "memory, where this engine keeps it already", role, ", ".join(left_out))
+    kwargs = dict(
         optimizer="adam",
         lr=lr,
         min_lr=lr * float(optim.min_lr_ratio),
@@ -44,6 +68,26 @@ def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
         params_dtype=dtype,
         use_distributed_optimizer=use_distributed_optimizer,
     )
+    kwargs.update(overrides)
+    if overrides.get("use_precision_aware_optimizer") and importlib.util.find_spec("transformer_engine") is None:
+        # megatron-core 0.16 reads Transformer Engine's version for it (a TypeError without TE), then its FusedAdam
+        raise RuntimeError(
+            f"{role}: optim.override_optimizer_config.use_precision_aware_optimizer=True: megatron-core needs "
+            "Transformer Engine (its FusedAdam and version) for the precision-aware optimizer, and "
+            "transformer_engine is not installed on this worker; install Transformer Engine on the workers, or "
+            "remove the line")
+    return OptimizerConfig(**kwargs)
+
+
+def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
+                    use_distributed_optimizer: bool, role: str = "megatron") -> Tuple[Any, Any]:
+    """(megatron Adam optimizer over the model chunks, OptimizerParamScheduler): linear warm-up
+    (explicit steps win over the ratio), then constant or cosine decay to `lr * min_lr_ratio`."""
+    from megatron.core.optimizer import get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    config = optimizer_config(model, optim, dtype, use_distributed_optimizer, role)
+    lr, weight_decay = float(optim.lr), float(optim.weight_decay)
     optimizer = get_megatron_optimizer(config, model)
     total = int(optim.total_training_steps)
     warmup = int(optim.lr_warmup_steps)
@@ -79,10 +123,19 @@ def clipped_step(optimizer: Any, clip: float, role: str) -> float:
         logger.warning("%s: gradient norm is %s; skipping this optimizer step", role, grad_norm)
         return grad_norm
     if clip > 0 and grad_norm > clip:
-        params = [p for opt in _optimizers(optimizer) for p in opt.get_parameters()]
-        torch._foreach_mul_([p.grad for p in params if p.grad is not None], clip / (grad_norm + 1e-6))
+        grads = [_main_grad(opt, p) for opt in _optimizers(optimizer) for p in opt.get_parameters()]
+        torch._foreach_mul_([g for g in grads if g is not None], clip / (grad_norm + 1e-6))
     optimizer.step_with_ready_grads()
     return grad_norm
+
+
+def _main_grad(opt: Any, param: torch.Tensor) -> Any:
+    """The gradient megatron's optimizer steps with: `decoupled_grad` under the precision-aware
+    optimizer (megatron-core's clip_grads reads the same), else `grad`."""
+    config = getattr(opt, "config", None)
+    if getattr(config, "use_precision_aware_optimizer_no_fp8_or_ds_fp8", False):
+        return getattr(param, "decoupled_grad", None)
+    return param.grad
 
 
 def current_lr(optimizer: Any) -> float:

@@ -1,0 +1,82 @@
+"""Log-probs of the chosen tokens and their entropy from the logits: the one implementation the
+torch and Megatron engines share. The torch engine holds the whole vocabulary; the Megatron engine's
+logits are split over the vocabulary across TP ranks, and it passes the reductions over the TP group
+(`megatron_batch.vocab_parallel_log_probs`).
+
+`<role>.use_torch_compile` (verl's switch, which wraps its entropy-from-logits in torch.compile): the
+two passes over the vocabulary (the sum of exp with the chosen token's logit; the entropy's sum of
+p * z) run as torch.compile'd functions with dynamic shapes, so a new batch size or response length
+does not recompile; the max and the reductions across TP ranks stay eager between them (a collective
+would break the graph). inductor fuses each pass into one loop over the vocabulary, so the (B, R, V)
+intermediates of eager mode (the shifted logits' exp, the probabilities) are never materialised.
+False (verl_lite's default) runs the same functions eagerly: compiling costs seconds per process,
+which dominates tiny CPU runs. On cpu inductor builds C++ kernels (a C++ compiler is needed: the
+preflight checks for one).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Optional, Tuple
+
+import torch
+
+_NEG = -1.0e30  # logit for padded vocabulary entries: exp() underflows to 0, 0 * _NEG stays finite
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def sum_exp_and_pick(logits: torch.Tensor, peak: torch.Tensor, local_targets: torch.Tensor,
+                     inside: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """sum(exp(z - peak)) over this part of the vocabulary, and z[target] - peak where the target lies in it
+    (0 elsewhere). (B, R, V), (B, R, 1), (B, R), (B, R) -> (B, R), (B, R)."""
+    shifted = logits - peak
+    picked = shifted.gather(-1, local_targets.unsqueeze(-1)).squeeze(-1)
+    return shifted.exp().sum(dim=-1), picked * inside
+
+
+def p_dot_z(logits: torch.Tensor, peak: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """sum(p * (z - peak)) over this part of the vocabulary, p = exp(z - peak - lse). -> (B, R)."""
+    shifted = logits - peak
+    return ((shifted - lse.unsqueeze(-1)).exp() * shifted).sum(dim=-1)
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_kernels() -> Tuple[Callable, Callable]:
+    """The two vocabulary passes through torch.compile (built once per process; dynamic shapes)."""
+    return torch.compile(sum_exp_and_pick, dynamic=True), torch.compile(p_dot_z, dynamic=True)
+
+
+def kernels(compiled: bool) -> Tuple[Callable, Callable]:
+    """The two vocabulary passes, compiled or eager; `compiled` is a role's use_torch_compile."""
+    if not isinstance(compiled, bool):  # e.g. a ref section built on its own keeps "${...use_torch_compile}"
+        raise TypeError(f"use_torch_compile must be True or False, got {compiled!r} (a section built on its own "
+                        "cannot follow the actor's value: set it, or convert the whole config)")
+    return compiled_kernels() if compiled else (sum_exp_and_pick, p_dot_z)
+
+
+def log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, compiled: bool = False,
+                          vocab_start: int = 0, vocab_size: Optional[int] = None, reduce_max: Optional[Reduce] = None,
+                          reduce_sum: Optional[Reduce] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """log p(target) and (with_entropy) the entropy of softmax(logits), both (B, R) float32.
+
+    `logits` (B, R, V_local) hold vocabulary entries [vocab_start, vocab_start + V_local); entries at
+    or past `vocab_size` (padding of a TP-split vocabulary) are excluded. `reduce_max` (in place,
+    detached) and `reduce_sum` (differentiable) combine the parts across ranks; None = one part."""
+    sum_exp, pdz = kernels(compiled)
+    logits = logits.float()
+    local_v = logits.shape[-1]
+    if vocab_size is not None and vocab_start + local_v > vocab_size:
+        index = torch.arange(vocab_start, vocab_start + local_v, device=logits.device)
+        logits = logits.masked_fill(index >= vocab_size, _NEG)
+    peak = logits.detach().max(dim=-1, keepdim=True).values
+    if reduce_max is not None:
+        reduce_max(peak)
+    local_t = targets - vocab_start
+    inside = (local_t >= 0) & (local_t < local_v)
+    total, picked = sum_exp(logits, peak, local_t.clamp(0, local_v - 1), inside)
+    reduce_sum = reduce_sum or (lambda t: t)
+    lse = reduce_sum(total).log()
+    log_probs = reduce_sum(picked) - lse
+    entropy = lse - reduce_sum(pdz(logits, peak, lse)) if with_entropy else None
+    return log_probs, entropy
