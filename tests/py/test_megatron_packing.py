@@ -234,17 +234,33 @@ def test_a_ragged_batch_packs_into_fewer_tokens(run):
     assert rec["tokens"] < rec["padded_tokens"]
 
 
-def test_grpo_steps_packed_equal_padded_on_the_megatron_engine(data_dir, tmp_path):  # noqa: F811
+def test_grpo_steps_packed_equal_padded_on_the_megatron_engine(data_dir, tmp_path, monkeypatch):  # noqa: F811
     """Same tiny Qwen3.5, seed and data: three GRPO steps with use_remove_padding=True (packed THD
-    micro-batches, the torch GDN rule once per sequence) give the padded run's metrics."""
-    rows = {}
+    micro-batches, the torch GDN rule once per sequence) give the padded run's metrics. The run is
+    in-process (trainer.ray=false), so the packed micro-batches are counted."""
+    from verl_lite.engine import megatron_batch
+
+    packs = []
+    original = megatron_batch.prepare_packed_batch
+
+    def counting(*args, **kwargs):
+        item = original(*args, **kwargs)
+        packs.append((item["tokens"], item["batch"]["attention_mask"].numel()))
+        return item
+
+    monkeypatch.setattr(megatron_batch, "prepare_packed_batch", counting)
+    rows, counts = {}, {}
     for packed in (False, True):
         out = tmp_path / f"packed_{packed}"
+        before = len(packs)
         run_training(tiny_overrides(data_dir, out, 3, "actor_rollout_ref.model.path=tiny-qwen3_5",
                                     "actor_rollout_ref.actor.strategy=megatron", "data.train_batch_size=16",
                                     "actor_rollout_ref.actor.ppo_mini_batch_size=8",
                                     f"actor_rollout_ref.model.use_remove_padding={packed}"))
         rows[packed] = read_metrics(out)
+        counts[packed] = packs[before:]
+    assert counts[False] == [] and counts[True], "the packed run did not pack (or the padded run did)"
+    assert sum(t for t, _ in counts[True]) < sum(n for _, n in counts[True])  # padding was left out
     for key in ("actor/grad_norm", "actor/pg_loss", "actor/ppo_kl", "critic/score/mean", "actor/entropy"):
         padded = [r[key] for r in rows[False] if key in r]
         packed = [r[key] for r in rows[True] if key in r]
