@@ -109,6 +109,24 @@ def test_kernels_hands_out_the_torch_compiled_passes_only_when_asked():
     assert logits.kernels(True) is compiled  # built once per process
 
 
+def test_a_torch_compile_patched_to_a_no_op_is_bypassed_through_mindspeeds_original_or_refused(monkeypatch):
+    calls = []
+
+    def original(fn, **kwargs):  # stands for the real torch.compile MindSpeed's patch keeps
+        calls.append(kwargs)
+        return torch._dynamo.optimize("eager", dynamic=kwargs.get("dynamic"))(fn)
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)  # MindSpeed's pre patch: a no-op
+    with pytest.raises(RuntimeError, match="torch.compile returned p_dot_z uncompiled here .*set use_torch_compile"
+                                           "=False"):
+        logits.compile_pass(logits.p_dot_z)
+    patch = SimpleNamespace(orig_func=original, is_applied=True)
+    manager = SimpleNamespace(MindSpeedPatchesManager=SimpleNamespace(patches_info={"torch.compile": patch}))
+    monkeypatch.setitem(sys.modules, "mindspeed.patch_utils", manager)
+    compiled = logits.compile_pass(logits.p_dot_z)
+    assert compiled._torchdynamo_orig_callable is logits.p_dot_z and calls == [{"dynamic": True}]
+
+
 def test_padded_vocabulary_entries_are_left_out_like_a_log_softmax_over_the_real_ones():
     g = torch.Generator().manual_seed(0)
     z, targets = torch.randn(2, 3, 10, generator=g), torch.randint(0, 7, (2, 3), generator=g)

@@ -11,12 +11,15 @@ would break the graph). inductor fuses each pass into one loop over the vocabula
 intermediates of eager mode (the shifted logits' exp, the probabilities) are never materialised.
 False (verl_lite's default) runs the same functions eagerly: compiling costs seconds per process,
 which dominates tiny CPU runs. On cpu inductor builds C++ kernels (a C++ compiler is needed: the
-preflight checks for one).
+preflight checks for one). On npu MindSpeed makes torch.compile a no-op; the original is used, as verl
+does, and a torch.compile that still hands back the function uncompiled is an error, never a silent
+eager run.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -41,10 +44,30 @@ def p_dot_z(logits: torch.Tensor, peak: torch.Tensor, lse: torch.Tensor) -> torc
     return ((shifted - lse.unsqueeze(-1)).exp() * shifted).sum(dim=-1)
 
 
+def original_torch_compile() -> Callable:
+    """torch.compile as torch ships it. On Ascend, MindSpeed's pre patch turns torch.compile into a
+    no-op; verl compiles its entropy with the original there (use_original_torch_compile), as here:
+    the original is the one MindSpeed's patch for "torch.compile" keeps (`orig_func`)."""
+    manager = getattr(sys.modules.get("mindspeed.patch_utils"), "MindSpeedPatchesManager", None)
+    patch = getattr(manager, "patches_info", {}).get("torch.compile")
+    original = getattr(patch, "orig_func", None)
+    return original if callable(original) else torch.compile
+
+
+def compile_pass(fn: Callable) -> Callable:
+    """`fn` through torch.compile with dynamic shapes; an error if what comes back is not compiled."""
+    compiled = original_torch_compile()(fn, dynamic=True)
+    if getattr(compiled, "_torchdynamo_orig_callable", None) is not fn:
+        raise RuntimeError(f"use_torch_compile=True, but torch.compile returned {fn.__name__} uncompiled here "
+                           f"({compiled!r}: torch.compile is patched to a no-op in this process); set "
+                           "use_torch_compile=False")
+    return compiled
+
+
 @functools.lru_cache(maxsize=None)
 def compiled_kernels() -> Tuple[Callable, Callable]:
     """The two vocabulary passes through torch.compile (built once per process; dynamic shapes)."""
-    return torch.compile(sum_exp_and_pick, dynamic=True), torch.compile(p_dot_z, dynamic=True)
+    return compile_pass(sum_exp_and_pick), compile_pass(p_dot_z)
 
 
 def kernels(compiled: bool) -> Tuple[Callable, Callable]:

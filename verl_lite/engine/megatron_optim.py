@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
+import sys
 from typing import Any, List, Tuple
 
 import torch
@@ -38,6 +39,16 @@ def _device_of(model: List[Any]) -> str:
         for param in chunk.parameters():
             return param.device.type
     return "cpu"
+
+
+def _has_transformer_engine() -> bool:
+    """transformer_engine imported already (on Ascend, MindSpeed's stand-in module) or importable."""
+    if "transformer_engine" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("transformer_engine") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, use_distributed_optimizer: bool,
@@ -69,7 +80,7 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
         use_distributed_optimizer=use_distributed_optimizer,
     )
     kwargs.update(overrides)
-    if overrides.get("use_precision_aware_optimizer") and importlib.util.find_spec("transformer_engine") is None:
+    if overrides.get("use_precision_aware_optimizer") and not _has_transformer_engine():
         # megatron-core 0.16 reads Transformer Engine's version for it (a TypeError without TE), then its FusedAdam
         raise RuntimeError(
             f"{role}: optim.override_optimizer_config.use_precision_aware_optimizer=True: megatron-core needs "
