@@ -225,8 +225,8 @@ def test_the_ascend_kernel_takes_the_packed_sequences_and_auto_packs_on_npu(run)
         assert rec["ascend:packed=True"] is True
         packed_calls = [c for c in rec["ascend:calls"] if c["packed"]]
         assert packed_calls and all(c["batch"] == 1 and c["sequences"] > 1 for c in packed_calls)
-        assert rec["ascend:out_gap"] < 0.02  # bf16 q/k/v inside the kernel, in both runs
-        assert rec["ascend:grad_gap"] < 0.05
+        # q/k/v go to the kernel in bf16 in both runs; the same values reach it (measured gaps ~5e-7)
+        assert rec["ascend:out_gap"] < 1e-3 and rec["ascend:grad_gap"] < 1e-3, (rec["ascend:out_gap"], rec["ascend:grad_gap"])
 
 
 def test_a_ragged_batch_packs_into_fewer_tokens(run):
