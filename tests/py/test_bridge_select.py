@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from verl_lite.config import bridge_rules as br
+from verl_lite.config.packing_rules import decide_megatron
 from verl_lite.registry import BRIDGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,9 +129,8 @@ def test_the_registry_is_asked_not_a_fixed_list():
 ])
 def test_gdn_kernel_per_device_and_switch(device, overrides, fla, kernel):
     assert br.gdn_kernel(device, overrides, fla) == kernel
-    assert br.packing_kernel_ok(device, overrides) == (
-        (device == "npu" and bool(overrides.get("use_ascend_gdn")))
-        or (device == "cuda" and overrides.get("use_triton_gdn", True) is not False))
+    # remove-padding left null (auto) packs exactly where the kernel takes cu_seqlens (config/packing_rules.py)
+    assert decide_megatron(None, device, kernel, overrides).packed == (kernel != br.TORCH)
 
 
 def test_the_engines_kernel_choice_agrees_with_the_preflights():

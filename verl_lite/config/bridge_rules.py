@@ -25,7 +25,8 @@ GDN kernel per layer (the real stack's order):
   `use_triton_gdn` (default True, megatron-core's own behaviour) and `fla` importable -> Triton fla
   `chunk_gated_delta_rule`; elif `use_ascend_gdn` -> Ascend `flash_gated_delta_rule`
   (flash-linear-attention-npu); else the pure-torch rule. Packed (THD) sequences need `cu_seqlens`:
-  the Triton and Ascend kernels take them, the torch rule does not.
+  the Triton and Ascend kernels take them, the torch rule does not (verl_lite's GDN layer then runs it
+  once per packed sequence; which of them remove-padding uses: `packing_rules`).
 """
 
 from __future__ import annotations
@@ -217,21 +218,3 @@ def gdn_kernel(device: str, overrides: Mapping[str, Any], fla_installed: bool) -
     if truthy(overrides.get("use_ascend_gdn")) and device == "npu":
         return ASCEND
     return TORCH
-
-
-def packing_kernel_ok(device: str, overrides: Mapping[str, Any]) -> bool:
-    """Whether packed (THD) GDN input is allowed on this device by the switches: the Ascend kernel
-    on npu with use_ascend_gdn, Triton fla on cuda with use_triton_gdn (fla must be installed on the
-    training nodes: checked with --training)."""
-    if device == "npu":
-        return truthy(overrides.get("use_ascend_gdn"))
-    if device == "cuda":
-        return truthy(overrides.get("use_triton_gdn", True))
-    return False
-
-
-PACKING_RULE = (
-    "packed (THD) Gated DeltaNet input needs a kernel that takes cu_seqlens: on npu the Ascend kernel "
-    "(override_transformer_config.use_ascend_gdn=True, e.g. USE_MINDSPEED_BRIDGE=True), on cuda Triton fla "
-    "(use_triton_gdn not False and flash-linear-attention installed); the pure-torch rule (cpu, or neither "
-    "switch) cannot pack")
