@@ -62,10 +62,7 @@ def section(role, path, strategy, tp=1, lr=1e-2, **checkpoint):
     sec = (CriticConfig if role == "critic" else ActorConfig)(strategy=strategy)
     sec.megatron.tensor_model_parallel_size = tp
     sec.optim.lr = lr
-    ckpt = CheckpointConfig(**checkpoint)
-    if "load_contents" not in checkpoint:
-        ckpt.load_contents = list(ckpt.save_contents)
-    sec.checkpoint = ckpt
+    sec.checkpoint = CheckpointConfig(**checkpoint)
     return ModelConfig(path=path, init_seed=3), sec
 
 
@@ -195,6 +192,25 @@ def test_the_torch_engines_hf_model_loads_in_transformers_with_its_log_probs(tmp
     log_probs, entropy = hf_log_probs(model, batch)
     assert (log_probs - out["log_probs"]).abs().max().item() < 1e-5
     assert (entropy - out["entropy"]).abs().max().item() < 1e-5
+
+
+def test_the_torch_critics_hf_model_is_a_token_classification_model_and_loads_back_as_its_weights(tmp_path):
+    from transformers import AutoModelForTokenClassification
+
+    critic = _torch_engine("critic", "tiny-qwen3", save_contents=["model", "optimizer", "extra", "hf_model"])
+    batch = make_batch()
+    train_step(critic, batch, lambda out, mb: ((out["values"] - 1.0).pow(2).mean(), {}))
+    critic.save_checkpoint(str(tmp_path / "critic"))
+    model = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "critic" / "huggingface")).eval()
+    values = critic.forward_backward([batch], forward_only=True)[0]["values"]
+    with torch.no_grad():
+        hf_values = model(input_ids=batch["input_ids"]).logits[:, -R - 1:-1, 0]
+    assert (hf_values - values).abs().max().item() < 1e-5
+    # load_contents=[hf_model]: the weights from the HF copy (score -> value_head), the optimizer left fresh
+    fresh = _torch_engine("critic", "tiny-qwen3", load_contents=["hf_model"])
+    fresh.load_checkpoint(str(tmp_path / "critic"))
+    assert (fresh.forward_backward([batch], forward_only=True)[0]["values"] - values).abs().max().item() < 1e-6
+    assert len(fresh.optimizer.state) == 0
 
 
 def test_strict_refuses_an_export_that_misses_a_tensor_and_non_strict_writes_it_with_a_warning(tmp_path, caplog):
@@ -344,3 +360,19 @@ def test_a_ppo_run_saves_hf_model_keeps_parts_by_their_limits_and_resumes_from_t
     assert f"resumed from {out / 'global_step_3'} at step 3" in caplog.text
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]  # step 4 only was trained again: resumed from global_step_3
+
+
+def test_checkpoint_settings_that_cannot_act_in_the_run_are_warned_about():
+    from verl_lite.check import collect_warnings
+    from verl_lite.config import load_config
+
+    warnings = " ".join(collect_warnings(load_config([
+        "trainer.device=cpu", "actor_rollout_ref.actor.checkpoint.strict=False", "trainer.resume_mode=disable",
+        "actor_rollout_ref.actor.checkpoint.load_contents=[model]", "critic.checkpoint.save_contents=[model]"])))
+    assert "actor_rollout_ref.actor.checkpoint.strict=False has no effect: it checks the names of the hf_model" in warnings
+    assert "actor_rollout_ref.actor.checkpoint.load_contents has no effect: trainer.resume_mode=disable" in warnings
+    assert "critic.checkpoint.save_contents is set, but no critic runs" in warnings
+    acting = collect_warnings(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.checkpoint.strict=False",
+                                           "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]"]))
+    assert not [w for w in acting if "checkpoint" in w]
+    assert collect_warnings(load_config(["trainer.device=cpu", "actor_rollout_ref.rollout.n=4"])) == []

@@ -221,10 +221,10 @@ class CheckpointConfig:
     # dir <role>/huggingface: config.json, safetensors and the tokenizer, which transformers'
     # from_pretrained loads; a vision-language checkpoint's text model, as the engine trains it).
     save_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
-    # What a resume loads (verl: follows save_contents). model and hf_model both load the weights, from
-    # the engine's files when model is listed, else from the HF copy (which any parallel layout reads);
-    # a listed part the checkpoint lacks fails the resume with its name.
-    load_contents: List[str] = "${.save_contents}"  # type: ignore[assignment]
+    # What a resume loads; null = save_contents (verl's default, written ${.save_contents} there). model and
+    # hf_model both load the weights, from the engine's files when model is listed, else from the HF copy
+    # (which any parallel layout reads); a listed part the checkpoint lacks fails the resume with its name.
+    load_contents: Optional[List[str]] = None
     # verl: write checkpoints in the background. Not supported by verl_lite yet: True is refused.
     async_save: bool = False
     # With hf_model saved: True = the exported tensor names must be exactly those of the HF model class

@@ -337,7 +337,7 @@ def _checkpoint_warnings(cfg: Any) -> List[str]:
         if not section.strict and "hf_model" not in list(section.save_contents):
             warnings.append(f"{roles.SECTION[role]}.checkpoint.strict=False has no effect: it checks the names of "
                             "the hf_model export, and save_contents has no hf_model")
-        if cfg.trainer.resume_mode == "disable" and list(section.load_contents) != list(section.save_contents):
+        if cfg.trainer.resume_mode == "disable" and section.load_contents is not None:
             warnings.append(f"{roles.SECTION[role]}.checkpoint.load_contents has no effect: trainer.resume_mode=disable "
                             "loads no checkpoint")
     t = cfg.trainer

@@ -43,7 +43,7 @@ class Contents:
             self.save, self.load = set(ALL_CONTENTS), set(ALL_CONTENTS)
             return
         self.save = set(section.save_contents)
-        self.load = set(section.load_contents)
+        self.load = self.save if section.load_contents is None else set(section.load_contents)
 
     @property
     def strict(self) -> bool:
