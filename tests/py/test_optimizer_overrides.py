@@ -218,6 +218,14 @@ def test_on_cpu_the_cpu_offload_fields_are_warned_about_and_the_summary_says_the
             ) in summarize(cfg).splitlines()
 
 
+def test_cpu_optimizer_settings_without_optimizer_cpu_offload_are_warned_about_on_any_device():
+    cfg = load_config(["trainer.device=cuda", *MEGATRON, f"+{A}.optimizer_offload_fraction=0.5"])
+    assert f"{A}.optimizer_offload_fraction has no effect without {A}.optimizer_cpu_offload=True (megatron-core's " \
+           "CPU optimizer reads them)" in collect_warnings(cfg)
+    cfg = load_config(["trainer.device=cuda", *MEGATRON, *VERL_LINES])
+    assert not [w for w in collect_warnings(cfg) if "override_optimizer_config" in w]
+
+
 def test_on_cuda_the_summary_names_the_hybrid_optimizer():
     cfg = load_config(["trainer.device=cuda", *MEGATRON, *VERL_LINES])
     (line,) = [s for s in summarize(cfg).splitlines() if s.startswith("  optimizer")]

@@ -145,15 +145,21 @@ def cpu_offload_fields(items: Dict[str, Any]) -> List[str]:
 
 
 def role_warnings(cfg: Any, role: str, strategy: str, device: str) -> List[str]:
-    """On cpu, the CPU optimizer offload fields have no effect: Adam's state already lives in host memory."""
+    """The CPU optimizer's settings without optimizer_cpu_offload=True have no effect (megatron-core reads
+    them only under it); on cpu none of them has: Adam's state already lives in host memory."""
     from verl_lite.config import roles
 
-    if role not in ROLES_WITH_OPTIM or strategy != "megatron" or device != "cpu":
+    if role not in ROLES_WITH_OPTIM or strategy != "megatron":
         return []
     items = _items(roles.section(cfg, role).optim)
-    if not _on(items, "optimizer_cpu_offload"):
-        return []
     names = ", ".join(_key(roles.SECTION[role], n) for n in cpu_offload_fields(items))
+    if not _on(items, "optimizer_cpu_offload"):
+        idle = [n for n in cpu_offload_fields(items) if n != "optimizer_cpu_offload"]
+        return [f"{', '.join(_key(roles.SECTION[role], n) for n in idle)} {'has' if len(idle) == 1 else 'have'} no "
+                f"effect without {_key(roles.SECTION[role], 'optimizer_cpu_offload')}=True (megatron-core's CPU "
+                "optimizer reads them)"] if idle else []
+    if device != "cpu":
+        return []
     return [f"{names} {'has' if ',' not in names else 'have'} no effect on trainer.device=cpu: megatron's CPU "
             "optimizer offload moves Adam's state and step to host memory, where a cpu run keeps them already "
             "(the engine builds megatron's Adam without it)"]
