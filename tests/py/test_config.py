@@ -481,7 +481,7 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
 
 @pytest.mark.parametrize("line, fragment", [
     ("actor_rollout_ref.actor.checkpoint.mbridge_config.memory_efficient=True", "mbridge's save_weights arguments"),
-    ("+actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024", "checkpoint engine"),
+    ("actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=my.backend", "custom checkpoint-engine backends"),
     ("critic.forward_max_token_len_per_gpu=4096", "the value pass uses critic.ppo_max_token_len_per_gpu"),
     ("+algorithm.filter_groups.enable=True", "dynamic sampling (DAPO's filter_groups)"),
     ("algorithm.rollout_correction.rollout_is=token", "rollout/training mismatch correction"),

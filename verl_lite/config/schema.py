@@ -337,6 +337,18 @@ class RefConfig:
 
 
 @dataclass
+class CheckpointEngineConfig:
+    # verl: how the trained weights reach the rollout. naive = in the process that holds the rollout
+    # engine (verl's colocated engine): the actor's export stream, in buckets. verl's transfer backends
+    # (nccl, hccl, nixl, ...) move weights between separate devices; they are refused.
+    backend: str = "naive"
+    # Size of a weight-sync bucket in MiB: the vllm rollout groups the exported tensors into buckets of
+    # at most this many MiB and loads each into vLLM in one call. A tensor larger than it goes alone on
+    # cuda and fails the sync on cpu and npu (naming the tensor), as verl's bucketed transfer does.
+    update_weights_bucket_megabytes: float = 2048
+
+
+@dataclass
 class RolloutConfig:
     # Generation backend: hf samples with transformers' generate; vllm runs a vLLM engine in each actor
     # rank (verl's hybrid engine: weights pushed in place after every update; docs/rollout.md).
@@ -406,11 +418,24 @@ class RolloutConfig:
     enable_chunked_prefill: bool = True
     # vllm: reuse the KV cache of shared prompt prefixes (reset after every weight sync).
     enable_prefix_caching: bool = True
-    # vllm: longest prompt + response the engine serves; null = the model's max_position_embeddings.
-    # The preflight checks data.max_prompt_length + data.max_response_length against it.
+    # vllm: longest prompt + response the engine serves; null = engine_kwargs.vllm.max_model_len when
+    # set (verl's scripts set it there), else the model's max_position_embeddings. The preflight checks
+    # data.max_prompt_length + data.max_response_length against it.
     max_model_len: Optional[int] = None
+    # vllm: data parallelism of the rollout engines. 1 = each engine (tensor_model_parallel_size actor
+    # ranks) runs apart; the number of engines (actor ranks / TP) = the engines form one vLLM
+    # data-parallel group over all actor ranks (vLLM's external launcher), stepping together, which
+    # expert parallelism across engines needs. Other values are refused; fully-async replicas take 1.
+    data_parallel_size: int = 1
+    # vllm, MoE models: expert parallelism (vLLM's enable_expert_parallel). 1 = the experts' weights are
+    # split by tensor parallelism; tensor_model_parallel_size x data_parallel_size (verl's rule) = each
+    # rank of the engine, or of the data-parallel group, holds whole experts. Other values are refused.
+    expert_parallel_size: int = 1
+    # How the weights reach the rollout after each update (verl's checkpoint engine section).
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
     # Extra engine arguments, passed as they are: engine_kwargs.vllm.<name> -> vllm.LLM(<name>=...).
-    # A key that has its own rollout setting above is refused here.
+    # A key with a rollout setting of its own: max_model_len and (cuda/npu) gpu_memory_utilization
+    # stand for that setting when it is null; any other is accepted only equal to its setting's value.
     engine_kwargs: Dict[str, Any] = field(default_factory=lambda: {"vllm": {}})
     # Validation sampling: n, do_sample, temperature, top_k, top_p, as for training; the score is the
     # mean over all validation responses.

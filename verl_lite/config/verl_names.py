@@ -74,6 +74,12 @@ INSTEAD: List[Tuple[str, str]] = [
                                           "point actor_rollout_ref.model.path at the HF model"),
     ("*.checkpoint.mbridge_config*", f"mbridge's save_weights arguments are {NOT}: hf_model is written by "
                                      "verl_lite's own exporter (safetensors shards); remove it"),
+    ("actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs*",
+     f"keyword arguments of verl's checkpoint-engine backends are {NOT}: the one backend here, naive (the weights "
+     "go to the vLLM engine in its own process), takes none; remove it"),
+    ("actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module",
+     f"custom checkpoint-engine backends are {NOT}: the weights go to the vLLM engine in its own process "
+     "(backend=naive); remove it"),
     ("*.rollout.checkpoint_engine*", f"verl's checkpoint engine (weight sync buckets and backends) is {NOT}: "
                                      "weights reach the rollout through the engine's export_hf_weights stream"),
     ("algorithm.filter_groups*", f"dynamic sampling (DAPO's filter_groups) is {YET}: remove it"),

@@ -9,9 +9,13 @@
   taken after temperature, top-k and top-p (vLLM's `processed_logprobs`): at top_k=-1, top_p=1 they
   are the actor's log_softmax(logits / temperature).
 - Weights: the engine starts with `load_format` (dummy: random) and takes the actor's weights in
-  place with `update_weights`, streamed from the engine's `export_hf_weights()` into vLLM's in-place
-  reload (no file, no new engine), then the prefix cache is reset. A tensor the model does not have,
-  a shape that differs, or one left out is an error naming it.
+  place with `update_weights`: the engine's `export_hf_weights()` stream, grouped into buckets of at
+  most `checkpoint_engine.update_weights_bucket_megabytes` MiB, each bucket one call of the model's
+  `load_weights` inside vLLM's layerwise reload (no file, no new engine), then the prefix cache is
+  reset. A tensor the model does not have, a shape that differs, or one left out is an error naming it.
+- Parallelism: `tensor_model_parallel_size` consecutive actor ranks hold one engine (vLLM's external
+  launcher); with `data_parallel_size` = actor ranks / TP the engines form one vLLM data-parallel
+  group, and `expert_parallel_size` = TP x DP turns on vLLM's expert parallelism for MoE models.
 - Memory: on CUDA/NPU with `free_cache_engine` the engine sleeps after each generation (KV cache
   freed, weights offloaded) and wakes before the next sync or generation. vLLM has no sleep mode on
   CPU, where `gpu_memory_utilization` is the share of host RAM given to the KV cache.
@@ -31,7 +35,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from verl_lite.batch import Batch
-from verl_lite.config.rollout_rules import DEFAULT_MEMORY_SHARE, INSTALL_HINT, OWN_SETTINGS
+from verl_lite.config.rollout_rules import BUCKET_KEY, CHECKPOINT_BACKENDS, DEFAULT_MEMORY_SHARE, INSTALL_HINT, \
+    OWN_SETTINGS, engine_kwarg_problems, max_model_len, setting
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section
 from verl_lite.models import resolve_model_dir
@@ -41,7 +46,8 @@ logger = logging.getLogger(__name__)
 
 
 class WeightSyncError(KeyError):
-    """A weight sync named a tensor the rollout model lacks, left one out, or gave one a wrong shape."""
+    """A weight sync named a tensor the rollout model lacks, left one out, gave one a wrong shape, or
+    sent one larger than a bucket where verl refuses that (cpu, npu)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
@@ -62,6 +68,62 @@ def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size
         getattr(hf_config, "text_config", None), "tie_word_embeddings", False)
     optional = {n for n in shapes if n.endswith("lm_head.weight")} if tied else set()
     return shapes, optional
+
+
+# Worker-side steps of a weight sync (run by collective_rpc in each vLLM worker, `worker` first): vLLM's
+# layerwise reload, as its in-place `reload_weights` and its weight-transfer engines run it, with the
+# model's `load_weights` called once per bucket in between.
+def _begin_sync(worker: Any) -> None:
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+    with set_current_vllm_config(worker.vllm_config):
+        initialize_layerwise_reload(worker.model_runner.get_model())
+
+
+def _load_bucket(worker: Any, bucket: List[Tuple[str, torch.Tensor]]) -> None:
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(worker.vllm_config):
+        worker.model_runner.get_model().load_weights(bucket)
+
+
+def _finish_sync(worker: Any) -> None:
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+    runner = worker.model_runner
+    with set_current_vllm_config(worker.vllm_config):
+        finalize_layerwise_reload(runner.get_model(), worker.vllm_config.model_config)
+    runner.reset_lora_state()  # what vLLM's reload_weights resets after a reload
+    runner.reset_encoder_cache()
+    runner.reset_mm_cache()
+
+
+def buckets(named_tensors: Iterable[Tuple[str, torch.Tensor]], budget: int, device: str,
+            mib: Any) -> Iterator[List[Tuple[str, torch.Tensor]]]:
+    """Consecutive tensors grouped into lists of at most `budget` bytes, in stream order (verl's
+    bucketed transfer). A tensor larger than a bucket goes alone on cuda (verl sends it by CUDA IPC
+    by itself) and is an error elsewhere (verl's shared-memory path on npu refuses it)."""
+    bucket: List[Tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > budget:
+            yield bucket
+            bucket, size = [], 0
+        if nbytes > budget:
+            if device != "cuda":
+                raise WeightSyncError(
+                    f"exported weight {name!r} ({tuple(tensor.shape)}, {tensor.dtype}) is {nbytes / 2 ** 20:.4g} MiB, "
+                    f"more than a weight-sync bucket of {float(mib):g} MiB: raise {BUCKET_KEY} to at least "
+                    f"{-(-nbytes // 2 ** 20)}")
+            yield [(name, tensor)]
+            continue
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
 
 
 def _rows_of(outputs: List[Any], rows: slice) -> List[Any]:
@@ -107,6 +169,11 @@ class VLLMRollout:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if device == "npu":  # torch-npu before vLLM (its vllm-ascend plugin loads with vLLM)
             importlib.import_module("torch_npu")
+        backend = self.config.checkpoint_engine.backend
+        if backend not in CHECKPOINT_BACKENDS:
+            raise ValueError(f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend!r}: the vllm rollout "
+                             f"takes its weights in its own process; choose one of {list(CHECKPOINT_BACKENDS)}")
+        self.dp, self.ep = int(self.config.data_parallel_size), int(self.config.expert_parallel_size)
         self.tp, self.tp_group, self.tp_rank = self._tensor_parallel_group()
         try:
             from vllm import LLM
@@ -129,22 +196,29 @@ class VLLMRollout:
         """The arguments of vllm.LLM: every rollout setting, then engine_kwargs.vllm (no overlaps)."""
         c, m = self.config, self.model_config
         tp = self.tp
-        share = float(DEFAULT_MEMORY_SHARE.get(self.device, 0.5) if c.gpu_memory_utilization is None
-                      else c.gpu_memory_utilization)
+        clash = engine_kwarg_problems(c, m, self.device)
+        if clash:
+            raise ValueError(clash[0])
+        share, share_key = setting(c, "gpu_memory_utilization", self.device)
+        share = float(DEFAULT_MEMORY_SHARE.get(self.device, 0.5) if share is None else share)
         if not 0 < share <= 1:
-            raise ValueError(f"actor_rollout_ref.rollout.gpu_memory_utilization={share} is outside (0, 1]")
+            raise ValueError(f"{share_key}={share} is outside (0, 1]")
         kwargs: Dict[str, Any] = dict(
             model=resolve_model_dir(m.path), skip_tokenizer_init=True, trust_remote_code=bool(m.trust_remote_code),
             hf_overrides=dict(m.override_config or {}) or None, dtype=c.dtype, load_format=c.load_format,
             tensor_parallel_size=tp, enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
             max_num_batched_tokens=int(c.max_num_batched_tokens), enable_chunked_prefill=bool(c.enable_chunked_prefill),
-            enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=c.max_model_len,
+            enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=max_model_len(c),
             logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode, seed=self._seed(),
         )
-        if tp > 1 and self.tp_group is not None:  # one engine per actor rank, the group's ranks in lockstep
+        if self.launched:  # one engine per actor rank, the group's ranks (and DP engines) in lockstep
             kwargs["distributed_executor_backend"] = "external_launcher"
         elif tp > 1:  # a fully-async replica holding TP devices: vLLM starts a worker process per device
             kwargs["distributed_executor_backend"] = "mp"
+        if self.dp > 1:  # all engines of the actor's world: one vLLM data-parallel group
+            kwargs["data_parallel_size"] = self.dp
+        if self.ep > 1:  # experts spread over TP x DP ranks (checked in _tensor_parallel_group)
+            kwargs["enable_expert_parallel"] = True
         if self.device == "cpu":
             import psutil  # a vLLM dependency
 
@@ -154,25 +228,37 @@ class VLLMRollout:
         else:
             kwargs["gpu_memory_utilization"] = share
         extra = dict((c.engine_kwargs or {}).get("vllm") or {})
-        clash = sorted(set(extra) & set(OWN_SETTINGS))
-        if clash:
-            raise ValueError(f"actor_rollout_ref.rollout.engine_kwargs.vllm.{clash[0]}: set it with "
-                             f"{OWN_SETTINGS[clash[0]]}")
-        kwargs.update(extra)
+        # a key of a setting of verl_lite's passed the checks above: equal to it, or standing for it when
+        # it is null; kwargs holds that value already
+        kwargs.update({k: v for k, v in extra.items() if k not in OWN_SETTINGS})
         return kwargs
 
     def _tensor_parallel_group(self) -> Tuple[int, Any, int]:
         """(TP size, this rank's TP process group or None, rank in it). Consecutive actor ranks form
-        a group: ranks [k*TP, (k+1)*TP) share engine k. Every rank creates every group (a collective)."""
+        a group: ranks [k*TP, (k+1)*TP) share engine k. Every rank creates every group (a collective).
+        Sets `launched`: the engine runs on the actor's process group (vLLM's external launcher)."""
         import torch.distributed as dist
 
-        tp = int(self.config.tensor_model_parallel_size)
-        if tp == 1 or not dist.is_initialized():  # a replica of its own (fully-async): vLLM runs its TP workers
+        tp, dp, ep = int(self.config.tensor_model_parallel_size), self.dp, self.ep
+        key = "actor_rollout_ref.rollout"
+        if ep not in (1, tp * dp):
+            raise ValueError(f"{key}.expert_parallel_size={ep}: vLLM spreads the experts over tensor_model_parallel_size "
+                             f"x data_parallel_size = {tp} x {dp} = {tp * dp} ranks; set it to {tp * dp} or 1")
+        self.launched = dist.is_initialized() and (tp > 1 or dp > 1)
+        if dp > 1 and not self.launched:
+            raise ValueError(f"{key}.data_parallel_size={dp}: a vLLM data-parallel group spans the actor's ranks, and "
+                             "this rollout has no process group (a fully-async replica): set it to 1")
+        if not self.launched:  # a replica of its own (fully-async): vLLM runs its TP workers
             return tp, None, 0
         world = dist.get_world_size()
         if world % tp:
             raise ValueError(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide the "
                              f"{world} actor rank(s) that host the vllm rollout")
+        if dp > 1 and dp * tp != world:
+            raise ValueError(f"{key}.data_parallel_size={dp}: {world} actor rank(s) / tensor_model_parallel_size={tp} = "
+                             f"{world // tp} engine(s); set it to {world // tp} (one data-parallel group) or 1")
+        if tp == 1:
+            return tp, None, 0
         rank = dist.get_rank()
         mine = None
         for first in range(0, world, tp):
@@ -235,12 +321,17 @@ class VLLMRollout:
         self.weight_version = -1
         self._wake(["weights"])
         seen: set = set()
-        stream: Iterable[Tuple[str, torch.Tensor]] = self._checked(named_tensors, seen)
-        if self.tp > 1 and self.tp_group is None:
-            # vLLM's worker processes (fully-async replica with TP) take the weights pickled, all at
-            # once; such a replica holds them as one dict already (they crossed Ray that way).
-            stream = list(stream)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": stream})
+        mib = self.config.checkpoint_engine.update_weights_bucket_megabytes
+        budget = int(float(mib) * 2 ** 20)
+        # Each bucket is one call into every vLLM worker (pickled to the worker processes of a
+        # fully-async replica with TP); vLLM's layerwise reload processes a layer once all its tensors
+        # have come, whichever bucket brings them.
+        self.llm.collective_rpc(_begin_sync)
+        try:
+            for bucket in buckets(self._checked(named_tensors, seen), budget, self.device, mib):
+                self.llm.collective_rpc(_load_bucket, args=(bucket,))
+        finally:
+            self.llm.collective_rpc(_finish_sync)
         missing = set(self.expected) - seen - self.optional
         if missing:
             raise WeightSyncError(f"weight sync left rollout tensors unset: {sorted(missing)[:5]}"
