@@ -326,3 +326,18 @@ def test_the_schema_default_is_auto_and_the_summary_says_packed_or_padded_per_ro
     lines = summarize(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.strategy=megatron",
                                    "actor_rollout_ref.model.use_remove_padding=False"])).splitlines()
     assert [x.strip() for x in lines if "batches" in x][0] == "batches     : padded (use_remove_padding=False)"
+
+
+def test_the_ref_is_refused_only_when_its_engine_differs_from_the_actors():
+    from verl_lite.check import collect_problems
+    from verl_lite.config import load_config
+
+    def found(*lines):
+        return collect_problems(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.use_kl_loss=True",
+                                             "actor_rollout_ref.model.use_remove_padding=True", *lines]),
+                                for_training=False)
+
+    assert [p.split(":")[0] for p in found()] == ["actor"]  # fsdp actor and ref, Qwen3.5: said once
+    assert found("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.ref.strategy=megatron") == []
+    (problem,) = found("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.ref.strategy=fsdp")
+    assert problem.startswith("ref: actor_rollout_ref.model.use_remove_padding=True: remove-padding for Gated DeltaNet")

@@ -57,11 +57,11 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     problems += _token_budget_problems(cfg, role)
     problems += optimizer_rules.role_problems(cfg, role, roles.strategy(cfg, role), _device(cfg))
     problems += _torch_compile_problems(cfg, role)
-    if role != "ref":  # the ref runs with the actor's model section
-        model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
-        why = _remove_padding_blocker(cfg, role)
-        if why:
-            problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
+    model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
+    why = _remove_padding_blocker(cfg, role)
+    # the ref runs with the actor's model section: said once, unless the ref's engine has its own reason
+    if why and not (role == "ref" and why == _remove_padding_blocker(cfg, "actor")):
+        problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
     return problems
 
 
