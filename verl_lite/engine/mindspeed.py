@@ -19,6 +19,12 @@ patches, so the order is fixed here:
    weights when `fp8_reuse_quantized_weight` is on, and lets quantization release BF16 weights
    only for a training actor or critic (a ref never steps, so it must keep its weights).
 
+5. Remove-padding: packed (THD) micro-batches reach megatron's DotProductAttention, whose forward
+   MindSpeed's flash attention (`use_flash_attn`, on by default in the plan) replaces with one taking
+   TND input and cu_seqlens; with it off, or with the batch-invariant attention, an explicit
+   use_remove_padding=True is refused and auto runs padded (config/packing_rules.py). GDN layers
+   pack through the Ascend kernel (`use_ascend_gdn=True`) with cu_seqlens.
+
 Tests run these engines on CPU: `MindSpeedEngineMixin.internals_device = "cpu"` (set by the test,
 never by the product) makes the engine keep device "npu" for the registry and MindSpeed while its
 megatron internals run on CPU through `megatron_cpu`, with a MindSpeed contract double on
