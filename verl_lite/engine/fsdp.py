@@ -281,14 +281,17 @@ class TorchLMEngine(BaseEngine):
     # the critic's value head is HF's token-classification `score`
     _HF_RENAME: Dict[str, str] = {}
 
-    def save_hf_model(self, path: str, strict: bool = True) -> Optional[str]:
+    def save_hf_model(self, path: str, strict: bool = True, state: Optional[Dict[str, torch.Tensor]] = None
+                      ) -> Optional[str]:
         """Write the model as an HF model dir at `path` (config, safetensors, tokenizer; see
-        engine/hf_export.py). A collective: every rank calls it, rank 0 writes."""
+        engine/hf_export.py). A collective: every rank calls it, rank 0 writes. `state`: the full
+        state dict when the caller holds it already (then nothing is gathered again)."""
         from verl_lite.engine.hf_export import save_hf_model
         from verl_lite.models import resolve_model_dir
 
         mc = self.model_config
-        return save_hf_model(path, self.export_hf_weights(), self.module.config, self.model_type,
+        tensors = iter(state.items()) if state is not None else self.export_hf_weights()
+        return save_hf_model(path, tensors, self.module.config, self.model_type,
                              mc.tokenizer_path or mc.path, bool(mc.trust_remote_code), strict, self.role,
                              model_dir=resolve_model_dir(mc.path), rename=self._HF_RENAME)
 
@@ -302,9 +305,9 @@ class TorchLMEngine(BaseEngine):
 
         contents = self._contents()
         os.makedirs(path, exist_ok=True)
-        if "hf_model" in contents.save:
-            self.save_hf_model(os.path.join(path, HF_DIR), contents.strict)
         model_sd = dict(self.export_hf_weights()) if "model" in contents.save else None  # the whole model
+        if "hf_model" in contents.save:
+            self.save_hf_model(os.path.join(path, HF_DIR), contents.strict, state=model_sd)
         optim_sd = None
         if self.optimizer is not None and "optimizer" in contents.save:
             if self.sharded:
