@@ -10,6 +10,7 @@ This module holds the engine's lifecycle; the parts beside it:
   megatron_hf      HF weights in (safetensors or seeded random init) and out (the export stream)
   megatron_batch   the micro-batch contract, vocab-parallel log-probs, the pipeline schedule
   megatron_optim   optimizer + LR schedule from the `optim` section, the clipped step
+  megatron_checkpoint  checkpoint.save_contents / load_contents: per-rank files, the HF copy (hf_export)
   megatron_memory  offload (parking flat DDP buffers) and CPU snapshots
   megatron_cpu     what lets megatron-core run on CPU over gloo (device cpu only)
   megatron_gdn     Qwen3.5's Gated DeltaNet layer (GDN kernel per run, padding masked) and its norms
