@@ -27,7 +27,7 @@ def tiny_cfg(data_dir, *extra):
     return load_config([
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
         "data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2", "trainer.device=cpu",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2", "trainer.device=cpu",
         *ASYNC, *extra,
     ])
 

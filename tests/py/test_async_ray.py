@@ -28,7 +28,7 @@ def overrides(data_dir, out_dir, steps, *extra):
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
         "data.train_batch_size=16", "data.max_prompt_length=8", "data.max_response_length=3",
         "actor_rollout_ref.actor.optim.lr=2e-3", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64", "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=8",
         "trainer.device=cpu", f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out_dir}",
         "trainer.logger=[jsonl]", "trainer.plot_rewards=false", "trainer.test_freq=-1", *ASYNC, *extra,
     ]
@@ -125,7 +125,7 @@ def test_a_queue_that_stays_empty_past_the_timeout_says_why(ray_cluster, data_di
     # 4 prompts x 2 samples: the replica stalls scoring its second chunk. The timeout leaves room for
     # the first chunk on a loaded 2-core box (at 4 s, step 1 timed out there before its chunk came).
     error, _ = run_faulty(data_dir, tmp_path, 9, "time.sleep(600)", "async_training.queue_timeout_s=10",
-                          "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
+                          "data.train_batch_size=4", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
                           "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8")
     assert isinstance(error, QueueTimeout), repr(error)
@@ -137,7 +137,7 @@ def test_a_queue_that_stays_empty_past_the_timeout_says_why(ray_cluster, data_di
 # ---------------------------------------------------------------------------- one run path
 
 
-SMALL = ("data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+SMALL = ("data.train_batch_size=4", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8")
 
 

@@ -40,7 +40,7 @@ def base_args(good: Path, tmp: Path) -> List[str]:
     return [
         f"data.train_files={good}/train.parquet", f"data.val_files={good}/val.parquet", "data.train_batch_size=4",
         "data.max_prompt_length=8", "data.max_response_length=3", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "trainer.save_freq=-1",
         "trainer.test_freq=-1", f"trainer.default_local_dir={tmp}/out", "trainer.ray=false",
         "trainer.logger=[jsonl]", "trainer.plot_rewards=false",

@@ -11,7 +11,7 @@ from verl_lite import check
 from verl_lite import main as main_module
 from verl_lite.config import compose_config, load_config, rules
 
-BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32"]
+BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32", "algorithm.adv_estimator=grpo"]
 # Layout tests on a laptop: the model's config.json is not here and no shape is shipped under its
 # name, so model-config rules are skipped.
 NO_MODEL = "actor_rollout_ref.model.path=/nonexistent/some-model"
@@ -45,7 +45,7 @@ NPU_35B = (
         "trainer.device=npu",
         "trainer.n_gpus_per_node=16",
         "actor_rollout_ref.actor.strategy=megatron",
-        "actor_rollout_ref.rollout.n=5",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=5",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=8",
         "actor_rollout_ref.actor.use_kl_loss=True",
         f"+{OTC}.use_triton_gdn=False",
@@ -207,7 +207,8 @@ def test_batch_times_n_must_divide_by_the_data_parallel_size():
 
 
 def test_the_mini_batch_may_not_exceed_the_batch():
-    (problem,) = problems(["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=32"])
+    (problem,) = problems(["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+                          "algorithm.adv_estimator=grpo"])
     assert problem == (
         "actor: actor_rollout_ref.actor.ppo_mini_batch_size=32 is larger than data.train_batch_size=16; "
         "lower it to at most 16"
@@ -216,7 +217,7 @@ def test_the_mini_batch_may_not_exceed_the_batch():
 
 def test_a_step_must_split_into_whole_mini_batches():
     (problem,) = problems(
-        ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=12", "actor_rollout_ref.rollout.n=5"]
+        ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=12", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=5"]
     )
     assert (
         "data.train_batch_size * rollout.n = 160 is not divisible by "
@@ -227,7 +228,8 @@ def test_a_step_must_split_into_whole_mini_batches():
 
 def test_a_mini_batch_must_split_over_the_data_parallel_ranks():
     found = problems(
-        ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.n_gpus_per_node=4"]
+        ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.n_gpus_per_node=4",
+         "algorithm.adv_estimator=grpo"]
     )
     assert found == [
         "actor: actor_rollout_ref.actor.ppo_mini_batch_size * rollout.n = 2*1 = 2 is not divisible by the "
@@ -257,6 +259,7 @@ def test_megatron_batches_split_over_dp_not_over_all_devices():
     # 8 devices, TP2 PP2 -> DP 2: 6 sequences split over 2 ranks although not over 8 devices.
     overrides = [
         "data.train_batch_size=6",
+        "algorithm.adv_estimator=grpo",
         "actor_rollout_ref.actor.ppo_mini_batch_size=6",
         "trainer.n_gpus_per_node=8",
         "actor_rollout_ref.actor.strategy=megatron",
@@ -796,17 +799,17 @@ def test_an_async_run_without_a_rollout_pool_of_its_own_is_rejected_by_the_check
 
 
 def test_grpo_with_one_response_per_prompt_gets_a_warning_that_nothing_is_learned(capsys):
-    warnings = check.collect_warnings(load_config(["actor_rollout_ref.rollout.n=1"]))
+    warnings = check.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]))
     assert len(warnings) == 1 and warnings[0].startswith(
         "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1: each group holds one response, so every "
         "advantage is 0")
-    assert check.main(["actor_rollout_ref.rollout.n=1"]) == 0
+    assert check.main(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]) == 0
     assert "verl_lite.check: warning: algorithm.adv_estimator=grpo with" in capsys.readouterr().err
-    assert check.collect_warnings(load_config(["actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae"])) == []
+    assert check.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae"])) == []
 
 
 def test_critic_settings_without_a_critic_get_a_warning_naming_the_estimator():
-    cfg = load_config(["actor_rollout_ref.rollout.n=4", "critic.optim.lr=1e-4", "critic.megatron.param_offload=True"])
+    cfg = load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "critic.optim.lr=1e-4", "critic.megatron.param_offload=True"])
     assert check.collect_warnings(cfg) == [
         "critic.optim.lr, critic.megatron.param_offload are set, but no critic runs (algorithm.adv_estimator=grpo): "
         "the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True"]
@@ -816,10 +819,11 @@ def test_critic_settings_without_a_critic_get_a_warning_naming_the_estimator():
     assert off and "(algorithm.adv_estimator=gae, critic.enable=False)" in off[0]
 
 
-def test_the_shipped_tiny_job_has_no_warnings_and_the_bare_default_warns_about_rollout_n():
-    # The bare default is GRPO with verl's rollout.n=1 (verl's own default estimator is gae): the
-    # quickstart-PPO case, which now gets the warning instead of training silently without learning.
-    assert [w.split(":")[0] for w in check.collect_warnings(load_config([]))] == [
+def test_the_shipped_tiny_job_has_no_warnings_and_grpo_with_one_response_is_warned_about():
+    # The bare default is verl's: PPO (gae) with a critic and rollout.n=1, which learns; GRPO with
+    # n=1 cannot (each group holds one response) and gets the warning.
+    assert check.collect_warnings(load_config([])) == []
+    assert [w.split(":")[0] for w in check.collect_warnings(load_config(["algorithm.adv_estimator=grpo"]))] == [
         "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1"]
     import os
     import subprocess

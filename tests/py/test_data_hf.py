@@ -159,7 +159,7 @@ def test_a_grpo_step_runs_on_the_bpe_model_with_gsm8k_rows(tmp_path):
     cfg = load_config([
         "actor_rollout_ref.model.path=tiny-qwen3_5-bpe", f"data.train_files={tmp_path}/train.parquet",
         "data.val_files=[]", "data.train_batch_size=2", "data.max_prompt_length=64", "data.max_response_length=8",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.device=cpu",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.device=cpu",
         "trainer.ray=false", "trainer.total_training_steps=2", f"trainer.default_local_dir={out}",
         "trainer.logger=jsonl", "trainer.plot_rewards=false",
     ])

@@ -172,7 +172,7 @@ def one_step(data_dir, out_dir, *extra):
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
         "data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=6",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.rollout.n=4", "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=8",
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=1", "trainer.val_before_train=false",
         f"trainer.default_local_dir={out_dir}", "trainer.ray=false", "trainer.logger=[jsonl]", "trainer.save_freq=-1",
         "trainer.test_freq=-1", "trainer.plot_rewards=false", *extra])

@@ -94,7 +94,7 @@ def ppo_run(data_dir, out) -> List[str]:
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
         "data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=3",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.use_kl_loss=True",
+        "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.use_kl_loss=True",
         "algorithm.adv_estimator=gae", "critic.enable=True", "critic.ppo_mini_batch_size=2",
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.total_training_steps=2",
         "trainer.save_freq=2", "trainer.test_freq=2", f"trainer.default_local_dir={out}", "trainer.ray=false",

@@ -36,8 +36,8 @@ def test_python_never_sets_it_on_npu_or_cpu():
 
 def test_a_megatron_critic_counts_only_when_the_critic_runs():
     critic = ["critic.strategy=megatron"]
-    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in env_vars(critic, "cuda", (9, 0))  # grpo: no critic
-    assert env_vars(critic + ["algorithm.adv_estimator=gae"], "cuda", (9, 0))["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in env_vars(critic + ["algorithm.adv_estimator=grpo"], "cuda", (9, 0))
+    assert env_vars(critic, "cuda", (9, 0))["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"  # gae (verl's default): a critic
 
 
 def test_device_defaults_for_tokenizers_nccl_and_hccl():

@@ -24,7 +24,7 @@ def tiny_overrides(data_dir, out_dir, steps, *extra):
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
         "data.train_batch_size=8", "data.max_prompt_length=8", "data.max_response_length=3",
         "actor_rollout_ref.actor.optim.lr=2e-3", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=8",
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", f"trainer.total_training_steps={steps}",
         f"trainer.default_local_dir={out_dir}", "trainer.ray=false", "trainer.logger=[jsonl]",
         "trainer.plot_rewards=false", *extra,

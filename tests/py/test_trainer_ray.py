@@ -20,7 +20,7 @@ def make_cfg(data_dir, out_dir, devices: int, *extra):
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
         "data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=3",
         "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4",
         "trainer.device=cpu", f"trainer.n_gpus_per_node={devices}", "trainer.total_training_steps=2",
         f"trainer.default_local_dir={out_dir}", "trainer.logger=[jsonl]", "trainer.plot_rewards=false", *extra,
     ])

@@ -524,7 +524,7 @@ class KLControlConfig:
 class AlgorithmConfig:
     # Advantage estimator: grpo normalises each reward within its prompt's group of rollout.n responses;
     # gae uses a critic (built when critic.enable is null). verl's default is gae.
-    adv_estimator: str = "grpo"
+    adv_estimator: str = "gae"
     # GRPO: divide by the group's reward std; False = only subtract the group mean (Dr. GRPO).
     norm_adv_by_std_in_grpo: bool = True
     # GAE discount factor (adv_estimator=gae).

@@ -264,8 +264,6 @@ DEFAULT_DIFFERENCES = {
     "reward_model.enable": "False: reward models are not supported (verl: null = off)",
     "reward_model.reward_manager": "naive, the one verl_lite implements (verl: null = naive)",
     "custom_reward_function.name": "compute_score, verl's own fallback for null",
-    "algorithm.adv_estimator": "verl_lite is GRPO-first; a verl command that relies on verl's gae default must set "
-                               "algorithm.adv_estimator=gae (the preflight warns about GRPO with rollout.n=1)",
     "trainer.project_name": "verl_lite's own name",
     "trainer.experiment_name": "verl_lite's own name",
     "trainer.logger": "jsonl instead of wandb: no account or network needed",
