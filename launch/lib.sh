@@ -326,12 +326,9 @@ vl_args_backend() {
     "$otc.recompute_granularity=full"
     "$otc.recompute_num_layers=1"
   )
-  # Gated DeltaNet models run padded from the launcher: no remove-padding (null would pack where the GDN
-  # kernel takes cu_seqlens: config/packing_rules.py), no dynamic batch.
-  [[ ${VL_MODEL_HAS_GDN:-1} == 1 ]] && VL_ARGS+=(
-    "actor_rollout_ref.model.use_remove_padding=False"
-    "actor_rollout_ref.actor.use_dynamic_bsz=False"
-  )
+  # model.use_remove_padding is left at null (auto): the engine packs where it can, e.g. Gated DeltaNet
+  # layers on the Ascend kernel (USE_MINDSPEED_BRIDGE=True) or Triton fla, and runs padded otherwise
+  # (config/packing_rules.py); the preflight summary says which per role.
   # MindSpeed-Bridge: use_ascend_gdn=True on npu is the signal verl_lite reads (config/bridge_rules.py):
   # the Ascend GDN kernel, and with Megatron-Bridge installed `import mindspeed_bridge.models` after
   # the repatch, before the model build (docs/ascend.md).
