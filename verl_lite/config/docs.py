@@ -34,7 +34,9 @@ def field_comments() -> Dict[Tuple[str, str], str]:
     inline: Dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT and lines[tok.start[0] - 1].strip() != tok.string.strip():
-            inline[tok.start[0]] = tok.string.lstrip("#").strip()
+            text = tok.string.lstrip("#").strip()
+            if not text.startswith("type: ignore"):  # a type checker's note, not documentation
+                inline[tok.start[0]] = text
     out: Dict[Tuple[str, str], str] = {}
     for node in ast.parse(source).body:
         if not isinstance(node, ast.ClassDef):
