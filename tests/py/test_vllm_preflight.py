@@ -295,9 +295,12 @@ def test_checkpoint_engine_naive_and_its_bucket_size_are_taken_the_rest_refused_
     assert problems(VLLM + ["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0"]) == [
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0.0: a bucket must hold more than "
         "0 MiB (verl's default: 2048)"]
-    assert problems(["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024"]) == [
-        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes is read by the vllm rollout only, "
-        "and actor_rollout_ref.rollout.name=hf: remove it, or set actor_rollout_ref.rollout.name=vllm"]
+    assert problems(["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024",
+                     "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
+                     "actor_rollout_ref.rollout.data_parallel_size=2"]) == [
+        f"actor_rollout_ref.rollout.{key} is read by the vllm rollout only, and actor_rollout_ref.rollout.name=hf: "
+        "remove it, or set actor_rollout_ref.rollout.name=vllm"
+        for key in ("data_parallel_size", "checkpoint_engine.update_weights_bucket_megabytes", "checkpoint_engine.backend")]
     _, found = compose_config(VLLM + ["+actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.nccl.x=1",
                                       "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=my.mod"])
     assert [p.split(":")[0] for p in found] == [

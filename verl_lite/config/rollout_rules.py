@@ -283,6 +283,8 @@ def rollout_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_tr
         set_keys += [k for k in ("data_parallel_size", "expert_parallel_size") if getattr(rollout, k) != 1]
         if float(rollout.checkpoint_engine.update_weights_bucket_megabytes) != 2048:
             set_keys.append("checkpoint_engine.update_weights_bucket_megabytes")
+        if rollout.checkpoint_engine.backend != "naive":
+            set_keys.append("checkpoint_engine.backend")
         return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and "
                 f"actor_rollout_ref.rollout.name={rollout.name}: remove it, or set actor_rollout_ref.rollout.name=vllm"
                 for k in set_keys]
