@@ -367,7 +367,8 @@ def test_checkpoint_settings_that_cannot_act_in_the_run_are_warned_about():
     from verl_lite.config import load_config
 
     warnings = " ".join(collect_warnings(load_config([
-        "trainer.device=cpu", "actor_rollout_ref.actor.checkpoint.strict=False", "trainer.resume_mode=disable",
+        "trainer.device=cpu", "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.checkpoint.strict=False",
+        "trainer.resume_mode=disable",
         "actor_rollout_ref.actor.checkpoint.load_contents=[model]", "critic.checkpoint.save_contents=[model]"])))
     assert "actor_rollout_ref.actor.checkpoint.strict=False has no effect: it checks the names of the hf_model" in warnings
     assert "actor_rollout_ref.actor.checkpoint.load_contents has no effect: trainer.resume_mode=disable" in warnings
@@ -375,4 +376,36 @@ def test_checkpoint_settings_that_cannot_act_in_the_run_are_warned_about():
     acting = collect_warnings(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.checkpoint.strict=False",
                                            "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]"]))
     assert not [w for w in acting if "checkpoint" in w]
-    assert collect_warnings(load_config(["trainer.device=cpu", "actor_rollout_ref.rollout.n=4"])) == []
+    assert collect_warnings(load_config(["trainer.device=cpu", "algorithm.adv_estimator=grpo",
+                                         "actor_rollout_ref.rollout.n=4"])) == []
+
+
+def test_another_engine_or_layout_is_refused_before_the_run_starts_unless_the_hf_copy_is_loaded(tmp_path):
+    from verl_lite.config import load_config
+    from verl_lite.trainer.checkpoint import manager_for, select_checkpoint
+
+    def checkpoint(layout):
+        def write(tmp):
+            os.makedirs(os.path.join(tmp, "actor"))
+            with open(os.path.join(tmp, "actor", "contents.json"), "w") as f:
+                json.dump({"save_contents": ["model", "optimizer", "extra", "hf_model"], "layout": layout}, f)
+            with open(os.path.join(tmp, "driver_state.json"), "w") as f:
+                json.dump({"global_step": 1, "sampler": {}}, f)
+
+        return write
+
+    grpo = ["algorithm.adv_estimator=grpo", f"trainer.default_local_dir={tmp_path}"]  # no critic part needed
+    megatron = grpo + ["actor_rollout_ref.actor.strategy=megatron"]
+    manager_for(load_config(megatron)).save(1, checkpoint(
+        {"engine": "megatron", "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
+         "virtual_pipeline_model_parallel_size": 1, "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 2}))
+    with pytest.raises(CheckpointError, match=r"tensor_model_parallel_size=2 \(this run: 1\).*\(actor_rollout_ref\.actor"
+                                              r"\.megatron\.tensor_model_parallel_size=2\)"):
+        select_checkpoint(load_config(megatron))
+    with pytest.raises(CheckpointError, match="written by the megatron engine and this run's actor runs on the fsdp"):
+        select_checkpoint(load_config(grpo))
+    hf_copy = "actor_rollout_ref.actor.checkpoint.load_contents=[hf_model]"
+    assert select_checkpoint(load_config(megatron + [hf_copy]))[0] == str(tmp_path / "global_step_1")
+    assert select_checkpoint(load_config(grpo + [hf_copy])) is not None
+    two = ["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=2"]
+    assert select_checkpoint(load_config(megatron + two)) is not None

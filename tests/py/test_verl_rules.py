@@ -171,7 +171,8 @@ def test_verls_checkpoint_settings_are_taken_hf_model_and_subsets_included():
 
 
 def test_strict_without_hf_model_and_load_contents_without_a_resume_are_warned_about():
-    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.checkpoint.strict=False",
+    cfg = load_config(["trainer.device=cpu", "algorithm.adv_estimator=grpo",
+                       "actor_rollout_ref.actor.checkpoint.strict=False",
                        "actor_rollout_ref.actor.checkpoint.load_contents=[model]", "trainer.resume_mode=disable",
                        "trainer.max_critic_ckpt_to_keep=2"])
     assert verl_problems(cfg) == []

@@ -276,7 +276,9 @@ class TorchLMEngine(BaseEngine):
         return Contents(getattr(self.engine_config, "checkpoint", None), self.role)
 
     def _layout(self) -> Dict[str, Any]:
-        return {"data_parallel_size": self.dp_size}
+        """Recorded in contents.json; only the engine is compared on load: the full state dicts load at
+        any data-parallel size."""
+        return {"engine": "fsdp", "data_parallel_size": self.dp_size}
 
     # the critic's value head is HF's token-classification `score`
     _HF_RENAME: Dict[str, str] = {}
@@ -369,7 +371,7 @@ class TorchLMEngine(BaseEngine):
         from verl_lite.engine.hf_export import check_loadable
 
         contents = self._contents()
-        check_loadable(path, contents, self.role)
+        check_loadable(path, contents, self.role, {"engine": "fsdp"})
         weights = contents.weights_from()
         payload: Dict[str, Any] = {}
         model_file = os.path.join(path, "model.pt")

@@ -23,13 +23,11 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 
-from verl_lite.checkpoint_files import CheckpointError
+from verl_lite.checkpoint_files import ALL_CONTENTS, CONTENTS_FILE, CheckpointError, contents_problem, read_contents
 
 logger = logging.getLogger(__name__)
 
 HF_DIR = "huggingface"
-CONTENTS_FILE = "contents.json"
-ALL_CONTENTS = ("model", "optimizer", "extra")  # what a part written before contents.json held
 SHARD_BYTES = 2 * 1024 ** 3
 
 
@@ -64,58 +62,14 @@ def write_contents(path: str, saved: Set[str], layout: Dict[str, Any]) -> None:
         json.dump({"save_contents": sorted(saved), "layout": layout}, f, indent=1)
 
 
-def read_contents(path: str) -> Dict[str, Any]:
-    file = os.path.join(path, CONTENTS_FILE)
-    if not os.path.isfile(file):
-        return {"save_contents": list(ALL_CONTENTS), "layout": None}
-    try:
-        with open(file, encoding="utf-8") as f:
-            data = json.load(f)
-        return {"save_contents": list(data["save_contents"]), "layout": data.get("layout")}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"checkpoint file {file} is unusable ({type(e).__name__}: {e})") from e
-
-
-def check_loadable(path: str, contents: Contents, role: str) -> Dict[str, Any]:
-    """What the part at `path` holds; a CheckpointError when load_contents asks for a part it lacks."""
+def check_loadable(path: str, contents: Contents, role: str, current: Dict[str, Any]) -> Dict[str, Any]:
+    """What the part at `path` holds (contents.json); a CheckpointError when load_contents asks for a
+    part it lacks, or for files that another engine or parallel layout (`current`) wrote."""
     held = read_contents(path)
-    saved = set(held["save_contents"])
-    wanted = set(contents.load) - {"hf_model"} if "model" in contents.load else set(contents.load)
-    missing = sorted(wanted - saved)
-    if missing:
-        raise CheckpointError(
-            f"the {role} checkpoint {path} holds no {', '.join(missing)} (it was saved with save_contents="
-            f"[{','.join(sorted(saved))}]): remove {', '.join(missing)} from {contents.prefix}.load_contents, or "
-            f"resume from a checkpoint that holds {'them' if len(missing) > 1 else 'it'}")
+    problem = contents_problem(path, held, contents.load, role, contents.prefix, current)
+    if problem:
+        raise CheckpointError(problem)
     return held
-
-
-def layout_problem(path: str, saved: Optional[Dict[str, Any]], current: Dict[str, Any], role: str,
-                   what: List[str], prefix: str, section: str) -> None:
-    """A CheckpointError when the part was written by another parallel layout than this run's."""
-    if not saved or not what:
-        return
-    diff = {k: (saved.get(k), v) for k, v in current.items() if k in saved and saved.get(k) != v}
-    if not diff:
-        return
-    shown = ", ".join(f"{k}={old} (this run: {new})" for k, (old, new) in sorted(diff.items()))
-
-    def setting(key: str, value: Any) -> Optional[str]:
-        if key == "data_parallel_size":  # the device count over TP * PP * CP
-            return None
-        if key == "expert_tensor_parallel_size" and value == saved.get("tensor_model_parallel_size"):
-            return None  # null follows tensor_model_parallel_size
-        if key == "virtual_pipeline_model_parallel_size" and value == 1:
-            return f"{section}.{key}=null"
-        return f"{section}.{key}={value}"
-
-    sets = " ".join(s for s in (setting(k, old) for k, (old, _) in sorted(diff.items())) if s)
-    parts = ", ".join(what[:-1]) + (" and " if len(what) > 1 else "") + what[-1]
-    raise CheckpointError(
-        f"the {role} checkpoint {path} was saved with another parallel layout: {shown}; its "
-        f"{parts} files are cut for that layout. Resume with the saved layout"
-        f"{' (' + sets + ')' if sets else ''}, or load the weights alone from the checkpoint's HF copy "
-        f"({prefix}.load_contents=[hf_model], which needs hf_model in the saved save_contents)")
 
 
 # ---------------------------------------------------------------------------- the HF config and names

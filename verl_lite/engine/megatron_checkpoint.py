@@ -4,8 +4,10 @@
   rank 0; the model chunks' state dicts, the optimizer's state dict, the LR schedule and RNG state
   ("extra"). megatron's distributed optimizer (cuda/npu) keeps its Adam moments and fp32 main params
   out of its state dict: they go to `<role>_optim_param_state_rankNNNNN.pt` through megatron's
-  save_parameter_state / load_parameter_state (gathered to and scattered from data-parallel rank 0). These files are cut for the parallel layout that wrote them: a resume with another
-  layout is refused, naming the saved and the current sizes (`contents.json` records them).
+  save_parameter_state / load_parameter_state (gathered to and scattered from data-parallel rank 0).
+  These files are cut for the engine and parallel layout that wrote them (`contents.json` records
+  both): a resume with another is refused, naming the saved and the current sizes (before Ray
+  starts, by trainer/checkpoint.select_checkpoint, and again here).
 - hf_model: `huggingface/`, the HF model from the engine's export stream (engine/hf_export.py).
   A resume whose load_contents has hf_model and not model loads the weights from it through the
   bridge, as the initial weights are loaded: any parallel layout reads it.
@@ -30,6 +32,7 @@ def layout(engine: Any) -> Dict[str, Any]:
     from megatron.core import parallel_state as mpu
 
     sizes = {
+        "engine": "megatron",
         "tensor_model_parallel_size": mpu.get_tensor_model_parallel_world_size(),
         "pipeline_model_parallel_size": mpu.get_pipeline_model_parallel_world_size(),
         "virtual_pipeline_model_parallel_size": len(engine.model),
@@ -96,12 +99,9 @@ def load(engine: Any, path: str) -> None:
     from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
 
     contents = hf_export.Contents(getattr(engine.engine_config, "checkpoint", None), engine.role)
-    held = hf_export.check_loadable(path, contents, engine.role)
+    hf_export.check_loadable(path, contents, engine.role, layout(engine))
     weights = contents.weights_from()
-    from_files: List[str] = [p for p in ("model", "optimizer", "extra")
-                             if p in contents.load and (p != "model" or weights == "model")]
-    hf_export.layout_problem(path, held["layout"], layout(engine), engine.role, from_files, contents.prefix,
-                             "actor_rollout_ref.actor.megatron" if engine.role != "critic" else "critic.megatron")
+    from_files: List[str] = [p for p in ("model", "optimizer", "extra") if p in contents.load]
     state: Dict[str, Any] = {}
     if from_files:
         file = engine._shard_file(path)

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from verl_lite.checkpoint_files import CheckpointError
+from verl_lite.checkpoint_files import CheckpointError, contents_problem, read_contents
 from verl_lite.faults import fault_point
 
 logger = logging.getLogger(__name__)
@@ -278,6 +278,32 @@ def missing_parts(path: str, needed: Tuple[str, ...]) -> Optional[str]:
                      for p in gone)
 
 
+_PREFIX = {"actor": "actor_rollout_ref.actor.checkpoint", "critic": "critic.checkpoint"}
+
+
+def _load_contents(cfg: Any, role: str) -> List[str]:
+    from verl_lite.config import roles
+
+    section = roles.section(cfg, role).checkpoint
+    return list(section.save_contents if section.load_contents is None else section.load_contents)
+
+
+def _config_layout(cfg: Any, role: str) -> Dict[str, Any]:
+    """The engine and parallel sizes the role's files are cut for, from the config (as the engines
+    record them in contents.json; the data-parallel size is compared by the engine itself)."""
+    from verl_lite.config import roles
+
+    if roles.strategy(cfg, role) != "megatron":
+        return {"engine": "fsdp"}
+    m = roles.section(cfg, role).megatron
+    tp = int(m.tensor_model_parallel_size)
+    return {"engine": "megatron", "tensor_model_parallel_size": tp,
+            "pipeline_model_parallel_size": int(m.pipeline_model_parallel_size),
+            "virtual_pipeline_model_parallel_size": int(m.virtual_pipeline_model_parallel_size or 1),
+            "expert_model_parallel_size": int(m.expert_model_parallel_size),
+            "expert_tensor_parallel_size": int(m.expert_tensor_parallel_size or tp)}
+
+
 def manager_for(cfg: Any) -> CheckpointManager:
     """The run's checkpoint dir with its retention limits (trainer.max_actor_ckpt_to_keep,
     trainer.max_critic_ckpt_to_keep; the latter only where a critic saves)."""
@@ -324,6 +350,11 @@ def select_checkpoint(cfg: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
         if found is None:
             return None
         path = found[1]
+    for role in needed:  # what the engines would refuse on load, said before Ray and the models start
+        problem = contents_problem(os.path.join(path, role), read_contents(os.path.join(path, role)),
+                                   _load_contents(cfg, role), role, _PREFIX[role], _config_layout(cfg, role))
+        if problem:
+            raise CheckpointError(f"{problem} {RESUME_FIX}")
     try:
         with open(os.path.join(path, DRIVER_STATE), encoding="utf-8") as f:
             state = json.load(f)
