@@ -295,7 +295,6 @@ def test_megatron_auto_true_false(device, kernel, overrides, auto):
     (dict(device="npu", overrides={"use_flash_attn_npu_batch_invariant": True}), "use_flash_attn_npu_batch_invariant"),
     (dict(device="cuda", overrides={}, te_installed=False), "needs Transformer Engine"),
     (dict(device="cpu", overrides={}, external=True), "Megatron-Bridge / mbridge model on cpu"),
-    (dict(device="cpu", overrides={}, cp=2), "context_parallel_size=2"),
 ])
 def test_megatron_true_is_refused_where_it_cannot_be_honoured_and_auto_runs_padded(kwargs, reason):
     from verl_lite.config.packing_rules import decide_megatron

@@ -28,8 +28,7 @@ What auto picks (and what True can do), per engine:
 Megatron refusals (True; auto runs padded): on npu with MindSpeed flash attention off
 (`use_flash_attn=False`) or with the batch-invariant attention (`use_flash_attn_npu_batch_invariant`),
 whose forward replaces the one taking TND; a Megatron-Bridge / mbridge build on cpu (their layer
-specs have no packed attention without Transformer Engine); context parallelism > 1 (the Megatron
-forward refuses CP > 1 as a whole). Pipeline parallelism packs (stages exchange each packed
+specs have no packed attention without Transformer Engine). Pipeline parallelism packs (stages exchange each packed
 micro-batch's shape first).
 """
 
@@ -93,15 +92,12 @@ def decide_torch(setting: Any, gdn: bool) -> Decision:
 
 
 def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
-                    external: bool = False, te_installed: Optional[bool] = None, cp: int = 1) -> Decision:
+                    external: bool = False, te_installed: Optional[bool] = None) -> Decision:
     """The Megatron engines. `gdn_kernel`: "fla" | "ascend" | "torch" for a model with GDN layers, None
     for an attention-only model. `external`: the model is built by Megatron-Bridge / mbridge.
     `te_installed`: whether Transformer Engine imports (cuda with verl_lite's own layer specs); None =
     not known here (the preflight): assumed, and the engine decides on the node."""
     setting = _setting(setting)
-    if int(cp or 1) > 1:
-        return _finish(setting, False, False, "", f"context_parallel_size={cp} is not supported by verl_lite's "
-                       "Megatron forward (packed or padded); set context_parallel_size=1")
     if device == "cpu":
         if external:
             return _finish(setting, False, False, "", "a Megatron-Bridge / mbridge model on cpu has no packed "
@@ -159,5 +155,4 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
     kernel = None
     if gdn:
         kernel = bridge_rules.gdn_kernel(device, overrides, bridge_rules.installed_here()["fla"])
-    return decide_megatron(setting, device, kernel, overrides, external=external,
-                           cp=int(megatron.context_parallel_size or 1))
+    return decide_megatron(setting, device, kernel, overrides, external=external)

@@ -161,8 +161,6 @@ class MegatronLMEngine(BaseEngine):
         """model.use_remove_padding for this engine (config/packing_rules.py: null = auto): packed where
         the attention and the GDN kernel take packed input; an explicit True that cannot be honoured
         raises with the reason."""
-        from megatron.core import parallel_state as mpu
-
         from verl_lite.config import packing_rules
 
         te = None
@@ -170,7 +168,7 @@ class MegatronLMEngine(BaseEngine):
             te = megatron_model.transformer_engine_attention() is not None
         decision = packing_rules.decide_megatron(
             self.model_config.use_remove_padding, self.device, gdn_kernel, self.transformer_overrides(),
-            external=self.external is not None, te_installed=te, cp=mpu.get_context_parallel_world_size())
+            external=self.external is not None, te_installed=te)
         if decision.refusal:
             raise ValueError(f"{self.role}: model.use_remove_padding=True cannot run here: {decision.refusal}")
         self.remove_padding = decision.packed
