@@ -47,6 +47,11 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     if dtype is not None and dtype != _megatron_dtype(cfg):
         problems.append(f"{role}: {prefix}.megatron.dtype={dtype!r}: another training dtype is {YET}: the Megatron "
                         f"engine trains in {_megatron_dtype(cfg)} on {_device(cfg)}; leave it null")
+    cp = section.megatron.context_parallel_size if megatron else 1
+    if isinstance(cp, int) and cp > 1:
+        problems.append(f"{role}: {prefix}.megatron.context_parallel_size={cp}: context parallelism is {YET}: the "
+                        "Megatron forward keeps each sequence whole on a rank (verl's example scripts use 1); set it "
+                        "to 1")
     if megatron and section.megatron.dist_checkpointing_path:
         problems.append(f"{role}: {prefix}.megatron.dist_checkpointing_path={section.megatron.dist_checkpointing_path!r}: "
                         f"loading a Megatron dist checkpoint is {YET}; point the model path at the HF model and "
