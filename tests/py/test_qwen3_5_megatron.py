@@ -388,7 +388,8 @@ def test_training_moe_at_tp2_without_sequence_parallel_is_refused_naming_the_fix
         error = rec["moe_tp2_training_error"]
         assert error.startswith("UnsupportedModelError: training an MoE model with tensor_model_parallel_size=2 "
                                 "needs Megatron sequence parallelism"), error
-        assert "expert_model_parallel_size" in error
+        assert "set actor_rollout_ref.actor.megatron.sequence_parallel=True" in error  # the role's own key
+        assert "actor_rollout_ref.actor.megatron.expert_model_parallel_size" in error
 
 
 # ---------------------------------------------------------------------------- kernel choice (no megatron)

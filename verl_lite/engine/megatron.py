@@ -146,7 +146,8 @@ class MegatronLMEngine(BaseEngine):
         trains = self.role != "ref" and self.optim_config is not None
         if trains:
             use_dist_opt = bool(self.megatron_config.use_distributed_optimizer) and self.compute_device != "cpu"
-            self.model = megatron_model.wrap_ddp(self.tf_config, chunks, use_dist_opt)
+            prefix = {"critic": "critic.megatron"}.get(self.role, f"actor_rollout_ref.{self.role}.megatron")
+            self.model = megatron_model.wrap_ddp(self.tf_config, chunks, use_dist_opt, prefix)
         else:
             for module in chunks:
                 module.requires_grad_(False)

@@ -211,10 +211,12 @@ def mark_tensor_parallel_weights(module: Any) -> None:
         weight.partition_stride = int(getattr(layer, "stride", 1) or 1)
 
 
-def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool) -> List[Any]:
+def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool,
+             prefix: str = "megatron") -> List[Any]:
     """Megatron DDP around each chunk (gradient buffers, grad reduction over data-parallel ranks).
     Refuses to train MoE layers with TP > 1 without sequence parallelism: megatron-core's MoE layer
-    then raises a ValueError in its training forward (the preflight refuses it before Ray starts)."""
+    then raises a ValueError in its training forward (the preflight refuses it before Ray starts).
+    `prefix`: the role's megatron section, for the message (e.g. actor_rollout_ref.actor.megatron)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
     if tf_config.num_moe_experts and tf_config.tensor_model_parallel_size > 1 and not tf_config.sequence_parallel:
@@ -222,8 +224,8 @@ def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool)
 
         raise UnsupportedModelError(
             f"training an MoE model with tensor_model_parallel_size={tf_config.tensor_model_parallel_size} needs "
-            f"Megatron sequence parallelism: set megatron.sequence_parallel=True (verl's default), or train with "
-            f"tensor_model_parallel_size=1 and split the experts with expert_model_parallel_size"
+            f"Megatron sequence parallelism: set {prefix}.sequence_parallel=True (verl's default), or train with "
+            f"{prefix}.tensor_model_parallel_size=1 and split the experts with {prefix}.expert_model_parallel_size"
         )
 
     wrapped = []
