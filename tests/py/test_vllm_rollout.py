@@ -286,27 +286,35 @@ def test_weight_sync_from_the_megatron_engine_at_tp1(rollout):
 # ---------------------------------------------------------------------------- rollout TP=2
 
 
+def _rank_actor(rank: int, world: int, port: int, seed: int):
+    """One gloo rank of a spawned scenario: the process group, the seed (the rollout seeds its engine
+    from it, as the worker does) and an FSDP2 actor over all ranks. Returns (tokenizer, actor)."""
+    import os
+
+    from verl_lite.data.tokenizer import load_tokenizer
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    actor = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=5e-2, weight_decay=0.0), "cpu", "actor")
+    actor.initialize()
+    return load_tokenizer(MODEL, False), actor
+
+
 def _tp2_scenario(rank: int, world: int, port: int, out_dir: str) -> None:
     """Two gloo ranks: a vLLM engine with TP=2 across them (external_launcher), fed by an FSDP2
     actor over both ranks, then by a Megatron TP=2 actor. Records log-prob gaps."""
     import os
     import traceback
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), VLLM_ENABLE_V1_MULTIPROCESSING="0")
-    torch.set_num_threads(1)
-    torch.manual_seed(1000 + rank)  # as the worker does: the rollout seeds its engine from it
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     record = {}
     try:
-        from verl_lite.data.tokenizer import load_tokenizer
-        from verl_lite.engine.fsdp import TorchLMEngine
         from verl_lite.rollout.vllm import VLLMRollout
 
-        tok = load_tokenizer(MODEL, False)
-        actor = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=5e-2, weight_decay=0.0), "cpu",
-                              "actor")
-        actor.initialize()
+        tok, actor = _rank_actor(rank, world, port, seed=1000 + rank)
         config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, gpu_memory_utilization=0.01,
                                tensor_model_parallel_size=2)
         rollout = VLLMRollout(ModelConfig(path=MODEL), config, tok, "cpu")
@@ -357,21 +365,11 @@ def _dp2_scenario(rank: int, world: int, port: int, out_dir: str) -> None:
     import os
     import traceback
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), VLLM_ENABLE_V1_MULTIPROCESSING="0")
-    torch.set_num_threads(1)
-    torch.manual_seed(2000 + rank)
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     record = {}
     try:
-        from verl_lite.data.tokenizer import load_tokenizer
-        from verl_lite.engine.fsdp import TorchLMEngine
         from verl_lite.rollout.vllm import VLLMRollout
 
-        tok = load_tokenizer(MODEL, False)
-        actor = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=5e-2, weight_decay=0.0), "cpu",
-                              "actor")
-        actor.initialize()
+        tok, actor = _rank_actor(rank, world, port, seed=2000 + rank)
         config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, gpu_memory_utilization=0.01,
                                data_parallel_size=2)
         config.checkpoint_engine.update_weights_bucket_megabytes = 0.1
