@@ -330,7 +330,8 @@ def test_a_killed_ray_worker_ends_the_driver_within_60_s_naming_the_worker_and_s
         data_dir, tmp_path, ray_env):
     out = tmp_path / "run"
     log = tmp_path / "run.log"
-    proc = start(overrides(data_dir, out, *ray_env, "trainer.total_training_steps=1000"), log)
+    proc = start(overrides(data_dir, out, *ray_env, "trainer.total_training_steps=1000",
+                           "trainer.total_epochs=1000"), log)
     wait_for(lambda: logged_steps(out) >= 1 or proc.poll() is not None, TIMEOUT_S, "the first step")
     match = re.search(r"actor_rollout_ref: 1 rank\(s\) ready, pids \[(\d+)\]", log.read_text())
     assert match, log.read_text()[-3000:]

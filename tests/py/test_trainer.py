@@ -130,3 +130,25 @@ def test_a_reward_function_that_raises_names_the_function_and_sample(data_dir, t
     with pytest.raises(RewardFunctionError, match=r"bad_reward\.py:score.*sample 0"):
         run_training(tiny_overrides(data_dir, tmp_path / "r", 1, f"custom_reward_function.path={bad}",
                                     "custom_reward_function.name=score"))
+
+
+def test_the_run_ends_after_total_epochs_even_when_total_training_steps_asks_for_more(copy_task_data, tmp_path):
+    """verl's fit loop runs total_epochs passes and stops at total_training_steps, whichever comes first."""
+    small = copy_task_data(n_train=16, n_val=8)  # 2 steps per epoch at 8 prompts a step
+    out = tmp_path / "epochs"
+    run_training(tiny_overrides(small, out, 10, "trainer.total_epochs=2", "actor_rollout_ref.rollout.n=2"))
+    assert [r["step"] for r in read_metrics(out) if "actor/lr" in r] == [1, 2, 3, 4]
+
+
+def test_the_lr_schedule_spans_the_run_when_optim_total_training_steps_is_unset(data_dir, tmp_path):
+    """As verl's trainer, the run's length fills optim.total_training_steps (-1): a warm-up ratio and
+    cosine decay act instead of staying constant."""
+    out = tmp_path / "cosine"
+    run_training(tiny_overrides(data_dir, out, 4, "actor_rollout_ref.rollout.n=2",
+                                "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
+                                "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.5",
+                                "actor_rollout_ref.actor.optim.min_lr_ratio=0.0"))
+    lrs = [r["actor/lr"] for r in read_metrics(out) if "actor/lr" in r]
+    # the LR after each step's scheduler step: warm-up over 2 of the 4 steps (lr/2 at step 1, full lr
+    # after it), then cosine from lr to 0 over the other 2 (lr, lr/2, 0); unfilled (-1), all four were lr
+    assert lrs == pytest.approx([2e-3, 2e-3, 1e-3, 0.0], abs=1e-12), lrs

@@ -74,19 +74,18 @@ class OptimConfig:
     # Linear warm-up length in training steps (the LR schedule steps once per update). Negative = use
     # lr_warmup_steps_ratio; 0 = no warm-up.
     lr_warmup_steps: int = -1
-    # Warm-up as a fraction of optim.total_training_steps, used when lr_warmup_steps is negative;
-    # no warm-up while optim.total_training_steps is -1.
+    # Warm-up as a fraction of optim.total_training_steps, used when lr_warmup_steps is negative.
     lr_warmup_steps_ratio: float = 0.0
-    # LR after warm-up: constant, or cosine decay to min_lr_ratio * lr at optim.total_training_steps
-    # (cosine needs that set: the megatron engine refuses -1, the fsdp engine then stays constant).
+    # LR after warm-up: constant, or cosine decay to min_lr_ratio * lr at optim.total_training_steps.
     lr_scheduler_type: str = "constant"
     # cosine: the final learning rate as a fraction of lr.
     min_lr_ratio: float = 0.0
     # Clip of the global gradient L2 norm at each optimizer step, on fsdp and megatron; 0 = no clipping.
     # The one clip setting, as in verl 0.9's engines (the role's grad_clip is not read).
     clip_grad: float = 1.0
-    # Length of the LR schedule in training steps (cosine, warm-up ratio); -1 = unknown. verl injects it
-    # from the trainer; verl_lite does not yet, so set it yourself for cosine or a warm-up ratio.
+    # Length of the LR schedule in training steps (cosine, warm-up ratio); -1 = the run's length
+    # (trainer.total_training_steps, or total_epochs epochs), which the trainer fills in as verl does.
+    # verl overwrites even a set value; verl_lite keeps a positive one.
     total_training_steps: int = -1
     # megatron strategy: fields of megatron-core's OptimizerConfig, passed as they are (verl's
     # `+<role>.optim.override_optimizer_config.<field>=<value>`; dtypes as fp32/bf16/fp16). The CPU
@@ -612,10 +611,11 @@ class TrainerConfig:
     n_gpus_per_node: int = 1
     # Device to train on: auto probes npu, then cuda, else cpu; gpu (any case) is accepted as cuda.
     device: str = "auto"
-    # Passes over train_files when total_training_steps is null (steps per epoch = prompts //
-    # train_batch_size).
-    total_epochs: int = 1
-    # Steps of the run; null = total_epochs * steps per epoch. Does not set optim.total_training_steps.
+    # Passes over train_files (steps per epoch = prompts // train_batch_size). As in verl, the run
+    # ends after this many epochs even when total_training_steps asks for more.
+    total_epochs: int = 30
+    # Steps of the run, at most total_epochs epochs of them; null = total_epochs * steps per epoch.
+    # The run's length also fills each role's optim.total_training_steps when that is -1, as verl does.
     total_training_steps: Optional[int] = None
     # Save a checkpoint every N steps and after the last one; <= 0 = no periodic saves (a run stopped
     # by a signal still saves).

@@ -269,7 +269,6 @@ DEFAULT_DIFFERENCES = {
     "trainer.logger": "jsonl instead of wandb: no account or network needed",
     "trainer.n_gpus_per_node": "one device (or CPU process) by default",
     "trainer.device": "auto picks npu, then cuda, else cpu (verl: cuda)",
-    "trainer.total_epochs": "1 epoch for the tiny run (verl: 30)",
     "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
     "trainer.max_critic_ckpt_to_keep": "null = as trainer.max_actor_ckpt_to_keep, so one setting bounds the disk "
                                        "used (verl: null = every critic checkpoint is kept); set null to keep them all",

@@ -23,12 +23,15 @@ class StopRequest:
 
 
 def total_steps(cfg: Any, n_prompts: int) -> int:
-    """trainer.total_training_steps, else total_epochs full batches of the training prompts (the
-    last partial batch is dropped, as verl's dataloader does)."""
+    """The run's length, as verl's fit loop has it: total_epochs full batches of the training prompts
+    (the last partial batch is dropped, as verl's dataloader does), cut at trainer.total_training_steps
+    when that is set (verl loops over total_epochs and stops at total_training_steps, whichever
+    comes first)."""
     t = cfg.trainer
+    epochs = (n_prompts // int(cfg.data.train_batch_size)) * int(t.total_epochs)
     if t.total_training_steps:
-        return int(t.total_training_steps)
-    return (n_prompts // int(cfg.data.train_batch_size)) * int(t.total_epochs)
+        return min(int(t.total_training_steps), epochs)
+    return epochs
 
 
 class StepLoop:

@@ -25,7 +25,7 @@ from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address, ray_workers,
                                    runtime_env_overrides, uses_ray)
 from verl_lite.secrets import redact, redacted_logs
-from verl_lite.trainer.loop import StopRequest
+from verl_lite.trainer.loop import StopRequest, total_steps
 
 logger = logging.getLogger("verl_lite")
 
@@ -237,6 +237,11 @@ class _Job:
         from verl_lite.trainer.tracking import Tracking
 
         cfg, t = self.cfg, self.cfg.trainer
+        # As verl's trainer does: the LR schedule's length (cosine, warm-up ratio) is the run's, unless set.
+        steps = total_steps(cfg, len(self.train_set))
+        for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
+            if int(optim.total_training_steps) <= 0:
+                optim.total_training_steps = steps
         keys = CONSOLE_KEYS + (ASYNC_CONSOLE_KEYS if self.is_async else ())
         tracking = Tracking(list(t.logger), self.out_dir, keys, t.project_name, t.experiment_name,
                             OmegaConf.to_container(cfg, resolve=True))
