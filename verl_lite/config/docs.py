@@ -123,6 +123,10 @@ def default_differences() -> List[Tuple[str, Any, Any, str]]:
     if missing:
         raise ValueError(f"defaults that differ from verl's without a reason in verl_names.DEFAULT_DIFFERENCES: "
                          f"{', '.join(missing)}")
+    stale = sorted(set(verl_names.DEFAULT_DIFFERENCES) - {row[0] for row in rows})
+    if stale:
+        raise ValueError(f"verl_names.DEFAULT_DIFFERENCES gives a reason for defaults that no longer differ from "
+                         f"verl's: {', '.join(stale)}")
     return rows
 
 

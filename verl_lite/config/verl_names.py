@@ -272,15 +272,13 @@ DEFAULT_DIFFERENCES = {
     "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
     "trainer.max_critic_ckpt_to_keep": "null = as trainer.max_actor_ckpt_to_keep, so one setting bounds the disk "
                                        "used (verl: null = every critic checkpoint is kept); set null to keep them all",
-    "actor_rollout_ref.rollout.calculate_log_probs": "the hf rollout (the default) returns no log-probs, so True is "
-                                                     "refused there; the vllm rollout returns them whatever the value",
+    "actor_rollout_ref.rollout.calculate_log_probs": "null = follows the rollout: the vllm rollout returns them "
+                                                     "(verl's True), the hf rollout (the default) has none, so True "
+                                                     "is refused there",
     "actor_rollout_ref.actor.megatron.dtype": "null = what the engine trains in on the target device (float32 on cpu, "
                                               "bfloat16 on cuda and npu, verl's value there)",
     "actor_rollout_ref.ref.megatron.dtype": "as the actor's",
     "critic.megatron.dtype": "as the actor's",
     "actor_rollout_ref.hybrid_engine": "null = True for synchronous training, False with async_training.enable, "
                                        "as verl's two trainer configs set it",
-    # listed for as long as verl_lite's default is False (docs/ascend.md describes the bridge choice)
-    "actor_rollout_ref.actor.megatron.use_mbridge": "verl_lite maps HF and Megatron weights with its own converter",
-    "critic.megatron.use_mbridge": "as the actor's",
 }
