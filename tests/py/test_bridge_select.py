@@ -79,7 +79,7 @@ def test_each_switch_combination_picks_its_bridge(hf, device, meg, present, kind
      [f"{PREFIX}.vanilla_mbridge=True", "MindSpeed-Bridge", f"Set {PREFIX}.vanilla_mbridge=False"]),
     (QWEN35_VL, "npu", megatron(use_ascend_gdn=True), {"megatron_bridge": True},
      ["use_ascend_gdn=True", "mindspeed_bridge", "Install MindSpeed-Bridge", "USE_MINDSPEED_BRIDGE=False"]),
-    (QWEN3_NEXT, "cpu", megatron(), {},
+    (QWEN3_NEXT, "cuda", megatron(), {},
      ["'qwen3_next'", "Qwen3NextForCausalLM", "Qwen3ForCausalLM", "megatron.bridge", "strategy=fsdp"]),
     ({"model_type": "mystery"}, "cuda", megatron(), {}, ["without 'architectures'", "install Megatron-Bridge"]),
 ])
@@ -96,6 +96,18 @@ def test_mbridge_for_other_machines_is_chosen_and_says_the_nodes_need_it():
     assert "the training nodes need `pip install mbridge`" in choice.describe()
     with pytest.raises(br.BridgeRefusal):  # the engine (on the node) and the local checks pass nodes_elsewhere=False
         br.choose_bridge(PREFIX, megatron(vanilla=True), QWEN3, "cuda", NOTHING, REGISTERED)
+
+
+def test_on_cpu_the_external_bridges_give_way_to_verl_lites_own_or_are_refused():
+    """Megatron-Bridge's and mbridge's layer specs need Transformer Engine (CUDA): on cpu the registry builds
+    (vanilla_mbridge=False) and vanilla_mbridge=True is refused with the fix."""
+    assert choose(megatron(), QWEN3, "cpu", megatron_bridge=True).kind == br.VERL_LITE
+    assert choose(megatron(), QWEN3, "cuda", megatron_bridge=True).kind == br.MEGATRON_BRIDGE
+    with pytest.raises(br.BridgeRefusal, match="on cpu set actor_rollout_ref.actor.megatron.vanilla_mbridge=False"):
+        choose(megatron(vanilla=True), QWEN3, "cpu", mbridge=True)
+    with pytest.raises(br.BridgeRefusal, match="AutoBridge does not build on cpu"):
+        choose(megatron(), {"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]}, "cpu",
+               megatron_bridge=True)
 
 
 def test_a_critic_needs_verl_lites_own_bridges():

@@ -8,9 +8,9 @@ Bridge keys, as verl's Megatron engine reads them (`megatron.use_mbridge`, `mega
 | use_mbridge | vanilla_mbridge | installed                   | bridge                                       |
 |-------------|-----------------|-----------------------------|----------------------------------------------|
 | False       | any             | -                           | refused: every Megatron model is built through a bridge |
-| True        | True            | `mbridge`                   | the legacy mbridge package                   |
+| True        | True            | `mbridge`                   | the legacy mbridge package (cuda, npu; refused on cpu: its specs need Transformer Engine) |
 | True        | True            | no `mbridge`                | refused where the workers run (device cpu, `--training`, the engine); a cluster's run checked elsewhere: accepted, the summary says the nodes need `pip install mbridge` |
-| True        | False           | Megatron-Bridge             | Megatron-Bridge's AutoBridge                 |
+| True        | False           | Megatron-Bridge             | Megatron-Bridge's AutoBridge (cuda, npu; on cpu verl_lite's registry: its specs need Transformer Engine) |
 | True        | False           | no Megatron-Bridge          | verl_lite's registry (`registry.BRIDGES`)    |
 
 MindSpeed-Bridge: on npu, `override_transformer_config.use_ascend_gdn=True` (what
@@ -146,6 +146,11 @@ def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device:
             f"{prefix}.use_mbridge=False asks for a Megatron build without a model bridge, which verl_lite does not "
             f"have (verl's Megatron engine also requires use_mbridge=True): every model is built and its weights "
             f"mapped through a bridge. Set {prefix}.use_mbridge=True (the default)")
+    if vanilla and device == "cpu":
+        raise BridgeRefusal(
+            f"{prefix}.vanilla_mbridge=True selects the mbridge package, whose model build uses Transformer "
+            f"Engine's layer specs, which need CUDA: on cpu set {prefix}.vanilla_mbridge=False (verl_lite's own "
+            f"bridges build the model there)")
     if vanilla:
         if ms_bridge:
             raise BridgeRefusal(
@@ -160,7 +165,8 @@ def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device:
                 f"(module 'mbridge' not found): pip install mbridge, or set {prefix}.vanilla_mbridge=False "
                 f"(Megatron-Bridge's AutoBridge, or verl_lite's own bridges)")
         return BridgeChoice(MBRIDGE, False, asked[0] if asked else None)
-    if installed.get("megatron.bridge"):
+    # On cpu Megatron-Bridge's layer specs (Transformer Engine) cannot build: verl_lite's registry serves there.
+    if installed.get("megatron.bridge") and device != "cpu":
         if ms_bridge and not installed.get("mindspeed_bridge"):
             raise BridgeRefusal(
                 f"{prefix}.override_transformer_config.use_ascend_gdn=True on npu (USE_MINDSPEED_BRIDGE=True) with "
@@ -178,9 +184,12 @@ def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device:
     model_type = str((hf or {}).get("model_type") or ((hf or {}).get("text_config") or {}).get("model_type") or "?")
     raise BridgeRefusal(
         f"model_type {model_type!r} ({what}) has no bridge on megatron: verl_lite's registry has "
-        f"{', '.join(sorted(names)) or 'none'}, and Megatron-Bridge (module megatron.bridge) is not installed here, "
-        f"so its AutoBridge cannot build it either. Use a registered model, install Megatron-Bridge, or set the "
-        f"role's strategy=fsdp")
+        f"{', '.join(sorted(names)) or 'none'}, and "
+        + ("Megatron-Bridge's AutoBridge does not build on cpu (its layer specs need Transformer Engine). Use a "
+           "registered model, a cuda/npu device with Megatron-Bridge, or set the role's strategy=fsdp"
+           if device == "cpu" else
+           "Megatron-Bridge (module megatron.bridge) is not installed here, so its AutoBridge cannot build it "
+           "either. Use a registered model, install Megatron-Bridge, or set the role's strategy=fsdp"))
 
 
 def module_installed(name: str) -> bool:
