@@ -26,7 +26,7 @@ A = "actor_rollout_ref.actor.optim.override_optimizer_config"
 VERL_LINES = [f"+{A}.optimizer_offload_fraction=1", f"+{A}.overlap_cpu_optimizer_d2h_h2d=True",
               f"+{A}.use_precision_aware_optimizer=True", f"+{A}.optimizer_cpu_offload=True"]
 MEGATRON = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.model.path=tiny-qwen3"]
-ENGINE_LINES = [f"+{A}.adam_eps=1e-6", f"+{A}.loss_scale_window=500", f"+{A}.optimizer_cpu_offload=True",
+ENGINE_LINES = [f"+{A}.adam_eps=1e-6", f"+{A}.decoupled_lr=3e-6", f"+{A}.optimizer_cpu_offload=True",
                 f"+{A}.optimizer_offload_fraction=1.0", f"+{A}.overlap_cpu_optimizer_d2h_h2d=True"]
 
 
@@ -64,9 +64,11 @@ def _scenario(rank, world, port, out_dir):
         rec["read"] = {line.split("=")[0][1:]: reads.was_read(line.split("=")[0][1:]) for line in ENGINE_LINES}
         rec["read"]["critic.optim.override_optimizer_config"] = reads.was_read("critic.optim.override_optimizer_config")
         opts = getattr(engine.optimizer, "chained_optimizers", [engine.optimizer])
-        rec["configs"] = [{k: getattr(o.config, k) for k in ("adam_eps", "loss_scale_window", "optimizer_cpu_offload",
+        rec["configs"] = [{k: getattr(o.config, k) for k in ("adam_eps", "decoupled_lr", "optimizer_cpu_offload",
                                                               "optimizer_offload_fraction", "lr")} for o in opts]
         rec["inner"] = [(type(o.optimizer).__name__, o.optimizer.param_groups[0]["eps"]) for o in opts]
+        # decoupled_lr acts: the embedding and output layer's parameter group gets it as its peak LR
+        rec["max_lrs"] = sorted({g["max_lr"] for o in opts for g in o.optimizer.param_groups})
         engine.train_mode()
         engine.optimizer_zero_grad()
         ids = torch.randint(3, 48, (2, 8))
@@ -106,8 +108,9 @@ def test_the_field_list_is_the_installed_megatron_cores_optimizer_config(run):
 
 def test_the_engines_optimizer_config_carries_the_overrides_and_the_torch_adam_uses_them(run):
     for config in run["configs"]:
-        assert config["adam_eps"] == pytest.approx(1e-6) and config["loss_scale_window"] == 500
+        assert config["adam_eps"] == pytest.approx(1e-6) and config["decoupled_lr"] == pytest.approx(3e-6)
         assert config["lr"] == pytest.approx(1e-6)  # optim.lr, verl_lite's own setting
+    assert run["max_lrs"] == pytest.approx([1e-6, 3e-6])  # the decoupled group (embedding, output layer) and the rest
     assert all(eps == pytest.approx(1e-6) for _, eps in run["inner"])
     assert run["grad_norm"] > 0
 
@@ -128,14 +131,22 @@ def test_on_a_device_the_cpu_optimizer_fields_pass_through(run):
                                     "overlap_cpu_optimizer_d2h_h2d": True, "bf16": True}
 
 
+def test_fields_that_cannot_act_in_the_engine_are_refused_with_the_reason():
+    found = problems(f"+{A}.loss_scale=128", f"+{A}.sgd_momentum=0.5", f"+{A}.log_num_zeros_in_grad=True")
+    assert [p.split(" would have no effect: ")[0] for p in found] == [
+        f"actor: {A}.loss_scale=128", f"actor: {A}.sgd_momentum=0.5", f"actor: {A}.log_num_zeros_in_grad=True"]
+    assert "fp16 loss scaling" in found[0] and "megatron's Adam" in found[1] and found[2].endswith("; remove it")
+
+
 def test_precision_aware_without_transformer_engine_fails_the_build_naming_the_fix(run):
     if run["te"]:  # a worker with Transformer Engine builds it
         assert run["te_error"] is None
     else:
         assert run["te_error"] == (
-            "actor: optim.override_optimizer_config.use_precision_aware_optimizer=True: megatron-core needs Transformer "
-            "Engine (its FusedAdam and version) for the precision-aware optimizer, and transformer_engine is not "
-            "installed on this worker; install Transformer Engine on the workers, or remove the line")
+            "actor: actor_rollout_ref.actor.optim.override_optimizer_config.use_precision_aware_optimizer=True: "
+            "megatron-core needs Transformer Engine (its FusedAdam and version) for the precision-aware optimizer, and "
+            "transformer_engine is not installed on this worker; install Transformer Engine on the workers, or remove "
+            "the line")
 
 
 # ---------------------------------------------------------------------------- the preflight

@@ -9,6 +9,8 @@ What is checked here, before anything starts (no torch or megatron import):
   again against the megatron-core the workers import);
 - a field verl_lite sets from a key of its own (`OWN`: lr, weight decay, betas, clip, dtype, the
   distributed optimizer) is refused naming that key, so one value is not set in two places;
+- a field that cannot act in verl_lite's engine (`NO_EFFECT`: fp16 loss scaling, SGD/Muon, zero
+  counting, timers, overlapped parameter gather, FP8) is refused with the reason;
 - dtype fields take verl's names (fp32, bf16, fp16 or torch's float32, bfloat16, float16);
 - device: the CPU optimizer offload fields (`CPU_OFFLOAD_FIELDS`, megatron's HybridDeviceOptimizer)
   move Adam's state and step to host memory, where a cpu run keeps it already: on cpu they have no
@@ -55,6 +57,22 @@ OWN = {
     "optimizer": "no key: the Megatron engine's optimizer is megatron's Adam",
     "timers": "no key: megatron's timers are a callable, which a config line cannot give",
 }
+# fields that cannot act in verl_lite's Megatron engine, refused with the reason
+_LOSS_SCALING = ("fp16 loss scaling: verl_lite trains in float32 (cpu) or bfloat16 and never scales the loss, so "
+                 "megatron would only divide the gradients by it")
+_NOT_ADAM = "the Megatron engine's optimizer is megatron's Adam (OptimizerConfig.optimizer is not settable)"
+NO_EFFECT = {
+    **{name: _LOSS_SCALING for name in ("loss_scale", "initial_loss_scale", "min_loss_scale", "loss_scale_window",
+                                        "hysteresis")},
+    **{name: _NOT_ADAM for name in OPTIMIZER_CONFIG_FIELDS if name == "sgd_momentum" or name.startswith("muon_")},
+    "log_num_zeros_in_grad": "verl_lite's optimizer step does not count or log zero gradients",
+    "barrier_with_L1_time": "verl_lite runs megatron's optimizer without timers",
+    "config_logger_dir": "verl_lite does not call megatron's config logger",
+    "overlap_param_gather": "verl_lite's Megatron DDP config has no overlapped parameter all-gather",
+    "overlap_param_gather_with_optimizer_step": "verl_lite's Megatron DDP config has no overlapped parameter all-gather",
+    "fp8_recipe": "FP8 training is not supported by verl_lite yet",
+    "reuse_grad_buf_for_mxfp8_param_ag": "FP8 training is not supported by verl_lite yet",
+}
 # megatron's HybridDeviceOptimizer: Adam's state and step on the host for a fraction of the parameters
 CPU_OFFLOAD_FIELDS = ("optimizer_cpu_offload", "optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d",
                       "use_torch_optimizer_for_cpu_offload", "pin_cpu_grads", "pin_cpu_params")
@@ -94,6 +112,8 @@ def field_problems(items: Dict[str, Any], prefix: str, fields: tuple = OPTIMIZER
             problems.append(f"{key}={value!r}: verl_lite sets OptimizerConfig.{name} itself: "
                             + (f"{own}; remove this line" if own.startswith("no key")
                                else f"set {own} instead and remove this line"))
+        elif name in NO_EFFECT:
+            problems.append(f"{key}={value!r} would have no effect: {NO_EFFECT[name]}; remove it")
         elif name in DTYPE_FIELDS and dtype_name(value) is None:
             problems.append(f"{key}={value!r}: not a dtype; choose one of {', '.join(DTYPES)}")
     return problems

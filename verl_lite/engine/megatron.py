@@ -155,7 +155,7 @@ class MegatronLMEngine(BaseEngine):
         megatron_hf.load_hf_weights(self._local_params(), self.bridge, self.layout, self._hf_source())
         if trains:
             self.optimizer, self.lr_scheduler = megatron_optim.build_optimizer(
-                self.model, self.optim_config, self.dtype, use_distributed_optimizer=use_dist_opt)
+                self.model, self.optim_config, self.dtype, use_distributed_optimizer=use_dist_opt, role=self.role)
         self.eval_mode()
 
     def _decide_packing(self, gdn_kernel: Optional[str]) -> None:

@@ -62,7 +62,12 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
     device = _device_of(model)
     items = dict(optim.override_optimizer_config or {})
     fields = tuple(f.name for f in dataclasses.fields(OptimizerConfig))
-    overrides = optimizer_rules.engine_overrides(items, device, fields, prefix="optim")
+    # the role's section, for messages: actor_rollout_ref.actor.optim..., critic.optim...
+    section = "critic" if role == "critic" else f"actor_rollout_ref.{role}"
+    try:
+        overrides = optimizer_rules.engine_overrides(items, device, fields, prefix=section)
+    except ValueError as e:
+        raise ValueError(f"{role}: {e}") from e
     left_out = sorted(set(items) - set(overrides))
     if left_out:
         logger.info("%s: %s left out on cpu: megatron's CPU optimizer offload would move Adam's state to host "
@@ -83,7 +88,7 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
     if overrides.get("use_precision_aware_optimizer") and not _has_transformer_engine():
         # megatron-core 0.16 reads Transformer Engine's version for it (a TypeError without TE), then its FusedAdam
         raise RuntimeError(
-            f"{role}: optim.override_optimizer_config.use_precision_aware_optimizer=True: megatron-core needs "
+            f"{role}: {section}.optim.override_optimizer_config.use_precision_aware_optimizer=True: megatron-core needs "
             "Transformer Engine (its FusedAdam and version) for the precision-aware optimizer, and "
             "transformer_engine is not installed on this worker; install Transformer Engine on the workers, or "
             "remove the line")
