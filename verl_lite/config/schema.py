@@ -83,8 +83,8 @@ class OptimConfig:
     # Clip of the global gradient L2 norm at each optimizer step, on fsdp and megatron; 0 = no clipping.
     # The one clip setting, as in verl 0.9's engines (the role's grad_clip is not read).
     clip_grad: float = 1.0
-    # Length of the LR schedule in training steps (cosine, warm-up ratio); -1 = the run's length
-    # (trainer.total_training_steps, or total_epochs epochs), which the trainer fills in as verl does.
+    # Length of the LR schedule in training steps (cosine, warm-up ratio); -1 = trainer.total_training_steps,
+    # or total_epochs epochs when that is null, which the trainer fills in as verl does.
     # verl overwrites even a set value; verl_lite keeps a positive one.
     total_training_steps: int = -1
     # megatron strategy: fields of megatron-core's OptimizerConfig, passed as they are (verl's
@@ -615,7 +615,8 @@ class TrainerConfig:
     # ends after this many epochs even when total_training_steps asks for more.
     total_epochs: int = 30
     # Steps of the run, at most total_epochs epochs of them; null = total_epochs * steps per epoch.
-    # The run's length also fills each role's optim.total_training_steps when that is -1, as verl does.
+    # It (else total_epochs epochs) also fills each role's optim.total_training_steps when that is -1,
+    # as verl's trainer does.
     total_training_steps: Optional[int] = None
     # Save a checkpoint every N steps and after the last one; <= 0 = no periodic saves (a run stopped
     # by a signal still saves).

@@ -237,8 +237,10 @@ class _Job:
         from verl_lite.trainer.tracking import Tracking
 
         cfg, t = self.cfg, self.cfg.trainer
-        # As verl's trainer does: the LR schedule's length (cosine, warm-up ratio) is the run's, unless set.
-        steps = total_steps(cfg, len(self.train_set))
+        # As verl's trainer does: the LR schedule's length (cosine, warm-up ratio), unless set, is
+        # trainer.total_training_steps when given (even where total_epochs ends the run first), else
+        # total_epochs epochs.
+        steps = int(t.total_training_steps) if t.total_training_steps else total_steps(cfg, len(self.train_set))
         for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
             if int(optim.total_training_steps) <= 0:
                 optim.total_training_steps = steps
