@@ -249,13 +249,18 @@ def packed_core_attention_class() -> type:
 
         class CpuPackedDotProductAttention(DotProductAttention):
             """Padded input: megatron's forward as it is. Packed input ([tokens, heads, dim] with
-            cu_seqlens): the same forward per sequence with its causal mask, outputs concatenated."""
+            cu_seqlens): the same forward per sequence, outputs concatenated. Each sequence is causal
+            through this module's own mask type (`self.attn_mask_type`, set by the layer spec), which
+            megatron's forward applies when no mask is given; the `attn_mask_type` argument is not
+            read by megatron's forward, so a non-causal spec is refused here."""
 
             def forward(self, query, key, value, attention_mask, attn_mask_type=None, attention_bias=None,
                         packed_seq_params=None):
                 if packed_seq_params is None:
                     return super().forward(query, key, value, attention_mask, attn_mask_type=attn_mask_type,
                                            attention_bias=attention_bias)
+                if self.attn_mask_type != AttnMaskType.causal:
+                    raise ValueError(f"packed attention on cpu needs a causal layer spec, got {self.attn_mask_type}")
                 if packed_seq_params.qkv_format != "thd":
                     raise ValueError(f"packed attention on cpu takes qkv_format 'thd', got {packed_seq_params.qkv_format!r}")
                 cu_q = packed_seq_params.cu_seqlens_q_padded
@@ -268,7 +273,7 @@ def packed_core_attention_class() -> type:
                 parts = [
                     super(CpuPackedDotProductAttention, self).forward(
                         query[s:e].unsqueeze(1), key[s:e].unsqueeze(1), value[s:e].unsqueeze(1), None,
-                        attn_mask_type=AttnMaskType.causal, attention_bias=attention_bias)
+                        attention_bias=attention_bias)
                     for s, e in zip(cu_q[:-1], cu_q[1:]) if e > s
                 ]
                 return torch.cat(parts, dim=0)  # [tokens, 1, heads * dim]
