@@ -255,7 +255,10 @@ def test_filter_overlong_prompts_workers_tokenizes_in_that_many_processes_with_t
 
     prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(64)]
     pids = {ids[0] for ids in encode_prompts(PidTokenizer(), prompts, True, None, workers=2)}
-    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes did the work
+    if os.cpu_count() == 1:  # capped at the CPU count, as verl caps it: this process does the work
+        assert pids == {os.getpid()}
+    else:
+        assert len(pids) == 2 and os.getpid() not in pids  # two worker processes did the work
     assert {ids[0] for ids in encode_prompts(PidTokenizer(), prompts, True, None, workers=1)} == {os.getpid()}
     path = str(tmp_path / "train.parquet")
     write_parquet([gsm8k_row(f"{QUESTION} {'more ' * (i % 7)}", "7", i) for i in range(48)], path)

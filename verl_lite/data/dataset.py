@@ -155,13 +155,19 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[Any], apply_chat_template: 
     bar = dict(total=len(prompts), desc="tokenizing prompts", unit="prompt", disable=len(prompts) < 10_000)
     if workers == 1:
         return [encode_prompt(tokenizer, p, apply_chat_template, chat_template_kwargs) for p in tqdm(prompts, **bar)]
-    # fast tokenizers refuse their own threads after a fork (and warn): one thread per process instead
+    # fast tokenizers refuse their own threads after a fork (and warn): one thread per process instead,
+    # for the pool's lifetime only (the driver's own setting comes back afterwards)
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_init_encoder,
-                             initargs=(tokenizer, apply_chat_template, chat_template_kwargs)) as pool:
-        chunk = max(1, len(prompts) // (workers * 8))
-        return list(tqdm(pool.map(_encode_in_worker, prompts, chunksize=chunk), **bar))
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method), initializer=_init_encoder,
+                                 initargs=(tokenizer, apply_chat_template, chat_template_kwargs)) as pool:
+            chunk = max(1, len(prompts) // (workers * 8))
+            return list(tqdm(pool.map(_encode_in_worker, prompts, chunksize=chunk), **bar))
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
 
 
 class PromptDataset:
