@@ -80,8 +80,8 @@ INSTEAD: List[Tuple[str, str]] = [
     ("actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module",
      f"custom checkpoint-engine backends are {NOT}: the weights go to the vLLM engine in its own process "
      "(backend=naive); remove it"),
-    ("*.rollout.checkpoint_engine*", f"verl's checkpoint engine (weight sync buckets and backends) is {NOT}: "
-                                     "weights reach the rollout through the engine's export_hf_weights stream"),
+    ("*.rollout.checkpoint_engine*", f"{NOT}: of verl's checkpoint-engine settings verl_lite reads backend "
+                                     "(naive) and update_weights_bucket_megabytes; remove it"),
     ("algorithm.filter_groups*", f"dynamic sampling (DAPO's filter_groups) is {YET}: remove it"),
     ("algorithm.rollout_correction*", f"rollout/training mismatch correction (importance sampling or rejection on rollout "
                                       f"log-probs) is {YET}: remove it; old log-probs come from the actor (the vllm "
@@ -270,8 +270,9 @@ DEFAULT_DIFFERENCES = {
     "trainer.n_gpus_per_node": "one device (or CPU process) by default",
     "trainer.device": "auto picks npu, then cuda, else cpu (verl: cuda)",
     "trainer.val_before_train": "off so a tiny run starts training at once (verl: on)",
-    "trainer.max_critic_ckpt_to_keep": "null = as trainer.max_actor_ckpt_to_keep, so one setting bounds the disk "
-                                       "used (verl: null = every critic checkpoint is kept); set null to keep them all",
+    "trainer.max_critic_ckpt_to_keep": "follows trainer.max_actor_ckpt_to_keep unless set, so one setting bounds "
+                                       "the disk used (verl's default null keeps every critic checkpoint); set it "
+                                       "to null to keep them all",
     "actor_rollout_ref.rollout.calculate_log_probs": "null = follows the rollout: the vllm rollout returns them "
                                                      "(verl's True), the hf rollout (the default) has none, so True "
                                                      "is refused there",
