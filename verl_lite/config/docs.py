@@ -201,6 +201,9 @@ def render_verl_keys() -> str:
             text = "read" if what == key else f"read as `{what}`"
         elif kind == "open":
             text = f"passed on in `{what}`"
+        elif key in verl_names.SAME_AS_VERL_LITE:
+            text = (f"`{verl_names.SAME_AS_VERL_LITE[key]}` taken (changes nothing: "
+                    f"{_cell(verl_names.SAME_AS_VERL_LITE_WHY[key])}); other values refused: {_cell(what)}")
         else:
             text = "refused: " + _cell(what)
         out.append(f"| `{key}` | {_verl_value(verl_keys.DEFAULTS.get(key))} | {text} |")

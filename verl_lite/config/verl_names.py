@@ -60,12 +60,11 @@ INSTEAD: List[Tuple[str, str]] = [
     # verl's top-level precision-aware optimizer keys: verl_lite takes them as the OptimizerConfig fields they set
     ("*.optim.use_precision_aware_optimizer", f"a top-level copy is {NOT}: set the megatron-core OptimizerConfig "
                                               "field in the same optim section's override_optimizer_config (e.g. "
-                                              "+actor_rollout_ref.actor.optim.override_optimizer_config."
+                                              "+<role>.optim.override_optimizer_config."
                                               "use_precision_aware_optimizer=True; megatron strategy)"),
     ("*.optim.*_dtype", f"a top-level copy is {NOT}: set the megatron-core OptimizerConfig field in the same optim "
                         "section's override_optimizer_config, beside use_precision_aware_optimizer=True (e.g. "
-                        "+actor_rollout_ref.actor.optim.override_optimizer_config.exp_avg_dtype=bf16; megatron "
-                        "strategy)"),
+                        "+<role>.optim.override_optimizer_config.exp_avg_dtype=bf16; megatron strategy)"),
     ("*.fsdp_config.use_torch_compile", f"{NOT}: actor_rollout_ref.actor.use_torch_compile (and the ref's "
                                         "actor_rollout_ref.ref.use_torch_compile) compiles the log-prob and entropy "
                                         "computation on every engine; remove it"),
@@ -216,6 +215,14 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
 # verl keys whose value here is exactly what verl_lite does: the line is taken and changes nothing
 SAME_AS_VERL_LITE: dict = {}
 SAME_AS_VERL_LITE_WHY: dict = {}
+for _section in ("actor_rollout_ref.actor.optim", "critic.optim"):
+    # verl's top-level precision-aware optimizer keys at verl's defaults: what verl_lite's optimizer does
+    SAME_AS_VERL_LITE[f"{_section}.use_precision_aware_optimizer"] = False
+    SAME_AS_VERL_LITE_WHY[f"{_section}.use_precision_aware_optimizer"] = (
+        "megatron's default optimizer, as verl_lite builds it (True: override_optimizer_config)")
+    for _name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+        SAME_AS_VERL_LITE[f"{_section}.{_name}"] = "fp32"
+        SAME_AS_VERL_LITE_WHY[f"{_section}.{_name}"] = "fp32, megatron's default, as verl_lite keeps it"
 
 
 def same_as_verl_lite(key: str, value: object) -> bool:
