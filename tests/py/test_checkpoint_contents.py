@@ -272,14 +272,19 @@ def _fake_checkpoint(manager, step, parts):
     return manager.save(step, write)
 
 
+def _parts_held(manager):
+    """step -> the role parts its global_step dir still holds."""
+    return {s: sorted(p for p in ("actor", "critic") if os.path.isdir(os.path.join(path, p)))
+            for s, path in manager.list_steps()}
+
+
 def test_actor_and_critic_parts_are_kept_by_their_own_limits_and_the_dirs_stay_intact(tmp_path):
     from verl_lite.trainer.checkpoint import CheckpointManager, manifest_removed, verify
 
     manager = CheckpointManager(str(tmp_path), max_to_keep=3, max_critic_to_keep=1)
     for step in range(1, 5):
         _fake_checkpoint(manager, step, ("actor", "critic"))
-    held = {s: sorted(p for p in ("actor", "critic") if os.path.isdir(os.path.join(path, p)))
-            for s, path in manager.list_steps()}
+    held = _parts_held(manager)
     assert held == {2: ["actor"], 3: ["actor"], 4: ["actor", "critic"]}  # step 1 went whole
     assert all(verify(path) is None for _, path in manager.list_steps())
     assert manifest_removed(manager.step_dir(3)) == {"critic": "trainer.max_critic_ckpt_to_keep=1"}
@@ -292,8 +297,7 @@ def test_more_critic_than_actor_checkpoints_keep_critic_only_dirs_as_verl_keeps_
     manager = CheckpointManager(str(tmp_path), max_to_keep=1, max_critic_to_keep=2)
     for step in range(1, 4):
         _fake_checkpoint(manager, step, ("actor", "critic"))
-    held = {s: sorted(p for p in ("actor", "critic") if os.path.isdir(os.path.join(path, p)))
-            for s, path in manager.list_steps()}
+    held = _parts_held(manager)
     assert held == {2: ["critic"], 3: ["actor", "critic"]}
 
 
