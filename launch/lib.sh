@@ -328,8 +328,8 @@ vl_args_backend() {
   )
   # model.use_remove_padding is left at null (auto): the engine packs where it can, e.g. Gated DeltaNet
   # layers on the Ascend kernel (USE_MINDSPEED_BRIDGE=True) or Triton fla, and runs padded otherwise
-  # (config/packing_rules.py); the preflight summary says which per role.
-  # MindSpeed-Bridge: use_ascend_gdn=True on npu is the signal verl_lite reads (config/bridge_rules.py):
+  # (decisions/packing_mode.py); the preflight summary says which per role.
+  # MindSpeed-Bridge: use_ascend_gdn=True on npu is the signal verl_lite reads (decisions/bridge_choice.py):
   # the Ascend GDN kernel, and with Megatron-Bridge installed `import mindspeed_bridge.models` after
   # the repatch, before the model build (docs/ascend.md).
   [[ $USE_MINDSPEED_BRIDGE == True ]] && VL_ARGS+=(

@@ -26,11 +26,12 @@ from typing import Any, Dict, List, Optional, Sequence
 from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import choices, roles, rollout_rules, rules, verl_rules
-from verl_lite.config import bridge_rules, packing_rules
-from verl_lite.config import optimizer_rules
+from verl_lite.decisions import bridge_choice, packing_mode
+from verl_lite.decisions import optimizer_overrides
 from verl_lite.config.shapes import ModelShape, model_shape
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
-from verl_lite.repatch import build_repatch_dict, truthy
+from verl_lite.decisions.repatch import build_repatch_dict
+from verl_lite.decisions.switches import switch
 from verl_lite.secrets import mask_env, redact
 
 PROG = "verl_lite.check"
@@ -56,7 +57,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     problems += rules.clip_problems(cfg)
     active = [r for r in roles.active_roles(cfg) if roles.strategy(cfg, r) in choices.STRATEGIES]
     hf_cache: Dict[str, Optional[Dict[str, Any]]] = {}
-    installed = bridge_rules.installed_here()
+    installed = bridge_choice.installed_here()
     registered = [key[0] for key in registry.BRIDGES.keys()]
     for role in active:
         layout = rules.role_layout(cfg, role)
@@ -118,9 +119,9 @@ def _replicates_kv(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]
     """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
     try:
         choice = rules.choose_role_bridge(cfg, role, device, hf, installed, registered, nodes_elsewhere)
-    except bridge_rules.BridgeRefusal:
+    except bridge_choice.BridgeRefusal:
         return False
-    return choice.kind != bridge_rules.VERL_LITE
+    return choice.kind != bridge_choice.VERL_LITE
 
 
 def external_bridge_weight_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str]) -> List[str]:
@@ -135,9 +136,9 @@ def external_bridge_weight_problems(cfg: Any, device: str, installed: Dict[str, 
             continue  # path_problems reports it
         try:
             choice = rules.choose_role_bridge(cfg, role, device, hf, installed, registered)
-        except bridge_rules.BridgeRefusal:
+        except bridge_choice.BridgeRefusal:
             continue  # bridge_problems reports it
-        if choice.kind != bridge_rules.VERL_LITE and not glob.glob(os.path.join(resolve_model_dir(path), "*.safetensors")):
+        if choice.kind != bridge_choice.VERL_LITE and not glob.glob(os.path.join(resolve_model_dir(path), "*.safetensors")):
             problems.append(f"{role}: {path} has no *.safetensors, but {choice.describe()} loads the HF weights from the "
                             "model directory (random init is verl_lite's own bridges only): point the model path at a "
                             "checkpoint with weights")
@@ -444,10 +445,10 @@ def summarize(cfg: Any) -> str:
         )
         lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
-        lines.append(f"  batches     : {packing_rules.role_decision(cfg, role, device).why}")
+        lines.append(f"  batches     : {packing_mode.role_decision(cfg, role, device).why}")
         if layout.strategy == "megatron":
             lines += _bridge_lines(cfg, role, device)
-            optim_line = optimizer_rules.summary_line(cfg, role, device)  # override_optimizer_config
+            optim_line = optimizer_overrides.summary_line(cfg, role, device)  # override_optimizer_config
             lines += [optim_line] if optim_line else []
             if layout.tp > 1:
                 sp = roles.section(cfg, role).megatron.sequence_parallel
@@ -496,7 +497,7 @@ def _inactive_line(cfg: Any, role: str, device: str) -> str:
 
 def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
     """The bridge the role's engine builds with and, for GDN models, the kernel of its GDN layers."""
-    installed = bridge_rules.installed_here()
+    installed = bridge_choice.installed_here()
     shape = model_shape(roles.model_path(cfg, role))
     hf = shape.hf if shape else None
     # the summary follows a passed check: a package missing here was accepted only for other machines
@@ -506,17 +507,17 @@ def _bridge_lines(cfg: Any, role: str, device: str) -> List[str]:
                      (("megatron.bridge", "Megatron-Bridge"), ("mbridge", "mbridge"),
                       ("mindspeed_bridge", "MindSpeed-Bridge"), ("fla", "fla")))
     lines = [f"  bridge      : {choice.describe()} (installed here: {here})"]
-    overrides = bridge_rules.overrides_of(roles.section(cfg, role).megatron)
-    if choice.kind == bridge_rules.VERL_LITE and bridge_rules.mindspeed_bridge_requested(device, overrides):
+    overrides = bridge_choice.overrides_of(roles.section(cfg, role).megatron)
+    if choice.kind == bridge_choice.VERL_LITE and bridge_choice.mindspeed_bridge_requested(device, overrides):
         lines.append(f"{'':16}(use_ascend_gdn=True on npu: where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge "
                      "instead, with `import mindspeed_bridge.models` after the repatch, before the model build)")
     if hf is not None and is_gdn_model(hf):
-        kernel = bridge_rules.gdn_kernel(device, overrides, installed["fla"])
+        kernel = bridge_choice.gdn_kernel(device, overrides, installed["fla"])
         note = ""
-        if kernel == bridge_rules.TORCH and device != "cpu" and truthy(overrides.get("use_triton_gdn", True)):
+        if kernel == bridge_choice.TORCH and device != "cpu" and switch(overrides.get("use_triton_gdn", True)):
             note = " here; Triton fla where flash-linear-attention is installed"
-        packs = "takes packed input" if kernel != bridge_rules.TORCH else "packed: one call per sequence"
-        lines.append(f"  GDN kernel  : {bridge_rules.KERNEL_NAMES[kernel]}{note} ({packs})")
+        packs = "takes packed input" if kernel != bridge_choice.TORCH else "packed: one call per sequence"
+        lines.append(f"  GDN kernel  : {bridge_choice.KERNEL_NAMES[kernel]}{note} ({packs})")
     return lines
 
 

@@ -1,4 +1,4 @@
-"""Which bridge a Megatron role builds with (config/bridge_rules.py, engine/bridges/select.py).
+"""Which bridge a Megatron role builds with (decisions/bridge_choice.py, engine/bridges/select.py).
 
 - every combination of use_mbridge / vanilla_mbridge / installed packages / device / use_ascend_gdn
   picks one bridge or is refused with a message naming the key and the fix (pure function, no torch);
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_lite.config import bridge_rules as br
-from verl_lite.config.packing_rules import decide_megatron
+from verl_lite.decisions import bridge_choice as br
+from verl_lite.decisions.packing_mode import decide_megatron
 from verl_lite.registry import BRIDGES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,33 +131,27 @@ def test_the_registry_is_asked_not_a_fixed_list():
 @pytest.mark.parametrize("device,overrides,fla,kernel", [
     ("cpu", {}, False, br.TORCH),
     ("cpu", {"use_triton_gdn": True}, True, br.TORCH),  # Triton needs a GPU
-    ("cuda", {}, True, br.TRITON_FLA),  # use_triton_gdn defaults to True, as megatron-core uses fla when present
+    ("cuda", {}, True, br.FLA),  # use_triton_gdn defaults to True, as megatron-core uses fla when present
     ("cuda", {}, False, br.TORCH),
     ("cuda", {"use_triton_gdn": False}, True, br.TORCH),
     ("npu", {"use_triton_gdn": False, "use_ascend_gdn": True}, True, br.ASCEND),  # USE_MINDSPEED_BRIDGE=True
-    ("npu", {"use_ascend_gdn": True}, True, br.TRITON_FLA),  # the real order: fla first when switched on
+    ("npu", {"use_ascend_gdn": True}, True, br.FLA),  # the real order: fla first when switched on
     ("npu", {"use_ascend_gdn": True}, False, br.ASCEND),
     ("npu", {}, False, br.TORCH),
 ])
 def test_gdn_kernel_per_device_and_switch(device, overrides, fla, kernel):
     assert br.gdn_kernel(device, overrides, fla) == kernel
-    # remove-padding left null (auto) packs exactly where the kernel takes cu_seqlens (config/packing_rules.py)
+    # remove-padding left null (auto) packs exactly where the kernel takes cu_seqlens (decisions/packing_mode.py)
     assert decide_megatron(None, device, kernel, overrides).packed == (kernel != br.TORCH)
 
 
-def test_the_engines_kernel_choice_agrees_with_the_preflights():
-    from verl_lite.engine.megatron_gdn import select_gdn_kernel  # imports torch, not megatron
-
-    names = {"fla": br.TRITON_FLA, "ascend": br.ASCEND, "torch": br.TORCH}
-    for device in ("cpu", "cuda", "npu"):
-        for triton in (None, True, False):
-            for ascend in (None, True, False):
-                if ascend and device != "npu":
-                    continue  # refused by both (rules.bridge_problems / select_gdn_kernel)
-                for fla in (True, False):
-                    overrides = {k: v for k, v in (("use_triton_gdn", triton), ("use_ascend_gdn", ascend)) if v is not None}
-                    assert names[select_gdn_kernel(triton, ascend, device, have_fla=fla)] == \
-                        br.gdn_kernel(device, overrides, fla), (device, triton, ascend, fla)
+def test_use_ascend_gdn_is_a_problem_off_npu_only():
+    assert br.ascend_gdn_problem("npu", {"use_ascend_gdn": True}) is None
+    assert br.ascend_gdn_problem("cpu", {"use_ascend_gdn": False}) is None
+    for device in ("cpu", "cuda"):
+        assert f"the device is {device}: remove" in br.ascend_gdn_problem(device, {"use_ascend_gdn": "True"})
+    with pytest.raises(ValueError, match="'tpu' is not one of cpu, cuda, npu"):
+        br.gdn_kernel("tpu", {}, True)
 
 
 # ---------------------------------------------------------------------------- spawned, with the doubles
@@ -187,7 +181,7 @@ def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
                                   "num_key_value_heads": 2, "vocab_size": 48})
     out = _run(f"""
         import json, sys, torch
-        from verl_lite.config.bridge_rules import installed_here
+        from verl_lite.decisions.bridge_choice import installed_here
         from verl_lite.engine.bridges import select
         from verl_lite.engine.bridges.base import UnsupportedModelError
         hf = json.load(open({str(model / 'config.json')!r}))

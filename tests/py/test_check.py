@@ -340,7 +340,7 @@ def test_layers_must_split_evenly_over_pipeline_stages_unless_placed_explicitly(
 
 
 def test_gdn_models_on_megatron_take_remove_padding_and_dynamic_batches():
-    """The torch GDN rule packs one sequence at a time (config/packing_rules.py), so True is honoured."""
+    """The torch GDN rule packs one sequence at a time (decisions/packing_mode.py), so True is honoured."""
     found = problems(
         BASE
         + [
@@ -423,7 +423,7 @@ def test_mbridge_missing_here_is_refused_where_the_workers_run_and_named_for_a_c
     """vanilla_mbridge=True needs the mbridge package on the training nodes. A cuda/npu run checked
     from another machine (no --training) cannot see the nodes: accepted, and the summary says what the
     nodes need. With --training (on a node) it is refused; on cpu mbridge cannot build at all."""
-    assert not check.bridge_rules.module_installed("mbridge")  # CI's environment: the refusal paths below run
+    assert not check.bridge_choice.module_installed("mbridge")  # CI's environment: the refusal paths below run
     run = BASE + ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.vanilla_mbridge=True"]
     says = "vanilla_mbridge=True selects the legacy mbridge package, which is not installed"
     assert [p for p in problems(run + ["trainer.device=cuda"], for_training=True) if says in p]

@@ -405,7 +405,7 @@ def test_plain_overrides_compose_without_importing_hydra():
 def test_an_added_override_transformer_config_key_survives_the_typed_config_and_reaches_the_repatch_plan():
     import pickle
 
-    from verl_lite.repatch import build_repatch_dict
+    from verl_lite.decisions.repatch import build_repatch_dict
 
     cfg = load_config(["actor_rollout_ref.actor.strategy=megatron",
                        f"+{OTC}.use_ascend_gdn=True", f"+{OTC}.use_triton_gdn=False"])

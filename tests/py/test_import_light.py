@@ -13,7 +13,7 @@ CORE = (
     "verl_lite.config",
     "verl_lite.registry",
     "verl_lite.check",
-    "verl_lite.repatch",
+    "verl_lite.decisions.repatch",
     "verl_lite.device",
     "verl_lite.runtime_env",
 )

@@ -14,12 +14,17 @@ PACKAGE = Path(__file__).resolve().parents[2] / "verl_lite"
 # Lowest first. A module belongs to the first entry that is it or a package above it.
 LAYERS: List[tuple] = [
     # shared pieces with no verl_lite imports of their own layer's concern: devices, secrets, fault
-    # points, the batch dict, safe checkpoint reads, the MindSpeed repatch plan (a pure function
-    # the preflight and the NPU engines share)
+    # points, the batch dict, safe checkpoint reads
     ("verl_lite", "verl_lite.device", "verl_lite.secrets", "verl_lite.faults", "verl_lite.batch",
-     "verl_lite.checkpoint_files", "verl_lite.repatch"),
+     "verl_lite.checkpoint_files"),
     ("verl_lite.models",),  # HF config files and the transformers model builder
     ("verl_lite.config",),  # schema, choices, composition, preflight rules
+    # pure decisions the preflight and the engines both call (bridge and GDN kernel, packing,
+    # optimizer overrides, the MindSpeed repatch plan, switches): torch-free
+    ("verl_lite.decisions",),
+    # the preflight rules (to become their own package)
+    ("verl_lite.config.rules", "verl_lite.config.verl_rules", "verl_lite.config.rollout_rules",
+     "verl_lite.config.async_rules"),
     ("verl_lite.data",),  # rows, tokenizers, synthetic data
     ("verl_lite.reward",),  # scorers and the reward manager
     ("verl_lite.registry", "verl_lite.runtime_env"),  # which engine, which worker env

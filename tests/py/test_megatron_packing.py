@@ -288,12 +288,11 @@ def test_grpo_steps_packed_equal_padded_on_the_megatron_engine(data_dir, tmp_pat
     ("npu", None, {}, True),
     ("cpu", "torch", {}, False),  # the torch GDN rule packs only when asked (one call per sequence)
     ("cuda", "fla", {}, True),
-    ("cuda", "triton_fla", {}, True),
     ("npu", "ascend", {"use_ascend_gdn": True}, True),
     ("npu", "torch", {}, False),
 ])
 def test_megatron_auto_true_false(device, kernel, overrides, auto):
-    from verl_lite.config.packing_rules import decide_megatron
+    from verl_lite.decisions.packing_mode import decide_megatron
 
     assert decide_megatron(None, device, kernel, overrides).packed is auto
     assert decide_megatron(True, device, kernel, overrides).packed is True
@@ -308,7 +307,7 @@ def test_megatron_auto_true_false(device, kernel, overrides, auto):
     (dict(device="cpu", overrides={}, external=True), "Megatron-Bridge / mbridge model on cpu"),
 ])
 def test_megatron_true_is_refused_where_it_cannot_be_honoured_and_auto_runs_padded(kwargs, reason):
-    from verl_lite.config.packing_rules import decide_megatron
+    from verl_lite.decisions.packing_mode import decide_megatron
 
     refused = decide_megatron(True, gdn_kernel=None, **kwargs)
     assert not refused.packed and reason in refused.refusal
@@ -317,7 +316,7 @@ def test_megatron_true_is_refused_where_it_cannot_be_honoured_and_auto_runs_padd
 
 
 def test_torch_engine_auto_packs_attention_models_and_refuses_true_for_gdn():
-    from verl_lite.config.packing_rules import decide_torch
+    from verl_lite.decisions.packing_mode import decide_torch
 
     assert decide_torch(None, gdn=False).packed and not decide_torch(False, gdn=False).packed
     assert not decide_torch(None, gdn=True).packed and decide_torch(None, gdn=True).refusal is None

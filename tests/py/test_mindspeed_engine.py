@@ -193,7 +193,7 @@ def _failure_scenario(rank, world, port, out_dir):
         from megatron.core.transformer.enums import AttnBackend
 
         from verl_lite.engine import mindspeed as ms
-        from verl_lite.repatch import build_repatch_dict
+        from verl_lite.decisions.repatch import build_repatch_dict
 
         tiny = dict(num_layers=1, hidden_size=8, num_attention_heads=2)
         plan_of = lambda overrides: build_repatch_dict({"override_transformer_config": overrides},  # noqa: E731

@@ -1,6 +1,6 @@
 """`<role>.optim.override_optimizer_config`: verl's Megatron optimizer overrides reach the
 OptimizerConfig the Megatron engine builds (engine/megatron_optim.py), field by field as verl merges
-them; the preflight (config/optimizer_rules.py) refuses unknown fields, fields verl_lite sets itself,
+them; the preflight (decisions/optimizer_overrides.py) refuses unknown fields, fields verl_lite sets itself,
 the section on the fsdp strategy, and what cannot run on the target device; on cpu the CPU optimizer
 offload fields have no effect and the summary says so.
 
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from verl_lite.check import collect_problems, collect_warnings, summarize
-from verl_lite.config import optimizer_rules
+from verl_lite.decisions import optimizer_overrides
 from verl_lite.config.compose import compose_config, load_config
 
 A = "actor_rollout_ref.actor.optim.override_optimizer_config"
@@ -103,7 +103,7 @@ def run(spawn_ranks):
 
 
 def test_the_field_list_is_the_installed_megatron_cores_optimizer_config(run):
-    assert optimizer_rules.OPTIMIZER_CONFIG_FIELDS == run["fields"]
+    assert optimizer_overrides.OPTIMIZER_CONFIG_FIELDS == run["fields"]
 
 
 def test_the_engines_optimizer_config_carries_the_overrides_and_the_torch_adam_uses_them(run):
@@ -249,12 +249,12 @@ def test_on_cuda_the_summary_names_the_hybrid_optimizer():
 
 
 def test_the_engine_side_check_refuses_an_unknown_field_and_converts_dtypes():
-    fields = optimizer_rules.OPTIMIZER_CONFIG_FIELDS
+    fields = optimizer_overrides.OPTIMIZER_CONFIG_FIELDS
     with pytest.raises(ValueError, match="OptimizerConfig has no field 'nope'; its fields are: lr, min_lr"):
-        optimizer_rules.engine_overrides({"nope": 1}, "cuda", fields)
-    assert optimizer_rules.engine_overrides({"exp_avg_dtype": "bf16", "optimizer_cpu_offload": True}, "cuda",
+        optimizer_overrides.engine_overrides({"nope": 1}, "cuda", fields)
+    assert optimizer_overrides.engine_overrides({"exp_avg_dtype": "bf16", "optimizer_cpu_offload": True}, "cuda",
                                             fields) == {"exp_avg_dtype": torch.bfloat16, "optimizer_cpu_offload": True}
-    assert optimizer_rules.engine_overrides({"adam_eps": 1e-6, "optimizer_cpu_offload": True}, "cpu",
+    assert optimizer_overrides.engine_overrides({"adam_eps": 1e-6, "optimizer_cpu_offload": True}, "cpu",
                                             fields) == {"adam_eps": 1e-6}
 
 

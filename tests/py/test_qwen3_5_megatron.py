@@ -395,17 +395,20 @@ def test_training_moe_at_tp2_without_sequence_parallel_is_refused_naming_the_fix
 # ---------------------------------------------------------------------------- kernel choice (no megatron)
 
 def test_the_gdn_kernel_follows_the_two_switches_and_the_installed_kernels():
-    from verl_lite.engine.megatron_gdn import kernel_takes_packed_input, select_gdn_kernel
+    from verl_lite.decisions.bridge_choice import gdn_kernel, kernel_takes_packed_input
 
-    assert select_gdn_kernel(None, None, "cuda", have_fla=True) == "fla"
-    assert select_gdn_kernel(True, None, "npu", have_fla=True) == "fla"
-    assert select_gdn_kernel(None, None, "cuda", have_fla=False) == "torch"
-    assert select_gdn_kernel(False, None, "cuda", have_fla=True) == "torch"
-    assert select_gdn_kernel(None, None, "cpu", have_fla=True) == "torch"  # Triton needs a device
-    assert select_gdn_kernel(False, True, "npu", have_fla=True) == "ascend"
-    assert select_gdn_kernel("False", "True", "npu", have_fla=False) == "ascend"
-    assert select_gdn_kernel(True, True, "npu", have_fla=True) == "fla"  # the real stack's order
-    assert select_gdn_kernel(None, None, "npu", have_fla=False) == "torch"
+    def pick(triton, ascend, device, have_fla):
+        return gdn_kernel(device, {"use_triton_gdn": triton, "use_ascend_gdn": ascend}, have_fla)
+
+    assert pick(None, None, "cuda", have_fla=True) == "fla"
+    assert pick(True, None, "npu", have_fla=True) == "fla"
+    assert pick(None, None, "cuda", have_fla=False) == "torch"
+    assert pick(False, None, "cuda", have_fla=True) == "torch"
+    assert pick(None, None, "cpu", have_fla=True) == "torch"  # Triton needs a device
+    assert pick(False, True, "npu", have_fla=True) == "ascend"
+    assert pick("False", "True", "npu", have_fla=False) == "ascend"
+    assert pick(True, True, "npu", have_fla=True) == "fla"  # the real stack's order
+    assert pick(None, None, "npu", have_fla=False) == "torch"
     assert [kernel_takes_packed_input(k) for k in ("fla", "ascend", "torch")] == [True, True, False]
 
 
@@ -417,14 +420,6 @@ def test_megatron_core_releases_other_than_0_16_are_refused_with_what_to_install
     with pytest.raises(UnsupportedModelError, match="built for megatron-core 0.16.x .* has megatron-core 0.17.0. "
                                                    "Install megatron-core==0.16.1 or use strategy=fsdp"):
         check_megatron_version("0.17.0")
-
-
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_use_ascend_gdn_off_npu_is_refused_naming_the_fix(device):
-    from verl_lite.engine.megatron_gdn import select_gdn_kernel
-
-    with pytest.raises(ValueError, match=f"use_ascend_gdn=True .* the device is {device}: remove"):
-        select_gdn_kernel(False, True, device, have_fla=False)
 
 
 def test_the_ascend_kernel_double_enforces_the_real_entrys_contract():

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from verl_lite import device as devices
-from verl_lite.config import bridge_rules, roles
+from verl_lite.config import roles
+from verl_lite.decisions import bridge_choice
 from verl_lite.models import model_dir_problem
-from verl_lite.repatch import RepatchError, build_repatch_dict, truthy
+from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
+from verl_lite.decisions.switches import switch
 
 BRIDGE_KEYS = ("use_ascend_gdn", "use_triton_gdn")
 # Megatron settings that place layers unevenly over pipeline stages; with them the layer count
@@ -268,7 +270,7 @@ def _same_as_actor(cfg: Any, role: str) -> bool:
 def bridge_problems(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]] = None,
                     installed: Optional[Dict[str, bool]] = None, registered: Any = (),
                     nodes_elsewhere: bool = False) -> List[str]:
-    """MindSpeed-Bridge keys off npu, and the bridge switches (`config/bridge_rules.py`): the bridge
+    """MindSpeed-Bridge keys off npu, and the bridge switches (`decisions/bridge_choice.py`): the bridge
     the role's engine would build with, or why none can. `installed` defaults to this machine's packages."""
     problems = []
     if device != "npu" and not _same_as_actor(cfg, role):
@@ -282,17 +284,17 @@ def bridge_problems(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any
         ]
     try:
         choose_role_bridge(cfg, role, device, hf, installed, registered, nodes_elsewhere)
-    except bridge_rules.BridgeRefusal as e:
+    except bridge_choice.BridgeRefusal as e:
         problems.append(f"{role}: {e}")
     return problems
 
 
 def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]],
                        installed: Optional[Dict[str, bool]], registered: Any,
-                       nodes_elsewhere: bool = False) -> bridge_rules.BridgeChoice:
-    return bridge_rules.choose_bridge(
+                       nodes_elsewhere: bool = False) -> bridge_choice.BridgeChoice:
+    return bridge_choice.choose_bridge(
         f"{roles.SECTION[role]}.megatron", roles.section(cfg, role).megatron, hf, device,
-        bridge_rules.installed_here() if installed is None else installed, registered,
+        bridge_choice.installed_here() if installed is None else installed, registered,
         value_model=roles.MODEL_TYPE[role] == "value_model", nodes_elsewhere=nodes_elsewhere)
 
 
@@ -304,7 +306,7 @@ def npu_problems(cfg: Any, layout: Layout) -> List[str]:
         build_repatch_dict(roles.section(cfg, layout.role).megatron)
     except RepatchError as e:
         return [f"{layout.role}: {e}"]
-    if truthy(_override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
+    if switch(_override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
         return [
             f"{layout.role}: {prefix}.use_flash_attn_npu_batch_invariant does not work with context parallelism "
             f"(CP={layout.cp}); MindSpeed rejects it ('--use-flash-attn-npu-batch-invariant does not support context "
@@ -357,7 +359,7 @@ def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]], devic
             f"{role}: {layers} layers of {path} do not split evenly over PP*VPP = {layout.pp}*{layout.vpp or 1} = "
             f"{stages} stages: {layers} % {stages} = {layers % stages} (or set num_layers_in_first/last_pipeline_stage)"
         )
-    # remove-padding (packed GDN input included) is decided in config/packing_rules.py (verl_rules refuses)
+    # remove-padding (packed GDN input included) is decided in decisions/packing_mode.py (verl_rules refuses)
     return problems
 
 

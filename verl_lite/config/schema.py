@@ -139,7 +139,7 @@ class MegatronConfig:
     # Passed to megatron's TransformerConfig and to MindSpeed's repatch on NPU. Open: `+key=value`.
     override_transformer_config: Dict[str, Any] = field(default_factory=dict)
     # Build the model and map HF <-> Megatron weights through a model bridge (verl's default). False
-    # is refused: verl_lite has no bridge-less Megatron build (config/bridge_rules.py, docs/ascend.md).
+    # is refused: verl_lite has no bridge-less Megatron build (decisions/bridge_choice.py, docs/ascend.md).
     use_mbridge: bool = True
     # verl: with use_mbridge, True = the legacy `mbridge` package (refused unless it imports); False =
     # Megatron-Bridge's AutoBridge where installed, else verl_lite's own bridges (registry.BRIDGES).
@@ -186,7 +186,7 @@ class ModelConfig:
     # same log-probs as padded). null = auto: packed where the engine packs natively (torch engine:
     # attention-only models; Megatron: attention layers, and GDN layers with fla or the Ascend kernel),
     # padded otherwise (GDN layers on the torch rule, which True packs one sequence at a time). True is
-    # refused where it cannot be honoured (GDN models on the torch engine; see config/packing_rules.py).
+    # refused where it cannot be honoured (GDN models on the torch engine; see decisions/packing_mode.py).
     # verl's default is True. verl's megatron spelling <role>.megatron.use_remove_padding is the same key.
     use_remove_padding: Optional[bool] = None
     # Recompute activations in backward to save memory (transformers' gradient checkpointing);

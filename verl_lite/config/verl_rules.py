@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from verl_lite.config import optimizer_rules, roles, rules
+from verl_lite.config import roles, rules
+from verl_lite.decisions import optimizer_overrides
 from verl_lite.config.shapes import model_shape
 
 YET = "not supported by verl_lite yet"
@@ -60,7 +61,7 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
         problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
                         f"{YET}: it shards over all data-parallel ranks; set it to -1")
     problems += _token_budget_problems(cfg, role)
-    problems += optimizer_rules.role_problems(cfg, role, roles.strategy(cfg, role), _device(cfg))
+    problems += optimizer_overrides.role_problems(cfg, role, roles.strategy(cfg, role), _device(cfg))
     problems += _torch_compile_problems(cfg, role)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
     why = _remove_padding_blocker(cfg, role)
@@ -71,11 +72,11 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
 
 
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:
-    """Why an explicit use_remove_padding=True cannot run for the role, or None (config/packing_rules.py:
+    """Why an explicit use_remove_padding=True cannot run for the role, or None (decisions/packing_mode.py:
     null = auto packs where the engine can, True is refused only where it cannot)."""
-    from verl_lite.config import packing_rules
+    from verl_lite.decisions import packing_mode
 
-    return packing_rules.role_decision(cfg, role, _device(cfg)).refusal
+    return packing_mode.role_decision(cfg, role, _device(cfg)).refusal
 
 
 def _torch_compile_problems(cfg: Any, role: str) -> List[str]:
@@ -295,7 +296,7 @@ def verl_warnings(cfg: Any) -> List[str]:
                         "(set trainer.resume_mode=resume_path to resume from it)")
     warnings += _offload_warnings(cfg)
     for role in roles.active_roles(cfg):
-        warnings += optimizer_rules.role_warnings(cfg, role, roles.strategy(cfg, role), _device(cfg))
+        warnings += optimizer_overrides.role_warnings(cfg, role, roles.strategy(cfg, role), _device(cfg))
     warnings += _checkpoint_warnings(cfg)
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
     actor = cfg.actor_rollout_ref.actor

@@ -28,7 +28,7 @@ What an engine does (see `BaseEngine` for the batch contract):
 - `forward_backward()` runs megatron's pipeline schedule; outputs reach every pipeline stage.
 - `optimizer_step()` clips to `optim.clip_grad` itself (megatron's clip asserts CUDA tensors).
 
-Remove-padding (`model.use_remove_padding`, null = auto; config/packing_rules.py decides per engine,
+Remove-padding (`model.use_remove_padding`, null = auto; decisions/packing_mode.py decides per engine,
 device and GDN kernel): packed micro-batches are THD (`megatron_batch.prepare_packed_batch`: each
 sequence aligned to TP as verl's `preprocess_packed_seqs`, megatron's `PackedSeqParams`); attention
 layers get a core attention that takes them (`megatron_model.packed_core_attention`), GDN layers reset
@@ -125,7 +125,7 @@ class MegatronLMEngine(BaseEngine):
         self.hf_config = self._read_hf_config()
         hf_export.check_hf_model_possible(self, self.hf_config)  # save_contents=[hf_model]: fail now, not at a save
         # verl_lite's registry, Megatron-Bridge's AutoBridge or mbridge, as verl's use_mbridge/vanilla_mbridge
-        # say (config/bridge_rules.py); on npu MindSpeed-Bridge registers here, after the repatch above.
+        # say (decisions/bridge_choice.py); on npu MindSpeed-Bridge registers here, after the repatch above.
         selection = bridge_select.select_bridge(self.megatron_config, self.hf_config, self.device, self._model_dir(),
                                                 self.model_type, bool(self.model_config.trust_remote_code))
         if selection.external is not None:
@@ -159,15 +159,15 @@ class MegatronLMEngine(BaseEngine):
         self.eval_mode()
 
     def _decide_packing(self, gdn_kernel: Optional[str]) -> None:
-        """model.use_remove_padding for this engine (config/packing_rules.py: null = auto): packed where
+        """model.use_remove_padding for this engine (decisions/packing_mode.py: null = auto): packed where
         the attention and the GDN kernel take packed input; an explicit True that cannot be honoured
         raises with the reason."""
-        from verl_lite.config import packing_rules
+        from verl_lite.decisions import packing_mode
 
         te = None
         if self.compute_device == "cuda" and self.external is None:
             te = megatron_model.transformer_engine_attention() is not None
-        decision = packing_rules.decide_megatron(
+        decision = packing_mode.decide_megatron(
             self.model_config.use_remove_padding, self.device, gdn_kernel, self.transformer_overrides(),
             external=self.external is not None, te_installed=te)
         if decision.refusal:
@@ -177,8 +177,8 @@ class MegatronLMEngine(BaseEngine):
 
     def _external_gdn_kernel(self) -> Optional[str]:
         """The GDN kernel of a Megatron-Bridge / mbridge build of a Gated DeltaNet model (None otherwise),
-        as the real stack picks it (config/bridge_rules.gdn_kernel)."""
-        from verl_lite.config import bridge_rules
+        as the real stack picks it (config/bridge_choice.gdn_kernel)."""
+        from verl_lite.decisions import bridge_choice
         from verl_lite.models import is_gdn_model
 
         hf = self.hf_config.to_dict() if hasattr(self.hf_config, "to_dict") else dict(vars(self.hf_config))
@@ -186,7 +186,7 @@ class MegatronLMEngine(BaseEngine):
             return None
         from verl_lite.engine.megatron_gdn import fla_installed
 
-        return bridge_rules.gdn_kernel(self.device, self.transformer_overrides(), fla_installed())
+        return bridge_choice.gdn_kernel(self.device, self.transformer_overrides(), fla_installed())
 
     def _ensure_process_group(self) -> None:
         """Megatron needs torch.distributed. A multi-rank caller sets it up; one rank gets its own."""

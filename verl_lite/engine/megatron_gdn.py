@@ -8,7 +8,7 @@ builds Qwen3.5-style blocks only through Transformer Engine (its experimental bl
 keeps megatron's layer (its parameters, in/out projections, conv, gated output norm) and
 replaces its forward so that:
 
-- the GDN kernel is the one `select_gdn_kernel` chose for the run, as the Ascend/verl stack
+- the GDN kernel is the one `decisions.bridge_choice.gdn_kernel` chose for the run, as the Ascend/verl stack
   chooses it: Triton `fla.chunk_gated_delta_rule` when `fla` is installed and `use_triton_gdn`
   (default True) on a cuda/npu device; the Ascend kernel (`flash_gated_delta_rule`, AscendC ops
   of flash-linear-attention-npu as shipped by MindSpeed-MM) when `use_ascend_gdn` on npu; else
@@ -22,7 +22,7 @@ replaces its forward so that:
 - packed (THD) input with `cu_seqlens` (remove-padding): fla and the Ascend kernel take cu_seqlens
   and start each sequence from a zero state; the torch rule takes none, so it runs once per packed
   sequence (initial state None each time: the same reset, in a loop). The conv runs per packed
-  segment. Which of them auto packs: config/packing_rules.py.
+  segment. Which of them auto packs: decisions/packing_mode.py.
 
 The l2norm of q/k is fla's form (x / sqrt(sum(x^2) + 1e-6)); the fla kernel path uses fla's own.
 Nothing here is CPU-specific: the same modules run on cuda/npu when the torch or Ascend kernel is
@@ -38,12 +38,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from verl_lite.decisions.bridge_choice import FLA, GDN_KERNELS
 from verl_lite.engine.megatron_norm import RMSNorm
 from verl_lite.models.hf import auto_chunk_size
 
 logger = logging.getLogger(__name__)
 
-GDN_KERNELS = ("fla", "ascend", "torch")
 # Where the Ascend GDN kernel's Python entry lives (MindSpeed-MM, mindspeed_mm/fsdp/ops/gdn/
 # flash_gated_delta_rule.py: q/k/v [B, H, T, D] in fp16/bf16, g/beta [B, T, H], optional
 # cu_seqlens with B = 1; returns o [B, T, H, V] and the final state).
@@ -75,45 +75,6 @@ def fla_installed() -> bool:
         return True
     except Exception:  # ImportError, or a Triton without a driver
         return False
-
-
-def _switch(value: Any, default: bool) -> bool:
-    if value is None:
-        return default
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
-def select_gdn_kernel(use_triton_gdn: Any, use_ascend_gdn: Any, device: str,
-                      have_fla: Optional[bool] = None) -> str:
-    """"fla" | "ascend" | "torch" for a run on `device` (cpu, cuda, npu), from the two switches of
-    `override_transformer_config` and whether `fla` imports (`have_fla`; looked up when None).
-
-    The order is the real stack's: fla when installed and use_triton_gdn (default True), then the
-    Ascend kernel when use_ascend_gdn, else the torch rule. fla is Triton: never chosen on cpu.
-    use_ascend_gdn=True off npu is refused (the kernel is AscendC)."""
-    if device not in ("cpu", "cuda", "npu"):
-        raise ValueError(f"device {device!r} is not one of cpu, cuda, npu")
-    triton, ascend = _switch(use_triton_gdn, True), _switch(use_ascend_gdn, False)
-    if ascend and device != "npu":
-        raise ValueError(
-            f"use_ascend_gdn=True selects the Ascend GDN kernel (AscendC, npu only) but the device is {device}: "
-            f"remove override_transformer_config.use_ascend_gdn, or run with trainer.device=npu"
-        )
-    if triton and device != "cpu" and (fla_installed() if have_fla is None else have_fla):
-        return "fla"
-    if ascend:
-        return "ascend"
-    return "torch"
-
-
-def kernel_takes_packed_input(kernel: str) -> bool:
-    """Whether a GDN kernel takes packed (THD) sequences with cu_seqlens itself: fla and Ascend do (the
-    layer runs the torch rule once per packed sequence instead)."""
-    if kernel not in GDN_KERNELS:
-        raise ValueError(f"GDN kernel {kernel!r} is not one of {', '.join(GDN_KERNELS)}")
-    return kernel != "torch"
 
 
 def torch_l2norm(x: torch.Tensor, dim: int = -1, eps: float = FLA_L2NORM_EPS) -> torch.Tensor:
@@ -186,7 +147,7 @@ def _build_layer_class() -> type:
                     f"GatedDeltaLayer: config.gdn_kernel={kernel!r}; expected one of {', '.join(GDN_KERNELS)} "
                     f"(set by verl_lite.engine.megatron_model.transformer_config)"
                 )
-            if kernel == "fla" and not gdn.HAVE_FLA:
+            if kernel == FLA and not gdn.HAVE_FLA:
                 raise ImportError("gdn_kernel='fla' needs flash-linear-attention (pip install flash-linear-attention)")
             saved = gdn.HAVE_FLA
             gdn.HAVE_FLA = True  # megatron refuses to build the layer without fla; only fla's kernel needs it
@@ -217,7 +178,7 @@ def _build_layer_class() -> type:
                     query, key, value, g=g, beta=beta, chunk_size=chunk, initial_state=None,
                     output_final_state=False, use_qk_l2norm_in_kernel=False)
                 return out
-            if self.gdn_kernel == "fla":
+            if self.gdn_kernel == FLA:
                 out, _ = gdn.chunk_gated_delta_rule(
                     query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
                     use_qk_l2norm_in_kernel=False, cu_seqlens=cu_seqlens)
@@ -270,7 +231,7 @@ def _build_layer_class() -> type:
             key = key.reshape(batch, seq_len, -1, self.key_head_dim)
             value = value.reshape(batch, seq_len, -1, self.value_head_dim)
             if self.use_qk_l2norm:
-                norm = gdn.l2norm if self.gdn_kernel == "fla" else torch_l2norm
+                norm = gdn.l2norm if self.gdn_kernel == FLA else torch_l2norm
                 query, key = norm(query.contiguous()), norm(key.contiguous())
             repeat = self.num_value_heads // self.num_key_heads
             if repeat > 1:

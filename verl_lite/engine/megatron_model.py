@@ -62,13 +62,18 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
         if key not in fields:
             setattr(config, key, value)
     if kwargs.get("experimental_attention_variant") == "gated_delta_net":
-        from verl_lite.engine.megatron_gdn import select_gdn_kernel
+        from verl_lite.decisions.bridge_choice import ascend_gdn_problem, gdn_kernel
+        from verl_lite.engine.megatron_gdn import fla_installed
 
         if gdn_chunk_size is not None and int(gdn_chunk_size) < 1:
             raise ValueError(f"linear_attention_chunk_size={gdn_chunk_size!r} must be a positive integer or null (auto)")
         config.gdn_chunk_size = None if gdn_chunk_size is None else int(gdn_chunk_size)
-        config.gdn_kernel = select_gdn_kernel(getattr(config, "use_triton_gdn", None),
-                                              getattr(config, "use_ascend_gdn", None), device or compute_device)
+        switches = {k: getattr(config, k, None) for k in ("use_triton_gdn", "use_ascend_gdn")}
+        problem = ascend_gdn_problem(device or compute_device, switches)
+        if problem:
+            raise ValueError(problem)
+        config.gdn_kernel = gdn_kernel(device or compute_device, switches,
+                                       have_fla=fla_installed())
         logger.info("%s: Gated DeltaNet kernel %r (use_triton_gdn=%s, use_ascend_gdn=%s, device %s)", role,
                     config.gdn_kernel, getattr(config, "use_triton_gdn", None), getattr(config, "use_ascend_gdn", None),
                     device or compute_device)

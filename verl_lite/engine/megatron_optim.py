@@ -7,7 +7,7 @@ the optimizer steps. `optim.clip_grad` is the one clip setting, as in verl 0.9's
 
 `optim.override_optimizer_config` (verl's Megatron optimizer overrides) is merged into the
 OptimizerConfig field by field, as verl's `init_megatron_optim_config` does, after the preflight's
-checks (`config/optimizer_rules.py`) are repeated against the installed megatron-core. On a cpu
+checks (`decisions/optimizer_overrides.py`) are repeated against the installed megatron-core. On a cpu
 engine the CPU optimizer offload fields are left out: megatron's HybridDeviceOptimizer moves Adam's
 state and step to host memory, where a cpu engine keeps them already (and it needs CUDA streams).
 """
@@ -22,7 +22,7 @@ from typing import Any, List, Tuple
 
 import torch
 
-from verl_lite.config import optimizer_rules
+from verl_lite.decisions import optimizer_overrides
 from verl_lite.config.schema import OptimConfig
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
     # the role's section, for messages: actor_rollout_ref.actor.optim..., critic.optim...
     section = "critic" if role == "critic" else f"actor_rollout_ref.{role}"
     try:
-        overrides = optimizer_rules.engine_overrides(items, device, fields, prefix=section)
+        overrides = optimizer_overrides.engine_overrides(items, device, fields, prefix=section)
     except ValueError as e:
         raise ValueError(f"{role}: {e}") from e
     left_out = sorted(set(items) - set(overrides))

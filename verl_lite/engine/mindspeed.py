@@ -8,7 +8,7 @@ patches, so the order is fixed here:
    argparse defaults only), before anything imports megatron. Missing MindSpeed raises an
    ImportError that says what to install.
 2. Device-mesh init calls `repatch(plan)` *before* `initialize_model_parallel`, with the plan from
-   `verl_lite.repatch.build_repatch_dict` (attention backend as `AttnBackend`, flash attention off
+   `verl_lite.decisions.repatch.build_repatch_dict` (attention backend as `AttnBackend`, flash attention off
    when the batch-invariant kernel is on, `context_parallel_size` when > 1). After the parallel
    init the context-parallel ring wrapper could no longer be registered.
 3. MindSpeed's patches are process-wide. The first engine of a process applies its plan; later
@@ -22,7 +22,7 @@ patches, so the order is fixed here:
 5. Remove-padding: packed (THD) micro-batches reach megatron's DotProductAttention, whose forward
    MindSpeed's flash attention (`use_flash_attn`, on by default in the plan) replaces with one taking
    TND input and cu_seqlens; with it off, or with the batch-invariant attention, an explicit
-   use_remove_padding=True is refused and auto runs padded (config/packing_rules.py). GDN layers
+   use_remove_padding=True is refused and auto runs padded (decisions/packing_mode.py). GDN layers
    pack through the Ascend kernel (`use_ascend_gdn=True`) with cu_seqlens.
 
 Tests run these engines on CPU: `MindSpeedEngineMixin.internals_device = "cpu"` (set by the test,
@@ -39,7 +39,8 @@ import sys
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
-from verl_lite.repatch import build_repatch_dict, truthy
+from verl_lite.decisions.repatch import build_repatch_dict
+from verl_lite.decisions.switches import switch
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ class MindSpeedEngineMixin:
         return dict(_APPLIED[1]) if _APPLIED else self.repatch_plan()
 
     def _fp8_reuse_on(self) -> bool:
-        return truthy(self.transformer_overrides().get("fp8_reuse_quantized_weight", False))
+        return switch(self.transformer_overrides().get("fp8_reuse_quantized_weight", False))
 
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         if model and self._fp8_reuse_on():

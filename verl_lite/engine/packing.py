@@ -6,7 +6,7 @@ attention mask is given, and its attention masks keep them apart (block-causal).
 attention layers only: transformers' Gated DeltaNet layers (Qwen3.5, Qwen3-Next) carry their
 recurrent state from one packed sequence into the next on this path, so GDN models run padded
 (`packing_problem` says why; the preflight refuses an explicit True for them). `decide` resolves
-model.use_remove_padding (null = auto: packed for attention-only models; config/packing_rules.py).
+model.use_remove_padding (null = auto: packed for attention-only models; decisions/packing_mode.py).
 
 Outputs are scattered back into a zero tensor of the padded shape, so the engine's slicing of the
 response columns is the same as for a padded forward.
@@ -33,9 +33,9 @@ def packing_problem(hf_config: Any) -> Optional[str]:
 def decide(role: str, setting: Any, hf_config: Any) -> bool:
     """Whether the torch engine packs for `setting` (True / False / None = auto) and this model; an
     explicit True for a model that cannot pack raises with the reason."""
-    from verl_lite.config import packing_rules
+    from verl_lite.decisions import packing_mode
 
-    decision = packing_rules.decide_torch(setting, packing_problem(hf_config) is not None)
+    decision = packing_mode.decide_torch(setting, packing_problem(hf_config) is not None)
     if decision.refusal:
         raise ValueError(f"{role}: model.use_remove_padding=True is not supported here: {decision.refusal}")
     return decision.packed

@@ -1,4 +1,4 @@
-"""The engine side of the bridge choice made by `verl_lite.config.bridge_rules.choose_bridge` (the
+"""The engine side of the bridge choice made by `verl_lite.decisions.bridge_choice.choose_bridge` (the
 same function the preflight calls): verl_lite's own registry, Megatron-Bridge's AutoBridge, or the
 legacy mbridge package, and MindSpeed-Bridge's registration on npu.
 
@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from verl_lite.config import bridge_rules
+from verl_lite.decisions import bridge_choice
 from verl_lite.engine.bridges.base import ModelBridge, UnsupportedModelError
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def import_mindspeed_bridge() -> None:
 class MegatronBridgeBuild:
     """Megatron-Bridge's AutoBridge: model build from the provider, HF weights in and out."""
 
-    kind = bridge_rules.MEGATRON_BRIDGE
+    kind = bridge_choice.MEGATRON_BRIDGE
 
     def __init__(self, model_dir: str, trust_remote_code: bool = False):
         from megatron.bridge import AutoBridge
@@ -112,7 +112,7 @@ class MegatronBridgeBuild:
 class MBridgeBuild:
     """The legacy mbridge package (verl's vanilla_mbridge=True path)."""
 
-    kind = bridge_rules.MBRIDGE
+    kind = bridge_choice.MBRIDGE
 
     def __init__(self, model_dir: str, hf_config: Any):
         from mbridge import AutoBridge
@@ -144,7 +144,7 @@ class MBridgeBuild:
 
 @dataclass
 class Selection:
-    choice: bridge_rules.BridgeChoice
+    choice: bridge_choice.BridgeChoice
     bridge: Optional[ModelBridge] = None
     external: Any = None  # MegatronBridgeBuild | MBridgeBuild
 
@@ -159,19 +159,19 @@ def select_bridge(megatron_config: Any, hf_config: Any, device: str, model_dir: 
 
     hf = _as_dict(hf_config)
     try:
-        choice = bridge_rules.choose_bridge(
+        choice = bridge_choice.choose_bridge(
             "megatron", megatron_config, hf, device,
-            bridge_rules.installed_here() if installed is None else installed, [k[0] for k in BRIDGES.keys()],
+            bridge_choice.installed_here() if installed is None else installed, [k[0] for k in BRIDGES.keys()],
             value_model=model_type == "value_model")
-    except bridge_rules.BridgeRefusal as e:
+    except bridge_choice.BridgeRefusal as e:
         raise UnsupportedModelError(str(e)) from e
-    if choice.kind == bridge_rules.VERL_LITE:
+    if choice.kind == bridge_choice.VERL_LITE:
         from verl_lite.engine.bridges import bridge_for
 
         return Selection(choice, bridge=bridge_for(hf_config))
     if choice.mindspeed_bridge:
         import_mindspeed_bridge()
-    if choice.kind == bridge_rules.MEGATRON_BRIDGE:
+    if choice.kind == bridge_choice.MEGATRON_BRIDGE:
         return Selection(choice, external=MegatronBridgeBuild(model_dir, trust_remote_code))
     return Selection(choice, external=MBridgeBuild(model_dir, hf_config))
 

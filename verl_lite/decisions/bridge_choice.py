@@ -26,7 +26,7 @@ GDN kernel per layer (the real stack's order):
   `chunk_gated_delta_rule`; elif `use_ascend_gdn` -> Ascend `flash_gated_delta_rule`
   (flash-linear-attention-npu); else the pure-torch rule. Packed (THD) sequences need `cu_seqlens`:
   the Triton and Ascend kernels take them, the torch rule does not (verl_lite's GDN layer then runs it
-  once per packed sequence; which of them remove-padding uses: `packing_rules`).
+  once per packed sequence; which of them remove-padding uses: `packing_mode`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from verl_lite.repatch import truthy
+from verl_lite.decisions.switches import switch
 
 VERL_LITE = "verl_lite"
 MEGATRON_BRIDGE = "megatron_bridge"
@@ -55,11 +55,13 @@ PACKAGES = {
 # Distribution names of the dotted modules, for installs that sys.path does not show.
 DISTRIBUTIONS = {"megatron.bridge": ("megatron-bridge", "megatron_bridge")}
 
-TRITON_FLA = "triton_fla"
+# The GDN kernels, as the engine's GatedDeltaLayer takes them in `config.gdn_kernel`.
+FLA = "fla"
 ASCEND = "ascend"
 TORCH = "torch"
+GDN_KERNELS = (FLA, ASCEND, TORCH)
 KERNEL_NAMES = {
-    TRITON_FLA: "Triton fla chunk_gated_delta_rule",
+    FLA: "Triton fla chunk_gated_delta_rule",
     ASCEND: "Ascend flash_gated_delta_rule (flash-linear-attention-npu)",
     TORCH: "pure-torch gated delta rule",
 }
@@ -106,7 +108,7 @@ def overrides_of(megatron: Any) -> Dict[str, Any]:
 
 def mindspeed_bridge_requested(device: str, overrides: Mapping[str, Any]) -> bool:
     """On npu, `use_ascend_gdn=True` is what USE_MINDSPEED_BRIDGE=True sets."""
-    return device == "npu" and truthy(overrides.get("use_ascend_gdn"))
+    return device == "npu" and switch(overrides.get("use_ascend_gdn"))
 
 
 def architectures_of(hf: Optional[Mapping[str, Any]]) -> List[str]:
@@ -137,8 +139,8 @@ def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], d
 
 def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device: str,
             installed: Mapping[str, bool], registered: Iterable[str], nodes_elsewhere: bool) -> BridgeChoice:
-    use_mbridge = truthy(_setting(megatron, "use_mbridge", True))
-    vanilla = truthy(_setting(megatron, "vanilla_mbridge", False))
+    use_mbridge = switch(_setting(megatron, "use_mbridge", True))
+    vanilla = switch(_setting(megatron, "vanilla_mbridge", False))
     ms_bridge = mindspeed_bridge_requested(device, overrides_of(megatron))
     asked = architectures_of(hf)
     if not use_mbridge:
@@ -219,11 +221,34 @@ def installed_here() -> Dict[str, bool]:
     return {name: module_installed(name) for name in PACKAGES}
 
 
-def gdn_kernel(device: str, overrides: Mapping[str, Any], fla_installed: bool) -> str:
-    """TRITON_FLA, ASCEND or TORCH, as the real stack picks per GDN layer."""
-    triton_on = truthy(overrides.get("use_triton_gdn", True))
-    if triton_on and fla_installed and device in ("cuda", "npu"):
-        return TRITON_FLA
-    if truthy(overrides.get("use_ascend_gdn")) and device == "npu":
+def gdn_kernel(device: str, overrides: Mapping[str, Any], have_fla: bool) -> str:
+    """FLA, ASCEND or TORCH: the GDN kernel of a run on `device` (cpu, cuda, npu) from the two switches
+    of `override_transformer_config` and whether `fla` imports where the layers run (`have_fla`).
+
+    The order is the real stack's: fla when installed and use_triton_gdn (default True, megatron-core's
+    own behaviour), then the Ascend kernel when use_ascend_gdn on npu, else the torch rule. fla is
+    Triton: never chosen on cpu. use_ascend_gdn=True off npu is a problem of its own
+    (`ascend_gdn_problem`), refused by the preflight and the engine."""
+    if device not in ("cpu", "cuda", "npu"):
+        raise ValueError(f"device {device!r} is not one of cpu, cuda, npu")
+    if switch(overrides.get("use_triton_gdn"), True) and have_fla and device != "cpu":
+        return FLA
+    if switch(overrides.get("use_ascend_gdn")) and device == "npu":
         return ASCEND
     return TORCH
+
+
+def ascend_gdn_problem(device: str, overrides: Mapping[str, Any]) -> Optional[str]:
+    """use_ascend_gdn=True selects an AscendC kernel: refused off npu."""
+    if switch(overrides.get("use_ascend_gdn")) and device != "npu":
+        return (f"use_ascend_gdn=True selects the Ascend GDN kernel (AscendC, npu only) but the device is {device}: "
+                f"remove override_transformer_config.use_ascend_gdn, or run with trainer.device=npu")
+    return None
+
+
+def kernel_takes_packed_input(kernel: str) -> bool:
+    """Whether a GDN kernel takes packed (THD) sequences with cu_seqlens itself: fla and Ascend do (the
+    layer runs the torch rule once per packed sequence instead)."""
+    if kernel not in GDN_KERNELS:
+        raise ValueError(f"GDN kernel {kernel!r} is not one of {', '.join(GDN_KERNELS)}")
+    return kernel != TORCH

@@ -37,12 +37,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from verl_lite.repatch import truthy
+from verl_lite.config import roles
+from verl_lite.config.shapes import model_shape
+from verl_lite.decisions import bridge_choice
+from verl_lite.decisions.switches import switch, tri_state
+from verl_lite.models import is_gdn_model
 
-# GDN kernel names as engine/megatron_gdn.py ("fla") and config/bridge_rules.py ("triton_fla") use them
-NATIVE_GDN_KERNELS = {"fla": "Triton fla (cu_seqlens)", "triton_fla": "Triton fla (cu_seqlens)",
-                      "ascend": "the Ascend kernel (cu_seqlens)"}
-TORCH_RULE = "torch"
+# How a GDN kernel that takes cu_seqlens itself (`bridge_choice.kernel_takes_packed_input`) packs.
+NATIVE_GDN_KERNELS = {bridge_choice.FLA: "Triton fla (cu_seqlens)", bridge_choice.ASCEND: "the Ascend kernel (cu_seqlens)"}
 
 
 @dataclass(frozen=True)
@@ -53,17 +55,6 @@ class Decision:
     packed: bool
     why: str
     refusal: Optional[str] = None
-
-
-def _setting(value: Any) -> Optional[bool]:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("", "null", "none", "auto"):
-            return None
-        return text in ("1", "true", "yes", "on")
-    return bool(value)
 
 
 def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not: str) -> Decision:
@@ -83,12 +74,12 @@ def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not:
 def decide_torch(setting: Any, gdn: bool) -> Decision:
     """The torch (fsdp) engine: transformers packs attention layers, not its GDN layers."""
     if gdn:
-        return _finish(_setting(setting), False, False, "",
+        return _finish(tri_state(setting), False, False, "",
                        "remove-padding for Gated DeltaNet models (Qwen3.5) on the torch engine is not supported by "
                        "verl_lite: transformers' Gated DeltaNet layers carry their recurrent state across packed "
                        "sequences, so these models run padded; set it to False (or leave it null: auto runs them "
                        "padded), or use strategy=megatron, which packs them")
-    return _finish(_setting(setting), True, True, "transformers' attention keeps packed sequences apart", "")
+    return _finish(tri_state(setting), True, True, "transformers' attention keeps packed sequences apart", "")
 
 
 def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
@@ -97,7 +88,7 @@ def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overri
     for an attention-only model. `external`: the model is built by Megatron-Bridge / mbridge.
     `te_installed`: whether Transformer Engine imports (cuda with verl_lite's own layer specs); None =
     not known here (the preflight): assumed, and the engine decides on the node."""
-    setting = _setting(setting)
+    setting = tri_state(setting)
     if device == "cpu":
         if external:
             return _finish(setting, False, False, "", "a Megatron-Bridge / mbridge model on cpu has no packed "
@@ -113,11 +104,11 @@ def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overri
         if not external and te_installed is None:
             attention += " where it imports on the nodes (the engine runs auto padded, and refuses True, without it)"
     elif device == "npu":
-        if truthy(overrides.get("use_flash_attn_npu_batch_invariant")):
+        if switch(overrides.get("use_flash_attn_npu_batch_invariant")):
             return _finish(setting, False, False, "", "use_flash_attn_npu_batch_invariant replaces MindSpeed's "
                            "flash attention, which is what takes packed (TND) input; set "
                            "use_remove_padding=False or turn the batch-invariant attention off")
-        if "use_flash_attn" in overrides and not truthy(overrides.get("use_flash_attn")):
+        if "use_flash_attn" in overrides and not switch(overrides.get("use_flash_attn")):
             return _finish(setting, False, False, "", "use_flash_attn=False: megatron's local attention takes no "
                            "packed (TND) input, MindSpeed's flash attention does; set use_flash_attn=True or "
                            "use_remove_padding=False")
@@ -126,13 +117,11 @@ def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overri
         raise ValueError(f"device {device!r} is not one of cpu, cuda, npu")
     if gdn_kernel is None:
         return _finish(setting, True, True, attention, "")
-    if gdn_kernel in NATIVE_GDN_KERNELS:
+    if bridge_choice.kernel_takes_packed_input(gdn_kernel):
         return _finish(setting, True, True, f"{attention}; GDN layers: {NATIVE_GDN_KERNELS[gdn_kernel]}", "")
-    if gdn_kernel == TORCH_RULE:
-        return _finish(setting, True, False,
-                       f"{attention}; GDN layers: the torch rule takes no cu_seqlens, packed it runs once per "
-                       f"sequence (recurrent state reset at each)", "")
-    raise ValueError(f"GDN kernel {gdn_kernel!r} is not one of {', '.join(list(NATIVE_GDN_KERNELS) + [TORCH_RULE])}")
+    return _finish(setting, True, False,
+                   f"{attention}; GDN layers: the torch rule takes no cu_seqlens, packed it runs once per "
+                   f"sequence (recurrent state reset at each)", "")
 
 
 def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> Decision:
@@ -141,18 +130,14 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
     Gated DeltaNet models on megatron, the GDN kernel the switches pick with the packages installed
     here (on the training nodes the engine decides with theirs). `external`: the role's model is built
     by Megatron-Bridge / mbridge (the summary knows; the problem list assumes verl_lite's own bridge)."""
-    from verl_lite.config import bridge_rules, roles
-    from verl_lite.config.shapes import model_shape
-    from verl_lite.models import is_gdn_model
-
     setting = roles.model_section(cfg, role).use_remove_padding
     shape = model_shape(roles.model_path(cfg, role))
     gdn = shape is not None and is_gdn_model(shape.hf)
     if roles.strategy(cfg, role) != "megatron":
         return decide_torch(setting, gdn)
     megatron = roles.section(cfg, role).megatron
-    overrides = bridge_rules.overrides_of(megatron)
+    overrides = bridge_choice.overrides_of(megatron)
     kernel = None
     if gdn:
-        kernel = bridge_rules.gdn_kernel(device, overrides, bridge_rules.installed_here()["fla"])
+        kernel = bridge_choice.gdn_kernel(device, overrides, bridge_choice.installed_here()["fla"])
     return decide_megatron(setting, device, kernel, overrides, external=external)

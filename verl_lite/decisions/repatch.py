@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Optional
 
+from verl_lite.decisions.switches import switch
+
 logger = logging.getLogger(__name__)
 
 # Members of megatron.core.transformer.enums.AttnBackend (core 0.12 - 0.18).
@@ -75,13 +77,6 @@ def _as_plain_dict(node: Any) -> Dict[str, Any]:
     return dict(vars(node))
 
 
-def truthy(value: Any) -> bool:
-    """A switch inside an open dict (`override_transformer_config`): a bool, or a string a user typed."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
 def build_repatch_dict(
     megatron_cfg: Any,
     resolve_attn_backend: Optional[Callable[[str], Any]] = None,
@@ -107,8 +102,8 @@ def build_repatch_dict(
     elif isinstance(backend, AttnBackendRef) and resolve_attn_backend is not None:
         plan["attention_backend"] = resolve_attn_backend(backend.name)
 
-    if truthy(plan.get("use_flash_attn_npu_batch_invariant", False)):
-        if truthy(plan.get("use_flash_attn", False)):
+    if switch(plan.get("use_flash_attn_npu_batch_invariant", False)):
+        if switch(plan.get("use_flash_attn", False)):
             logger.warning(
                 "use_flash_attn_npu_batch_invariant=True replaces DotProductAttention.forward; "
                 "forcing use_flash_attn=False (both on raises 'the patch of forward exist !')"
