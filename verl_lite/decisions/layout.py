@@ -1,0 +1,39 @@
+"""Layout arithmetic that the preflight and the Megatron engines both decide, each rule once: the
+devices against the model-parallel span, a head count against TP, and MoE training at TP > 1 without
+sequence parallelism. Each function returns the message (or None), so the preflight lists it with
+the role's name and the engine raises it: the two can never disagree.
+
+The launcher (`launch/lib.sh:vl_divides`) checks the env-var arithmetic (TP*PP*CP against the
+devices) before any Python runs, naming the env vars a user edits; it is the shell's own first
+pass, and the preflight's answer (this module) is what decides."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def span_problem(world: int, what: str, sizes: str, span: int, where: str) -> Optional[str]:
+    """`world` devices against a product of parallel sizes: `what` names the product (e.g. "TP*PP*CP"),
+    `sizes` its factors ("2*1*1"), `where` the keys a user sets."""
+    if span < 1 or world % span == 0:
+        return None
+    return f"is not divisible by {what} = {sizes} = {span} ({where}): {world} % {span} = {world % span}"
+
+
+def heads_problem(count: int, tp: int) -> Optional[str]:
+    """A head count (or another size split over TP ranks) that TP does not divide."""
+    if not count or tp < 1 or count % tp == 0:
+        return None
+    return f"{count} % {tp} = {count % tp}"
+
+
+def moe_sequence_parallel_problem(experts: Optional[int], tp: int, sequence_parallel: bool, prefix: str) -> Optional[str]:
+    """megatron-core's MoE layer refuses to train with TP > 1 without sequence parallelism (a ValueError
+    in its training forward, moe_layer.py). `prefix`: the role's megatron section
+    (e.g. actor_rollout_ref.actor.megatron), named in the fix."""
+    if not experts or tp <= 1 or sequence_parallel:
+        return None
+    return (f"training an MoE model ({experts} experts) with {prefix}.tensor_model_parallel_size={tp} needs Megatron "
+            f"sequence parallelism (megatron-core's MoE layer refuses TP > 1 without it): set "
+            f"{prefix}.sequence_parallel=True (verl's default), or {prefix}.tensor_model_parallel_size=1 and split "
+            f"the experts with {prefix}.expert_model_parallel_size")
