@@ -500,3 +500,13 @@ def test_kl_controller_errors_name_the_setting():
         ca.get_kl_controller(_KLCtrl("pid"))
     with pytest.raises(ValueError, match="kl_ctrl.horizon=0"):
         ca.get_kl_controller(_KLCtrl("adaptive", horizon=0))
+
+
+def test_every_policy_loss_mode_the_config_accepts_has_one_registered_loss():
+    from verl_lite.config.choices import POLICY_LOSS_MODES
+
+    assert tuple(ca.POLICY_LOSSES) == POLICY_LOSS_MODES
+    with pytest.raises(ValueError, match="registered twice"):
+        ca.register_policy_loss("vanilla")(lambda *a, **k: {})
+    with pytest.raises(ValueError, match="loss_mode='cispo' is not supported: choose one of vanilla, gspo, geo_mean"):
+        ca.compute_policy_loss("cispo", *([torch.zeros(1, 1)] * 4))

@@ -22,6 +22,9 @@ LOSS_AGG_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
+# actor.policy_loss.loss_mode: verl's names of the policy losses verl_lite computes
+# (trainer/core_algos.py registers one function under each).
+POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
 
 # Each KL estimator name and the aliases verl accepts for it (http://joschu.net/blog/kl-approx.html);
 # any of them may end in "+" (the forward value of that estimator, the gradient of k2).

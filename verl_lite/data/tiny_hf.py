@@ -27,6 +27,7 @@ import os
 import random
 import sys
 from typing import Any, Dict, Iterable, List, Optional
+from verl_lite.models import read_hf_config, resolve_model_dir
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -104,8 +105,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512):
 
 def make_model_dir(out_dir: str, vocab_size: int = 512, seed: int = 0) -> str:
     """A model directory: the tiny Qwen3.5 config fitted to a locally trained BPE tokenizer."""
-    from verl_lite.models import read_hf_config, resolve_model_dir
-
     tokenizer = train_tokenizer(corpus(seed=seed), vocab_size)
     config: Dict[str, Any] = dict(read_hf_config(resolve_model_dir(BASE_MODEL)) or {})
     if not config:

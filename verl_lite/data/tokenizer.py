@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Dict, List, Optional, Sequence
+from verl_lite.models import resolve_model_dir
 
 CHAR_TOKENIZER_FILE = "char_tokenizer.json"
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -71,8 +72,6 @@ class CharTokenizer:
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
     """The tokenizer stored in a model directory: char_tokenizer.json, else HF tokenizer files."""
-    from verl_lite.models import resolve_model_dir
-
     resolved = resolve_model_dir(path)
     char_file = os.path.join(resolved, CHAR_TOKENIZER_FILE)
     if os.path.isfile(char_file):
@@ -109,8 +108,6 @@ def has_chat_template_file(resolved: str) -> bool:
 def tokenizer_problem(path: Optional[str], needs_chat_template: bool = False) -> Optional[str]:
     """None if load_tokenizer(path) will find a tokenizer (with a chat template when
     `needs_chat_template`), else the reason (no heavy imports)."""
-    from verl_lite.models import resolve_model_dir
-
     resolved = resolve_model_dir(path or "")
     if os.path.isfile(os.path.join(resolved, CHAR_TOKENIZER_FILE)):
         return None  # the char tokenizer has its own fixed template

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from verl_lite.reward import gsm8k
 from verl_lite.reward import math as math_reward
+from verl_lite.reward.custom import load_custom_reward_fn
 
 # The data_source names the default reward scores, as verl's default_compute_score routes them
 # ("gsm8k" alone is verl_lite's own short name), and the prefix of the synthetic tasks.
@@ -93,8 +94,6 @@ class RewardManager:
         """The manager for `custom_reward_function.path/name`; no path means the default rule rewards."""
         if not path:
             return cls()
-        from verl_lite.reward.custom import load_custom_reward_fn
-
         return cls(load_custom_reward_fn(path, name))
 
     def __call__(

@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 from typing import Any, Dict, List, Optional
+from verl_lite.data.dataset import BatchSampler
 
 
 class ChunkBuffer:
     def __init__(self, n_prompts: int, batch_size: int, seed: int, shuffle: bool, capacity_groups: int,
                  chunk_groups: int, sampler_state: Optional[Dict[str, Any]] = None):
-        from verl_lite.data.dataset import BatchSampler
-
         if chunk_groups < 1 or capacity_groups < chunk_groups:
             raise ValueError(f"queue capacity {capacity_groups} groups cannot hold a chunk of {chunk_groups} groups")
         self.sampler = BatchSampler(n_prompts, batch_size, seed, shuffle)

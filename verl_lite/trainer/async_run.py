@@ -27,9 +27,15 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from verl_lite.batch import batch_size, concat, select
 from verl_lite.faults import fault_point
-from verl_lite.trainer.checkpoint import DRIVER_STATE
+from verl_lite.trainer import core_algos
+from verl_lite.trainer.async_buffer import ChunkBuffer
+from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
+from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_into_workers
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
+from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
+from verl_lite.trainer.worker_group import WorkerGroup, _short, worker_resources
 
 logger = logging.getLogger("verl_lite")
 
@@ -54,9 +60,6 @@ class RolloutPool:
                  val_examples: List[Any], call_timeout_s: Optional[float], init_timeout_s: float = 600.0):
         import ray
 
-        from verl_lite.trainer.async_workers import RolloutWorker
-        from verl_lite.trainer.worker_group import worker_resources
-
         self.timeout = call_timeout_s
         # A replica holds rollout.tensor_model_parallel_size devices (vllm runs its TP workers on them).
         tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
@@ -77,8 +80,6 @@ class RolloutPool:
             try:
                 ray.get(ref)
             except Exception as e:
-                from verl_lite.trainer.worker_group import _short
-
                 raise RolloutError(f"rollout replica {refs.index(ref)} failed in {method}: {_short(e)}") from e
         if pending:
             raise RolloutError(f"rollout replicas {[refs.index(p) for p in pending]} did not answer {method} within "
@@ -104,8 +105,6 @@ class RolloutPool:
             try:
                 ray.get(ref)
             except Exception as e:
-                from verl_lite.trainer.worker_group import _short
-
                 raise RolloutError(f"rollout replica {replica} stopped generating: {_short(e)}") from e
             raise RolloutError(f"rollout replica {replica} stopped generating without an error (was it stopped?)")
 
@@ -131,8 +130,6 @@ class RolloutPool:
 
 def split_groups(chunk: Dict[str, Any], n: int) -> List[Dict[str, Any]]:
     """A chunk's prompt groups (n rows each) with the oldest weight version that generated them."""
-    from verl_lite.batch import batch_size, select
-
     groups = []
     for start in range(0, batch_size(chunk), n):
         data = select(chunk, range(start, start + n))
@@ -143,8 +140,6 @@ def split_groups(chunk: Dict[str, Any], n: int) -> List[Dict[str, Any]]:
 
 def merge_groups(groups: List[Dict[str, Any]]) -> Dict[str, Any]:
     """One batch from groups; the shared left padding of the prompts is trimmed."""
-    from verl_lite.batch import concat
-
     batch = concat([g["data"] for g in groups])
     width = batch["prompts"].shape[1]
     used = (batch["attention_mask"][:, :width].sum(0) > 0).nonzero()
@@ -157,8 +152,6 @@ def merge_groups(groups: List[Dict[str, Any]]) -> Dict[str, Any]:
 class AsyncTrainer(StepLoop):
     def __init__(self, cfg: Any, train_wg: Any, pool: RolloutPool, buffer: Any, tracking: Any, out_dir: str,
                  state: Dict[str, Any], total_steps: int, stop: Optional[StopRequest] = None):
-        from verl_lite.trainer.checkpoint import CheckpointManager
-
         self.cfg, self.train_wg, self.pool, self.buffer = cfg, train_wg, pool, buffer
         self.tracking, self.out_dir, self.total_steps = tracking, out_dir, total_steps
         self.ckpt = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep)
@@ -244,9 +237,6 @@ class AsyncTrainer(StepLoop):
 
     def step(self) -> Dict[str, Any]:
         import torch
-
-        from verl_lite.trainer import core_algos
-        from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
 
         cfg, actor_rollout_ref = self.cfg, self.cfg.actor_rollout_ref
         timing: Dict[str, float] = {}
@@ -380,10 +370,6 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
     import ray
 
     from verl_lite.config import async_rules
-    from verl_lite.trainer.async_buffer import ChunkBuffer
-    from verl_lite.trainer.async_workers import TrainWorker
-    from verl_lite.trainer.checkpoint import load_into_workers
-    from verl_lite.trainer.worker_group import WorkerGroup
 
     cfg, t, d, actor_rollout_ref = job.cfg, job.cfg.trainer, job.cfg.data, job.cfg.actor_rollout_ref
     batch, n = int(d.train_batch_size), int(actor_rollout_ref.rollout.n)

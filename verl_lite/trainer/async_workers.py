@@ -26,8 +26,16 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from verl_lite.batch import left_pad
+from verl_lite.config import roles
 from verl_lite.config.schema import VerlLiteConfig
-from verl_lite.trainer.workers import ActorRolloutRefWorker
+from verl_lite.config.sections import as_section
+from verl_lite.data.tokenizer import load_tokenizer
+from verl_lite.engine.base import CPUSnapshotUnsupported
+from verl_lite.registry import ROLLOUTS
+from verl_lite.reward.manager import RewardManager, score_responses
+from verl_lite.rollout.hf import position_ids_from
+from verl_lite.trainer.workers import ActorRolloutRefWorker, EngineWorker
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +59,6 @@ class TrainWorker(ActorRolloutRefWorker):
     def init_model(self) -> None:
         if self.actor is not None:
             return
-        from verl_lite.config import roles
-
         master_addr, master_port, threads = self._process
         cfg = self._init_process(self._given_cfg, self.rank, self.world_size, master_addr, master_port, self.device,
                                  threads)
@@ -78,16 +84,11 @@ class TrainWorker(ActorRolloutRefWorker):
         raise RuntimeError("a TrainWorker has no rollout: weights go to the rollout pool through export_weights")
 
     def load_checkpoint(self, path: str) -> None:
-        import os
-
-        with self.phases.phase("checkpoint", "actor"):
-            self.actor.load_checkpoint(os.path.join(path, "actor"))
+        EngineWorker.load_checkpoint(self, path)  # no rollout here to sync the loaded weights into
 
     # -- CPU snapshots ---------------------------------------------------------------------------
 
     def _no_snapshots(self, error: Exception) -> ValueError:
-        from verl_lite.config import roles
-
         return ValueError(
             f"fully-async training keeps CPU snapshots of the actor's weights, and strategy "
             f"{roles.strategy(self.cfg, 'actor')!r} has no CPU snapshot support: set "
@@ -95,8 +96,6 @@ class TrainWorker(ActorRolloutRefWorker):
 
     def save_model_to_cpu(self, key: str) -> None:
         """Keep this rank's actor weights on CPU under `key` (no collective)."""
-        from verl_lite.engine.base import CPUSnapshotUnsupported
-
         try:
             with self.phases.phase("sync", "actor"):  # the parameters on the device, to copy them
                 self.cpu_models[key] = self.actor.snapshot_to_cpu()
@@ -104,8 +103,6 @@ class TrainWorker(ActorRolloutRefWorker):
             raise self._no_snapshots(e) from e
 
     def restore_model_from_cpu(self, key: str) -> None:
-        from verl_lite.engine.base import CPUSnapshotUnsupported
-
         if key not in self.cpu_models:
             raise KeyError(f"no CPU snapshot {key!r} (have: {sorted(self.cpu_models)})")
         try:
@@ -145,11 +142,6 @@ class RolloutWorker:
     def __init__(self, cfg: VerlLiteConfig, replica: int, device: str, threads: int, examples: List[Any],
                  val_examples: Optional[List[Any]] = None):
         import torch
-
-        from verl_lite.config.sections import as_section
-        from verl_lite.data.tokenizer import load_tokenizer
-        from verl_lite.registry import ROLLOUTS
-        from verl_lite.reward.manager import RewardManager
 
         self.cfg = cfg = as_section(VerlLiteConfig, cfg)  # a dict is accepted too, as by the train workers
         self.replica, self.device = replica, device
@@ -252,8 +244,6 @@ class RolloutWorker:
         return self._assemble(seqs, indices, serial, torch)
 
     def _generate_segments(self, seqs: List[_Seq], pad: int, eos: int) -> None:
-        from verl_lite.batch import left_pad
-
         while True:
             active = [s for s in seqs if not s.done]
             if not active:
@@ -296,8 +286,6 @@ class RolloutWorker:
         return lp.gather(-1, out["responses"].to(lp.device).unsqueeze(-1)).squeeze(-1).cpu()
 
     def _assemble(self, seqs: List[_Seq], indices: List[int], serial: int, torch) -> Dict[str, Any]:
-        from verl_lite.rollout.hf import position_ids_from
-
         pad, width, R, B = self.tokenizer.pad_token_id, self.prompt_width, self.response_length, len(seqs)
         prompt_ids = torch.full((B, width), pad, dtype=torch.long)
         prompt_mask = torch.zeros((B, width), dtype=torch.long)
@@ -329,8 +317,6 @@ class RolloutWorker:
         return chunk
 
     def _score(self, batch: Dict[str, Any]):
-        from verl_lite.reward.manager import score_responses
-
         return score_responses(self.tokenizer, self.reward_fn, batch)[0]
 
     # -- validation ------------------------------------------------------------------------------
@@ -339,8 +325,6 @@ class RolloutWorker:
         """Score the validation prompts with the newest pushed weights (between two segments; with
         partial_rollout=False, weights that arrive while a chunk is in flight wait for it)."""
         from collections import defaultdict
-
-        from verl_lite.batch import left_pad
 
         if not self.val_examples:
             return {}

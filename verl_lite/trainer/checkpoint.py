@@ -26,6 +26,7 @@ import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from verl_lite.checkpoint_files import CheckpointError, contents_problem, read_contents
+from verl_lite.config import roles
 from verl_lite.faults import fault_point
 
 logger = logging.getLogger(__name__)
@@ -282,8 +283,6 @@ _PREFIX = {"actor": "actor_rollout_ref.actor.checkpoint", "critic": "critic.chec
 
 
 def _load_contents(cfg: Any, role: str) -> List[str]:
-    from verl_lite.config import roles
-
     section = roles.section(cfg, role).checkpoint
     return list(section.save_contents if section.load_contents is None else section.load_contents)
 
@@ -291,8 +290,6 @@ def _load_contents(cfg: Any, role: str) -> List[str]:
 def _config_layout(cfg: Any, role: str) -> Dict[str, Any]:
     """The engine and parallel sizes the role's files are cut for, from the config (as the engines
     record them in contents.json; the data-parallel size is compared by the engine itself)."""
-    from verl_lite.config import roles
-
     if roles.strategy(cfg, role) != "megatron":
         return {"engine": "fsdp"}
     m = roles.section(cfg, role).megatron
@@ -307,8 +304,6 @@ def _config_layout(cfg: Any, role: str) -> Dict[str, Any]:
 def manager_for(cfg: Any) -> CheckpointManager:
     """The run's checkpoint dir with its retention limits (trainer.max_actor_ckpt_to_keep,
     trainer.max_critic_ckpt_to_keep; the latter only where a critic saves)."""
-    from verl_lite.config import roles
-
     t = cfg.trainer
     critic = roles.critic_enabled(cfg) and not cfg.async_training.enable
     return CheckpointManager(t.default_local_dir, t.max_actor_ckpt_to_keep,
@@ -330,8 +325,6 @@ def select_checkpoint(cfg: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
     """(path, driver state) of the checkpoint trainer.resume_mode selects, verified against its
     manifest, or None to start afresh. Imports no torch and builds nothing, so run.py asks before
     Ray starts and a bad checkpoint is refused early. Tidies what an interrupted save left first."""
-    from verl_lite.config import roles
-
     t = cfg.trainer
     manager = manager_for(cfg)
     manager.recover()

@@ -14,11 +14,11 @@ its `agg_loss` as `dp_size`).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Dict, Hashable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Hashable, Optional, Sequence, Tuple
 
 import torch
 
-from verl_lite.config.choices import KL_TYPES, LOSS_AGG_MODES
+from verl_lite.config.choices import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
 
 
 # ---------------------------------------------------------------------------- masked statistics
@@ -170,7 +170,43 @@ def agg_loss(
 
 # ---------------------------------------------------------------------------- policy, value, entropy, KL
 
+# actor.policy_loss.loss_mode -> the loss, as verl's `register_policy_loss` / `get_policy_loss_fn`.
+# Every loss takes (old_log_prob, log_prob, advantages, response_mask, clip_ratio_low, clip_ratio_high)
+# and keyword arguments of `compute_policy_loss`; the settings a loss does not use (as in verl, where
+# GSPO and GMPO ignore loss_agg_mode) are declared with its registration, not dropped unseen.
+PolicyLoss = Callable[..., Dict[str, torch.Tensor]]
+POLICY_LOSSES: Dict[str, PolicyLoss] = {}
+UNUSED_SETTINGS: Dict[str, Tuple[str, ...]] = {}
 
+
+def register_policy_loss(name: str, unused: Tuple[str, ...] = ()) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Register a policy loss under `name` (a user's own loss too; a name taken twice is refused).
+    `unused`: the keyword arguments of `compute_policy_loss` that this loss does not read."""
+    def register(fn: PolicyLoss) -> PolicyLoss:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is registered twice ({POLICY_LOSSES[name].__name__}, {fn.__name__})")
+        POLICY_LOSSES[name], UNUSED_SETTINGS[name] = fn, tuple(unused)
+        return fn
+    return register
+
+
+def compute_policy_loss(loss_mode: str, old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                        response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
+                        clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
+                        global_batch_size: Optional[int] = None,
+                        global_token_num: Optional[int] = None) -> Dict[str, torch.Tensor]:
+    """The policy loss registered as `actor.policy_loss.loss_mode` (vanilla, gspo, geo_mean: verl's names)."""
+    if loss_mode not in POLICY_LOSSES:
+        raise ValueError(f"policy_loss.loss_mode={loss_mode!r} is not supported: choose one of {', '.join(POLICY_LOSSES)}")
+    settings = {"clip_ratio_c": clip_ratio_c, "loss_agg_mode": loss_agg_mode, "global_batch_size": global_batch_size,
+                "global_token_num": global_token_num}
+    for name in UNUSED_SETTINGS[loss_mode]:
+        del settings[name]
+    return POLICY_LOSSES[loss_mode](old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
+                                    clip_ratio_high, **settings)
+
+
+@register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -213,6 +249,7 @@ def compute_policy_loss_vanilla(
     return {"pg_loss": pg_loss, "pg_clipfrac": pg_clipfrac, "ppo_kl": ppo_kl, "pg_clipfrac_lower": pg_clipfrac_lower}
 
 
+@register_policy_loss("gspo", unused=("clip_ratio_c", "loss_agg_mode"))
 def compute_policy_loss_gspo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -247,6 +284,7 @@ def compute_policy_loss_gspo(
     }
 
 
+@register_policy_loss("geo_mean", unused=("clip_ratio_c", "loss_agg_mode"))
 def compute_policy_loss_geo_mean(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -343,36 +381,6 @@ def apply_kl_penalty(
     current_kl = masked_mean(kld, mask, dim=-1).mean().item()
     kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
     return rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
-
-
-POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
-
-
-def compute_policy_loss(
-    loss_mode: str,
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: str = "token-mean",
-    global_batch_size: Optional[int] = None,
-    global_token_num: Optional[int] = None,
-) -> Dict[str, torch.Tensor]:
-    """The policy loss of `actor.policy_loss.loss_mode`: vanilla, gspo or geo_mean (verl's names)."""
-    if loss_mode == "vanilla":
-        return compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
-                                           clip_ratio_high, clip_ratio_c, loss_agg_mode, global_batch_size,
-                                           global_token_num)
-    if loss_mode == "gspo":
-        return compute_policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
-                                        clip_ratio_high, global_batch_size, global_token_num)
-    if loss_mode == "geo_mean":
-        return compute_policy_loss_geo_mean(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
-                                            clip_ratio_high, global_batch_size, global_token_num)
-    raise ValueError(f"policy_loss.loss_mode={loss_mode!r} is not supported: choose one of {', '.join(POLICY_LOSS_MODES)}")
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_type: str) -> torch.Tensor:

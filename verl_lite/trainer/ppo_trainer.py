@@ -19,11 +19,13 @@ import numpy as np
 import torch
 
 from verl_lite.batch import Batch, left_pad, select, split
+from verl_lite.data.dataset import BatchSampler
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
+from verl_lite.trainer.workers import LOSS_METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +149,6 @@ class PPOTrainer(StepLoop):
         self.n_devices = max(1, int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node))
         self.tokenizer, self.train_set, self.val_set = tokenizer, train_set, val_set
         self.reward_fn, self.tracking, self.out_dir = reward_fn, tracking, out_dir
-        from verl_lite.data.dataset import BatchSampler
-
         self.sampler = BatchSampler(len(train_set), int(cfg.data.train_batch_size), int(cfg.data.seed),
                                     bool(cfg.data.shuffle))
         self.ckpt = manager_for(cfg)  # max_actor_ckpt_to_keep and max_critic_ckpt_to_keep
@@ -389,8 +389,6 @@ class PPOTrainer(StepLoop):
 
 def _merge_rank_metrics(per_rank: List[Dict[str, List[float]]]) -> Dict[str, float]:
     """Loss parts add up over DP ranks (they are normalised by global counts); the rest average."""
-    from verl_lite.trainer.workers import LOSS_METRICS
-
     keys = per_rank[0].keys()
     out = {}
     for k in keys:

@@ -19,13 +19,24 @@ import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
-from verl_lite.config import async_rules, verl_rules
+from verl_lite.config import async_rules, roles, to_dataclass, verl_rules
 from verl_lite.config.compose import ConfigError
+from verl_lite.data.dataset import DataError, PromptDataset, as_file_list, expand
+from verl_lite.data.tokenizer import load_tokenizer
+from verl_lite.device import resolve_device
 from verl_lite.faults import fault_spec, reset_faults
+from verl_lite.reward.manager import RewardManager, SUPPORTED_SOURCES, has_default_scorer
+from verl_lite.secrets import redact, redacted_logs
+from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
+from verl_lite.trainer.checkpoint import select_checkpoint
+from verl_lite.trainer.loop import StopRequest, total_steps
+from verl_lite.trainer.plot import plot_rewards
+from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
+from verl_lite.trainer.tracking import Tracking
+from verl_lite.trainer.worker_group import WorkerGroup, cpu_threads
+from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
 from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address, ray_workers,
                                    runtime_env_overrides, uses_ray)
-from verl_lite.secrets import redact, redacted_logs
-from verl_lite.trainer.loop import StopRequest, total_steps
 
 logger = logging.getLogger("verl_lite")
 
@@ -169,12 +180,6 @@ class _Job:
     builds the workers and runs the synchronous or the fully-async trainer's fit."""
 
     def __init__(self, cfg: Any):
-        from verl_lite.data.dataset import PromptDataset, as_file_list, expand
-        from verl_lite.data.tokenizer import load_tokenizer
-        from verl_lite.device import resolve_device
-        from verl_lite.reward.manager import RewardManager
-        from verl_lite.trainer.checkpoint import select_checkpoint
-
         self.cfg = cfg
         t, actor_rollout_ref, d = cfg.trainer, cfg.actor_rollout_ref, cfg.data
         self.is_async = bool(cfg.async_training.enable)
@@ -203,17 +208,12 @@ class _Job:
         # One torch thread per CPU worker unless OMP_NUM_THREADS says otherwise: the tiny model's
         # matmuls are too small to gain from threads, and extra threads thrash on a shared 2-core box
         # (0.41 vs 2.87 s/step measured under load).
-        from verl_lite.trainer.worker_group import cpu_threads
-
         self.threads = cpu_threads() if self.device == "cpu" else 1
         self.call_timeout_s = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
 
     def _check_fit(self, custom_reward: Optional[str]) -> None:
         """What would otherwise fail only after the models are built: too few prompts for one batch,
         data sources that the default reward cannot score."""
-        from verl_lite.data.dataset import DataError
-        from verl_lite.reward.manager import SUPPORTED_SOURCES, has_default_scorer
-
         bs = int(self.cfg.data.train_batch_size)
         if bs > len(self.train_set):
             raise DataError(f"data.train_batch_size={bs} exceeds the {len(self.train_set)} prompts in "
@@ -230,11 +230,6 @@ class _Job:
 
     def train(self, stop: Any) -> None:
         from omegaconf import OmegaConf
-
-        from verl_lite.config import to_dataclass
-        from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
-        from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS
-        from verl_lite.trainer.tracking import Tracking
 
         cfg, t = self.cfg, self.cfg.trainer
         # As verl's trainer does: the LR schedule's length (cosine, warm-up ratio), unless set, is
@@ -257,8 +252,6 @@ class _Job:
             tracking.close()
 
     def _report(self, history: list, tracking: Any) -> None:
-        from verl_lite.trainer.plot import plot_rewards
-
         t = self.cfg.trainer
         if t.plot_rewards and history:
             title = f"{t.project_name}/{t.experiment_name}: mean reward" + (" (fully-async)" if self.is_async else "")
@@ -276,11 +269,6 @@ class _Job:
 
 def _fit_sync(job: _Job, typed_cfg: Any, tracking: Any, stop: Any) -> list:
     """The synchronous trainer: an actor/rollout/ref worker group (and a critic group for gae)."""
-    from verl_lite.config import roles
-    from verl_lite.trainer.ppo_trainer import PPOTrainer
-    from verl_lite.trainer.worker_group import WorkerGroup
-    from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
-
     cfg, t = job.cfg, job.cfg.trainer
     actor_rollout_ref = cfg.actor_rollout_ref
     logger.info("device=%s ranks=%d strategy=%s rollout=%s train_prompts=%d", job.device, job.world,

@@ -170,7 +170,7 @@ def with_fault_hook(cls: type) -> type:
     """`cls`, or a subclass whose METHOD first hits the fault point `worker.METHOD` when
     VERL_LITE_FAULT names one (crash tests). The subclass keeps the name, so Ray's process titles
     stay `ray::<Class>`; it is defined here, so Ray ships it to the workers by value."""
-    from verl_lite.faults import FAULT_ENV, fault_spec
+    from verl_lite.faults import FAULT_ENV, fault_spec  # here: Ray ships this function by value
 
     spec = fault_spec()
     if spec is None or not spec.point.startswith("worker."):

@@ -16,11 +16,26 @@ import os
 from collections import defaultdict
 from typing import Any, Dict, List, Optional
 
+from verl_lite.batch import chunk
+from verl_lite.config import roles
 from verl_lite.config.schema import VerlLiteConfig
+from verl_lite.config.sections import as_section
+from verl_lite.data.tokenizer import load_tokenizer
+from verl_lite.registry import ROLLOUTS, load_engine
+from verl_lite.rollout.metrics import RolloutGap
+from verl_lite.trainer import core_algos
 
 logger = logging.getLogger(__name__)
 
 LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/vf_loss")
+# The per-rank micro-batch when every micro-batch size a pass reads is null (the schema's comments on
+# ppo_micro_batch_size_per_gpu and log_prob_micro_batch_size_per_gpu say so).
+FALLBACK_MICRO_BATCH = 64
+
+
+def micro_batch_size(*settings: Optional[int]) -> int:
+    """The first micro-batch size that is set, in the order a pass reads them, else the fallback."""
+    return int(next((s for s in settings if s), FALLBACK_MICRO_BATCH))
 
 
 def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str, master_port: int, device: str,
@@ -49,7 +64,7 @@ def _reduce_metrics(per_mini: List[Dict[str, float]]) -> Dict[str, List[float]]:
     return dict(out)
 
 
-class _EngineWorker:
+class EngineWorker:
     """Shared plumbing: set up the rank's process, build an engine from the registry and run
     PPO-style updates on it."""
 
@@ -57,8 +72,6 @@ class _EngineWorker:
                       master_port: int, device: str, threads: int) -> VerlLiteConfig:
         """The config as a `VerlLiteConfig` (also `self.cfg`; a dict is converted), with seeds,
         threads and the process group set."""
-        from verl_lite.config.sections import as_section
-
         self.cfg = cfg = as_section(VerlLiteConfig, cfg)
         self.rank, self.world_size, self.device = rank, world_size, device
         _setup_process(cfg, rank, world_size, master_addr, master_port, device, threads, self._nccl_timeout(cfg))
@@ -71,9 +84,7 @@ class _EngineWorker:
         return True
 
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
-        from verl_lite.config import roles
         from verl_lite.engine.offload import OffloadPolicy
-        from verl_lite.registry import load_engine
 
         cls = load_engine(self.cfg, role, self.device)
         engine = cls(model_cfg, engine_cfg, optim_cfg, self.device, role)
@@ -92,6 +103,16 @@ class _EngineWorker:
 
             owner = self.__dict__["_phases"] = PhaseOwner()
         return owner
+
+    def save_checkpoint(self, path: str) -> None:
+        engine = self._main_engine()
+        with self.phases.phase("checkpoint", engine.role):
+            engine.save_checkpoint(os.path.join(path, engine.role))
+
+    def load_checkpoint(self, path: str) -> None:
+        engine = self._main_engine()
+        with self.phases.phase("checkpoint", engine.role):
+            engine.load_checkpoint(os.path.join(path, engine.role))
 
     def topology(self) -> Dict[str, Any]:
         engine = self._main_engine()
@@ -130,8 +151,6 @@ class _EngineWorker:
 
     def _update_steps(self, engine, batch: Dict[str, Any], meta: Dict[str, Any], make_loss, epochs: int,
                       micro_bsz: int, calculate_entropy: bool) -> Dict[str, List[float]]:
-        from verl_lite.batch import chunk
-
         engine.train_mode()
         per_mini: List[Dict[str, float]] = []
         for _ in range(epochs):
@@ -157,13 +176,9 @@ class _EngineWorker:
         return out
 
 
-class ActorRolloutRefWorker(_EngineWorker):
+class ActorRolloutRefWorker(EngineWorker):
     def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, device: str = "cpu", threads: int = 1):
-        from verl_lite.config import roles
-        from verl_lite.data.tokenizer import load_tokenizer
-        from verl_lite.registry import ROLLOUTS
-
         cfg = self._init_process(cfg, rank, world_size, master_addr, master_port, device, threads)
         model_cfg, actor_cfg = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
@@ -217,8 +232,8 @@ class ActorRolloutRefWorker(_EngineWorker):
     def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False,
                    micro: Optional[int] = None) -> Dict[str, Any]:
         section = self.cfg.actor_rollout_ref
-        micro = (micro or section.rollout.log_prob_micro_batch_size_per_gpu or section.actor.ppo_micro_batch_size_per_gpu
-                 or 64)
+        micro = micro_batch_size(micro, section.rollout.log_prob_micro_batch_size_per_gpu,
+                                 section.actor.ppo_micro_batch_size_per_gpu)
         engine.eval_mode()
         parts = self._micro_batches(engine, batch, int(micro), self._token_budget(engine.role, training=False))
         with self.phases.phase("forward", engine.role):
@@ -246,9 +261,6 @@ class ActorRolloutRefWorker(_EngineWorker):
           sampled it is the one being updated: the old log-probs are this forward's own, detached (as
           verl's dp_actor does), and `batch` needs no `old_log_probs`. `actor/entropy` is measured here.
         - `sync_weights_version`: push the updated weights to the rollout before returning."""
-        from verl_lite.rollout.metrics import RolloutGap
-        from verl_lite.trainer import core_algos
-
         actor = self.cfg.actor_rollout_ref.actor
         low = actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio
         high = actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio
@@ -284,7 +296,7 @@ class ActorRolloutRefWorker(_EngineWorker):
                 return loss * dp, metrics
             return loss_fn
 
-        micro = actor.ppo_micro_batch_size_per_gpu or actor.ppo_micro_batch_size or 64
+        micro = micro_batch_size(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size)
         gap = RolloutGap(batch, on_policy)  # training-vs-rollout probabilities, when the rollout sent its own
         result = self._update(self.actor, batch, meta, gap.wrap(make_loss), actor.ppo_epochs, int(micro),
                               calculate_entropy=actor.entropy_coeff != 0 or on_policy)
@@ -298,24 +310,17 @@ class ActorRolloutRefWorker(_EngineWorker):
         with self.phases.phase("sync", "actor"):
             return dict(self.actor.export_hf_weights())
 
-    def save_checkpoint(self, path: str) -> None:
-        with self.phases.phase("checkpoint", "actor"):
-            self.actor.save_checkpoint(os.path.join(path, "actor"))
-
     def load_checkpoint(self, path: str) -> None:
-        with self.phases.phase("checkpoint", "actor"):
-            self.actor.load_checkpoint(os.path.join(path, "actor"))
+        super().load_checkpoint(path)
         self.sync_rollout_weights(self.weight_version)
 
 
-class CriticWorker(_EngineWorker):
+class CriticWorker(EngineWorker):
     def _nccl_timeout(self, cfg: VerlLiteConfig) -> int:
         return int(cfg.critic.nccl_timeout)
 
     def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29501, device: str = "cpu", threads: int = 1):
-        from verl_lite.config import roles
-
         cfg = self._init_process(cfg, rank, world_size, master_addr, master_port, device, threads)
 
         critic = cfg.critic
@@ -327,7 +332,7 @@ class CriticWorker(_EngineWorker):
         return self.critic
 
     def compute_values(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        micro = self.cfg.critic.ppo_micro_batch_size_per_gpu or 64
+        micro = micro_batch_size(self.cfg.critic.ppo_micro_batch_size_per_gpu)
         self.critic.eval_mode()
         parts = self._micro_batches(self.critic, batch, int(micro), self._token_budget("critic", training=False))
         with self.phases.phase("forward", "critic"):
@@ -335,8 +340,6 @@ class CriticWorker(_EngineWorker):
         return {"values": parts.gather(outs, "values")}
 
     def update_critic(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
-        from verl_lite.trainer import core_algos
-
         critic, dp = self.cfg.critic, meta["dp_size"]
 
         def make_loss(gtok: int, gseq: int):
@@ -348,13 +351,5 @@ class CriticWorker(_EngineWorker):
             return loss_fn
 
         epochs = critic.ppo_epochs or self.cfg.actor_rollout_ref.actor.ppo_epochs
-        micro = critic.ppo_micro_batch_size_per_gpu or 64
-        return self._update(self.critic, batch, meta, make_loss, int(epochs), int(micro), calculate_entropy=False)
-
-    def save_checkpoint(self, path: str) -> None:
-        with self.phases.phase("checkpoint", "critic"):
-            self.critic.save_checkpoint(os.path.join(path, "critic"))
-
-    def load_checkpoint(self, path: str) -> None:
-        with self.phases.phase("checkpoint", "critic"):
-            self.critic.load_checkpoint(os.path.join(path, "critic"))
+        micro = micro_batch_size(critic.ppo_micro_batch_size_per_gpu)
+        return self._update(self.critic, batch, meta, make_loss, int(epochs), micro, calculate_entropy=False)
