@@ -265,3 +265,34 @@ def test_from_custom_without_a_path_uses_the_default_rule_rewards(tmp_path):
 def test_importing_the_reward_package_does_not_import_torch():
     code = "import sys, verl_lite.reward; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_async_compute_score_is_awaited_concurrently_and_bounded(tmp_path, monkeypatch):
+    import verl_lite.reward.manager as manager
+
+    path = tmp_path / "async_reward.py"
+    path.write_text(
+        "import asyncio\n"
+        "running = {'now': 0, 'most': 0}\n"
+        "async def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    running['now'] += 1\n"
+        "    running['most'] = max(running['most'], running['now'])\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    running['now'] -= 1\n"
+        "    return {'score': float(solution_str == ground_truth)}\n")
+    monkeypatch.setattr(manager, "MAX_CONCURRENT_SCORES", 3)
+    rm = RewardManager.from_custom(str(path))
+    scores = rm(["s"] * 8, ["a", "b"] * 4, ["a"] * 8)
+    assert scores == [1.0, 0.0] * 4
+    running = rm.score_fn.__globals__["running"]
+    assert running["most"] == 3  # concurrent, and never more than the bound
+
+
+def test_an_async_compute_score_that_raises_names_its_sample(tmp_path):
+    path = tmp_path / "async_bad.py"
+    path.write_text("async def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    if solution_str == 'boom':\n"
+                    "        raise KeyError('judge down')\n"
+                    "    return 1.0\n")
+    with pytest.raises(RewardFunctionError, match=r"on sample 1 .*response='boom'.* raised KeyError: 'judge down'"):
+        RewardManager.from_custom(str(path))(["s", "s"], ["ok", "boom"], ["x", "x"])

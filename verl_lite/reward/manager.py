@@ -10,6 +10,8 @@ torch: the driver scores without loading models.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import inspect
 import math
@@ -78,11 +80,18 @@ def _preview(text: Any) -> str:
     return repr(text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "...")
 
 
+# How many awaited scores of one batch run at once (an `async def compute_score`, e.g. one that asks
+# a sandbox or a judge service): enough to overlap their waits, few enough not to flood the service.
+MAX_CONCURRENT_SCORES = 64
+
+
 class RewardManager:
     """Scores a batch of responses, one call of `score_fn` per sample (verl's naive reward manager).
 
     `score_fn(data_source=, solution_str=, ground_truth=, extra_info=)` returns a number, or a
-    dict whose "score" key is the number (other keys are extra information, as in verl).
+    dict whose "score" key is the number (other keys are extra information, as in verl). An
+    `async def` score function (verl awaits those) is awaited, the samples of a batch concurrently,
+    at most MAX_CONCURRENT_SCORES at a time.
     """
 
     def __init__(self, score_fn: Optional[Callable] = None):
@@ -110,21 +119,22 @@ class RewardManager:
                    "extra_infos": len(extra_infos)}
         if len(set(lengths.values())) != 1:
             raise ValueError(f"reward inputs differ in length: {lengths}; give one entry per response")
-        return [
-            self._score_one(i, data_sources[i], solution_strs[i], ground_truths[i], extra_infos[i]) for i in range(n)
-        ]
+        wheres = [f"reward function {self.name} on sample {i} "
+                  f"(data_source={data_sources[i]!r}, response={_preview(solution_strs[i])})" for i in range(n)]
+        results = []
+        for i in range(n):
+            try:
+                results.append(self.score_fn(data_source=data_sources[i], solution_str=solution_strs[i],
+                                             ground_truth=ground_truths[i], extra_info=extra_infos[i]))
+            except Exception as e:
+                _close_awaitables(results)
+                raise RewardFunctionError(f"{wheres[i]} raised {type(e).__name__}: {e}") from e
+        if any(inspect.isawaitable(r) for r in results):
+            results = _await_all(results, wheres)
+        return [self._check(wheres[i], result) for i, result in enumerate(results)]
 
-    def _score_one(self, i: int, data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> float:
-        where = (
-            f"reward function {self.name} on sample {i} "
-            f"(data_source={data_source!r}, response={_preview(solution_str)})"
-        )
-        try:
-            result = self.score_fn(
-                data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info
-            )
-        except Exception as e:
-            raise RewardFunctionError(f"{where} raised {type(e).__name__}: {e}") from e
+    @staticmethod
+    def _check(where: str, result: Any) -> float:
         if isinstance(result, dict):
             if "score" not in result:
                 raise RewardFunctionError(f"{where} returned a dict without a 'score' key (keys: {sorted(result)})")
@@ -141,6 +151,37 @@ class RewardManager:
         if not math.isfinite(value):
             raise RewardFunctionError(f"{where} returned {value}; rewards must be finite (it would poison advantages)")
         return value
+
+
+def _close_awaitables(results: List[Any]) -> None:
+    for result in results:  # not awaited: close them, so no "never awaited" warning follows the error
+        if inspect.iscoroutine(result):
+            result.close()
+
+
+def _await_all(results: List[Any], wheres: List[str]) -> List[Any]:
+    """Await the awaitable results (plain values pass through), at most MAX_CONCURRENT_SCORES at once;
+    the first failure is raised naming its sample."""
+    async def gather() -> List[Any]:
+        limit = asyncio.Semaphore(MAX_CONCURRENT_SCORES)
+
+        async def one(i: int, result: Any) -> Any:
+            if not inspect.isawaitable(result):
+                return result
+            async with limit:
+                try:
+                    return await result
+                except Exception as e:
+                    raise RewardFunctionError(f"{wheres[i]} raised {type(e).__name__}: {e}") from e
+
+        return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(results))))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop in this thread: the usual case (driver, Ray workers)
+        return asyncio.run(gather())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:  # called from inside a running loop
+        return pool.submit(asyncio.run, gather()).result()
 
 
 def score_responses(tokenizer: Any, reward_fn: Any, batch: Dict[str, Any]):
