@@ -518,7 +518,7 @@ def test_nccl_timeout_reaches_the_workers_process_group(monkeypatch):
 
     import torch.distributed as dist
 
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
     from verl_lite.trainer import workers
 
     seen = {}

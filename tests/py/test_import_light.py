@@ -36,7 +36,8 @@ def test_importing_the_core_modules_imports_no_heavy_framework():
 def test_composing_checking_and_summarising_an_npu_megatron_run_imports_no_heavy_framework():
     code = textwrap.dedent("""
         from verl_lite.config import load_config
-        from verl_lite.check import collect_problems, summarize
+        from verl_lite.preflight.run import collect_problems
+        from verl_lite.preflight.summary import summarize
         cfg = load_config([
             "trainer.device=npu", "actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae",
             "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.ppo_mini_batch_size=32",

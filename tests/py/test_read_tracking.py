@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from verl_lite.check import collect_problems, collect_warnings
+from verl_lite.preflight.run import collect_problems, collect_warnings
 from verl_lite.config import load_config
-from verl_lite.config.read_tracking import track_reads
+from read_tracking import track_reads
 
 
 @pytest.fixture(scope="module")

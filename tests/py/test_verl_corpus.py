@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_lite.check import collect_problems
+from verl_lite.preflight.run import collect_problems
 from verl_lite.config import verl_keys
 from verl_lite.config.compose import compose_config
 

@@ -35,6 +35,12 @@ KL_TYPES = {
     "k3": "low_var_kl",
 }
 KL_LOSS_TYPES = tuple(KL_TYPES) + tuple(f"{name}+" for name in KL_TYPES)
+# algorithm.kl_penalty: the estimator of the KL penalty in the reward (each may end in "+")
+KL_PENALTIES = tuple(KL_TYPES)
+# algorithm.kl_ctrl.type: a fixed KL coefficient or verl's adaptive controller
+KL_CTRL_TYPES = ("fixed", "adaptive")
+# actor_rollout_ref.actor.policy_loss.loss_mode: PPO's clipped loss, GSPO's sequence-level ratio, GMPO's geometric mean
+POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
 
 # Dotted key -> allowed values. None in a tuple means null is allowed (ref/critic inherit the
 # actor's strategy when null).
@@ -58,6 +64,8 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 # What a checkpoint holds (verl's names): checkpoint.save_contents / load_contents of actor and critic.
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+# actor_rollout_ref.rollout.checkpoint_engine.backend: verl's checkpoint-engine backends verl_lite runs
+CHECKPOINT_BACKENDS = ("naive",)
 # A plain string given for one of these is taken as a one-element list (verl accepts `trainer.logger=console`).
 LIST_CHOICES: Dict[str, Tuple[str, ...]] = {
     "trainer.logger": LOGGERS,

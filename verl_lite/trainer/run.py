@@ -19,9 +19,10 @@ import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
-from verl_lite.config import async_rules, verl_rules
 from verl_lite.config.compose import ConfigError
 from verl_lite.faults import fault_spec, reset_faults
+from verl_lite.preflight.fully_async import fully_async_problems
+from verl_lite.preflight.verl_settings import verl_problems
 from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address, ray_workers,
                                    runtime_env_overrides, uses_ray)
 from verl_lite.secrets import redact, redacted_logs
@@ -180,7 +181,7 @@ class _Job:
         self.is_async = bool(cfg.async_training.enable)
         # verl's settings that the schema takes but no code acts on are refused here too, not only by the
         # preflight, so a run started from Python (run(cfg) without the check) cannot ignore them.
-        problems = verl_rules.verl_problems(cfg) + (async_rules.async_problems(cfg) if self.is_async else [])
+        problems = verl_problems(cfg) + (fully_async_problems(cfg) if self.is_async else [])
         if problems:
             raise ConfigError(problems)
         self.device = resolve_device(t.device)
