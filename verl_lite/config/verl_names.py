@@ -19,7 +19,7 @@ from __future__ import annotations
 import fnmatch
 from typing import List, Optional, Sequence, Tuple
 
-from verl_lite.config import verl_keys
+from verl_lite.config.generated import verl_keys
 
 # verl's trainer config names (--config-name) -> the group choices they stand for
 CONFIG_NAMES = {
