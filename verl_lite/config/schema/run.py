@@ -59,6 +59,22 @@ class DataConfig:
     apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
+# ---------------------------------------------------------------------------- in-reward KL control
+
+
+@dataclass
+class KLControlConfig:
+    # Controller of the in-reward KL coefficient (algorithm.use_kl_in_reward): fixed, or adaptive
+    # (coef *= 1 + clip(KL / target_kl - 1, -0.2, 0.2) * sequences / horizon after each step), as verl.
+    type: str = "fixed"
+    # (Initial) coefficient beta of the in-reward KL penalty.
+    kl_coef: float = 0.001
+    # Horizon of the adaptive controller (> 0).
+    horizon: int = 10000
+    # Target KL of the adaptive controller.
+    target_kl: float = 0.1
+
+
 # ---------------------------------------------------------------------------- critic
 
 
@@ -101,19 +117,6 @@ class CriticConfig:
 
 
 # ---------------------------------------------------------------------------- algorithm, reward
-
-
-@dataclass
-class KLControlConfig:
-    # Controller of the in-reward KL coefficient (algorithm.use_kl_in_reward): fixed, or adaptive
-    # (coef *= 1 + clip(KL / target_kl - 1, -0.2, 0.2) * sequences / horizon after each step), as verl.
-    type: str = "fixed"
-    # (Initial) coefficient beta of the in-reward KL penalty.
-    kl_coef: float = 0.001
-    # Horizon of the adaptive controller (> 0).
-    horizon: int = 10000
-    # Target KL of the adaptive controller.
-    target_kl: float = 0.1
 
 
 @dataclass
