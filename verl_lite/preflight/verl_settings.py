@@ -214,6 +214,7 @@ def _changed(section: Any, cls: type, prefix: str, skip: tuple = ()) -> List[str
 def verl_warnings(cfg: Any) -> List[str]:
     """verl settings that are valid but have no effect in this run (as in verl): said, not silently dropped."""
     warnings = []
+    views = role_views(cfg, _device(cfg))
     if not cfg.async_training.enable:
         changed = _changed(cfg.async_training, schema.AsyncTrainingConfig, "async_training", skip=("enable",))
         if changed:
@@ -249,9 +250,9 @@ def verl_warnings(cfg: Any) -> List[str]:
     if cfg.trainer.resume_from_path and cfg.trainer.resume_mode != "resume_path":
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
-    warnings += _offload_warnings(cfg)
-    for role in roles.active_roles(cfg):
-        warnings += optimizer_overrides.role_warnings(cfg, role, roles.strategy(cfg, role), _device(cfg))
+    warnings += _offload_warnings(views)
+    for view in views:
+        warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)
     warnings += _checkpoint_warnings(cfg)
     world = world_size(cfg)
     actor = cfg.actor_rollout_ref.actor
@@ -259,8 +260,8 @@ def verl_warnings(cfg: Any) -> List[str]:
             actor.clip_ratio != schema.ActorConfig().clip_ratio:
         warnings.append(f"actor_rollout_ref.actor.clip_ratio={actor.clip_ratio} has no effect: clip_ratio_low and "
                         "clip_ratio_high are both set (clip_ratio is only their default)")
-    for role in roles.active_roles(cfg):
-        section, prefix = roles.section(cfg, role), roles.SECTION[role]
+    for view in views:
+        role, section, prefix = view.role, view.section, view.prefix
         budgets = [(f"{section_key}.{key}", budget, default, f"{section_key}.{switch}", on)
                    for section_key, switch, on, key, budget, default in token_budgets(cfg, role)]
         for key, budget, default, switch, on in budgets:
@@ -272,7 +273,7 @@ def verl_warnings(cfg: Any) -> List[str]:
         if optim is not None and optim.lr_warmup_steps >= 0 and optim.lr_warmup_steps_ratio != no_ratio:
             warnings.append(f"{prefix}.optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} has no effect: "
                             f"{prefix}.optim.lr_warmup_steps={optim.lr_warmup_steps} is set (the ratio applies when it is negative)")
-        if roles.strategy(cfg, role) == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
+        if view.strategy == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
             warnings.append(f"{prefix}.fsdp_config.reshard_after_forward=False has no effect on one rank "
                             "(nothing is sharded)")
     return warnings
@@ -299,17 +300,17 @@ def _checkpoint_warnings(cfg: Any) -> List[str]:
     return warnings
 
 
-def _offload_warnings(cfg: Any) -> List[str]:
+def _offload_warnings(views: List[RoleView]) -> List[str]:
     """Offload flags that are on where they move nothing: on a cpu run, and the ref's optimizer and
     gradient flags (the ref keeps neither)."""
     warnings = []
-    for role in roles.active_roles(cfg):
-        section, prefix = roles.section(cfg, role), roles.SECTION[role]
-        engine = "megatron" if roles.strategy(cfg, role) == "megatron" else "fsdp_config"
+    for view in views:
+        role, section, prefix = view.role, view.section, view.prefix
+        engine = "megatron" if view.megatron else "fsdp_config"
         names = ("param_offload", "grad_offload", "optimizer_offload") if engine == "megatron" else (
             "param_offload", "optimizer_offload")
         on = [f"{prefix}.{engine}.{n}" for n in names if getattr(getattr(section, engine), n)]
-        if on and _device(cfg) == "cpu":
+        if on and view.device == "cpu":
             warnings.append(f"{', '.join(on)}=True {'has' if len(on) == 1 else 'have'} no effect on trainer.device=cpu "
                             "(the tensors already live on the host)")
         elif role == "ref":
