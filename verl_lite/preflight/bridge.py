@@ -15,7 +15,7 @@ from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.models import read_hf_config, resolve_model_dir
 from verl_lite.preflight.layout import override_config
-from verl_lite.preflight.roles import Layout
+from verl_lite.preflight.roles import RoleView
 
 BRIDGE_KEYS = ("use_ascend_gdn", "use_triton_gdn")
 
@@ -34,11 +34,11 @@ def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, 
         value_model=roles.MODEL_TYPE[role] == "value_model", nodes_elsewhere=nodes_elsewhere)
 
 
-def bridge_problems(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]] = None,
-                    installed: Optional[Dict[str, bool]] = None, registered: Any = (),
+def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool]] = None, registered: Any = (),
                     nodes_elsewhere: bool = False) -> List[str]:
     """MindSpeed-Bridge keys off npu, and the bridge switches (`decisions/bridge_choice.py`): the bridge
     the role's engine would build with, or why none can. `installed` defaults to this machine's packages."""
+    role, device = view.role, view.device
     problems = []
     if device != "npu" and not _same_as_actor(cfg, role):
         overrides = override_config(cfg, role)
@@ -50,29 +50,30 @@ def bridge_problems(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any
             if k in overrides
         ]
     try:
-        choose_role_bridge(cfg, role, device, hf, installed, registered, nodes_elsewhere)
+        choose_role_bridge(cfg, role, device, view.hf, installed, registered, nodes_elsewhere)
     except bridge_choice.BridgeRefusal as e:
         problems.append(f"{role}: {e}")
     return problems
 
 
-def replicates_kv(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]], installed: Dict[str, bool],
-                  registered: List[str], nodes_elsewhere: bool = False) -> bool:
+def replicates_kv(cfg: Any, view: RoleView, installed: Dict[str, bool], registered: List[str],
+                  nodes_elsewhere: bool = False) -> bool:
     """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
     try:
-        choice = choose_role_bridge(cfg, role, device, hf, installed, registered, nodes_elsewhere)
+        choice = choose_role_bridge(cfg, view.role, view.device, view.hf, installed, registered, nodes_elsewhere)
     except bridge_choice.BridgeRefusal:
         return False
     return choice.kind != bridge_choice.VERL_LITE
 
 
-def npu_problems(cfg: Any, layout: Layout) -> List[str]:
+def npu_problems(cfg: Any, view: RoleView) -> List[str]:
     """The MindSpeed repatch of a Megatron role on npu: its dict builds, and no flag MindSpeed rejects."""
+    layout = view.layout
     prefix = f"{layout.prefix}.override_transformer_config"
     if _same_as_actor(cfg, layout.role):
         return []
     try:
-        build_repatch_dict(roles.section(cfg, layout.role).megatron)
+        build_repatch_dict(view.section.megatron)
     except RepatchError as e:
         return [f"{layout.role}: {e}"]
     if switch(override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:

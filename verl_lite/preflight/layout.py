@@ -181,15 +181,15 @@ def override_config(cfg: Any, role: str) -> Dict[str, Any]:
     return dict(node.items()) if hasattr(node, "items") else dict(node)
 
 
-def model_problems(cfg: Any, layout: Layout, hf: Optional[Dict[str, Any]], device: Optional[str] = None,
-                   replicate_kv: bool = False, shape: Optional[str] = None) -> List[str]:
+def model_problems(cfg: Any, view: RoleView, replicate_kv: bool = False, shape: Optional[str] = None) -> List[str]:
     """The layout against the model's shape. replicate_kv: the bridge (Megatron-Bridge, mbridge) runs
     megatron-core's attention, which takes TP > key/value heads; verl_lite's own bridges do not.
     shape: how the model is named in messages (e.g. a shipped shape), default the model path."""
+    hf, layout = view.hf, view.layout
     if not hf or layout.strategy != "megatron":
         return []
     text, role, p = text_config(hf), layout.role, layout.prefix
-    path = shape or roles.model_path(cfg, role)
+    path = shape or view.model_path
     problems = []
     experts = expert_count(hf)
     if layout.ep > 1 and not experts:

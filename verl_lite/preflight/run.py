@@ -48,14 +48,11 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
         problems += layout.layout_problems(cfg, view.layout)
         problems += layout.batch_problems(cfg, view.layout)
         if view.megatron:
-            problems += bridge.bridge_problems(cfg, view.role, device, view.hf, installed, registered,
-                                               nodes_elsewhere=elsewhere)
-            problems += layout.model_problems(cfg, view.layout, view.hf, device,
-                                              bridge.replicates_kv(cfg, view.role, device, view.hf, installed,
-                                                                   registered, elsewhere),
+            problems += bridge.bridge_problems(cfg, view, installed, registered, nodes_elsewhere=elsewhere)
+            problems += layout.model_problems(cfg, view, bridge.replicates_kv(cfg, view, installed, registered, elsewhere),
                                               shape=_shape_name(view.shape, view.model_path))
             if device == "npu":
-                problems += bridge.npu_problems(cfg, view.layout)
+                problems += bridge.npu_problems(cfg, view)
         try:
             registry.resolve_engine(cfg, view.role, device)
         except registry.RegistryError as e:
