@@ -123,7 +123,7 @@ def test_a_runtime_env_key_ray_does_not_know_is_refused_naming_it():
 def test_the_runtime_env_keys_are_rays_own():
     from ray.runtime_env import RuntimeEnv
 
-    from verl_lite.preflight.verl_settings import RAY_RUNTIME_ENV_KEYS
+    from verl_lite.config.choices import RAY_RUNTIME_ENV_KEYS
 
     assert set(RAY_RUNTIME_ENV_KEYS) == {k for k in RuntimeEnv.known_fields if not k.startswith("_")}
 

@@ -66,6 +66,10 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 # actor_rollout_ref.rollout.checkpoint_engine.backend: verl's checkpoint-engine backends verl_lite runs
 CHECKPOINT_BACKENDS = ("naive",)
+# The public keys of Ray's runtime_env (ray.runtime_env.RuntimeEnv.known_fields without the private
+# ones; tests/py/test_verl_rules.py checks the list against the installed Ray).
+RAY_RUNTIME_ENV_KEYS = ("conda", "config", "container", "env_vars", "excludes", "image_uri", "java_jars", "pip",
+                        "py_executable", "py_modules", "uv", "worker_process_setup_hook", "working_dir")
 # A plain string given for one of these is taken as a one-element list (verl accepts `trainer.logger=console`).
 LIST_CHOICES: Dict[str, Tuple[str, ...]] = {
     "trainer.logger": LOGGERS,

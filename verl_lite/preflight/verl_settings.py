@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 
 from verl_lite import device as devices
 from verl_lite.config import roles, schema
-from verl_lite.config.choices import KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES
+from verl_lite.config.choices import KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS
 from verl_lite.config.verl_names import NOT, YET
 from verl_lite.decisions import optimizer_overrides, packing_mode
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
@@ -173,12 +173,6 @@ def clip_problems(cfg: Any) -> List[str]:
                             f"{section}.optim.clip_grad (now {roles.section(cfg, role).optim.clip_grad}); "
                             f"set {section}.optim.clip_grad={value} instead")
     return problems
-
-
-# The public keys of Ray's runtime_env (ray.runtime_env.RuntimeEnv.known_fields without the private
-# ones; tests/py/test_runtime_env.py checks the list against the installed Ray).
-RAY_RUNTIME_ENV_KEYS = ("conda", "config", "container", "env_vars", "excludes", "image_uri", "java_jars", "pip",
-                        "py_executable", "py_modules", "uv", "worker_process_setup_hook", "working_dir")
 
 
 def runtime_env_problems(cfg: Any) -> List[str]:
