@@ -13,6 +13,8 @@ CORE = (
     "verl_lite.config",
     "verl_lite.registry",
     "verl_lite.check",
+    "verl_lite.preflight.run",
+    "verl_lite.preflight.summary",
     "verl_lite.decisions.repatch",
     "verl_lite.device",
     "verl_lite.runtime_env",
