@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, List, Optional
 
+MANIFEST = "manifest.json"  # in each global_step_N dir: written last, so a save without it never finished
 CONTENTS_FILE = "contents.json"  # in each role's part: what it holds, and the engine and layout that wrote it
 ALL_CONTENTS = ("model", "optimizer", "extra")  # what a part written before contents.json held
 

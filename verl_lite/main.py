@@ -17,22 +17,20 @@ import sys
 import traceback
 from typing import Optional, Sequence
 
+from verl_lite.config.compose import compose_config
+from verl_lite.preflight.run import collect_problems, collect_warnings
+from verl_lite.secrets import redact
+
 PROG = "verl_lite.main"
 
 
 def _report(problems: Sequence[str]) -> None:
-    from verl_lite.secrets import redact
-
     print(f"{PROG}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
     for p in problems:
         print(f"  - {redact(p)}", file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from verl_lite.check import collect_problems, collect_warnings
-    from verl_lite.config.compose import compose_config
-    from verl_lite.secrets import redact
-
     overrides = list(sys.argv[1:] if argv is None else argv)
     if overrides[:1] in (["-h"], ["--help"]):
         print(
@@ -49,7 +47,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from verl_lite.trainer.run import run
+    from verl_lite.trainer.run import run  # torch and Ray: only once the config passed
 
     try:
         return int(run(cfg))
@@ -57,12 +55,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: interrupted before training started", file=sys.stderr)
         return 130
     except Exception as e:  # one line naming what failed and where, not a traceback
-        from verl_lite.trainer.run import describe_failure
+        from verl_lite.trainer.run import describe_failure  # loaded above by run
 
         if os.environ.get("VERL_LITE_TRACEBACK") == "1":
             traceback.print_exc()
-        from verl_lite.secrets import redact
-
         print(redact(f"{PROG}: {describe_failure(e)}{_save_traceback(cfg)}"), file=sys.stderr)
         return 1
 
@@ -70,8 +66,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _save_traceback(cfg) -> str:
     """Write the traceback next to the checkpoints (a long run's failure must be debuggable without
     a rerun); returns the note pointing at it, or "" when it could not be written."""
-    from verl_lite.secrets import redact
-
     path = os.path.join(os.path.abspath(os.path.expanduser(cfg.trainer.default_local_dir)), "last_error.txt")
     try:
         with open(path, "w", encoding="utf-8") as f:

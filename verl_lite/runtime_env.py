@@ -25,6 +25,7 @@ import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verl_lite.config import roles
+from verl_lite.decisions import async_pools
 
 logger = logging.getLogger(__name__)
 
@@ -163,10 +164,8 @@ def ray_join_address(cfg: Any) -> Optional[str]:
 def ray_workers(cfg: Any) -> int:
     """Ray actors of the run's ranks: nnodes x n_gpus_per_node, or for fully-async the training
     pool's ranks plus the rollout replicas."""
-    from verl_lite.config import async_rules
-
     if cfg.async_training.enable:
-        return async_rules.train_world(cfg) + async_rules.rollout_replicas(cfg)
+        return async_pools.train_world(cfg) + async_pools.rollout_replicas(cfg)
     return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 

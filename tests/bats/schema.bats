@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Every override the scripts emit names a key of verl_lite/config/schema.py: plain keys are
+# Every override the scripts emit names a key of verl_lite/config/schema/: plain keys are
 # dataclass fields, `+` keys are new keys inside an open dict (Hydra refuses `+` on a field).
 
 load test_helper

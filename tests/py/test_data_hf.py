@@ -206,7 +206,7 @@ def test_the_main_job_runs_20_steps_on_the_bpe_model_with_preprocessed_gsm8k_row
 
 
 def test_mixed_gsm8k_and_math_files_load_together_and_each_row_is_scored_by_its_own_source(tmp_path):
-    from verl_lite.check import data_source_problems
+    from verl_lite.preflight.data import data_source_problems
     from verl_lite.config import load_config
     from verl_lite.reward.manager import RewardManager
 

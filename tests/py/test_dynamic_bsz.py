@@ -267,7 +267,7 @@ def test_remove_padding_is_refused_for_a_gdn_model_with_the_reason():
 
 
 def test_the_preflight_takes_remove_padding_for_attention_models_on_fsdp_and_megatron():
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
     from verl_lite.config import load_config
 
     def found(*lines):
@@ -280,7 +280,7 @@ def test_the_preflight_takes_remove_padding_for_attention_models_on_fsdp_and_meg
 
 
 def test_the_preflight_refuses_a_token_budget_smaller_than_the_longest_sequence_as_verl_asserts():
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
     from verl_lite.config import load_config
 
     cfg = load_config(["trainer.device=cpu", "data.max_prompt_length=512", "data.max_response_length=1024",

@@ -13,6 +13,8 @@ CORE = (
     "verl_lite.config",
     "verl_lite.registry",
     "verl_lite.check",
+    "verl_lite.preflight.run",
+    "verl_lite.preflight.summary",
     "verl_lite.decisions.repatch",
     "verl_lite.device",
     "verl_lite.runtime_env",
@@ -36,7 +38,8 @@ def test_importing_the_core_modules_imports_no_heavy_framework():
 def test_composing_checking_and_summarising_an_npu_megatron_run_imports_no_heavy_framework():
     code = textwrap.dedent("""
         from verl_lite.config import load_config
-        from verl_lite.check import collect_problems, summarize
+        from verl_lite.preflight.run import collect_problems
+        from verl_lite.preflight.summary import summarize
         cfg = load_config([
             "trainer.device=npu", "actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae",
             "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.ppo_mini_batch_size=32",

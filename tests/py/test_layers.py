@@ -18,16 +18,15 @@ LAYERS: List[tuple] = [
     ("verl_lite", "verl_lite.device", "verl_lite.secrets", "verl_lite.faults", "verl_lite.batch",
      "verl_lite.checkpoint_files"),
     ("verl_lite.models",),  # HF config files and the transformers model builder
-    ("verl_lite.config",),  # schema, choices, composition, preflight rules
+    ("verl_lite.config",),  # what users type: schema, choices, composition, keys, roles, shapes
     # pure decisions the preflight and the engines both call (bridge and GDN kernel, packing,
     # optimizer overrides, the MindSpeed repatch plan, switches): torch-free
     ("verl_lite.decisions",),
-    # the preflight rules (to become their own package)
-    ("verl_lite.config.rules", "verl_lite.config.verl_rules", "verl_lite.config.rollout_rules",
-     "verl_lite.config.async_rules"),
     ("verl_lite.data",),  # rows, tokenizers, synthetic data
     ("verl_lite.reward",),  # scorers and the reward manager
     ("verl_lite.registry", "verl_lite.runtime_env"),  # which engine, which worker env
+    # the preflight: one module of rules per subject, the orchestrator and the summary (torch-free)
+    ("verl_lite.preflight",),
     ("verl_lite.engine", "verl_lite.rollout"),  # what runs on a device
     ("verl_lite.trainer",),  # the driver, the workers, Ray
     ("verl_lite.check", "verl_lite.main"),  # entry points
@@ -104,4 +103,4 @@ def test_no_modules_import_each_other_round_a_loop():
 def test_the_walk_sees_imports_inside_functions_and_package_relative_names():
     graph = import_graph()
     assert "verl_lite.trainer.run" in graph["verl_lite.main"]  # imported inside main()
-    assert "verl_lite.config.choices" in graph["verl_lite.check"]  # `from verl_lite.config import choices`
+    assert "verl_lite.config.choices" in graph["verl_lite.preflight.run"]  # `from verl_lite.config import choices`

@@ -41,7 +41,7 @@ def test_wandb_offline_writes_a_run_with_the_metrics_under_the_output_dir(tmp_pa
 
 
 def test_wandb_without_credentials_is_refused_before_ray_unless_offline(tmp_path):
-    from verl_lite.config.rules import wandb_problems
+    from verl_lite.preflight.machine import wandb_problems
 
     bare = {"NETRC": str(tmp_path / "netrc")}
     assert "no wandb credentials are set" in wandb_problems(bare)[0]

@@ -324,7 +324,7 @@ def test_torch_engine_auto_packs_attention_models_and_refuses_true_for_gdn():
 
 
 def test_the_schema_default_is_auto_and_the_summary_says_packed_or_padded_per_role():
-    from verl_lite.check import summarize
+    from verl_lite.preflight.summary import summarize
     from verl_lite.config import load_config
     from verl_lite.config.schema import ModelConfig
 
@@ -338,7 +338,7 @@ def test_the_schema_default_is_auto_and_the_summary_says_packed_or_padded_per_ro
 
 
 def test_the_ref_is_refused_only_when_its_engine_differs_from_the_actors():
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
     from verl_lite.config import load_config
 
     def found(*lines):

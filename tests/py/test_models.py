@@ -75,7 +75,7 @@ def test_a_model_without_gdn_layers_is_left_alone():
 
 @pytest.mark.parametrize("value", [0, -16])
 def test_a_chunk_below_one_is_reported_by_the_preflight(value):
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
 
     cfg = load_config(["trainer.device=cpu", f"actor_rollout_ref.model.linear_attention_chunk_size={value}"])
     assert collect_problems(cfg, for_training=False) == [

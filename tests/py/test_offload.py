@@ -103,7 +103,7 @@ def ppo_run(data_dir, out) -> List[str]:
 
 
 def run_recorded(monkeypatch, overrides) -> List:
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
     from verl_lite.trainer.run import run
 
     cfg = load_config(overrides)

@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl_lite.check import collect_problems, collect_warnings, summarize
+from verl_lite.preflight.run import collect_problems, collect_warnings
+from verl_lite.preflight.summary import summarize
 from verl_lite.decisions import optimizer_overrides
 from verl_lite.config.compose import compose_config, load_config
 
@@ -50,7 +51,7 @@ def _scenario(rank, world, port, out_dir):
         from megatron.core.optimizer import OptimizerConfig
 
         from verl_lite.config import compose
-        from verl_lite.config.read_tracking import track_reads
+        from read_tracking import track_reads
         from verl_lite.config.schema import OptimConfig
         from verl_lite.engine import megatron_optim
         from verl_lite.engine.megatron import MegatronLMEngine

@@ -1,5 +1,5 @@
 """A key the user sets is acted on or refused, never ignored: tiny in-process runs record every
-config key the preflight and the run read (verl_lite.config.read_tracking), and each key the
+config key the preflight and the run read (tests/py/read_tracking.py), and each key the
 run's overrides set must be among them.
 
 Each run sets, explicitly, every key that matters for that kind of run (GRPO on the torch engine
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from verl_lite.check import collect_problems, collect_warnings
+from verl_lite.preflight.run import collect_problems, collect_warnings
 from verl_lite.config import load_config
-from verl_lite.config.read_tracking import track_reads
+from read_tracking import track_reads
 
 
 @pytest.fixture(scope="module")

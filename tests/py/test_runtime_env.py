@@ -116,7 +116,7 @@ def test_a_failing_or_missing_nvidia_smi_means_unknown_capability(fake_nvidia_sm
 
 
 def test_the_check_summary_shows_the_runs_runtime_env():
-    from verl_lite.check import summarize
+    from verl_lite.preflight.summary import summarize
 
     cfg = load_config(["trainer.device=cpu", "ray_kwargs.ray_init.runtime_env.py_executable=uv run --frozen",
                        "+ray_kwargs.ray_init.runtime_env.env_vars.MY_FLAG=1"])

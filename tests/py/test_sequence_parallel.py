@@ -3,7 +3,8 @@ SP on CPU over gloo against TP=2 without SP and transformers."""
 
 from __future__ import annotations
 
-from verl_lite import check
+from verl_lite.preflight import run as preflight
+from verl_lite.preflight.summary import summarize
 from verl_lite.config import compose_config
 
 BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
@@ -22,7 +23,7 @@ def layout(role: str, tp: int, ep: int = 1, sp: bool = False):
 def problems(overrides):
     cfg, compose_problems = compose_config(overrides)
     assert compose_problems == []
-    return check.collect_problems(cfg, for_training=False)
+    return preflight.collect_problems(cfg, for_training=False)
 
 
 def sp_problems(overrides):
@@ -368,7 +369,7 @@ def test_the_check_summary_says_whether_sequence_parallel_is_on_per_megatron_rol
     cfg, compose_problems = compose_config(BASE + [SHAPE_35B, "actor_rollout_ref.actor.use_kl_loss=True"]
                                            + layout("actor", 2, 8, sp=True) + layout("ref", 2, 8, sp=False))
     assert compose_problems == []
-    lines = check.summarize(cfg).splitlines()
+    lines = summarize(cfg).splitlines()
     assert [line.strip() for line in lines if "seq parallel" in line] == [
         "seq parallel: on (sequence split over TP, padded to a multiple of 2)",
         "seq parallel: off (megatron.sequence_parallel=False)"]

@@ -17,7 +17,7 @@ import torch
 
 from verl_lite.config import compose
 from verl_lite.config.compose import load_config, to_dataclass
-from verl_lite.config.read_tracking import track_reads
+from read_tracking import track_reads
 from verl_lite.engine import logits
 
 B, P = 3, 6
@@ -167,7 +167,7 @@ def test_the_megatron_engine_passes_its_roles_flag_to_the_vocab_parallel_log_pro
 
 
 def test_use_torch_compile_on_cpu_without_a_cpp_compiler_is_refused_naming_the_fix(monkeypatch):
-    from verl_lite.check import collect_problems
+    from verl_lite.preflight.run import collect_problems
 
     monkeypatch.setenv("CXX", "no-such-cxx")
     cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.use_torch_compile=True"])

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from verl_lite.check import collect_problems
-from verl_lite.config import verl_keys
+from verl_lite.preflight.run import collect_problems
+from verl_lite.config.generated import verl_keys
 from verl_lite.config.compose import compose_config
 
 CORPUS = Path(__file__).parent / "verl_corpus" / "runs.json"

@@ -5,15 +5,33 @@ schema (only its value may be refused, never the key)."""
 
 from __future__ import annotations
 
-from verl_lite.config import docs, verl_keys, verl_names
+import sys
+from pathlib import Path
+
+from verl_lite.config import verl_names
 from verl_lite.config.compose import compose_config
+from verl_lite.config.generated import verl_keys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import gen_config_docs as docs  # noqa: E402
+import gen_verl_keys  # noqa: E402
 
 
 def test_the_generated_list_is_current_and_names_every_leaf_key():
-    assert docs.main(["--check"]) == 0, "run python -m verl_lite.config.docs"
+    assert docs.main(["--check"]) == 0, "run python tools/gen_config_docs.py"
     text = docs.VERL_KEYS_PATH.read_text(encoding="utf-8")
     leaves = verl_names.leaf_keys()
     assert len(leaves) > 900 and all(f"| `{k}` |" in text for k in leaves)
+
+
+def test_the_committed_verl_key_table_is_exactly_what_its_generator_writes():
+    """CI cannot reach verl: the committed table is re-emitted through the generator's writer from its
+    own parsed content and compared byte for byte (a hand edit, or a writer change without a
+    regeneration, fails here). A full regeneration: python tools/gen_verl_keys.py /path/to/verl."""
+    committed = Path(verl_keys.TABLE_PATH).read_text(encoding="utf-8")
+    assert Path(verl_keys.TABLE_PATH) == gen_verl_keys.OUT
+    assert verl_keys.VERL_COMMIT == gen_verl_keys.VERL_COMMIT
+    assert gen_verl_keys.render(verl_keys.VERL_COMMIT, verl_keys.KEYS, verl_keys.OPEN, verl_keys.DEFAULTS) == committed
 
 
 def test_every_key_listed_as_refused_is_refused_by_name():

@@ -1,13 +1,13 @@
 """The preflight's refusals of verl settings the schema accepts but verl_lite cannot act on yet
-(verl_lite/config/verl_rules.py), and its warnings for settings with no effect in a run."""
+(verl_lite/preflight/verl_settings.py), and its warnings for settings with no effect in a run."""
 
 from __future__ import annotations
 
 import pytest
 
-from verl_lite.check import collect_problems, collect_warnings
+from verl_lite.preflight.run import collect_problems, collect_warnings
 from verl_lite.config import load_config
-from verl_lite.config.verl_rules import verl_problems
+from verl_lite.preflight.verl_settings import verl_problems
 
 
 def problems(*overrides):
@@ -123,7 +123,7 @@ def test_a_runtime_env_key_ray_does_not_know_is_refused_naming_it():
 def test_the_runtime_env_keys_are_rays_own():
     from ray.runtime_env import RuntimeEnv
 
-    from verl_lite.config.verl_rules import RAY_RUNTIME_ENV_KEYS
+    from verl_lite.config.choices import RAY_RUNTIME_ENV_KEYS
 
     assert set(RAY_RUNTIME_ENV_KEYS) == {k for k in RuntimeEnv.known_fields if not k.startswith("_")}
 

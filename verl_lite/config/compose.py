@@ -139,23 +139,19 @@ def _apply(cfg: DictConfig, override: Override) -> Optional[str]:
 
 
 def _leaf_paths(node: Any, prefix: str = "") -> List[str]:
-    out: List[str] = []
+    """Dotted paths of the leaves under `node` (list items as `key[i]`)."""
     if isinstance(node, DictConfig):
-        for k in node.keys():
-            child = node._get_node(k)
-            path = f"{prefix}{k}"
-            if isinstance(child, (DictConfig, ListConfig)):
-                out.extend(_leaf_paths(child, path + "."))
-            else:
-                out.append(path)
+        children = [(node._get_node(k), f"{prefix}{k}") for k in node.keys()]
     elif isinstance(node, ListConfig):
-        for i in range(len(node)):
-            child = node._get_node(i)
-            path = f"{prefix.rstrip('.')}[{i}]"
-            if isinstance(child, (DictConfig, ListConfig)):
-                out.extend(_leaf_paths(child, path + "."))
-            else:
-                out.append(path)
+        children = [(node._get_node(i), f"{prefix.rstrip('.')}[{i}]") for i in range(len(node))]
+    else:
+        return []
+    out: List[str] = []
+    for child, path in children:
+        if isinstance(child, (DictConfig, ListConfig)):
+            out.extend(_leaf_paths(child, path + "."))
+        else:
+            out.append(path)
     return out
 
 

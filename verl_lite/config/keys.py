@@ -1,7 +1,7 @@
 """The key table of the structured config: every dotted key, its type and default, and the open
 sections that accept new keys with `+key=value`.
 
-Walks the dataclasses in `schema.py` once (a few ms) so that config errors can name the expected
+Walks the dataclasses in `schema/` once (a few ms) so that config errors can name the expected
 type and suggest the nearest real key without building an OmegaConf object.
 """
 

@@ -4,7 +4,7 @@ The driver composes a `DictConfig`; what reaches a worker, an engine or a rollou
 node, the `VerlLiteConfig` dataclass (`to_dataclass`), a section of it, or a plain dict (a config
 flattened to cross a process boundary, a test, a benchmark). `as_section(cls, value)` turns any of
 them into an instance of the schema dataclass `cls`, once, at the boundary; the code after it reads
-attributes. Missing keys take the schema's defaults, so every default lives in `schema.py` only.
+attributes. Missing keys take the schema's defaults, so every default lives in `schema/` only.
 
     optim = as_section(OptimConfig, {"lr": 1e-3})   # weight_decay=0.01, clip_grad=1.0, ...
     engine_section = as_section(role_section_class("ref"), cfg.actor_rollout_ref.ref)

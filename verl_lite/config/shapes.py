@@ -59,3 +59,19 @@ def model_shape(path: str) -> Optional[ModelShape]:
     if hf is not None:
         return ModelShape(hf, "config", os.path.join(resolve_model_dir(path), "config.json"))
     return shipped_shape(path)
+
+
+def text_config(hf: Dict[str, Any]) -> Dict[str, Any]:
+    """The language model's part of an HF config (a multimodal config nests it under text_config)."""
+    return hf.get("text_config") or hf
+
+
+def expert_count(hf: Optional[Dict[str, Any]]) -> Optional[int]:
+    """Routed experts of a model config (Qwen3.5 MoE: num_experts, possibly under text_config)."""
+    if not hf:
+        return None
+    for source in (text_config(hf), hf):
+        for key in ("num_experts", "num_local_experts", "n_routed_experts"):
+            if source.get(key):
+                return int(source[key])
+    return 0

@@ -19,7 +19,8 @@ from __future__ import annotations
 import fnmatch
 from typing import List, Optional, Sequence, Tuple
 
-from verl_lite.config import verl_keys
+from verl_lite.config import keys
+from verl_lite.config.generated import verl_keys
 
 # verl's trainer config names (--config-name) -> the group choices they stand for
 CONFIG_NAMES = {
@@ -127,8 +128,6 @@ def classify(key: str) -> Tuple[str, str]:
     """What verl_lite does with verl's key `key` (a leaf of verl's configs), as the composer decides:
     ("read", verl_lite's key) when the schema has it (after verl's spellings are mapped), ("open",
     the open section) when it falls inside a section that passes keys on, else ("refused", the message)."""
-    from verl_lite.config import keys
-
     ours = alias(key)
     if ours in keys.key_table():
         return "read", ours

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from verl_lite.config import roles
+
 # megatron-core 0.16.1's OptimizerConfig fields, in its order (dataclasses.fields).
 OPTIMIZER_CONFIG_FIELDS = (
     "lr", "min_lr", "decoupled_lr", "decoupled_min_lr", "weight_decay", "apply_wd_to_qk_layernorm", "fp8_recipe",
@@ -125,8 +127,6 @@ def _on(items: Dict[str, Any], name: str) -> bool:
 
 def role_problems(cfg: Any, role: str, strategy: str, device: str) -> List[str]:
     """The refusals for one role's optim.override_optimizer_config (actor and critic; the ref has none)."""
-    from verl_lite.config import roles
-
     if role not in ROLES_WITH_OPTIM:
         return []
     prefix = roles.SECTION[role]
@@ -167,8 +167,6 @@ def cpu_offload_fields(items: Dict[str, Any]) -> List[str]:
 def role_warnings(cfg: Any, role: str, strategy: str, device: str) -> List[str]:
     """The CPU optimizer's settings without optimizer_cpu_offload=True have no effect (megatron-core reads
     them only under it); on cpu none of them has: Adam's state already lives in host memory."""
-    from verl_lite.config import roles
-
     if role not in ROLES_WITH_OPTIM or strategy != "megatron":
         return []
     items = _items(roles.section(cfg, role).optim)
@@ -187,8 +185,6 @@ def role_warnings(cfg: Any, role: str, strategy: str, device: str) -> List[str]:
 
 def summary_line(cfg: Any, role: str, device: str) -> Optional[str]:
     """The preflight summary line of a Megatron role with overrides: what reaches OptimizerConfig."""
-    from verl_lite.config import roles
-
     if role not in ROLES_WITH_OPTIM:
         return None
     items = _items(roles.section(cfg, role).optim)

@@ -35,7 +35,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from verl_lite.batch import Batch
-from verl_lite.config.rollout_rules import BUCKET_KEY, CHECKPOINT_BACKENDS, DEFAULT_MEMORY_SHARE, INSTALL_HINT, \
+from verl_lite.preflight.rollout import BUCKET_KEY, CHECKPOINT_BACKENDS, DEFAULT_MEMORY_SHARE, INSTALL_HINT, \
     OWN_SETTINGS, engine_kwarg_problems, max_model_len, setting
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section

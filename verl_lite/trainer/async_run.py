@@ -28,6 +28,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import batch_size, concat, select
+from verl_lite.decisions import async_pools
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.async_buffer import ChunkBuffer
@@ -369,12 +370,10 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
     resumed from the checkpoint the job selected; returns the step history."""
     import ray
 
-    from verl_lite.config import async_rules
-
     cfg, t, d, actor_rollout_ref = job.cfg, job.cfg.trainer, job.cfg.data, job.cfg.actor_rollout_ref
     batch, n = int(d.train_batch_size), int(actor_rollout_ref.rollout.n)
     total = total_steps(cfg, len(job.train_set))
-    train_world, replicas = async_rules.train_world(cfg), async_rules.rollout_replicas(cfg)
+    train_world, replicas = async_pools.train_world(cfg), async_pools.rollout_replicas(cfg)
     logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
                 "sync every %d step(s), staleness <= %d (%s)", job.device, t.nnodes, t.n_gpus_per_node,
                 actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.nnodes,
@@ -392,7 +391,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
             logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are "
                         "skipped)", path, state["global_step"])
         chunk_groups = max(1, min(batch, int(actor_rollout_ref.rollout.micro_batch_size or 256) // n))
-        capacity = max(async_rules.queue_capacity_batches(cfg) * batch, chunk_groups)
+        capacity = max(async_pools.queue_capacity_batches(cfg) * batch, chunk_groups)
         resumed = {"sampler": state["sampler"], "pending": state.get("pending", [])} if state else None
         buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0).remote(
             len(job.train_set), batch, int(d.seed), bool(d.shuffle), capacity, chunk_groups, resumed)

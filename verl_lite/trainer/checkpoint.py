@@ -25,13 +25,12 @@ import shutil
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from verl_lite.checkpoint_files import CheckpointError, contents_problem, read_contents
+from verl_lite.checkpoint_files import MANIFEST, CheckpointError, contents_problem, read_contents
 from verl_lite.config import roles
 from verl_lite.faults import fault_point
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 DRIVER_STATE = "driver_state.json"
 RESUME_FIX = "(delete that directory to resume from an earlier one, or set trainer.resume_mode=disable)"
 LATEST = "latest_checkpointed_iteration.txt"

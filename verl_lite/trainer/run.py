@@ -19,12 +19,14 @@ import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
-from verl_lite.config import async_rules, roles, to_dataclass, verl_rules
+from verl_lite.config import roles, to_dataclass
 from verl_lite.config.compose import ConfigError
 from verl_lite.data.dataset import DataError, PromptDataset, as_file_list, expand
 from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.device import resolve_device
 from verl_lite.faults import fault_spec, reset_faults
+from verl_lite.preflight.fully_async import fully_async_problems
+from verl_lite.preflight.verl_settings import verl_problems
 from verl_lite.reward.manager import RewardManager, SUPPORTED_SOURCES, has_default_scorer
 from verl_lite.secrets import redact, redacted_logs
 from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
@@ -185,7 +187,7 @@ class _Job:
         self.is_async = bool(cfg.async_training.enable)
         # verl's settings that the schema takes but no code acts on are refused here too, not only by the
         # preflight, so a run started from Python (run(cfg) without the check) cannot ignore them.
-        problems = verl_rules.verl_problems(cfg) + (async_rules.async_problems(cfg) if self.is_async else [])
+        problems = verl_problems(cfg) + (fully_async_problems(cfg) if self.is_async else [])
         if problems:
             raise ConfigError(problems)
         self.device = resolve_device(t.device)

@@ -11,22 +11,20 @@ no torch import.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, List, Optional
 
-from verl_lite.config import roles, rules
-from verl_lite.decisions import optimizer_overrides
-from verl_lite.config.shapes import model_shape
-
-YET = "not supported by verl_lite yet"
-NOT = "not supported by verl_lite"
-POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
-KL_CTRL_TYPES = ("fixed", "adaptive")
-KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+from verl_lite import device as devices
+from verl_lite.config import roles, schema
+from verl_lite.config.choices import KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS
+from verl_lite.config.verl_names import NOT, YET
+from verl_lite.decisions import optimizer_overrides, packing_mode
+from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
+from verl_lite.preflight.machine import torch_compile_problems
+from verl_lite.preflight.roles import RoleView, role_views, world_size
 
 
 def _device(cfg: Any) -> str:
-    from verl_lite import device as devices
-
     try:
         return devices.resolve_device(cfg.trainer.device)
     except devices.DeviceError:
@@ -38,12 +36,11 @@ def _megatron_dtype(cfg: Any) -> str:
     return "float32" if _device(cfg) == "cpu" else "bfloat16"
 
 
-def _role_problems(cfg: Any, role: str) -> List[str]:
-    section, prefix = roles.section(cfg, role), roles.SECTION[role]
+def _role_problems(cfg: Any, view: RoleView) -> List[str]:
+    role, section, prefix, megatron = view.role, view.section, view.prefix, view.megatron
     problems = []
-    megatron = roles.strategy(cfg, role) == "megatron"
-    # offload flags are honoured by every engine (engine/offload.py); verl_warnings says where they do nothing
-    problems += _moe_sequence_parallel_problems(cfg, role)
+    # offload flags are honoured by every engine (trainer/offload.py); verl_warnings says where they do nothing
+    problems += moe_sequence_parallel_problems(view)
     dtype = section.megatron.dtype if megatron else None
     if dtype is not None and dtype != _megatron_dtype(cfg):
         problems.append(f"{role}: {prefix}.megatron.dtype={dtype!r}: another training dtype is {YET}: the Megatron "
@@ -60,9 +57,9 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
     if not megatron and section.fsdp_config.fsdp_size not in (-1, None):
         problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
                         f"{YET}: it shards over all data-parallel ranks; set it to -1")
-    problems += _token_budget_problems(cfg, role)
-    problems += optimizer_overrides.role_problems(cfg, role, roles.strategy(cfg, role), _device(cfg))
-    problems += _torch_compile_problems(cfg, role)
+    problems += token_budget_problems(cfg, role)
+    problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
+    problems += torch_compile_problems(view)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
     why = _remove_padding_blocker(cfg, role)
     # the ref runs with the actor's model section: said once, unless the ref's engine has its own reason
@@ -74,64 +71,7 @@ def _role_problems(cfg: Any, role: str) -> List[str]:
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:
     """Why an explicit use_remove_padding=True cannot run for the role, or None (decisions/packing_mode.py:
     null = auto packs where the engine can, True is refused only where it cannot)."""
-    from verl_lite.decisions import packing_mode
-
     return packing_mode.role_decision(cfg, role, _device(cfg)).refusal
-
-
-def _torch_compile_problems(cfg: Any, role: str) -> List[str]:
-    """use_torch_compile on cpu: inductor builds C++ kernels with $CXX, else g++ (clang++ on macOS)."""
-    import os
-    import shutil
-    import sys
-
-    if role == "critic" or not roles.section(cfg, role).use_torch_compile or _device(cfg) != "cpu":
-        return []
-    compiler = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
-    if shutil.which(compiler):
-        return []
-    return [f"{role}: {roles.SECTION[role]}.use_torch_compile=True on trainer.device=cpu: torch.compile's inductor "
-            f"builds C++ kernels with {compiler!r} ($CXX, else g++), which is not on PATH; install a C++ compiler "
-            "(e.g. apt-get install g++) or point CXX at one, or set it to False"]
-
-
-def _moe_sequence_parallel_problems(cfg: Any, role: str) -> List[str]:
-    """megatron-core's MoE layer refuses to train with TP > 1 without sequence parallelism (a ValueError
-    in its training forward, moe_layer.py): refuse it here, before Ray starts. The ref only runs forward."""
-    section, prefix = roles.section(cfg, role), roles.SECTION[role]
-    tp = section.megatron.tensor_model_parallel_size
-    if role == "ref" or roles.strategy(cfg, role) != "megatron" or tp <= 1 or section.megatron.sequence_parallel:
-        return []
-    shape = model_shape(roles.model_path(cfg, role))
-    experts = rules.expert_count(shape.hf) if shape is not None else None
-    if not experts:
-        return []
-    return [f"{role}: training an MoE model ({experts} experts) with {prefix}.megatron.tensor_model_parallel_size={tp} "
-            f"needs Megatron sequence parallelism (megatron-core's MoE layer refuses TP > 1 without it): set "
-            f"{prefix}.megatron.sequence_parallel=True (verl's default), or "
-            f"{prefix}.megatron.tensor_model_parallel_size=1 and split the experts with "
-            f"{prefix}.megatron.expert_model_parallel_size"]
-
-
-def _token_budget_problems(cfg: Any, role: str) -> List[str]:
-    """Dynamic batch size (engine/dynamic_batch.py) packs micro-batches by a token budget; as in verl, the
-    budget must hold the longest sequence, data.max_prompt_length + data.max_response_length."""
-    arr = cfg.actor_rollout_ref
-    budgets = {
-        "actor": [("actor_rollout_ref.actor", arr.actor.use_dynamic_bsz, "use_dynamic_bsz", "ppo_max_token_len_per_gpu",
-                   arr.actor.ppo_max_token_len_per_gpu),
-                  ("actor_rollout_ref.rollout", arr.rollout.log_prob_use_dynamic_bsz, "log_prob_use_dynamic_bsz",
-                   "log_prob_max_token_len_per_gpu", arr.rollout.log_prob_max_token_len_per_gpu)],
-        "ref": [("actor_rollout_ref.ref", arr.ref.log_prob_use_dynamic_bsz, "log_prob_use_dynamic_bsz",
-                 "log_prob_max_token_len_per_gpu", arr.ref.log_prob_max_token_len_per_gpu)],
-        "critic": [("critic", cfg.critic.use_dynamic_bsz, "use_dynamic_bsz", "ppo_max_token_len_per_gpu",
-                    cfg.critic.ppo_max_token_len_per_gpu)],
-    }[role]
-    longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
-    return [f"{role}: {prefix}.{key}={budget} is smaller than data.max_prompt_length + data.max_response_length = "
-            f"{longest}: with {prefix}.{switch}=True every sequence must fit in one micro-batch's token budget (verl "
-            f"asserts the same); raise {prefix}.{key} to at least {longest}"
-            for prefix, on, switch, key, budget in budgets if on and int(budget) < longest]
 
 
 def _actor_problems(cfg: Any) -> List[str]:
@@ -217,10 +157,22 @@ def _run_problems(cfg: Any) -> List[str]:
     return problems
 
 
-# The public keys of Ray's runtime_env (ray.runtime_env.RuntimeEnv.known_fields without the private
-# ones; tests/py/test_runtime_env.py checks the list against the installed Ray).
-RAY_RUNTIME_ENV_KEYS = ("conda", "config", "container", "env_vars", "excludes", "image_uri", "java_jars", "pip",
-                        "py_executable", "py_modules", "uv", "worker_process_setup_hook", "working_dir")
+def clip_problems(cfg: Any) -> List[str]:
+    """verl 0.9's engines (FSDP and Megatron alike) clip gradients at `<section>.optim.clip_grad`;
+    `<section>.grad_clip` is the legacy key they no longer read. A grad_clip the user changed is
+    refused with the key to set instead, never silently dropped."""
+    defaults = {"actor": schema.ActorConfig().grad_clip, "critic": schema.CriticConfig().grad_clip}
+    problems = []
+    for role in ("actor", "critic"):
+        if role not in roles.active_roles(cfg):
+            continue
+        section = roles.SECTION[role]
+        value = roles.section(cfg, role).grad_clip
+        if value != defaults[role]:
+            problems.append(f"{section}.grad_clip={value} is not read: verl's engines clip gradients at "
+                            f"{section}.optim.clip_grad (now {roles.section(cfg, role).optim.clip_grad}); "
+                            f"set {section}.optim.clip_grad={value} instead")
+    return problems
 
 
 def runtime_env_problems(cfg: Any) -> List[str]:
@@ -241,15 +193,13 @@ def verl_problems(cfg: Any) -> List[str]:
     problems = _actor_problems(cfg) + _run_problems(cfg) + runtime_env_problems(cfg)
     if roles.critic_enabled(cfg):
         problems += _checkpoint_problems(cfg.critic.checkpoint, "critic.checkpoint")
-    for role in roles.active_roles(cfg):
-        problems += _role_problems(cfg, role)
+    for view in role_views(cfg, _device(cfg)):
+        problems += _role_problems(cfg, view)
     return problems
 
 
 def _changed(section: Any, cls: type, prefix: str, skip: tuple = ()) -> List[str]:
     """Dotted keys of a section whose value differs from the schema's default."""
-    import dataclasses
-
     default = cls()
     return [f"{prefix}.{f.name}" for f in dataclasses.fields(cls)
             if f.name not in skip and getattr(section, f.name) != getattr(default, f.name)]
@@ -257,9 +207,8 @@ def _changed(section: Any, cls: type, prefix: str, skip: tuple = ()) -> List[str
 
 def verl_warnings(cfg: Any) -> List[str]:
     """verl settings that are valid but have no effect in this run (as in verl): said, not silently dropped."""
-    from verl_lite.config import schema
-
     warnings = []
+    views = role_views(cfg, _device(cfg))
     if not cfg.async_training.enable:
         changed = _changed(cfg.async_training, schema.AsyncTrainingConfig, "async_training", skip=("enable",))
         if changed:
@@ -288,45 +237,37 @@ def verl_warnings(cfg: Any) -> List[str]:
         if changed:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: the KL loss is "
                             "off (actor_rollout_ref.actor.use_kl_loss=False)")
-    if cfg.custom_reward_function.path is None and cfg.custom_reward_function.name != "compute_score":
+    if cfg.custom_reward_function.path is None and \
+            cfg.custom_reward_function.name != schema.CustomRewardFunctionConfig().name:
         warnings.append(f"custom_reward_function.name={cfg.custom_reward_function.name!r} has no effect without "
                         "custom_reward_function.path (the default rule rewards are used)")
     if cfg.trainer.resume_from_path and cfg.trainer.resume_mode != "resume_path":
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
-    warnings += _offload_warnings(cfg)
-    for role in roles.active_roles(cfg):
-        warnings += optimizer_overrides.role_warnings(cfg, role, roles.strategy(cfg, role), _device(cfg))
+    warnings += _offload_warnings(views)
+    for view in views:
+        warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)
     warnings += _checkpoint_warnings(cfg)
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    world = world_size(cfg)
     actor = cfg.actor_rollout_ref.actor
-    if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None and actor.clip_ratio != 0.2:
+    if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None and \
+            actor.clip_ratio != schema.ActorConfig().clip_ratio:
         warnings.append(f"actor_rollout_ref.actor.clip_ratio={actor.clip_ratio} has no effect: clip_ratio_low and "
                         "clip_ratio_high are both set (clip_ratio is only their default)")
-    for role in roles.active_roles(cfg):
-        section, prefix = roles.section(cfg, role), roles.SECTION[role]
-        rollout = cfg.actor_rollout_ref.rollout
-        if role == "actor":
-            budgets = [("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", section.ppo_max_token_len_per_gpu, 16384,
-                        "actor_rollout_ref.actor.use_dynamic_bsz", section.use_dynamic_bsz),
-                       ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-                        rollout.log_prob_max_token_len_per_gpu, 16384,
-                        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz", rollout.log_prob_use_dynamic_bsz)]
-        elif role == "ref":
-            budgets = [("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", section.log_prob_max_token_len_per_gpu,
-                        16384, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz", section.log_prob_use_dynamic_bsz)]
-        else:
-            budgets = [("critic.ppo_max_token_len_per_gpu", section.ppo_max_token_len_per_gpu, 32768,
-                        "critic.use_dynamic_bsz", section.use_dynamic_bsz)]
+    for view in views:
+        role, section, prefix = view.role, view.section, view.prefix
+        budgets = [(f"{section_key}.{key}", budget, default, f"{section_key}.{switch}", on)
+                   for section_key, switch, on, key, budget, default in token_budgets(cfg, role)]
         for key, budget, default, switch, on in budgets:
             if budget != default and not on:
                 warnings.append(f"{key}={budget} has no effect: it is the token budget of dynamic batch size, "
                                 f"which is off ({switch}=False)")
         optim = getattr(section, "optim", None)
-        if optim is not None and optim.lr_warmup_steps >= 0 and optim.lr_warmup_steps_ratio != 0.0:
+        no_ratio = schema.OptimConfig().lr_warmup_steps_ratio
+        if optim is not None and optim.lr_warmup_steps >= 0 and optim.lr_warmup_steps_ratio != no_ratio:
             warnings.append(f"{prefix}.optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} has no effect: "
                             f"{prefix}.optim.lr_warmup_steps={optim.lr_warmup_steps} is set (the ratio applies when it is negative)")
-        if roles.strategy(cfg, role) == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
+        if view.strategy == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
             warnings.append(f"{prefix}.fsdp_config.reshard_after_forward=False has no effect on one rank "
                             "(nothing is sharded)")
     return warnings
@@ -353,17 +294,17 @@ def _checkpoint_warnings(cfg: Any) -> List[str]:
     return warnings
 
 
-def _offload_warnings(cfg: Any) -> List[str]:
+def _offload_warnings(views: List[RoleView]) -> List[str]:
     """Offload flags that are on where they move nothing: on a cpu run, and the ref's optimizer and
     gradient flags (the ref keeps neither)."""
     warnings = []
-    for role in roles.active_roles(cfg):
-        section, prefix = roles.section(cfg, role), roles.SECTION[role]
-        engine = "megatron" if roles.strategy(cfg, role) == "megatron" else "fsdp_config"
+    for view in views:
+        role, section, prefix = view.role, view.section, view.prefix
+        engine = "megatron" if view.megatron else "fsdp_config"
         names = ("param_offload", "grad_offload", "optimizer_offload") if engine == "megatron" else (
             "param_offload", "optimizer_offload")
         on = [f"{prefix}.{engine}.{n}" for n in names if getattr(getattr(section, engine), n)]
-        if on and _device(cfg) == "cpu":
+        if on and view.device == "cpu":
             warnings.append(f"{', '.join(on)}=True {'has' if len(on) == 1 else 'have'} no effect on trainer.device=cpu "
                             "(the tensors already live on the host)")
         elif role == "ref":

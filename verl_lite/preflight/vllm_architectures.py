@@ -1,8 +1,8 @@
 """The generative architectures (HF `architectures` names) in vLLM's model registry, by vLLM release.
 
-Read by the preflight (`rollout_rules`), which must not import vLLM. A row is the union of
+Read by the preflight (`preflight/rollout.py`), which must not import vLLM. A row is the union of
 `_TEXT_GENERATION_MODELS` and `_MULTIMODAL_MODELS` in `vllm/model_executor/models/registry.py` of
-that release; regenerate a row from an installed vLLM with `python -m verl_lite.config.vllm_architectures`.
+that release; regenerate a row from an installed vLLM with `python -m verl_lite.preflight.vllm_architectures`.
 A release newer than the newest row is checked against the newest row (models are rarely removed).
 """
 

@@ -1,14 +1,8 @@
-"""Preflight rules of fully-async training (`async_training.enable=True`): the two resource pools,
-the sync and staleness settings, and what the mode does not support yet.
+"""Preflight rules of fully-async training (`async_training.enable=True`): the two resource pools
+(`decisions/async_pools.py`), the sync and staleness settings, and what the mode does not support yet.
 
 Pure config arithmetic (no torch, ray or transformers), so the preflight check can call
-`async_problems(cfg)` in milliseconds; `run_async` runs it too before starting anything.
-
-Pools: training runs on `trainer.nnodes x trainer.n_gpus_per_node` devices, rollout on
-`actor_rollout_ref.rollout.nnodes x n_gpus_per_node` devices of its own (verl's fully-async
-layout). Weight versions: the trainer publishes version `step // trigger_parameter_sync_step`
-after every `trigger_parameter_sync_step` steps; a sample's staleness is the published version at
-the step that trains on it minus the oldest version that generated any of its tokens.
+`fully_async_problems(cfg)` in milliseconds; `run_async` runs it too before starting anything.
 """
 
 from __future__ import annotations
@@ -16,32 +10,10 @@ from __future__ import annotations
 from typing import Any, List
 
 from verl_lite.config import roles
+from verl_lite.decisions.async_pools import rollout_world
 
 
-def train_world(cfg: Any) -> int:
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-
-
-def rollout_world(cfg: Any) -> int:
-    rollout = cfg.actor_rollout_ref.rollout
-    return int(rollout.nnodes) * int(rollout.n_gpus_per_node)
-
-
-def rollout_replicas(cfg: Any) -> int:
-    """Rollout engines in the rollout pool: one per `rollout.tensor_model_parallel_size` devices."""
-    tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
-    return rollout_world(cfg) // tp
-
-
-def queue_capacity_batches(cfg: Any) -> int:
-    """Train batches the queue holds (generated and being generated): `staleness_threshold *
-    trigger_parameter_sync_step`, at least 1. A batch that waits that long is at most
-    `staleness_threshold` versions old when it is trained on."""
-    a = cfg.async_training
-    return max(1, int(a.staleness_threshold) * int(a.trigger_parameter_sync_step))
-
-
-def async_problems(cfg: Any) -> List[str]:
+def fully_async_problems(cfg: Any) -> List[str]:
     """Every problem of an async config; [] when async training is off or can start."""
     a = cfg.async_training
     if not a.enable:

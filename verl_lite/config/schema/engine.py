@@ -1,0 +1,148 @@
+"""The schema's engine sections: optimizer, Megatron and FSDP settings, and the model a role loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+# ---------------------------------------------------------------------------- optimizer
+
+
+@dataclass
+class OptimConfig:
+    # Peak learning rate (reached after warm-up). Adam with decoupled weight decay: torch AdamW on fsdp,
+    # megatron's Adam on megatron.
+    lr: float = 1e-6
+    # Decoupled (AdamW-style) weight decay.
+    weight_decay: float = 0.01
+    # Adam's beta1 and beta2.
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    # Linear warm-up length in training steps (the LR schedule steps once per update). Negative = use
+    # lr_warmup_steps_ratio; 0 = no warm-up.
+    lr_warmup_steps: int = -1
+    # Warm-up as a fraction of optim.total_training_steps, used when lr_warmup_steps is negative.
+    lr_warmup_steps_ratio: float = 0.0
+    # LR after warm-up: constant, or cosine decay to min_lr_ratio * lr at optim.total_training_steps.
+    lr_scheduler_type: str = "constant"
+    # cosine: the final learning rate as a fraction of lr.
+    min_lr_ratio: float = 0.0
+    # Clip of the global gradient L2 norm at each optimizer step, on fsdp and megatron; 0 = no clipping.
+    # The one clip setting, as in verl 0.9's engines (the role's grad_clip is not read).
+    clip_grad: float = 1.0
+    # Length of the LR schedule in training steps (cosine, warm-up ratio); -1 = trainer.total_training_steps,
+    # or total_epochs epochs when that is null, which the trainer fills in as verl does.
+    # verl overwrites even a set value; verl_lite keeps a positive one.
+    total_training_steps: int = -1
+    # megatron strategy: fields of megatron-core's OptimizerConfig, passed as they are (verl's
+    # `+<role>.optim.override_optimizer_config.<field>=<value>`; dtypes as fp32/bf16/fp16). The CPU
+    # optimizer (optimizer_cpu_offload, optimizer_offload_fraction, overlap_cpu_optimizer_d2h_h2d) acts on
+    # cuda/npu and has no effect on cpu (Adam's state is in host memory there); use_precision_aware_optimizer
+    # needs Transformer Engine on the workers and is refused on cpu. A field verl_lite sets from its own key
+    # (lr, min_lr, weight_decay, betas, clip_grad, dtype, use_distributed_optimizer) is refused naming that
+    # key, an unknown field naming the valid ones; the fsdp strategy refuses the section. Open: `+key=value`.
+    override_optimizer_config: Dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- megatron
+
+
+@dataclass
+class MegatronConfig:
+    # Tensor parallel size (TP): each layer's weights split over TP devices; must divide the model's
+    # attention and key/value heads. DP = devices / (TP*PP*CP).
+    tensor_model_parallel_size: int = 1
+    # Pipeline parallel size (PP): layers split into PP stages; the layer count must divide by PP*VPP
+    # unless override_transformer_config sets uneven first/last stages.
+    pipeline_model_parallel_size: int = 1
+    # Virtual pipeline stages (model chunks) per PP rank, for the interleaved schedule; null = none.
+    virtual_pipeline_model_parallel_size: Optional[int] = None
+    # Context parallel size (CP): sequences split over CP devices; counts in DP = devices / (TP*PP*CP).
+    # verl_lite's Megatron forward does not run CP > 1 yet (it raises).
+    context_parallel_size: int = 1
+    # Expert parallel size (EP) for MoE models: must divide the expert count; EP*ETP*PP must divide the
+    # devices. verl_lite's Megatron engines build dense models only so far (1 for dense models).
+    expert_model_parallel_size: int = 1
+    # Tensor parallel size inside the experts (ETP); null = TP.
+    expert_tensor_parallel_size: Optional[int] = None
+    # Megatron sequence parallelism (verl's default True): with TP > 1, activations outside attention
+    # and MLP (norms, dropout) are split along the sequence over the TP group; the sequence is padded
+    # to a multiple of TP. Needed to train MoE models with TP > 1. No effect with TP = 1.
+    sequence_parallel: bool = True
+    # Shard the optimizer state over data-parallel ranks (Megatron's distributed optimizer);
+    # on cuda and npu only, ignored on cpu.
+    use_distributed_optimizer: bool = True
+    # Keep the parameters and gradients (DDP buffers) on the host between phases: on the device for
+    # a forward, an update or a weight sync only (less device memory, slower; as verl). The ref's
+    # follows the actor's unless set. No effect on cpu (docs/reliability.md, "Offload").
+    param_offload: bool = False
+    # Keep the gradients on the host between updates (with param_offload they move anyway, as in verl).
+    grad_offload: bool = False
+    # Keep the optimizer state (Adam moments, fp32 main parameters) on the host except during updates
+    # and checkpoints.
+    optimizer_offload: bool = False
+    # Seed of Megatron's model-parallel RNG tracker (model_parallel_cuda_manual_seed).
+    seed: int = 42
+    # Passed to megatron's TransformerConfig and to MindSpeed's repatch on NPU. Open: `+key=value`.
+    override_transformer_config: Dict[str, Any] = field(default_factory=dict)
+    # Build the model and map HF <-> Megatron weights through a model bridge (verl's default). False
+    # is refused: verl_lite has no bridge-less Megatron build (decisions/bridge_choice.py, docs/ascend.md).
+    use_mbridge: bool = True
+    # verl: with use_mbridge, True = the legacy `mbridge` package (refused unless it imports); False =
+    # Megatron-Bridge's AutoBridge where installed, else verl_lite's own bridges (registry.BRIDGES).
+    vanilla_mbridge: bool = False
+    # verl: a Megatron distributed checkpoint to load the initial weights from (use_dist_checkpointing).
+    # Not supported by verl_lite yet: a path is refused by the preflight.
+    dist_checkpointing_path: Optional[str] = None
+    # verl: the dtype the Megatron engine trains in. verl_lite's is float32 on cpu and bfloat16 on cuda
+    # and npu; null = that, and a value other than the target device's is refused.
+    dtype: Optional[str] = None
+
+
+@dataclass
+class FSDPConfig:
+    # Keep the parameters and gradients on the host between phases: on the device for a forward, an
+    # update or a weight sync only (less device memory, slower; as verl). No effect on cpu
+    # (docs/reliability.md, "Offload").
+    param_offload: bool = False
+    # Keep the optimizer state on the host except during updates and checkpoints. The ref has none.
+    optimizer_offload: bool = False
+    # verl: ranks per FSDP shard group (hybrid sharding); -1 = all ranks. Not supported by verl_lite yet:
+    # it always shards over all data-parallel ranks; other values are refused.
+    fsdp_size: int = -1
+    # FSDP2: free the gathered parameters after forward (less memory, another all-gather in backward);
+    # matters only with more than one rank.
+    reshard_after_forward: bool = True
+
+
+# ---------------------------------------------------------------------------- model
+
+
+@dataclass
+class ModelConfig:
+    # A local directory with config.json (and weights, else random init) or a shipped tiny config name
+    # such as "tiny-qwen3_5"; nothing is ever downloaded. critic.model.path "" = the actor's model section.
+    path: str = "tiny-qwen3_5"
+    # Tokenizer directory; null = the model path. Only actor_rollout_ref.model's is read (the critic
+    # needs no tokenizer).
+    tokenizer_path: Optional[str] = None
+    # Let transformers run the model directory's own Python code (config, model, tokenizer); only for
+    # directories you trust.
+    trust_remote_code: bool = False
+    # Pack each micro-batch's real tokens into one sequence for the forward (no padded tokens computed;
+    # same log-probs as padded). null = auto: packed where the engine packs natively (torch engine:
+    # attention-only models; Megatron: attention layers, and GDN layers with fla or the Ascend kernel),
+    # padded otherwise (GDN layers on the torch rule, which True packs one sequence at a time). True is
+    # refused where it cannot be honoured (GDN models on the torch engine; see decisions/packing_mode.py).
+    # verl's default is True. verl's megatron spelling <role>.megatron.use_remove_padding is the same key.
+    use_remove_padding: Optional[bool] = None
+    # Recompute activations in backward to save memory (transformers' gradient checkpointing);
+    # fsdp strategy only, the megatron engine does not read it.
+    enable_gradient_checkpointing: bool = False
+    # Extra HF config fields for the model (`+...override_config.x=y`).
+    override_config: Dict[str, Any] = field(default_factory=dict)
+    # Random init seed when the path holds no weights.
+    init_seed: int = 0
+    # Chunk of the pure-torch GDN (linear_attention) rule, used where flash-linear-attention is not
+    # installed (CPU): null = by sequence length (16 up to 128 tokens); 64 = transformers' own.
+    linear_attention_chunk_size: Optional[int] = None

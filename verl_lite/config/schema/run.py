@@ -1,0 +1,293 @@
+"""The schema's run-wide sections: data, the critic, algorithm and reward, fully-async training,
+the trainer, Ray, and VerlLiteConfig, the whole config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from verl_lite.config.schema.actor import ActorRolloutRefConfig, CheckpointConfig
+from verl_lite.config.schema.engine import FSDPConfig, MegatronConfig, ModelConfig, OptimConfig
+
+
+# ---------------------------------------------------------------------------- data
+
+
+@dataclass
+class DataConfig:
+    # Parquet files (a path or a list of paths) in verl's row format: prompt (chat messages),
+    # data_source, reward_model.ground_truth, extra_info.
+    train_files: Any = "~/data/verl_lite/tiny/train.parquet"
+    # Validation parquet files, same format; scored every trainer.test_freq steps and with val_before_train.
+    # null or [] = no validation; a listed file that does not exist is refused before training.
+    val_files: Any = "~/data/verl_lite/tiny/val.parquet"
+    # Parquet column holding the prompt: chat messages [{role, content}], or a plain string with
+    # apply_chat_template=False.
+    prompt_key: str = "prompt"
+    # Prompts per step (before repetition by rollout.n).
+    train_batch_size: int = 32
+    # verl: prompts per validation batch (null = the whole set at once). Not supported by verl_lite yet:
+    # validation generates the whole validation set in one call; a value is refused.
+    val_batch_size: Optional[int] = None
+    # Longest prompt in tokens (after the chat template); longer ones follow data.truncation, or are
+    # dropped with filter_overlong_prompts.
+    max_prompt_length: int = 512
+    # Most tokens generated per response, in training and validation (generation stops at EOS).
+    # verl_lite reads this, not rollout.response_length.
+    max_response_length: int = 512
+    # "error" rejects a longer prompt, "left"/"right" truncate it.
+    truncation: str = "error"
+    # True: drop prompts longer than max_prompt_length when the data is loaded (wins over truncation).
+    filter_overlong_prompts: bool = False
+    # Processes that tokenize (and filter) the prompts when the data is loaded, capped at the CPU
+    # count as verl caps it. verl's default is 1 too.
+    filter_overlong_prompts_workers: int = 1
+    # Shuffle the prompt order every epoch (a permutation of data.seed and the epoch, so a resumed run
+    # keeps its order). False = file order.
+    shuffle: bool = True
+    # Seed of the prompt shuffle (data.shuffle).
+    seed: int = 1
+    # verl: also hand on the untemplated chat messages (for agent loops, reward models).
+    # Not supported by verl_lite yet: True is refused (verl's default is True).
+    return_raw_chat: bool = False
+    # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
+    # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
+    # text, with the tokenizer's special tokens; for base models without a chat template.
+    # verl_lite's own key (verl always applies the template).
+    apply_chat_template: bool = True
+    # Extra keyword arguments of tokenizer.apply_chat_template, as verl's key (e.g. {enable_thinking: false}).
+    apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- in-reward KL control
+
+
+@dataclass
+class KLControlConfig:
+    # Controller of the in-reward KL coefficient (algorithm.use_kl_in_reward): fixed, or adaptive
+    # (coef *= 1 + clip(KL / target_kl - 1, -0.2, 0.2) * sequences / horizon after each step), as verl.
+    type: str = "fixed"
+    # (Initial) coefficient beta of the in-reward KL penalty.
+    kl_coef: float = 0.001
+    # Horizon of the adaptive controller (> 0).
+    horizon: int = 10000
+    # Target KL of the adaptive controller.
+    target_kl: float = 0.1
+
+
+# ---------------------------------------------------------------------------- critic
+
+
+@dataclass
+class CriticConfig:
+    # Train a value model (the critic).
+    enable: Optional[bool] = None  # None = on when algorithm.adv_estimator == gae
+    # Backend of the critic.
+    strategy: Optional[str] = None  # None = same as the actor
+    # verl: seconds a collective of the critic workers' process group may wait before it fails.
+    nccl_timeout: int = 600
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(path=""))
+    # What the critic's checkpoints save and load (as actor_rollout_ref.actor.checkpoint).
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # Prompts per critic mini-batch, one optimizer step each; null = actor.ppo_mini_batch_size.
+    ppo_mini_batch_size: Optional[int] = None
+    # verl's deprecated global micro batch. Not supported: a value is refused (set
+    # ppo_micro_batch_size_per_gpu).
+    ppo_micro_batch_size: Optional[int] = None
+    # Sequences per forward/backward on each rank in the critic update and value pass; null = 64.
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    # Token-sized micro-batches for the critic's update and value pass (as actor.use_dynamic_bsz). verl's
+    # default follows actor.use_dynamic_bsz; here it is False unless set.
+    use_dynamic_bsz: bool = False
+    # Token budget per rank of the critic's dynamic micro-batches (update and value pass); read only
+    # with use_dynamic_bsz (otherwise a changed value gets a warning that it has no effect).
+    ppo_max_token_len_per_gpu: int = 32768
+    # Critic passes over each batch; null = actor.ppo_epochs.
+    ppo_epochs: Optional[int] = None
+    # Value clipping: new values are clipped to old values +- cliprange_value in the value loss.
+    cliprange_value: float = 0.5
+    # How per-token value losses are aggregated (as actor.loss_agg_mode); not copied from the actor.
+    loss_agg_mode: str = "token-mean"
+    # verl's legacy clip key, no longer read by verl 0.9: critic.optim.clip_grad is the clip applied.
+    # Not read by verl_lite either; the preflight refuses a changed value and names optim.clip_grad.
+    grad_clip: float = 1.0
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+
+
+# ---------------------------------------------------------------------------- algorithm, reward
+
+
+@dataclass
+class AlgorithmConfig:
+    # Advantage estimator: grpo normalises each reward within its prompt's group of rollout.n responses;
+    # gae uses a critic (built when critic.enable is null). verl's default is gae.
+    adv_estimator: str = "gae"
+    # GRPO: divide by the group's reward std; False = only subtract the group mean (Dr. GRPO).
+    norm_adv_by_std_in_grpo: bool = True
+    # GAE discount factor (adv_estimator=gae).
+    gamma: float = 1.0
+    # GAE lambda, the bias/variance trade-off (adv_estimator=gae).
+    lam: float = 1.0
+    # Subtract beta * KL(old policy || ref) per token from the rewards before the advantages, as verl's
+    # apply_kl_penalty (builds the ref model; the old log-probs are always scored). Synchronous
+    # trainer only (refused with async_training.enable).
+    use_kl_in_reward: bool = False
+    # KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3); verl's "full"
+    # (needs the whole distribution) is refused.
+    kl_penalty: str = "kl"
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+
+
+@dataclass
+class RewardModelConfig:
+    # verl: score with a reward model. Not supported by verl_lite yet: True is refused (rule or custom
+    # reward functions only).
+    enable: bool = False
+    # verl: the reward manager (naive, prime, dapo, batch, ...). verl_lite scores like naive, one score
+    # per response on its last token; other managers are refused.
+    reward_manager: str = "naive"
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    # A Python file whose function `name(data_source, solution_str, ground_truth, extra_info)`
+    # returns a float. The file is executed as code: only point at files you trust.
+    path: Optional[str] = None
+    # Name of the function in that file.
+    name: str = "compute_score"
+
+
+# ---------------------------------------------------------------------------- async training
+
+
+@dataclass
+class AsyncTrainingConfig:
+    # Fully-async training: replicas on the rollout pool (rollout.nnodes x n_gpus_per_node) generate
+    # while the training pool trains; GRPO only, needs trainer.ray.
+    enable: bool = False
+    # Weight versions a sample may lag behind before stale_policy applies; the queue holds
+    # staleness_threshold * trigger_parameter_sync_step batches.
+    staleness_threshold: int = 1
+    # Training steps between weight pushes to the rollout replicas (version = step // this).
+    trigger_parameter_sync_step: int = 1
+    # verl: batches of data.train_batch_size per step. verl_lite supports only 1 (the preflight
+    # refuses others).
+    require_batches: int = 1
+    # At a weight sync: True cuts the responses in flight and resumes them under the new weights;
+    # False lets the chunk in flight finish first.
+    partial_rollout: bool = True
+    # Seconds the trainer waits on an empty rollout queue before it stops with an error.
+    queue_timeout_s: float = 600.0
+    # Samples staler than staleness_threshold: drop them, or train on them with advantages scaled by
+    # a truncated importance weight (reweight_cap).
+    stale_policy: str = "drop"
+    # New tokens a rollout generates between two looks for new weights; 0 = whole responses (a
+    # sync then waits for the responses in flight). Smaller values cut rollouts at a sync sooner.
+    rollout_segment_tokens: int = 0
+    # stale_policy=reweight: per-token importance weights of stale samples are truncated here.
+    reweight_cap: float = 2.0
+
+
+# ---------------------------------------------------------------------------- trainer
+
+
+@dataclass
+class TrainerConfig:
+    # Project name for the trackers (wandb project); part of default_local_dir.
+    project_name: str = "verl_lite"
+    # Run name for the trackers (wandb run name); part of default_local_dir.
+    experiment_name: str = "default"
+    # Metric backends: console lines, jsonl (default_local_dir/metrics.jsonl), tensorboard, wandb;
+    # a single string is taken as a one-element list.
+    logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
+    # verl: validation samples to log to the trackers at each validation. Not supported by verl_lite
+    # yet: a value other than 0 is refused.
+    log_val_generations: int = 0
+    # Nodes of the training pool; ranks = nnodes * n_gpus_per_node, one worker each.
+    nnodes: int = 1
+    # Devices per node for training (GPUs or NPUs; CPU processes on cpu).
+    n_gpus_per_node: int = 1
+    # Device to train on: auto probes npu, then cuda, else cpu; gpu (any case) is accepted as cuda.
+    device: str = "auto"
+    # Passes over train_files (steps per epoch = prompts // train_batch_size). As in verl, the run
+    # ends after this many epochs even when total_training_steps asks for more.
+    total_epochs: int = 30
+    # Steps of the run, at most total_epochs epochs of them; null = total_epochs * steps per epoch.
+    # It (else total_epochs epochs) also fills each role's optim.total_training_steps when that is -1,
+    # as verl's trainer does.
+    total_training_steps: Optional[int] = None
+    # Save a checkpoint every N steps and after the last one; <= 0 = no periodic saves (a run stopped
+    # by a signal still saves).
+    save_freq: int = -1
+    # Validate every N steps and after the last one; <= 0 = never (val_before_train aside).
+    test_freq: int = -1
+    # Validate once before the first step (not on a resumed run).
+    val_before_train: bool = False
+    # Steps in which only the critic trains; the actor updates from step critic_warmup + 1 on.
+    critic_warmup: int = 0
+    # Regroup the rows of each mini-batch before an update so each data-parallel rank's part has
+    # balanced total tokens (verl's _balance_batch, keep_minibatch style: each mini-batch keeps its
+    # samples); logs global_seqlen/*. No effect with one DP rank.
+    balance_batch: bool = True
+    # Output dir: checkpoints (global_step_N), metrics.jsonl, reward_curve.png, tensorboard, last_error.txt.
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    # auto: resume from the newest complete checkpoint in default_local_dir; resume_path: from
+    # resume_from_path; disable: start afresh.
+    resume_mode: str = "auto"
+    # A global_step_N checkpoint dir to resume from (resume_mode=resume_path).
+    resume_from_path: Optional[str] = None
+    # Keep the actor part of only the newest N checkpoints; null or <= 0 = all. A global_step_N dir goes
+    # when it holds neither an actor nor a critic part.
+    max_actor_ckpt_to_keep: Optional[int] = None
+    # Keep the critic part of only the newest N checkpoints (verl's setting); null or <= 0 = all. Follows
+    # max_actor_ckpt_to_keep unless set. A dir whose critic part went cannot resume a run with a critic.
+    max_critic_ckpt_to_keep: Optional[int] = "${trainer.max_actor_ckpt_to_keep}"  # type: ignore[assignment]
+    # Seed of torch's RNG in each worker (seed * 1000 + rank), which drives the rollout's sampling.
+    seed: int = 1
+    # false runs the workers in-process (unit tests); the default path is Ray.
+    ray: bool = True
+    # Seconds the driver waits for one call to the workers before it fails the run; <= 0 = no limit.
+    ray_timeout_s: float = 60.0
+    # Write a reward-curve PNG next to the metrics at the end.
+    plot_rewards: bool = True
+
+
+@dataclass
+class RayInitConfig:
+    # CPUs of a local cluster started for the job; null = this machine's count (at least ranks + 1
+    # on cpu). Not used when joining a cluster: that cluster keeps its own.
+    num_cpus: Optional[int] = None
+    # The Ray cluster to join (host:port); null = RAY_ADDRESS if set, else a local cluster is
+    # started for the job: bound to 127.0.0.1, token auth off for it, workers at nice 0
+    # (RAY_AUTH_MODE, RAY_worker_niceness and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER exported by the
+    # user win). A joined cluster keeps its own settings; docs/reliability.md lists which apply when.
+    address: Optional[str] = None
+    # Temp dir of a local cluster; null = RAY_TMPDIR, else <tmp>/verl_lite_ray. Not used when joining.
+    temp_dir: Optional[str] = None
+    # Start the dashboard with a local cluster (on 127.0.0.1). Not used when joining.
+    include_dashboard: bool = False
+    # Other keyword arguments of ray.init, passed as they are (verl: ray_kwargs.ray_init.<name>, e.g.
+    # `+ray_kwargs.ray_init.num_gpus=4`); they win over verl_lite's own for a local cluster.
+    extra: Dict[str, Any] = field(default_factory=dict)
+    # Ray runtime_env keys for the job (verl: ray_kwargs.ray_init.runtime_env.<key>, e.g.
+    # py_executable, working_dir, pip, env_vars.<NAME>), merged into the runtime env verl_lite builds:
+    # env_vars win over verl_lite's own variables (the check names each one replaced); null keys are
+    # left out (verl's default py_executable=null: the workers run the driver's Python); env_vars
+    # values are passed as strings (true/false for booleans). A key Ray's runtime_env does not know
+    # is refused.
+    runtime_env: Dict[str, Any] = field(default_factory=lambda: {"py_executable": None})
+
+
+@dataclass
+class VerlLiteConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray_init: RayInitConfig = field(default_factory=RayInitConfig)

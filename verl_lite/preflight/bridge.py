@@ -1,0 +1,106 @@
+"""Preflight rules of a Megatron role's bridge (`decisions/bridge_choice.py` decides which one):
+MindSpeed-Bridge keys off npu, why no bridge can build the model, the MindSpeed repatch on npu, and
+HF weights the external bridges load from the model directory.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any, Dict, List, Optional
+
+from verl_lite.config import roles
+from verl_lite.decisions import bridge_choice
+from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
+from verl_lite.decisions.switches import switch
+from verl_lite.models import read_hf_config, resolve_model_dir
+from verl_lite.preflight.layout import override_config
+from verl_lite.preflight.roles import RoleView
+
+BRIDGE_KEYS = ("use_ascend_gdn", "use_triton_gdn")
+
+
+def _same_as_actor(cfg: Any, role: str) -> bool:
+    """The ref inherits the actor's overrides by default: report their problems once, on the actor."""
+    return role == "ref" and override_config(cfg, "ref") == override_config(cfg, "actor")
+
+
+def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]],
+                       installed: Optional[Dict[str, bool]], registered: Any,
+                       nodes_elsewhere: bool = False) -> bridge_choice.BridgeChoice:
+    return bridge_choice.choose_bridge(
+        f"{roles.SECTION[role]}.megatron", roles.section(cfg, role).megatron, hf, device,
+        bridge_choice.installed_here() if installed is None else installed, registered,
+        value_model=roles.MODEL_TYPE[role] == "value_model", nodes_elsewhere=nodes_elsewhere)
+
+
+def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool]] = None, registered: Any = (),
+                    nodes_elsewhere: bool = False) -> List[str]:
+    """MindSpeed-Bridge keys off npu, and the bridge switches (`decisions/bridge_choice.py`): the bridge
+    the role's engine would build with, or why none can. `installed` defaults to this machine's packages."""
+    role, device = view.role, view.device
+    problems = []
+    if device != "npu" and not _same_as_actor(cfg, role):
+        overrides = override_config(cfg, role)
+        problems += [
+            f"{roles.SECTION[role]}.megatron.override_transformer_config.{k} is a MindSpeed-Bridge setting for "
+            f"device npu, but the target device is {device}: remove it "
+            "(USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)"
+            for k in BRIDGE_KEYS
+            if k in overrides
+        ]
+    try:
+        choose_role_bridge(cfg, role, device, view.hf, installed, registered, nodes_elsewhere)
+    except bridge_choice.BridgeRefusal as e:
+        problems.append(f"{role}: {e}")
+    return problems
+
+
+def replicates_kv(cfg: Any, view: RoleView, installed: Dict[str, bool], registered: List[str],
+                  nodes_elsewhere: bool = False) -> bool:
+    """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
+    try:
+        choice = choose_role_bridge(cfg, view.role, view.device, view.hf, installed, registered, nodes_elsewhere)
+    except bridge_choice.BridgeRefusal:
+        return False
+    return choice.kind != bridge_choice.VERL_LITE
+
+
+def npu_problems(cfg: Any, view: RoleView) -> List[str]:
+    """The MindSpeed repatch of a Megatron role on npu: its dict builds, and no flag MindSpeed rejects."""
+    layout = view.layout
+    prefix = f"{layout.prefix}.override_transformer_config"
+    if _same_as_actor(cfg, layout.role):
+        return []
+    try:
+        build_repatch_dict(view.section.megatron)
+    except RepatchError as e:
+        return [f"{layout.role}: {e}"]
+    if switch(override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
+        return [
+            f"{layout.role}: {prefix}.use_flash_attn_npu_batch_invariant does not work with context parallelism "
+            f"(CP={layout.cp}); MindSpeed rejects it ('--use-flash-attn-npu-batch-invariant does not support context "
+            f"parallelism yet.'): set {layout.prefix}.context_parallel_size=1 or drop the flag"
+        ]
+    return []
+
+
+def external_bridge_weight_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str]) -> List[str]:
+    """Megatron-Bridge and mbridge load HF weights from the model directory: no random init there."""
+    problems = []
+    for role in roles.active_roles(cfg):
+        if roles.strategy(cfg, role) != "megatron":
+            continue
+        path = roles.model_path(cfg, role)
+        hf = read_hf_config(path)
+        if hf is None:
+            continue  # path_problems reports it
+        try:
+            choice = choose_role_bridge(cfg, role, device, hf, installed, registered)
+        except bridge_choice.BridgeRefusal:
+            continue  # bridge_problems reports it
+        if choice.kind != bridge_choice.VERL_LITE and not glob.glob(os.path.join(resolve_model_dir(path), "*.safetensors")):
+            problems.append(f"{role}: {path} has no *.safetensors, but {choice.describe()} loads the HF weights from the "
+                            "model directory (random init is verl_lite's own bridges only): point the model path at a "
+                            "checkpoint with weights")
+    return problems

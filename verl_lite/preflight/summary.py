@@ -1,0 +1,149 @@
+"""What `python -m verl_lite.check` prints for a config that passed: the target device, the model,
+each role's parallel layout, engine class, batches, bridge and repatch dict, the rollout engine, Ray
+and the worker runtime env. Read from the same decisions the run makes (registry, packing, bridge,
+optimizer overrides, repatch), so the summary is what the run does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+from verl_lite import device as devices
+from verl_lite import registry
+from verl_lite.config import roles
+from verl_lite.config.shapes import expert_count, model_shape, text_config
+from verl_lite.decisions import bridge_choice, optimizer_overrides, packing_mode
+from verl_lite.decisions.repatch import build_repatch_dict
+from verl_lite.decisions.switches import switch
+from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
+from verl_lite.preflight.bridge import choose_role_bridge
+from verl_lite.preflight.roles import RoleView, role_view, world_size
+from verl_lite.preflight.rollout import rollout_summary
+from verl_lite.runtime_env import describe_ray, get_runtime_env, needs_max_connections, query_gpu_capability, uses_megatron
+from verl_lite.secrets import mask_env, redact
+
+
+def summarize(cfg: Any) -> str:
+    """What the run would do: device, layouts, engine classes, repatch dicts, worker env."""
+    device = devices.resolve_device(cfg.trainer.device)
+    t = cfg.trainer
+    batch, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
+    lines = [
+        f"target device : {device} (trainer.device={t.device})",
+        f"devices       : {t.nnodes} node(s) x {t.n_gpus_per_node} = {world_size(cfg)}",
+        f"algorithm     : {cfg.algorithm.adv_estimator}, {batch} prompts x n {n} = {batch * n} sequences per step",
+        _model_line(cfg),
+    ]
+    active = roles.active_roles(cfg)
+    for role in roles.ROLES:
+        if role not in active:
+            lines.append(_inactive_line(cfg, role, device))
+            continue
+        view = role_view(cfg, role, device)
+        layout = view.layout
+        shape = (
+            "fsdp"
+            if layout.strategy == "fsdp"
+            else (
+                f"megatron TP {layout.tp} PP {layout.pp} CP {layout.cp} EP {layout.ep} ETP {layout.etp}"
+                + (f" VPP {layout.vpp}" if layout.vpp else "")
+            )
+        )
+        lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
+        lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
+        lines.append(f"  batches     : {packing_mode.role_decision(cfg, role, device).why}")
+        if layout.strategy == "megatron":
+            lines += _bridge_lines(cfg, view)
+            optim_line = optimizer_overrides.summary_line(cfg, role, device)  # override_optimizer_config
+            lines += [optim_line] if optim_line else []
+            if layout.tp > 1:
+                sp = view.section.megatron.sequence_parallel
+                lines.append(f"  seq parallel: on (sequence split over TP, padded to a multiple of {layout.tp})" if sp
+                             else "  seq parallel: off (megatron.sequence_parallel=False)")
+        if layout.strategy == "megatron" and device == "npu":
+            lines.append(f"  repatch     : {build_repatch_dict(view.section.megatron)!r}")
+    rollout = cfg.actor_rollout_ref.rollout
+    lines.append(
+        f"rollout       : {rollout.name} TP {rollout.tensor_model_parallel_size} -> "
+        f"{registry.ROLLOUTS.resolve(rollout.name)}"
+    )
+    lines.append(rollout_summary(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path)))
+    lines.append(f"ray           : {describe_ray(cfg, device)}")
+    capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
+    runtime_env = get_runtime_env(cfg, device, gpu_capability=capability)
+    env = mask_env(runtime_env.pop("env_vars"))
+    lines.append("runtime env   : " + redact(" ".join(f"{k}={v}" for k, v in sorted(env.items()))))
+    if runtime_env:  # the run's ray_init.runtime_env keys besides env_vars, passed to Ray as they are
+        lines.append(f"{'':16}" + redact("; ".join(f"{k}={v}" for k, v in sorted(runtime_env.items()))))
+    if device == "cuda" and uses_megatron(cfg) and capability is None:
+        lines.append(
+            f"{'':16}(GPU capability unknown here: CUDA_DEVICE_MAX_CONNECTIONS=1 is added on compute capability "
+            "8.x/9.x)"
+        )
+    elif needs_max_connections(cfg, device, capability):
+        lines.append(
+            f"{'':16}(CUDA_DEVICE_MAX_CONNECTIONS=1: megatron on compute capability {capability[0]}.{capability[1]})"
+        )
+    return "\n".join(lines)
+
+
+def _inactive_line(cfg: Any, role: str, device: str) -> str:
+    if role == "ref":
+        why = "actor_rollout_ref.actor.use_kl_loss=False, algorithm.use_kl_in_reward=False"
+    elif cfg.critic.enable is None:
+        why = f"algorithm.adv_estimator={cfg.algorithm.adv_estimator}"
+    else:
+        why = "critic.enable=False"
+    try:
+        engine = registry.resolve_engine(cfg, role, device)
+    except registry.RegistryError as e:
+        engine = f"none ({e})"
+    return f"{role:<14}: not used ({why}); its engine would be {roles.strategy(cfg, role)} -> {engine}"
+
+
+def _bridge_lines(cfg: Any, view: RoleView) -> List[str]:
+    """The bridge the role's engine builds with and, for GDN models, the kernel of its GDN layers."""
+    installed = bridge_choice.installed_here()
+    role, device, hf = view.role, view.device, view.hf
+    # the summary follows a passed check: a package missing here was accepted only for other machines
+    choice = choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()],
+                                nodes_elsewhere=device != "cpu")
+    here = ", ".join(f"{name} {'yes' if installed[mod] else 'no'}" for mod, name in
+                     (("megatron.bridge", "Megatron-Bridge"), ("mbridge", "mbridge"),
+                      ("mindspeed_bridge", "MindSpeed-Bridge"), ("fla", "fla")))
+    lines = [f"  bridge      : {choice.describe()} (installed here: {here})"]
+    overrides = bridge_choice.overrides_of(view.section.megatron)
+    if choice.kind == bridge_choice.VERL_LITE and bridge_choice.mindspeed_bridge_requested(device, overrides):
+        lines.append(f"{'':16}(use_ascend_gdn=True on npu: where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge "
+                     "instead, with `import mindspeed_bridge.models` after the repatch, before the model build)")
+    if hf is not None and is_gdn_model(hf):
+        kernel = bridge_choice.gdn_kernel(device, overrides, installed["fla"])
+        note = ""
+        if kernel == bridge_choice.TORCH and device != "cpu" and switch(overrides.get("use_triton_gdn", True)):
+            note = " here; Triton fla where flash-linear-attention is installed"
+        packs = "takes packed input" if kernel != bridge_choice.TORCH else "packed: one call per sequence"
+        lines.append(f"  GDN kernel  : {bridge_choice.KERNEL_NAMES[kernel]}{note} ({packs})")
+    return lines
+
+
+def _model_line(cfg: Any) -> str:
+    path = cfg.actor_rollout_ref.model.path
+    shape = model_shape(path)
+    if shape is None:
+        return f"model         : {path} (config.json not readable here: expert, head and GDN checks skipped)"
+    hf = shape.hf
+    experts = expert_count(hf)
+    text = text_config(hf)
+    traits = [str(text.get("model_type") or hf.get("model_type", "?"))]
+    traits.append(f"{experts} experts" if experts else "dense")
+    if is_gdn_model(hf):
+        traits.append("Gated DeltaNet")
+    where = resolve_model_dir(path) if shape.origin == "config" else path
+    line = f"model         : {where} ({', '.join(traits)})"
+    dims = [f"{text[k]} {label}" for k, label in
+            (("num_hidden_layers", "layers"), ("num_attention_heads", "heads"), ("num_key_value_heads", "kv heads"),
+             ("linear_num_key_heads", "GDN key heads"), ("linear_num_value_heads", "GDN value heads"))
+            if isinstance(text.get(k), int)]
+    if experts:
+        dims.append(f"{experts} experts")
+    return line + f"\nshape         : {shape.describe()}: {', '.join(dims)}"
