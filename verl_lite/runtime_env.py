@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verl_lite.config import roles
 from verl_lite.decisions import async_pools
+from verl_lite.decisions.layout import train_world
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def ray_workers(cfg: Any) -> int:
     """Ray actors of the run's ranks: nnodes x n_gpus_per_node, or for fully-async the training
     pool's ranks plus the rollout replicas."""
     if cfg.async_training.enable:
-        return async_pools.train_world(cfg) + async_pools.rollout_replicas(cfg)
+        return train_world(cfg) + async_pools.rollout_replicas(cfg)
     return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 

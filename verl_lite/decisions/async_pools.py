@@ -14,10 +14,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def train_world(cfg: Any) -> int:
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-
-
 def rollout_world(cfg: Any) -> int:
     rollout = cfg.actor_rollout_ref.rollout
     return int(rollout.nnodes) * int(rollout.n_gpus_per_node)

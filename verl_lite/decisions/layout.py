@@ -9,7 +9,12 @@ pass, and the preflight's answer (this module) is what decides."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
+
+
+def train_world(cfg: Any) -> int:
+    """The training devices: trainer.nnodes x trainer.n_gpus_per_node (fully-async: the training pool)."""
+    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 
 def span_problem(world: int, what: str, sizes: str, span: int, where: str) -> Optional[str]:

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.config import roles
 from verl_lite.config.shapes import ModelShape, model_shape
+from verl_lite.decisions.layout import train_world as world_size
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,6 @@ class Layout:
     @property
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
-
-
-def world_size(cfg: Any) -> int:
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 
 def role_layout(cfg: Any, role: str) -> Layout:

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import batch_size, concat, select
 from verl_lite.decisions import async_pools
+from verl_lite.decisions.layout import train_world
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.async_buffer import ChunkBuffer
@@ -373,7 +374,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
     cfg, t, d, actor_rollout_ref = job.cfg, job.cfg.trainer, job.cfg.data, job.cfg.actor_rollout_ref
     batch, n = int(d.train_batch_size), int(actor_rollout_ref.rollout.n)
     total = total_steps(cfg, len(job.train_set))
-    train_world, replicas = async_pools.train_world(cfg), async_pools.rollout_replicas(cfg)
+    train_devices, replicas = train_world(cfg), async_pools.rollout_replicas(cfg)
     logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
                 "sync every %d step(s), staleness <= %d (%s)", job.device, t.nnodes, t.n_gpus_per_node,
                 actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.nnodes,
@@ -382,7 +383,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
                 cfg.async_training.stale_policy)
     train_wg = pool = buffer = None
     try:
-        train_wg = WorkerGroup(TrainWorker, "trainer", typed_cfg, train_world, job.device, True, job.threads,
+        train_wg = WorkerGroup(TrainWorker, "trainer", typed_cfg, train_devices, job.device, True, job.threads,
                                call_timeout_s=job.call_timeout_s)
         state: Dict[str, Any] = {}
         if job.resume is not None:
