@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import Any, Dict, List, Optional
 
 from verl_lite.config.schema import VerlLiteConfig
+from verl_lite.device import DIST_BACKENDS
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr:
     if world_size > 1 and not dist.is_initialized():
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
                           WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
-        backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device]
+        backend = DIST_BACKENDS[device]
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=int(timeout_s)))
 
@@ -72,7 +73,7 @@ class _EngineWorker:
 
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
         from verl_lite.config import roles
-        from verl_lite.engine.offload import OffloadPolicy
+        from verl_lite.trainer.offload import OffloadPolicy
         from verl_lite.registry import load_engine
 
         cls = load_engine(self.cfg, role, self.device)
@@ -85,10 +86,10 @@ class _EngineWorker:
     @property
     def phases(self):
         """The one owner of where this process's engines keep their tensors in each phase
-        (`verl_lite.engine.offload.PhaseOwner`), with the rollout's sleep and wake."""
+        (`verl_lite.trainer.offload.PhaseOwner`), with the rollout's sleep and wake."""
         owner = self.__dict__.get("_phases")
         if owner is None:
-            from verl_lite.engine.offload import PhaseOwner
+            from verl_lite.trainer.offload import PhaseOwner
 
             owner = self.__dict__["_phases"] = PhaseOwner()
         return owner
@@ -100,8 +101,8 @@ class _EngineWorker:
 
     def _micro_batches(self, engine, batch: Dict[str, Any], micro_bsz: int, max_token_len: Optional[int]):
         """Fixed micro-batches of `micro_bsz` rows, or packed by a token budget (verl's dynamic batch size)
-        when `max_token_len` is set (`verl_lite.engine.dynamic_batch`)."""
-        from verl_lite.engine.dynamic_batch import MicroBatches, max_over_ranks
+        when `max_token_len` is set (`verl_lite.trainer.dynamic_batch`)."""
+        from verl_lite.trainer.dynamic_batch import MicroBatches, max_over_ranks
 
         return MicroBatches(batch, micro_batch_size=int(micro_bsz), max_token_len=max_token_len,
                             count_sync=max_over_ranks, multiple_of=engine.micro_batch_multiple())

@@ -38,7 +38,7 @@ import logging
 import sys
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
+from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
 from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 
