@@ -99,7 +99,7 @@ class GatedOutputRMSNorm(RMSNorm):
     It acts per value head on the gathered sequence, so with TP > 1 each rank's grad covers its own
     heads only: as TE's norm in megatron's GDN spec, its weight carries `sequence_parallel` =
     config.sequence_parallel (with SP megatron sums it over TP), and `tp_partial_grad`, by which
-    `megatron_model.wrap_ddp` sums it over TP without SP (megatron sums only q/k norms by name)."""
+    `model.wrap_ddp` sums it over TP without SP (megatron sums only q/k norms by name)."""
 
     def __init__(self, config: Any, hidden_size: int, eps: float = 1e-6):
         super().__init__(config, hidden_size, eps, zero_centered=False)

@@ -89,7 +89,7 @@ class Qwen3Bridge(ModelBridge):
         return get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
 
     def model_spec(self, config: Any, vp_stage: Optional[int] = None) -> Any:
-        """The local layer spec with verl_lite's RMSNorm (megatron_norm: it takes sequence
+        """The local layer spec with verl_lite's RMSNorm (norm.py: it takes sequence
         parallelism, which megatron's torch norm refuses), one spec per layer of this chunk."""
         from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
