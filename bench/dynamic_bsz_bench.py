@@ -3,7 +3,7 @@
 One update pass (forward + backward of a policy loss) and one log-prob pass on the torch engine with
 a shipped tiny model, over a batch whose responses run up to 128 tokens with a mean of about 44 (most
 short, a few long, as a GRPO batch early in training). Fixed: micro-batches of --micro sequences,
-every one padded to the batch's full width. Dynamic: verl_lite.engine.dynamic_batch with the token
+every one padded to the batch's full width. Dynamic: verl_lite.trainer.dynamic_batch with the token
 budget --budget (default: the fixed run's micro-batch cells, --micro x full width, so both use the
 same memory per micro-batch).
 
@@ -58,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine.dynamic_batch import MicroBatches
+    from verl_lite.trainer.dynamic_batch import MicroBatches
     from verl_lite.engine.fsdp import TorchLMEngine
     from verl_lite.trainer import core_algos
 

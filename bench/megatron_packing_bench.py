@@ -11,7 +11,7 @@ Usage:
 
 Qwen3.5's GDN layers run megatron-core's torch gated delta rule on CPU: padded it is one call over the
 batch, packed one call per sequence (use_remove_padding=True; auto keeps it padded). Attention
-packed runs megatron's attention once per sequence (engine/megatron_cpu.py). CPU figures only say
+packed runs megatron's attention once per sequence (engine/megatron/cpu.py). CPU figures only say
 what packing saves in tokens and what the CPU paths cost; devices use other kernels.
 """
 
@@ -50,7 +50,7 @@ def build(path: str, remove_padding):
     from omegaconf import OmegaConf
 
     from verl_lite.config.schema import VerlLiteConfig
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     cfg = OmegaConf.structured(VerlLiteConfig)
     model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
@@ -89,7 +89,7 @@ def main() -> None:
     torch.distributed.init_process_group("gloo", rank=0, world_size=1)
     from megatron.core import parallel_state as mpu
 
-    from verl_lite.engine import megatron_batch
+    from verl_lite.engine.megatron import batch as megatron_batch
 
     batch = ragged_batch(args.rows, args.prompt, args.response, seed=0)
     mask = batch["response_mask"].bool()

@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 IMPORT_PROBES = {
-    "verl_lite.engine.megatron (module only)": "import verl_lite.engine.megatron, verl_lite.engine.mindspeed",
+    "verl_lite.engine.megatron.engine (module only)": "import verl_lite.engine.megatron.engine, verl_lite.engine.megatron.mindspeed",
     "megatron-core as the engine uses it": (
         "import megatron.core.parallel_state, megatron.core.models.gpt, megatron.core.pipeline_parallel, "
         "megatron.core.distributed, megatron.core.optimizer"
@@ -105,7 +105,7 @@ def megatron_worker(rank: int, world: int, port: int, args, out: str, path: str,
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     model, actor = sections("megatron", path, tp, ep)
     engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")

@@ -24,6 +24,11 @@ ALIASES = {"gpu": "cuda"}
 DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
 
+def device_of_backend(backend: str) -> str:
+    """The device type a torch.distributed backend runs on (DIST_BACKENDS read backwards; cpu for any other)."""
+    return {b: d for d, b in DIST_BACKENDS.items()}.get(str(backend), "cpu")
+
+
 class DeviceError(ValueError):
     """An unknown device name."""
 

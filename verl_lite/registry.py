@@ -12,7 +12,7 @@ backend: on npu its engines are MindSpeed's. Every language_model key has a valu
 critic on NPU failed in verl with "Unknown device: npu for model_type: value_model").
 
 Model-bridge key: the HF architecture name (config.json `architectures`), e.g. Qwen3ForCausalLM;
-the Megatron engines build a model through its bridge (`verl_lite.engine.bridges`).
+the Megatron engines build a model through its bridge (`verl_lite.engine.megatron.bridges`).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class EngineRegistry(Registry):
 
 class BridgeRegistry(Registry):
     """HF architecture name (config.json `architectures`) -> "module:Class" of a
-    `verl_lite.engine.bridges.base.ModelBridge`: how the Megatron engines build that model."""
+    `verl_lite.engine.megatron.bridges.base.ModelBridge`: how the Megatron engines build that model."""
 
     kind = "model bridge"
     key_names = ("architecture",)
@@ -196,10 +196,10 @@ ENGINES = EngineRegistry()
 for _device in ENGINE_DEVICES:
     ENGINES.register("language_model", "fsdp", _device, "verl_lite.engine.fsdp:TorchLMEngine")
     ENGINES.register("value_model", "fsdp", _device, "verl_lite.engine.fsdp:TorchValueEngine")
-ENGINES.register("language_model", "megatron", ("cpu", "cuda"), "verl_lite.engine.megatron:MegatronLMEngine")
-ENGINES.register("value_model", "megatron", ("cpu", "cuda"), "verl_lite.engine.megatron:MegatronValueEngine")
-ENGINES.register("language_model", "megatron", "npu", "verl_lite.engine.mindspeed:MindSpeedLMEngine")
-ENGINES.register("value_model", "megatron", "npu", "verl_lite.engine.mindspeed:MindSpeedValueEngine")
+ENGINES.register("language_model", "megatron", ("cpu", "cuda"), "verl_lite.engine.megatron.engine:MegatronLMEngine")
+ENGINES.register("value_model", "megatron", ("cpu", "cuda"), "verl_lite.engine.megatron.engine:MegatronValueEngine")
+ENGINES.register("language_model", "megatron", "npu", "verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine")
+ENGINES.register("value_model", "megatron", "npu", "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine")
 
 ROLLOUTS = RolloutRegistry()
 ROLLOUTS.register("hf", "verl_lite.rollout.hf:HFRollout")
@@ -208,12 +208,12 @@ ROLLOUTS.register("vllm", "verl_lite.rollout.vllm:VLLMRollout")
 BRIDGES = BridgeRegistry()
 # A critic checkpoint saved by transformers names the token-classification class.
 for _architecture in ("Qwen3ForCausalLM", "Qwen3ForTokenClassification"):
-    BRIDGES.register(_architecture, "verl_lite.engine.bridges.qwen3:Qwen3Bridge")
-BRIDGES.register("Qwen3_5ForCausalLM", "verl_lite.engine.bridges.qwen3_5:Qwen3_5Bridge")
-BRIDGES.register("Qwen3_5MoeForCausalLM", "verl_lite.engine.bridges.qwen3_5:Qwen3_5MoeBridge")
+    BRIDGES.register(_architecture, "verl_lite.engine.megatron.bridges.qwen3:Qwen3Bridge")
+BRIDGES.register("Qwen3_5ForCausalLM", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5Bridge")
+BRIDGES.register("Qwen3_5MoeForCausalLM", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5MoeBridge")
 # Vision-language checkpoints: the text model is built, the vision tower left out (text RL).
-BRIDGES.register("Qwen3_5ForConditionalGeneration", "verl_lite.engine.bridges.qwen3_5:Qwen3_5VLBridge")
-BRIDGES.register("Qwen3_5MoeForConditionalGeneration", "verl_lite.engine.bridges.qwen3_5:Qwen3_5MoeVLBridge")
+BRIDGES.register("Qwen3_5ForConditionalGeneration", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5VLBridge")
+BRIDGES.register("Qwen3_5MoeForConditionalGeneration", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5MoeVLBridge")
 
 
 def engine_key(cfg: Any, role: str, device: str) -> EngineKey:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Device memory the offload flags free: one short GRPO run (actor + ref, hf rollout) with and
 without offload, on one accelerator, printing the memory allocated when the rollout starts
-generating and after each offload move (verl_lite/engine/offload.py), and the peak.
+generating and after each offload move (verl_lite/trainer/offload.py), and the peak.
 
 Usage (on a machine with a GPU; megatron needs megatron-core):
   python bench/device/offload_memory.py --device cuda --strategy fsdp
@@ -44,7 +44,7 @@ def one_run(args, root: Path, model: Path, offload: bool):
 
     from verl_lite.config import load_config
     from verl_lite.data.synthetic import generate
-    from verl_lite.engine import offload as offload_mod
+    from verl_lite.trainer import offload as offload_mod
     from verl_lite.rollout.hf import HFRollout
     from verl_lite.trainer.run import run
 

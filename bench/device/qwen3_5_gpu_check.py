@@ -81,7 +81,7 @@ def engine_logits(engine, batch):
     import torch
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
-    from verl_lite.engine import megatron_batch
+    from verl_lite.engine.megatron import batch as megatron_batch
 
     def logits_of(output, item, with_entropy):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
@@ -101,7 +101,7 @@ def part_logits(device: str = "cuda") -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     model, actor = sections("tiny-qwen3_5")
     fla = MegatronLMEngine(model, actor, None, device, "actor")
@@ -146,7 +146,7 @@ def matmul_params(cfg: dict) -> int:
 def part_step(args, cfg: dict = BIG, device: str = "cuda") -> dict:
     import torch
 
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     tmp = tempfile.mkdtemp(prefix="qwen3_5_1b_")
     with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
@@ -220,7 +220,7 @@ def main() -> int:
     except ImportError as e:
         print(f"qwen3_5_gpu_check: {e} (install megatron-core==0.16.1 and transformers>=5.19)", file=sys.stderr)
         return 1
-    from verl_lite.engine.megatron_gdn import fla_installed
+    from verl_lite.engine.megatron.gdn import fla_installed
 
     print(f"torch {torch.__version__}, megatron-core {megatron.core.__version__}, transformers "
           f"{transformers.__version__}, fla {'installed' if fla_installed() else 'NOT installed (torch rule)'}, "

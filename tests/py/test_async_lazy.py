@@ -42,13 +42,13 @@ SCENARIO = textwrap.dedent("""
     rec = {{}}
     worker = TrainWorker(OmegaConf.to_container(cfg, resolve=True), 0, 1, device="npu")
     rec["after_construct"] = heavy()
-    from verl_lite.engine import mindspeed as ms
+    from verl_lite.engine.megatron import mindspeed as ms
     ms.MindSpeedEngineMixin.internals_device = "cpu"  # megatron internals on CPU, device "npu" for the registry
     worker.ready()  # builds the engine: the double raises here if megatron came first
     import mindspeed._double as double
     rec["engine"] = type(worker.actor).__name__
     rec["adaptor_imported"] = "adaptor_imported" in double.kinds()
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
     rec["megatron_snapshots"] = type(worker.actor).snapshot_to_cpu is MegatronLMEngine.snapshot_to_cpu
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 48, (2, 8), generator=g)

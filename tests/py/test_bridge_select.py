@@ -1,4 +1,4 @@
-"""Which bridge a Megatron role builds with (decisions/bridge_choice.py, engine/bridges/select.py).
+"""Which bridge a Megatron role builds with (decisions/bridge_choice.py, engine/megatron/bridges/select.py).
 
 - every combination of use_mbridge / vanilla_mbridge / installed packages / device / use_ascend_gdn
   picks one bridge or is refused with a message naming the key and the fix (pure function, no torch);
@@ -182,8 +182,8 @@ def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
     out = _run(f"""
         import json, sys, torch
         from verl_lite.decisions.bridge_choice import installed_here
-        from verl_lite.engine.bridges import select
-        from verl_lite.engine.bridges.base import UnsupportedModelError
+        from verl_lite.engine.megatron.bridges import select
+        from verl_lite.engine.megatron.bridges.base import UnsupportedModelError
         hf = json.load(open({str(model / 'config.json')!r}))
         res = {{"installed": installed_here(), "megatron_imported_by_probe": "megatron" in sys.modules}}
         meg = {{"use_mbridge": True, "vanilla_mbridge": False, "override_transformer_config": {{"recompute_num_layers": 1}}}}
@@ -249,8 +249,8 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
             res["early"] = str(e)
         from omegaconf import OmegaConf
         from verl_lite.config.schema import VerlLiteConfig
-        from verl_lite.engine import mindspeed as engine_ms
-        from verl_lite.engine.bridges import select
+        from verl_lite.engine.megatron import mindspeed as engine_ms
+        from verl_lite.engine.megatron.bridges import select
         engine_ms.MindSpeedEngineMixin.internals_device = "cpu"
         cfg = OmegaConf.structured(VerlLiteConfig)
         sec = cfg.actor_rollout_ref
@@ -285,6 +285,59 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
     assert kinds.index("provide_distributed_model") < kinds.index("load_weights_hf_to_megatron")
     assert dict(events)["load_weights_hf_to_megatron"]["path"].endswith("/model")
     assert out["names"] == ["model.embed_tokens.weight", "lm_head.weight"]  # export goes through the bridge
+
+
+def _run_ranks(code: str, extra_path, tmp_path, world: int = 2, timeout=400):
+    """`code` on `world` ranks (one process each, a gloo group set up from the environment)."""
+    from verl_lite.device import free_port
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in extra_path] + [str(REPO)])
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                              env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))) for rank in range(world)]
+    outs = [proc.communicate(timeout=timeout) for proc in procs]
+    for proc, (_, err) in zip(procs, outs):
+        assert proc.returncode == 0, err[-4000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def test_an_error_on_the_external_bridge_path_names_the_roles_own_key(tmp_path):
+    """Through Megatron-Bridge the engine sets the built chunks up as it does its own bridges' (one DDP
+    wrap, one optimizer build): a training actor of an MoE model at TP=2 without sequence parallelism is
+    refused naming actor_rollout_ref.actor.megatron, not a bare `megatron`."""
+    shape = json.loads((REPO / "verl_lite" / "assets" / "shapes" / "Qwen3.5-35B-A3B.json").read_text())
+    model = _model_dir(tmp_path, shape)
+    outs = _run_ranks(f"""
+        import json, torch
+        torch.distributed.init_process_group("gloo")
+        from omegaconf import OmegaConf
+        from verl_lite.config.schema import VerlLiteConfig
+        from verl_lite.engine.megatron import mindspeed as engine_ms
+        engine_ms.MindSpeedEngineMixin.internals_device = "cpu"
+        cfg = OmegaConf.structured(VerlLiteConfig)
+        sec = cfg.actor_rollout_ref
+        sec.model.path = {str(model)!r}
+        sec.actor.strategy = "megatron"
+        sec.actor.megatron.tensor_model_parallel_size = 2
+        sec.actor.megatron.sequence_parallel = False
+        sec.actor.megatron.override_transformer_config = {{"use_triton_gdn": False, "use_ascend_gdn": True}}
+        engine = engine_ms.MindSpeedLMEngine(sec.model, sec.actor, sec.actor.optim, "npu", "actor")
+        res = {{}}
+        try:
+            engine.initialize()
+        except Exception as e:
+            res["error"] = f"{{type(e).__name__}}: {{e}}"
+        res["kind"] = getattr(engine.external, "kind", None)
+        print(json.dumps(res))
+    """, [DOUBLES, MINDSPEED_DOUBLE], tmp_path)
+    for out in outs:
+        assert out["kind"] == br.MEGATRON_BRIDGE
+        error = out.get("error", "")
+        assert error.startswith("UnsupportedModelError: training an MoE model"), error
+        assert "set actor_rollout_ref.actor.megatron.sequence_parallel=True" in error  # the role's own key
+        assert "actor_rollout_ref.actor.megatron.expert_model_parallel_size" in error
 
 
 def test_the_shipped_shapes_load_in_transformers():

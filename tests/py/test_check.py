@@ -590,7 +590,7 @@ def test_a_missing_custom_reward_file_is_reported_for_training(tmp_path, trainin
 def test_the_npu_summary_shows_mindspeed_engines_for_every_role_and_the_exact_repatch_dicts():
     text = summary.summarize(load_config(NPU_35B))
     assert "target device : npu (trainer.device=npu)" in text
-    assert "  engine      : verl_lite.engine.mindspeed:MindSpeedLMEngine" in text
+    assert "  engine      : verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine" in text
     actor_plan = (
         "  repatch     : {'use_triton_gdn': False, 'use_ascend_gdn': True, 'attention_backend': AttnBackend.flash, "
         "'use_flash_attn': True}"
@@ -600,7 +600,7 @@ def test_the_npu_summary_shows_mindspeed_engines_for_every_role_and_the_exact_re
     assert text.count(actor_plan) == 2
     assert (
         "critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
-        "verl_lite.engine.mindspeed:MindSpeedValueEngine"
+        "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine"
     ) in text
     assert (
         "runtime env   : HCCL_HOST_SOCKET_PORT_RANGE=auto HCCL_NPU_SOCKET_PORT_RANGE=auto TOKENIZERS_PARALLELISM=true"
@@ -620,7 +620,7 @@ def test_a_gae_run_on_npu_shows_the_critic_with_the_mindspeed_value_engine_and_i
     )
     critic = text.split("critic        : ", 1)[1]
     assert critic.startswith("megatron TP 1 PP 1 CP 1 EP 1 ETP 1 -> DP 16")
-    assert "engine      : verl_lite.engine.mindspeed:MindSpeedValueEngine" in critic
+    assert "engine      : verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine" in critic
     assert "repatch     : {'use_flash_attn_npu_batch_invariant': True, 'use_flash_attn': False}" in critic
 
 
@@ -633,7 +633,7 @@ def test_auto_resolves_to_cpu_here_and_the_summary_shows_cpu_engines():
 
 def test_a_cuda_megatron_summary_says_when_the_gpu_capability_is_unknown():
     text = summary.summarize(load_config(BASE + ["trainer.device=cuda", "actor_rollout_ref.actor.strategy=megatron"]))
-    assert "verl_lite.engine.megatron:MegatronLMEngine" in text
+    assert "verl_lite.engine.megatron.engine:MegatronLMEngine" in text
     assert "GPU capability unknown here" in text
 
 
@@ -643,7 +643,7 @@ def test_a_cuda_megatron_summary_says_when_the_gpu_capability_is_unknown():
 def test_the_check_cli_prints_the_summary_and_exits_0(run_module):
     result = run_module("verl_lite.check", *NPU_35B)
     assert result.returncode == 0, result.stderr
-    assert "verl_lite.engine.mindspeed:MindSpeedLMEngine" in result.stdout
+    assert "verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine" in result.stdout
     assert result.stdout.rstrip().splitlines()[-1].startswith("verl_lite.check: OK (")
 
 
@@ -734,13 +734,13 @@ def test_check_1_on_the_qwen3_5_scripts_for_npu_prints_bridge_kernel_and_the_shi
     out = result.stdout
     assert f"shape         : shipped {shape} (source: " in out and f"the model path is not readable here): {dims}" in out
     assert out.count(f": {layout}") == 2  # actor and ref, checked against the shape's heads, experts, layers
-    assert out.count("engine      : verl_lite.engine.mindspeed:MindSpeedLMEngine") == 2
+    assert out.count("engine      : verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine") == 2
     assert out.count("  bridge      : verl_lite registry (Qwen3_5MoeForConditionalGeneration)") == 2
     assert "where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge" in out
     assert out.count("  GDN kernel  : Ascend flash_gated_delta_rule (flash-linear-attention-npu) (takes packed input)") == 2
     assert (
         "critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
-        "verl_lite.engine.mindspeed:MindSpeedValueEngine" in out
+        "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine" in out
     )
     repatch = [line for line in out.splitlines() if line.startswith("  repatch     : ")]
     assert len(repatch) == 2 and "'use_ascend_gdn': True" in repatch[0] and "'use_triton_gdn': False" in repatch[0]

@@ -70,7 +70,7 @@ def section(role, path, strategy, tp=1, lr=1e-2, **checkpoint):
 
 
 def _megatron_lm(path, tp, **checkpoint):
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     model, actor = section("actor", path, "megatron", tp=tp, **checkpoint)
     engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
@@ -88,7 +88,7 @@ def _scenario(rank, world, port, out_dir):
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     from megatron.core import parallel_state as mpu
 
-    from verl_lite.engine.megatron import MegatronValueEngine
+    from verl_lite.engine.megatron.engine import MegatronValueEngine
 
     rec = {"dir": out_dir}
     batch = make_batch()

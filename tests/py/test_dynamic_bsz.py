@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl_lite.engine.dynamic_batch import MicroBatches, pack_by_tokens, row_extents
+from verl_lite.trainer.dynamic_batch import MicroBatches, pack_by_tokens, row_extents
 from verl_lite.trainer import core_algos
 
 P, R = 6, 16
@@ -183,7 +183,7 @@ def one_step(data_dir, out_dir, *extra):
 
 def test_a_trainer_step_with_every_dynamic_switch_on_logs_the_fixed_runs_losses_and_gradient_norms(data_dir, tmp_path,
                                                                                                    monkeypatch):
-    from verl_lite.engine import dynamic_batch
+    from verl_lite.trainer import dynamic_batch
 
     made = []
 
@@ -297,7 +297,7 @@ def test_the_preflight_refuses_a_token_budget_smaller_than_the_longest_sequence_
 @pytest.mark.parametrize("pp, vpp, multiple", [(2, 2, 2), (4, 2, 4), (2, None, 1), (1, None, 1)])
 def test_megatrons_interleaved_schedule_gets_a_micro_batch_count_in_groups_of_pp(pp, vpp, multiple):
     from verl_lite.config.schema import ActorConfig, ModelConfig
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     actor = ActorConfig(strategy="megatron")
     actor.megatron.pipeline_model_parallel_size, actor.megatron.virtual_pipeline_model_parallel_size = pp, vpp

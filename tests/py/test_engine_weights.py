@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig
-from verl_lite.engine.bridges import UnsupportedModelError, bridge_for
-from verl_lite.engine.bridges.base import Layout
+from verl_lite.engine.megatron.bridges import UnsupportedModelError, bridge_for
+from verl_lite.engine.megatron.bridges.base import Layout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,8 +84,8 @@ def tiny_qwen3_config():
 def test_bridges_are_registered_by_hf_architecture_and_resolve_without_importing():
     from verl_lite.registry import BRIDGES
 
-    assert BRIDGES.resolve("Qwen3ForCausalLM") == "verl_lite.engine.bridges.qwen3:Qwen3Bridge"
-    assert BRIDGES.resolve("Qwen3ForTokenClassification") == "verl_lite.engine.bridges.qwen3:Qwen3Bridge"
+    assert BRIDGES.resolve("Qwen3ForCausalLM") == "verl_lite.engine.megatron.bridges.qwen3:Qwen3Bridge"
+    assert BRIDGES.resolve("Qwen3ForTokenClassification") == "verl_lite.engine.megatron.bridges.qwen3:Qwen3Bridge"
     assert type(bridge_for(tiny_qwen3_config())).__name__ == "Qwen3Bridge"
 
 
@@ -105,7 +105,7 @@ def test_qwen3_next_is_refused_with_the_reason_and_a_fix():
 
 
 def test_qwen3_5_configs_get_their_bridges_and_a_gdn_free_config_is_refused():
-    from verl_lite.engine.bridges.qwen3_5 import Qwen3_5Bridge, Qwen3_5MoeVLBridge
+    from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5Bridge, Qwen3_5MoeVLBridge
 
     dense = json.loads((REPO_ROOT / "verl_lite/assets/tiny-qwen3_5/config.json").read_text())
     assert type(bridge_for(dense)) is Qwen3_5Bridge

@@ -27,7 +27,18 @@ LAYERS: List[tuple] = [
     ("verl_lite.registry", "verl_lite.runtime_env"),  # which engine, which worker env
     # the preflight: one module of rules per subject, the orchestrator and the summary (torch-free)
     ("verl_lite.preflight",),
-    ("verl_lite.engine", "verl_lite.rollout"),  # what runs on a device
+    ("verl_lite.engine", "verl_lite.rollout"),  # what runs on a device: shared engine pieces, rollouts
+    ("verl_lite.engine.fsdp",),  # the torch (FSDP2) engine
+    # the Megatron engines' sub-layers, lowest first: a bridge never imports the engine that uses it
+    ("verl_lite.engine.megatron.bridges.base",),  # Layout, ModelBridge, UnsupportedModelError
+    ("verl_lite.engine.megatron.cpu", "verl_lite.engine.megatron.norm",
+     "verl_lite.engine.megatron.gdn"),  # layers the specs use, megatron on CPU
+    ("verl_lite.engine.megatron.bridges",),  # HF <-> Megatron per family, the external-bridge builds
+    ("verl_lite.engine.megatron.model", "verl_lite.engine.megatron.hf", "verl_lite.engine.megatron.batch",
+     "verl_lite.engine.megatron.optim", "verl_lite.engine.megatron.memory", "verl_lite.engine.megatron.checkpoint",
+     "verl_lite.engine.megatron.parallel"),  # model chunks, weights, batches, optimizer, set-up
+    ("verl_lite.engine.megatron.engine",),  # MegatronLMEngine / MegatronValueEngine
+    ("verl_lite.engine.megatron.mindspeed",),  # the same engines on Ascend
     ("verl_lite.trainer",),  # the driver, the workers, Ray
     ("verl_lite.check", "verl_lite.main"),  # entry points
 ]

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_lite.engine.megatron_batch import attention_mask_4d
-from verl_lite.engine.megatron_memory import StorageParking
+from verl_lite.engine.megatron.batch import attention_mask_4d
+from verl_lite.engine.megatron.memory import StorageParking
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,8 +57,8 @@ def ragged_batch(seed: int, longest: int):
 
 def dynamic_vs_fixed(engine, batch, budget):
     """Log-probs, and gradients of a loss normalised by the batch's token count, from one fixed micro-batch
-    and from token-budget micro-batches (`verl_lite.engine.dynamic_batch`): the largest gaps, and the shapes."""
-    from verl_lite.engine.dynamic_batch import MicroBatches
+    and from token-budget micro-batches (`verl_lite.trainer.dynamic_batch`): the largest gaps, and the shapes."""
+    from verl_lite.trainer.dynamic_batch import MicroBatches
 
     total = batch["response_mask"].sum()
 
@@ -143,7 +143,7 @@ def train(engine, batch, loss_fn, steps):
 
 
 def _phase_tp2(rank, rec, ckpt_dir):
-    from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
     from verl_lite.rollout.hf import HFRollout
 
     model, actor, ref_section, critic = sections(tp=2, overrides=RECOMPUTE)  # full recompute, as the scripts run
@@ -169,7 +169,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
     rec["hf_entropy"] = -(logp.exp() * logp).sum(-1)
 
     # a vocabulary of 49 padded to 50 for TP=2: the padded logit must not count
-    from verl_lite.engine.megatron_batch import vocab_parallel_log_probs
+    from verl_lite.engine.megatron.batch import vocab_parallel_log_probs
 
     g = torch.Generator().manual_seed(5)
     full, targets = torch.randn(B, R, 50, generator=g) * 3, torch.randint(0, 49, (B, R), generator=g)
@@ -222,7 +222,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
 
 
 def _phase_tp1_dp2(rank, rec):
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     model, actor, _, _ = sections(tp=1)
     lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
@@ -239,7 +239,7 @@ def _phase_tp1_dp2(rank, rec):
     rec["dp2_weight_gap"] = (gathered[0] - gathered[1]).abs().max().item()
     # dynamic batch size: rank 0's long sequences need more micro-batches than rank 1's short ones; both
     # ranks run the larger count (a DDP step needs every rank), and the gradients still match
-    from verl_lite.engine.dynamic_batch import MicroBatches, max_over_ranks
+    from verl_lite.trainer.dynamic_batch import MicroBatches, max_over_ranks
 
     ragged = ragged_batch(seed=rank, longest=8 if rank == 0 else 2)
     rec["dp2_dynamic_counts"] = (len(MicroBatches(ragged, max_token_len=12).parts),
@@ -247,7 +247,7 @@ def _phase_tp1_dp2(rank, rec):
 
 
 def _phase_pp2(rank, rec):
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     model, actor, _, _ = sections(pp=2)
     lm = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
@@ -421,10 +421,10 @@ def test_parked_storage_frees_memory_and_restores_through_existing_views():
 
 def test_importing_the_engine_modules_does_not_import_megatron():
     code = (
-        "import sys, verl_lite.engine.megatron, verl_lite.engine.megatron_cpu, verl_lite.engine.bridges.qwen3, "
-        "verl_lite.engine.megatron_batch, verl_lite.engine.megatron_hf, verl_lite.engine.megatron_memory, "
-        "verl_lite.engine.megatron_model, verl_lite.engine.megatron_optim, "
-        "verl_lite.engine.mindspeed; bad = sorted(m for m in sys.modules if m.split('.')[0] in ('megatron', 'mindspeed'));"
+        "import sys, verl_lite.engine.megatron.engine, verl_lite.engine.megatron.cpu, verl_lite.engine.megatron.bridges.qwen3, "
+        "verl_lite.engine.megatron.batch, verl_lite.engine.megatron.hf, verl_lite.engine.megatron.memory, "
+        "verl_lite.engine.megatron.model, verl_lite.engine.megatron.optim, "
+        "verl_lite.engine.megatron.mindspeed; bad = sorted(m for m in sys.modules if m.split('.')[0] in ('megatron', 'mindspeed'));"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))

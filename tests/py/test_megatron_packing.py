@@ -105,7 +105,7 @@ def _compare(rec, name, make_engine, batches, key="log_probs", loss_fn=_nll):
 def _leak_gap(engine, batch):
     """Log-probs of the packed engine when the pack is given as ONE sequence (cu_seqlens [0, N]): what
     a forward without the per-sequence reset (GDN state, attention) computes, against the right one."""
-    from verl_lite.engine import megatron_batch
+    from verl_lite.engine.megatron import batch as megatron_batch
 
     real = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
     original = megatron_batch.prepare_packed_batch
@@ -132,7 +132,7 @@ def _scenario(rank, world, port, out_dir):
     sys.path.insert(0, str(DOUBLE))
     from megatron.core import parallel_state as mpu
 
-    from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
 
     rec = {}
     try:
@@ -232,7 +232,7 @@ def test_a_ragged_batch_packs_into_its_real_tokens_aligned_per_sequence():
     """Left-padded rows of 3, 5 and 2 real tokens in a 3 x 6 batch: packed, each sequence is padded at
     its end to a multiple of the alignment (TP), so 10 real tokens become 4 + 6 + 2 = 12 at align 2,
     not the 18 cells of the padded batch; cu_seqlens mark the sequences and positions restart."""
-    from verl_lite.engine.megatron_batch import prepare_packed_batch
+    from verl_lite.engine.megatron.batch import prepare_packed_batch
 
     lengths = [3, 5, 2]
     mask = torch.tensor([[0] * (6 - n) + [1] * n for n in lengths])
@@ -250,7 +250,7 @@ def test_grpo_steps_packed_equal_padded_on_the_megatron_engine(data_dir, tmp_pat
     """Same tiny Qwen3.5, seed and data: three GRPO steps with use_remove_padding=True (packed THD
     micro-batches, the torch GDN rule once per sequence) give the padded run's metrics. The run is
     in-process (trainer.ray=false), so the packed micro-batches are counted."""
-    from verl_lite.engine import megatron_batch
+    from verl_lite.engine.megatron import batch as megatron_batch
 
     packs = []
     original = megatron_batch.prepare_packed_batch

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl_lite.engine.mindspeed import MindSpeedLMEngine
+from verl_lite.engine.megatron.mindspeed import MindSpeedLMEngine
 
 DOUBLE_DIR = str(Path(__file__).resolve().parent / "mindspeed_double")
 B, T, R = 2, 8, 3
@@ -84,8 +84,8 @@ def _order_scenario(rank, world, port, out_dir):
     try:
         import mindspeed._double as double  # the package only: megatron is not imported yet
 
-        from verl_lite.engine import mindspeed as ms
-        from verl_lite.engine.megatron import MegatronLMEngine
+        from verl_lite.engine.megatron import mindspeed as ms
+        from verl_lite.engine.megatron.engine import MegatronLMEngine
         from verl_lite.registry import ENGINES
 
         ms.MindSpeedEngineMixin.internals_device = "cpu"
@@ -155,7 +155,7 @@ def _critic_alone_scenario(rank, world, port, out_dir):
     try:
         import mindspeed._double as double
 
-        from verl_lite.engine import mindspeed as ms
+        from verl_lite.engine.megatron import mindspeed as ms
         from verl_lite.registry import ENGINES
 
         ms.MindSpeedEngineMixin.internals_device = "cpu"
@@ -192,7 +192,7 @@ def _failure_scenario(rank, world, port, out_dir):
         from megatron.core.transformer import TransformerConfig
         from megatron.core.transformer.enums import AttnBackend
 
-        from verl_lite.engine import mindspeed as ms
+        from verl_lite.engine.megatron import mindspeed as ms
         from verl_lite.decisions.repatch import build_repatch_dict
 
         tiny = dict(num_layers=1, hidden_size=8, num_attention_heads=2)

@@ -1,4 +1,4 @@
-"""Offload between phases (verl_lite/engine/offload.py): parameters on the device for forward and
+"""Offload between phases (verl_lite/trainer/offload.py): parameters on the device for forward and
 backward, optimizer state for the update, nothing of the trained models during the rollout.
 
 On CPU every tensor lives on `cpu` whatever happens, so placement is checked through the one
@@ -17,8 +17,8 @@ from typing import Dict, List, Tuple
 import pytest
 
 from verl_lite.config import load_config
-from verl_lite.engine import offload
-from verl_lite.engine.offload import Move, OffloadPolicy, PhaseOwner
+from verl_lite.trainer import offload
+from verl_lite.trainer.offload import Move, OffloadPolicy, PhaseOwner
 
 # What each use of an engine needs on the device.
 USE_NEEDS = {"forward": ("param",), "train": ("param", "grad"), "step": ("param", "grad", "optimizer"),
@@ -53,7 +53,7 @@ def check_timeline(events: List, policies: Dict[str, OffloadPolicy]) -> None:
 def timeline(monkeypatch):
     """Record offload moves and engine/rollout uses, in order."""
     from verl_lite.engine.fsdp import TorchLMEngine
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
     from verl_lite.rollout.hf import HFRollout
 
     events: List = []

@@ -1,5 +1,5 @@
 """`<role>.optim.override_optimizer_config`: verl's Megatron optimizer overrides reach the
-OptimizerConfig the Megatron engine builds (engine/megatron_optim.py), field by field as verl merges
+OptimizerConfig the Megatron engine builds (engine/megatron/optim.py), field by field as verl merges
 them; the preflight (decisions/optimizer_overrides.py) refuses unknown fields, fields verl_lite sets itself,
 the section on the fsdp strategy, and what cannot run on the target device; on cpu the CPU optimizer
 offload fields have no effect and the summary says so.
@@ -53,8 +53,8 @@ def _scenario(rank, world, port, out_dir):
         from verl_lite.config import compose
         from read_tracking import track_reads
         from verl_lite.config.schema import OptimConfig
-        from verl_lite.engine import megatron_optim
-        from verl_lite.engine.megatron import MegatronLMEngine
+        from verl_lite.engine.megatron import optim as megatron_optim
+        from verl_lite.engine.megatron.engine import MegatronLMEngine
 
         rec["fields"] = tuple(f.name for f in dataclasses.fields(OptimizerConfig))
         cfg = load_config(["trainer.device=cpu", *MEGATRON, *ENGINE_LINES])
@@ -281,7 +281,7 @@ class Hybrid:
 
 
 def test_optimizer_offload_with_the_cpu_optimizer_moves_only_its_device_share_as_verl_does():
-    from verl_lite.engine.megatron_memory import move_optimizer_state
+    from verl_lite.engine.megatron.memory import move_optimizer_state
 
     hybrid = Hybrid()
     move_optimizer_state([], SimpleNamespace(optimizer=hybrid), torch.device("meta"))  # meta: a device to load to

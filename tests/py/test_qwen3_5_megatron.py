@@ -78,7 +78,7 @@ def _engine_logits(engine, batch):
     every pipeline stage)."""
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
-    from verl_lite.engine import megatron_batch
+    from verl_lite.engine.megatron import batch as megatron_batch
 
     def logits_of(output, item, with_entropy):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
@@ -91,7 +91,7 @@ def _hf_reference(path):
     """transformers' model from the same seeded init as the engines, and its state dict."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from verl_lite.engine.megatron_hf import random_hf_state
+    from verl_lite.engine.megatron.hf import random_hf_state
     from verl_lite.models import resolve_model_dir
 
     config = AutoConfig.from_pretrained(resolve_model_dir(path))
@@ -104,7 +104,7 @@ def _hf_reference(path):
 def _check_layout(rank, rec, refs, path, tp, pp, ep):
     from transformers import AutoModelForCausalLM
 
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     key = f"{path}:tp{tp}pp{pp}ep{ep}"
     config, hf_model, state = refs[path]
@@ -141,7 +141,7 @@ def _packed_vs_padded(layer, hidden, mask):
     at the real tokens, in the padded order."""
     from megatron.core.packed_seq_params import PackedSeqParams
 
-    from verl_lite.engine.megatron_batch import attention_mask_4d
+    from verl_lite.engine.megatron.batch import attention_mask_4d
 
     with torch.no_grad():
         padded, _ = layer(hidden, attention_mask_4d(mask))
@@ -156,8 +156,8 @@ def _packed_vs_padded(layer, hidden, mask):
 
 def _phase_ascend(rank, rec, refs, torch_engine):
     """use_ascend_gdn on npu (internals on CPU, the kernel double): kernel chosen, logits, packing."""
-    from verl_lite.engine.megatron import MegatronLMEngine
-    from verl_lite.engine.megatron_batch import attention_mask_4d
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+    from verl_lite.engine.megatron.batch import attention_mask_4d
 
     sys.path.insert(0, str(DOUBLE))
     from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
@@ -221,7 +221,7 @@ def _phase_chunk_size(rec, refs, engine):
 
 
 def _try_training_moe_at_tp2(rec):
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     model, actor = _sections(MOE, tp=2)
     actor.megatron.sequence_parallel = False  # with it (the default) MoE trains: tests/py/test_sequence_parallel.py
@@ -265,7 +265,7 @@ def _mindspeed_scenario(rank, world, port, out_dir):
 
         importlib.import_module("mindspeed._double")  # the package only: megatron is not imported yet
 
-        from verl_lite.engine import mindspeed as ms
+        from verl_lite.engine.megatron import mindspeed as ms
         from verl_lite.registry import ENGINES
 
         ms.MindSpeedEngineMixin.internals_device = "cpu"
@@ -386,7 +386,9 @@ def test_the_torch_rule_takes_the_chunk_of_linear_attention_chunk_size_or_choose
 def test_training_moe_at_tp2_without_sequence_parallel_is_refused_naming_the_fix(run):
     for rec in run:  # megatron-core's MoE layer needs sequence parallel to train with TP > 1
         error = rec["moe_tp2_training_error"]
-        assert error.startswith("UnsupportedModelError: training an MoE model with tensor_model_parallel_size=2 "
+        # the preflight's message (decisions/layout.py:moe_sequence_parallel_problem)
+        assert error.startswith("UnsupportedModelError: training an MoE model (4 experts) with "
+                                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2 "
                                 "needs Megatron sequence parallelism"), error
         assert "set actor_rollout_ref.actor.megatron.sequence_parallel=True" in error  # the role's own key
         assert "actor_rollout_ref.actor.megatron.expert_model_parallel_size" in error
@@ -413,8 +415,8 @@ def test_the_gdn_kernel_follows_the_two_switches_and_the_installed_kernels():
 
 
 def test_megatron_core_releases_other_than_0_16_are_refused_with_what_to_install():
-    from verl_lite.engine.bridges import UnsupportedModelError
-    from verl_lite.engine.megatron_gdn import check_megatron_version
+    from verl_lite.engine.megatron.bridges import UnsupportedModelError
+    from verl_lite.engine.megatron.gdn import check_megatron_version
 
     check_megatron_version("0.16.1")
     with pytest.raises(UnsupportedModelError, match="built for megatron-core 0.16.x .* has megatron-core 0.17.0. "

@@ -20,12 +20,12 @@ def test_the_engine_table_is_exactly_the_supported_backends_and_devices():
         ("value_model", "fsdp", "cpu"): "verl_lite.engine.fsdp:TorchValueEngine",
         ("value_model", "fsdp", "cuda"): "verl_lite.engine.fsdp:TorchValueEngine",
         ("value_model", "fsdp", "npu"): "verl_lite.engine.fsdp:TorchValueEngine",
-        ("language_model", "megatron", "cpu"): "verl_lite.engine.megatron:MegatronLMEngine",
-        ("language_model", "megatron", "cuda"): "verl_lite.engine.megatron:MegatronLMEngine",
-        ("value_model", "megatron", "cpu"): "verl_lite.engine.megatron:MegatronValueEngine",
-        ("value_model", "megatron", "cuda"): "verl_lite.engine.megatron:MegatronValueEngine",
-        ("language_model", "megatron", "npu"): "verl_lite.engine.mindspeed:MindSpeedLMEngine",
-        ("value_model", "megatron", "npu"): "verl_lite.engine.mindspeed:MindSpeedValueEngine",
+        ("language_model", "megatron", "cpu"): "verl_lite.engine.megatron.engine:MegatronLMEngine",
+        ("language_model", "megatron", "cuda"): "verl_lite.engine.megatron.engine:MegatronLMEngine",
+        ("value_model", "megatron", "cpu"): "verl_lite.engine.megatron.engine:MegatronValueEngine",
+        ("value_model", "megatron", "cuda"): "verl_lite.engine.megatron.engine:MegatronValueEngine",
+        ("language_model", "megatron", "npu"): "verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine",
+        ("value_model", "megatron", "npu"): "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine",
     }
 
 
@@ -37,8 +37,8 @@ def test_every_language_model_key_has_a_value_model_twin():
 
 def test_a_critic_on_npu_with_megatron_resolves_to_the_mindspeed_value_engine():
     cfg = load_config(["actor_rollout_ref.actor.strategy=megatron", "algorithm.adv_estimator=gae"])
-    assert registry.resolve_engine(cfg, "critic", "npu") == "verl_lite.engine.mindspeed:MindSpeedValueEngine"
-    assert registry.resolve_engine(cfg, "ref", "npu") == "verl_lite.engine.mindspeed:MindSpeedLMEngine"
+    assert registry.resolve_engine(cfg, "critic", "npu") == "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine"
+    assert registry.resolve_engine(cfg, "ref", "npu") == "verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine"
 
 
 def test_ref_and_critic_without_a_strategy_use_the_actors_and_their_own_when_set():

@@ -100,7 +100,7 @@ def nll(outputs, mb):
 
 
 def _engine(path, sp, trains, lr=1e-3, tp=2):
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     model, actor, _ = _sections(path, sp, lr, tp)
     engine = MegatronLMEngine(model, actor, actor.optim if trains else None, "cpu", "actor")
@@ -113,7 +113,7 @@ def _logits(engine, batch):
     a multiple of TP under SP), the left pad column removed."""
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
-    from verl_lite.engine import megatron_batch
+    from verl_lite.engine.megatron import batch as megatron_batch
 
     multiple = 2 if engine.tf_config.sequence_parallel else 1
 
@@ -128,7 +128,7 @@ def _logits(engine, batch):
 def _hf_logits(path, batch):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from verl_lite.engine.megatron_hf import random_hf_state
+    from verl_lite.engine.megatron.hf import random_hf_state
     from verl_lite.models import resolve_model_dir
 
     config = AutoConfig.from_pretrained(resolve_model_dir(path))
@@ -141,7 +141,7 @@ def _hf_logits(path, batch):
 
 
 def _params(engine):
-    from verl_lite.engine.megatron_model import unwrap
+    from verl_lite.engine.megatron.model import unwrap
 
     return dict(unwrap(engine.model[0]).named_parameters())
 
@@ -224,7 +224,7 @@ def _phase_critic(rec, batch):
     """The value engine (Qwen3 trunk, scalar head replicated over TP): values and one step with SP
     against TP=2 without SP."""
     from verl_lite.config.schema import CriticConfig
-    from verl_lite.engine.megatron import MegatronValueEngine
+    from verl_lite.engine.megatron.engine import MegatronValueEngine
 
     def value_loss(outputs, mb):
         mask = mb["response_mask"].float()

@@ -147,8 +147,8 @@ def test_the_ref_follows_the_actors_use_torch_compile_unless_set():
 
 @pytest.mark.parametrize("role,flag", [("actor", True), ("ref", True), ("ref", False)])
 def test_the_megatron_engine_passes_its_roles_flag_to_the_vocab_parallel_log_probs(monkeypatch, role, flag):
-    from verl_lite.engine import megatron_batch
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
     from verl_lite.config.schema import ActorConfig, ModelConfig, RefConfig
 
     seen = []

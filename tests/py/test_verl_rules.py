@@ -22,7 +22,7 @@ def problems(*overrides):
      "critic.megatron.optimizer_offload=True"),
 ])
 def test_offload_is_accepted_for_every_role_and_engine(lines):
-    """Honoured by the engines between phases (verl_lite/engine/offload.py, tests/py/test_offload.py)."""
+    """Honoured by the engines between phases (verl_lite/trainer/offload.py, tests/py/test_offload.py)."""
     assert problems("actor_rollout_ref.actor.use_kl_loss=True", "algorithm.adv_estimator=gae", *lines) == []
 
 

@@ -267,7 +267,7 @@ def test_weight_sync_in_buckets_of_the_configured_size(rollout, torch_actor, mon
 def test_weight_sync_from_the_megatron_engine_at_tp1(rollout):
     """Megatron (TP=1, one gloo rank in this process) -> vLLM: its export streams in, the rollout's
     log-probs match Megatron's, and after a Megatron step they differ until the next sync."""
-    from verl_lite.engine.megatron import MegatronLMEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
 
     actor = ActorConfig(strategy="megatron")
     actor.optim.lr, actor.optim.weight_decay = 5e-2, 0.0
@@ -326,7 +326,7 @@ def _tp2_scenario(rank: int, world: int, port: int, out_dir: str) -> None:
         record["fsdp_before_sync"] = gap(actor, out, 1.0)
         rollout.update_weights(actor.export_hf_weights(), 1)
         record["fsdp_after_sync"] = gap(actor, rollout.generate(prompts(seed=70 + rank), R, SAMPLE), 1.0)
-        from verl_lite.engine.megatron import MegatronLMEngine
+        from verl_lite.engine.megatron.engine import MegatronLMEngine
 
         section = ActorConfig(strategy="megatron")
         section.megatron.tensor_model_parallel_size = 2

@@ -12,7 +12,7 @@ responses, as produced by the rollout):
   response_mask   (B, R) long   1 for generated tokens up to and including EOS
 
 Micro-batches of one call may differ in rows and columns (dynamic batch size cuts each to the
-columns its rows use: `verl_lite.engine.dynamic_batch`); the responses stay the last R' columns.
+columns its rows use: `verl_lite.trainer.dynamic_batch`); the responses stay the last R' columns.
 
 Forward outputs, one dict per micro-batch:
   language_model: log_probs (B, R) float32 [, entropy (B, R) when asked]
@@ -89,7 +89,7 @@ class BaseEngine(abc.ABC):
 
     def micro_batch_multiple(self) -> int:
         """The number of micro-batches of one pass must be a multiple of this (megatron's interleaved
-        pipeline schedule); a token-budget split (`verl_lite.engine.dynamic_batch`) rounds up to it."""
+        pipeline schedule); a token-budget split (`verl_lite.trainer.dynamic_batch`) rounds up to it."""
         return 1
 
     @abc.abstractmethod

@@ -15,9 +15,15 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from verl_lite.checkpoint_files import CheckpointError, load_tensors
 from verl_lite.config.schema import OptimConfig
 from verl_lite.engine.base import BaseEngine, LossFn
-from verl_lite.engine.logits import log_probs_and_entropy
+from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possible, check_loadable, hf_files,
+                                        save_hf_model, write_contents)
+from verl_lite.engine.logits import log_prob_outputs, log_probs_and_entropy
+from verl_lite.engine.packing import decide, packed_forward
+from verl_lite.models import resolve_model_dir
+from verl_lite.models.hf import build_causal_lm
 
 logger = logging.getLogger(__name__)
 
@@ -93,20 +99,14 @@ class TorchLMEngine(BaseEngine):
     # -- build ---------------------------------------------------------------------------------
 
     def _build_module(self) -> nn.Module:
-        from verl_lite.models.hf import build_causal_lm
-
         return build_causal_lm(self.model_config)
 
     def initialize(self) -> None:
         import torch.distributed as dist
 
         module = self._build_module()
-        from verl_lite.engine.hf_export import check_hf_model_possible
-
         check_hf_model_possible(self, module.config)
         if self.remove_padding:
-            from verl_lite.engine.packing import decide
-
             self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None))
         if self.model_config.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
@@ -156,8 +156,6 @@ class TorchLMEngine(BaseEngine):
         position_ids = mb["position_ids"].to(dev)
         resp_len = mb["responses"].shape[1]
         if self.remove_padding:
-            from verl_lite.engine.packing import packed_forward
-
             logits = packed_forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
                                                   "position_ids": position_ids}, "logits")
         else:
@@ -168,12 +166,8 @@ class TorchLMEngine(BaseEngine):
         if temperature != 1.0:
             logits = logits / temperature
         # the role's use_torch_compile compiles the vocabulary passes (engine/logits.py)
-        log_probs, entropy = log_probs_and_entropy(logits, mb["responses"].to(dev), calculate_entropy,
-                                                   self.engine_config.use_torch_compile)
-        out = {"log_probs": log_probs}
-        if entropy is not None:
-            out["entropy"] = entropy
-        return out
+        return log_prob_outputs(*log_probs_and_entropy(logits, mb["responses"].to(dev), calculate_entropy,
+                                                       self.engine_config.use_torch_compile))
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
                          forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:
@@ -271,8 +265,6 @@ class TorchLMEngine(BaseEngine):
             local.copy_(snapshot[name].to(local.device, non_blocking=True))
 
     def _contents(self):
-        from verl_lite.engine.hf_export import Contents
-
         return Contents(getattr(self.engine_config, "checkpoint", None), self.role)
 
     def _layout(self) -> Dict[str, Any]:
@@ -288,9 +280,6 @@ class TorchLMEngine(BaseEngine):
         """Write the model as an HF model dir at `path` (config, safetensors, tokenizer; see
         engine/hf_export.py). A collective: every rank calls it, rank 0 writes. `state`: the full
         state dict when the caller holds it already (then nothing is gathered again)."""
-        from verl_lite.engine.hf_export import save_hf_model
-        from verl_lite.models import resolve_model_dir
-
         mc = self.model_config
         tensors = iter(state.items()) if state is not None else self.export_hf_weights()
         return save_hf_model(path, tensors, self.module.config, self.model_type,
@@ -302,8 +291,6 @@ class TorchLMEngine(BaseEngine):
         extra (LR schedule, RNG) in model.pt and rng_rank*.pt, hf_model in huggingface/; rank 0
         writes all but each rank's RNG file."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        from verl_lite.engine.hf_export import HF_DIR, write_contents
 
         contents = self._contents()
         os.makedirs(path, exist_ok=True)
@@ -334,8 +321,6 @@ class TorchLMEngine(BaseEngine):
         """The weights of the part's HF copy (huggingface/*.safetensors), whatever layout wrote them."""
         from safetensors.torch import load_file
 
-        from verl_lite.engine.hf_export import hf_files
-
         state: Dict[str, torch.Tensor] = {}
         for file in hf_files(path):
             state.update(load_file(file))
@@ -348,8 +333,6 @@ class TorchLMEngine(BaseEngine):
 
     def _set_model_state(self, state: Dict[str, Any], source: str) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-        from verl_lite.checkpoint_files import CheckpointError
 
         try:
             if self.sharded:
@@ -366,9 +349,6 @@ class TorchLMEngine(BaseEngine):
         """What checkpoint.load_contents lists (a listed part the checkpoint lacks is a CheckpointError);
         the weights from model.pt, or with hf_model alone from the HF copy."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        from verl_lite.checkpoint_files import CheckpointError, load_tensors
-        from verl_lite.engine.hf_export import check_loadable
 
         contents = self._contents()
         check_loadable(path, contents, self.role, {"engine": "fsdp"})
@@ -420,8 +400,6 @@ class TorchValueEngine(TorchLMEngine):
     _HF_RENAME = {"value_head.": "score."}
 
     def _build_module(self) -> nn.Module:
-        from verl_lite.models.hf import build_causal_lm
-
         lm = build_causal_lm(self.model_config)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(self.model_config.init_seed) + 1)
@@ -431,8 +409,6 @@ class TorchValueEngine(TorchLMEngine):
         dev = torch_device(self.device)
         inputs = {k: mb[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids")}
         if self.remove_padding:
-            from verl_lite.engine.packing import packed_forward
-
             values = packed_forward(self.module, inputs, None)
         else:
             values = self.module(**inputs)

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 import torch
 
 from verl_lite.checkpoint_files import ALL_CONTENTS, CONTENTS_FILE, CheckpointError, contents_problem, read_contents
+from verl_lite.data.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -197,8 +198,6 @@ def save_hf_model(out_dir: str, tensors: Iterator[Tuple[str, torch.Tensor]], hf_
     if dtype is not None:
         config.dtype = dtype
     config.save_pretrained(out_dir)
-    from verl_lite.data.tokenizer import load_tokenizer
-
     load_tokenizer(tokenizer_path, trust_remote_code).save_pretrained(out_dir)
     if model_dir and os.path.isfile(os.path.join(model_dir, "generation_config.json")):
         shutil.copy(os.path.join(model_dir, "generation_config.json"), out_dir)

@@ -1,7 +1,7 @@
 """Log-probs of the chosen tokens and their entropy from the logits: the one implementation the
 torch and Megatron engines share. The torch engine holds the whole vocabulary; the Megatron engine's
 logits are split over the vocabulary across TP ranks, and it passes the reductions over the TP group
-(`megatron_batch.vocab_parallel_log_probs`).
+(`megatron/batch.py:vocab_parallel_log_probs`).
 
 `<role>.use_torch_compile` (verl's switch, which wraps its entropy-from-logits in torch.compile): the
 two passes over the vocabulary (the sum of exp with the chosen token's logit; the entropy's sum of
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -103,3 +103,11 @@ def log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entr
     log_probs = reduce_sum(picked) - lse
     entropy = lse - reduce_sum(pdz(logits, peak, lse)) if with_entropy else None
     return log_probs, entropy
+
+
+def log_prob_outputs(log_probs: torch.Tensor, entropy: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """An engine's forward outputs: {"log_probs"} and, when computed, {"entropy"}."""
+    out = {"log_probs": log_probs}
+    if entropy is not None:
+        out["entropy"] = entropy
+    return out

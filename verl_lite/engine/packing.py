@@ -18,11 +18,12 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from verl_lite.decisions import packing_mode
+from verl_lite.models import is_gdn_model
+
 
 def packing_problem(hf_config: Any) -> Optional[str]:
     """Why `hf_config`'s model cannot take packed sequences on the torch engine, or None if it can."""
-    from verl_lite.models import is_gdn_model
-
     as_dict = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(hf_config or {})
     if is_gdn_model(as_dict):
         return ("transformers' Gated DeltaNet layers carry their recurrent state across packed sequences (no "
@@ -33,8 +34,6 @@ def packing_problem(hf_config: Any) -> Optional[str]:
 def decide(role: str, setting: Any, hf_config: Any) -> bool:
     """Whether the torch engine packs for `setting` (True / False / None = auto) and this model; an
     explicit True for a model that cannot pack raises with the reason."""
-    from verl_lite.decisions import packing_mode
-
     decision = packing_mode.decide_torch(setting, packing_problem(hf_config) is not None)
     if decision.refusal:
         raise ValueError(f"{role}: model.use_remove_padding=True is not supported here: {decision.refusal}")

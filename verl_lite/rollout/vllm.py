@@ -40,6 +40,7 @@ from verl_lite.preflight.rollout import BUCKET_KEY, CHECKPOINT_BACKENDS, DEFAULT
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section
 from verl_lite.models import resolve_model_dir
+from verl_lite.models.hf import load_hf_config
 from verl_lite.rollout.hf import position_ids_from
 
 logger = logging.getLogger(__name__)
@@ -57,8 +58,6 @@ def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size
     """HF name -> shape of every tensor the model's state dict holds (built on the meta device: no
     memory), and the names a sync may leave out (a tied lm_head)."""
     from transformers import AutoModelForCausalLM
-
-    from verl_lite.models.hf import load_hf_config
 
     hf_config = load_hf_config(model_config)
     with torch.device("meta"):

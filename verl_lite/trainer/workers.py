@@ -21,9 +21,12 @@ from verl_lite.config import roles
 from verl_lite.config.schema import VerlLiteConfig
 from verl_lite.config.sections import as_section
 from verl_lite.data.tokenizer import load_tokenizer
+from verl_lite.device import DIST_BACKENDS
 from verl_lite.registry import ROLLOUTS, load_engine
 from verl_lite.rollout.metrics import RolloutGap
 from verl_lite.trainer import core_algos
+from verl_lite.trainer.dynamic_batch import MicroBatches, max_over_ranks
+from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr:
     if world_size > 1 and not dist.is_initialized():
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
                           WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
-        backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device]
+        backend = DIST_BACKENDS[device]
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=int(timeout_s)))
 
@@ -84,8 +87,6 @@ class EngineWorker:
         return True
 
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
-        from verl_lite.engine.offload import OffloadPolicy
-
         cls = load_engine(self.cfg, role, self.device)
         engine = cls(model_cfg, engine_cfg, optim_cfg, self.device, role)
         engine.initialize()
@@ -96,11 +97,9 @@ class EngineWorker:
     @property
     def phases(self):
         """The one owner of where this process's engines keep their tensors in each phase
-        (`verl_lite.engine.offload.PhaseOwner`), with the rollout's sleep and wake."""
+        (`verl_lite.trainer.offload.PhaseOwner`), with the rollout's sleep and wake."""
         owner = self.__dict__.get("_phases")
         if owner is None:
-            from verl_lite.engine.offload import PhaseOwner
-
             owner = self.__dict__["_phases"] = PhaseOwner()
         return owner
 
@@ -121,9 +120,7 @@ class EngineWorker:
 
     def _micro_batches(self, engine, batch: Dict[str, Any], micro_bsz: int, max_token_len: Optional[int]):
         """Fixed micro-batches of `micro_bsz` rows, or packed by a token budget (verl's dynamic batch size)
-        when `max_token_len` is set (`verl_lite.engine.dynamic_batch`)."""
-        from verl_lite.engine.dynamic_batch import MicroBatches, max_over_ranks
-
+        when `max_token_len` is set (`verl_lite.trainer.dynamic_batch`)."""
         return MicroBatches(batch, micro_batch_size=int(micro_bsz), max_token_len=max_token_len,
                             count_sync=max_over_ranks, multiple_of=engine.micro_batch_multiple())
 

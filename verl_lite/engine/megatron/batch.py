@@ -2,7 +2,7 @@
 (THD) micro-batches for remove-padding, the vocab-parallel log-softmax, and one pass of megatron's
 pipeline schedule over the micro-batches.
 
-Used by `verl_lite.engine.megatron`. Like the engine, nothing here imports megatron at module
+Used by `verl_lite.engine.megatron.engine`. Like the engine, nothing here imports megatron at module
 import time (MindSpeed must patch it first on Ascend): the functions import it when called.
 """
 
@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from verl_lite.engine.base import LossFn
+from verl_lite.engine.logits import log_probs_and_entropy
 
 BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
 
@@ -34,8 +35,6 @@ def vocab_parallel_log_probs(
     """
     from megatron.core import parallel_state as mpu
     from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce
-
-    from verl_lite.engine.logits import log_probs_and_entropy
 
     def reduce_max(peak: torch.Tensor) -> None:
         if mpu.get_tensor_model_parallel_world_size() > 1:

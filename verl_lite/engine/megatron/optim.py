@@ -96,7 +96,7 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
 
 
 def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
-                    use_distributed_optimizer: bool, role: str = "megatron") -> Tuple[Any, Any]:
+                    use_distributed_optimizer: bool, role: str) -> Tuple[Any, Any]:
     """(megatron Adam optimizer over the model chunks, OptimizerParamScheduler): linear warm-up
     (explicit steps win over the ratio), then constant or cosine decay to `lr * min_lr_ratio`."""
     from megatron.core.optimizer import get_megatron_optimizer

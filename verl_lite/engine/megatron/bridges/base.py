@@ -1,5 +1,5 @@
 """What a model bridge is: the HF <-> Megatron conversion of one model family, for the Megatron
-engines (see `verl_lite.engine.bridges` for the lookup by HF architecture).
+engines (see `verl_lite.engine.megatron.bridges` for the lookup by HF architecture).
 
 A bridge knows, for its family:
 - whether an HF config is one it can build (`check_supported`, raising UnsupportedModelError);
@@ -21,6 +21,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
+from verl_lite.decisions.layout import heads_problem
+
 
 class UnsupportedModelError(ValueError):
     """An HF config no registered bridge can build, or one its bridge does not cover."""
@@ -36,6 +38,54 @@ def hf_field(hf_config: Any, name: str, default: Any = None) -> Any:
 def padded_vocab_size(vocab_size: int, tp_size: int) -> int:
     """The vocabulary rounded up to a multiple of the TP size (megatron splits it evenly)."""
     return -(-vocab_size // tp_size) * tp_size
+
+
+def top_params(hf_prefix: str = "model.") -> Dict[str, Tuple[str, str]]:
+    """megatron's names outside the layers -> (kind, HF name) of a Qwen-style GPT whose text model's
+    weights sit under `hf_prefix` (the LM head and the value head's score outside it)."""
+    return {
+        "embedding.word_embeddings.weight": ("vocab", f"{hf_prefix}embed_tokens.weight"),
+        "decoder.final_layernorm.weight": ("norm", f"{hf_prefix}norm.weight"),
+        "output_layer.weight": ("vocab", "lm_head.weight"),
+        "value_head.weight": ("norm", "score.weight"),
+        "value_head.bias": ("norm", "score.bias"),
+    }
+
+
+def gpt_config_kwargs(hf_config: Any, ffn_hidden_size: int) -> Dict[str, Any]:
+    """The TransformerConfig fields every Qwen-style GPT shares (RMSNorm, SwiGLU, no linear bias, q/k
+    norms) from an HF (text) config; a missing size raises UnsupportedModelError naming it."""
+    def size(name: str) -> int:
+        value = hf_field(hf_config, name)
+        if value is None:
+            raise UnsupportedModelError(f"the HF config has no {name!r}")
+        return int(value)
+
+    heads, hidden = size("num_attention_heads"), size("hidden_size")
+    return dict(
+        num_layers=size("num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=ffn_hidden_size,
+        num_attention_heads=heads,
+        num_query_groups=int(hf_field(hf_config, "num_key_value_heads", None) or heads),
+        kv_channels=int(hf_field(hf_config, "head_dim", None) or hidden // heads),
+        layernorm_epsilon=float(hf_field(hf_config, "rms_norm_eps", 1e-6)),
+        normalization="RMSNorm",
+        gated_linear_unit=True,
+        add_bias_linear=False,
+        qk_layernorm=True,
+        init_method_std=float(hf_field(hf_config, "initializer_range", 0.02)),
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+    )
+
+
+def check_divides_tp(what: str, count: int, tp_size: int) -> None:
+    """Refuse a size split over TP ranks that TP does not divide (decisions/layout.py: the arithmetic)."""
+    problem = heads_problem(count, tp_size)
+    if problem:
+        raise UnsupportedModelError(f"{what}={count} is not divisible by tensor_model_parallel_size={tp_size} "
+                                    f"({problem}: choose a TP size that divides it)")
 
 
 @dataclass(frozen=True)
@@ -68,11 +118,7 @@ class Layout:
             tied=bool(hf_field(hf_config, "tie_word_embeddings", False)),
         )
         for what, n in (("num_key_value_heads", layout.groups), ("intermediate_size", layout.ffn)):
-            if n % tp_size:
-                raise UnsupportedModelError(
-                    f"{what}={n} is not divisible by tensor_model_parallel_size={tp_size} "
-                    f"(choose a TP size that divides it)"
-                )
+            check_divides_tp(what, n, tp_size)
         return layout
 
     @property

@@ -39,7 +39,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from verl_lite.decisions.bridge_choice import FLA, GDN_KERNELS
-from verl_lite.engine.megatron_norm import RMSNorm
+from verl_lite.engine.megatron.bridges.base import UnsupportedModelError
+from verl_lite.engine.megatron.norm import RMSNorm
 from verl_lite.models.hf import auto_chunk_size
 
 logger = logging.getLogger(__name__)
@@ -60,8 +61,6 @@ def check_megatron_version(version: Optional[str] = None) -> None:
 
         version = str(package_info.__version__)
     if not version.startswith(TESTED_MEGATRON):
-        from verl_lite.engine.bridges.base import UnsupportedModelError
-
         raise UnsupportedModelError(
             f"Qwen3.5 (Gated DeltaNet) on the Megatron engines is built for megatron-core {TESTED_MEGATRON}x "
             f"(its GatedDeltaNet layer and parameter layout); this process has megatron-core {version}. "
@@ -100,7 +99,7 @@ class GatedOutputRMSNorm(RMSNorm):
     It acts per value head on the gathered sequence, so with TP > 1 each rank's grad covers its own
     heads only: as TE's norm in megatron's GDN spec, its weight carries `sequence_parallel` =
     config.sequence_parallel (with SP megatron sums it over TP), and `tp_partial_grad`, by which
-    `megatron_model.wrap_ddp` sums it over TP without SP (megatron sums only q/k norms by name)."""
+    `model.wrap_ddp` sums it over TP without SP (megatron sums only q/k norms by name)."""
 
     def __init__(self, config: Any, hidden_size: int, eps: float = 1e-6):
         super().__init__(config, hidden_size, eps, zero_centered=False)
@@ -145,7 +144,7 @@ def _build_layer_class() -> type:
             if kernel not in GDN_KERNELS:
                 raise ValueError(
                     f"GatedDeltaLayer: config.gdn_kernel={kernel!r}; expected one of {', '.join(GDN_KERNELS)} "
-                    f"(set by verl_lite.engine.megatron_model.transformer_config)"
+                    f"(set by verl_lite.engine.megatron.model.transformer_config)"
                 )
             if kernel == FLA and not gdn.HAVE_FLA:
                 raise ImportError("gdn_kernel='fla' needs flash-linear-attention (pip install flash-linear-attention)")

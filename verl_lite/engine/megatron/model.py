@@ -2,7 +2,7 @@
 fields, the parallel layout, the user's `override_transformer_config`), the GPT model chunks (one
 per virtual pipeline stage) and their DDP wrapping for training.
 
-Used by `verl_lite.engine.megatron`; megatron is imported inside the functions only (MindSpeed
+Used by `verl_lite.engine.megatron.engine`; megatron is imported inside the functions only (MindSpeed
 must patch it first on Ascend).
 """
 
@@ -16,8 +16,12 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from verl_lite.engine.bridges import Layout, ModelBridge
-from verl_lite.engine.bridges.base import hf_field
+from verl_lite.decisions.bridge_choice import ascend_gdn_problem, gdn_kernel
+from verl_lite.decisions.layout import moe_sequence_parallel_problem
+from verl_lite.engine.megatron import cpu as megatron_cpu
+from verl_lite.engine.megatron.bridges import Layout, ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import hf_field
+from verl_lite.engine.megatron.gdn import fla_installed
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +31,7 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
                        device: Optional[str] = None, gdn_chunk_size: Optional[int] = None) -> Any:
     """The TransformerConfig: the bridge's fields, then the parallel sizes and fixed settings, then
     the overrides. `sequence_parallel` (megatron.sequence_parallel) is passed on when TP > 1; the
-    batch's sequence length is then padded to a multiple of TP (`megatron_batch.prepare_batch`).
+    batch's sequence length is then padded to a multiple of TP (`batch.prepare_batch`).
     Overrides megatron does not define are set as attributes afterwards (e.g.
     `use_ascend_gdn` / `use_triton_gdn`). For a model with Gated DeltaNet layers `gdn_kernel` is
     set from those two switches and the run's `device` (the engine's device: npu for MindSpeed
@@ -54,17 +58,12 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     kwargs.update({k: v for k, v in overrides.items() if k in fields})
     if compute_device == "cpu":
-        from verl_lite.engine import megatron_cpu
-
         kwargs = megatron_cpu.cpu_settings(kwargs)
     config = TransformerConfig(**kwargs)
     for key, value in overrides.items():
         if key not in fields:
             setattr(config, key, value)
     if kwargs.get("experimental_attention_variant") == "gated_delta_net":
-        from verl_lite.decisions.bridge_choice import ascend_gdn_problem, gdn_kernel
-        from verl_lite.engine.megatron_gdn import fla_installed
-
         if gdn_chunk_size is not None and int(gdn_chunk_size) < 1:
             raise ValueError(f"linear_attention_chunk_size={gdn_chunk_size!r} must be a positive integer or null (auto)")
         config.gdn_chunk_size = None if gdn_chunk_size is None else int(gdn_chunk_size)
@@ -92,12 +91,10 @@ def transformer_engine_attention() -> Any:
 
 def packed_core_attention(compute_device: str) -> Any:
     """The core attention of packed (THD) micro-batches: megatron's local DotProductAttention refuses
-    packed_seq_params. cpu: a per-sequence attention (megatron_cpu, cpu only); cuda: Transformer
+    packed_seq_params. cpu: a per-sequence attention (megatron/cpu.py, cpu only); cuda: Transformer
     Engine's, as in megatron's TE layer spec; npu: None (megatron's DotProductAttention stays: MindSpeed's
     flash attention replaces its forward and takes packed TND input)."""
     if compute_device == "cpu":
-        from verl_lite.engine import megatron_cpu
-
         return megatron_cpu.packed_core_attention_class()
     if compute_device == "cuda":
         te = transformer_engine_attention()
@@ -132,8 +129,6 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
     vpp = mpu.get_virtual_pipeline_model_parallel_world_size()
     build = contextlib.nullcontext
     if compute_device == "cpu":
-        from verl_lite.engine import megatron_cpu
-
         build = megatron_cpu.model_build
     chunks = []
     for stage in range(vpp or 1):
@@ -217,21 +212,17 @@ def mark_tensor_parallel_weights(module: Any) -> None:
 
 
 def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool,
-             prefix: str = "megatron") -> List[Any]:
+             prefix: str) -> List[Any]:
     """Megatron DDP around each chunk (gradient buffers, grad reduction over data-parallel ranks).
     Refuses to train MoE layers with TP > 1 without sequence parallelism: megatron-core's MoE layer
     then raises a ValueError in its training forward (the preflight refuses it before Ray starts).
     `prefix`: the role's megatron section, for the message (e.g. actor_rollout_ref.actor.megatron)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
-    if tf_config.num_moe_experts and tf_config.tensor_model_parallel_size > 1 and not tf_config.sequence_parallel:
-        from verl_lite.engine.bridges import UnsupportedModelError
-
-        raise UnsupportedModelError(
-            f"training an MoE model with tensor_model_parallel_size={tf_config.tensor_model_parallel_size} needs "
-            f"Megatron sequence parallelism: set {prefix}.sequence_parallel=True (verl's default), or train with "
-            f"{prefix}.tensor_model_parallel_size=1 and split the experts with {prefix}.expert_model_parallel_size"
-        )
+    problem = moe_sequence_parallel_problem(tf_config.num_moe_experts, int(tf_config.tensor_model_parallel_size or 1),
+                                            bool(tf_config.sequence_parallel), prefix)
+    if problem:  # the preflight's rule (decisions/layout.py), the same message
+        raise UnsupportedModelError(problem)
 
     wrapped = []
     for i, module in enumerate(chunks):

@@ -27,7 +27,7 @@ patches, so the order is fixed here:
 
 Tests run these engines on CPU: `MindSpeedEngineMixin.internals_device = "cpu"` (set by the test,
 never by the product) makes the engine keep device "npu" for the registry and MindSpeed while its
-megatron internals run on CPU through `megatron_cpu`, with a MindSpeed contract double on
+megatron internals run on CPU through `megatron/cpu.py`, with a MindSpeed contract double on
 sys.path (tests/py/mindspeed_double).
 """
 
@@ -38,7 +38,7 @@ import logging
 import sys
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from verl_lite.engine.megatron import MegatronLMEngine, MegatronValueEngine
+from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
 from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 

@@ -23,7 +23,9 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from verl_lite.checkpoint_files import CheckpointError, load_tensors
-from verl_lite.engine import hf_export, megatron_hf, megatron_model
+from verl_lite.engine import hf_export
+from verl_lite.engine.megatron import hf as megatron_hf
+from verl_lite.engine.megatron import model as megatron_model
 
 
 def layout(engine: Any) -> Dict[str, Any]:
@@ -67,6 +69,23 @@ def save_hf_model(engine: Any, path: str, strict: bool = True) -> Optional[str]:
                                    model_dir=engine._model_dir())
 
 
+def shard_file(role: str, path: str) -> str:
+    """This TP/PP rank's file of the role's checkpoint in `path`."""
+    from megatron.core import parallel_state as mpu
+
+    tag = f"tp{mpu.get_tensor_model_parallel_rank():02d}_pp{mpu.get_pipeline_model_parallel_rank():02d}"
+    return os.path.join(path, f"{role}_{tag}.pt")
+
+
+def rng_state(compute_device: str) -> Dict[str, Any]:
+    from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+
+    state = {"cpu": torch.get_rng_state(), "tracker": dict(get_cuda_rng_tracker().get_states())}
+    if compute_device == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
 def save(engine: Any, path: str) -> None:
     contents = hf_export.Contents(getattr(engine.engine_config, "checkpoint", None), engine.role)
     os.makedirs(path, exist_ok=True)
@@ -80,13 +99,13 @@ def save(engine: Any, path: str) -> None:
                 for c in engine.model
             ]
         if "extra" in contents.save:
-            state["rng"] = engine._rng_state()
+            state["rng"] = rng_state(engine.compute_device)
         if engine.optimizer is not None:
             if "optimizer" in contents.save:
                 state["optimizer"] = engine.optimizer.state_dict()
             if "extra" in contents.save:
                 state["lr_scheduler"] = engine.lr_scheduler.state_dict()
-        torch.save(state, engine._shard_file(path))
+        torch.save(state, shard_file(engine.role, path))
     if "optimizer" in contents.save and _distributed_optimizer(engine):
         # megatron's own dp-zero format: gathered over data parallelism, written on its rank 0 (a collective)
         engine.optimizer.save_parameter_state(_param_state_file(engine, path))
@@ -104,7 +123,7 @@ def load(engine: Any, path: str) -> None:
     from_files: List[str] = [p for p in ("model", "optimizer", "extra") if p in contents.load]
     state: Dict[str, Any] = {}
     if from_files:
-        file = engine._shard_file(path)
+        file = shard_file(engine.role, path)
         if not os.path.isfile(file):
             raise CheckpointError(f"the {engine.role} checkpoint {path} has no {os.path.basename(file)} (written by "
                                   "another parallel layout?); resume with the layout that saved it")

@@ -21,7 +21,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from verl_lite.engine.bridges.base import HFShard, Layout, ModelBridge, UnsupportedModelError, hf_field
+from verl_lite.engine.megatron import norm as megatron_norm
+from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, UnsupportedModelError,
+                                                    gpt_config_kwargs, hf_field, top_params)
 
 # megatron local name pattern -> (kind, HF name or suffix). Layer names carry the layer index.
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
@@ -37,13 +39,7 @@ _LAYER_PARAMS = {
     "mlp.linear_fc1.weight": ("fc1", None),
     "mlp.linear_fc2.weight": ("row", "mlp.down_proj.weight"),
 }
-_TOP_PARAMS = {
-    "embedding.word_embeddings.weight": ("vocab", "model.embed_tokens.weight"),
-    "decoder.final_layernorm.weight": ("norm", "model.norm.weight"),
-    "output_layer.weight": ("vocab", "lm_head.weight"),
-    "value_head.weight": ("norm", "score.weight"),
-    "value_head.bias": ("norm", "score.bias"),
-}
+_TOP_PARAMS = top_params("model.")
 
 
 def _kind(name: str, layer_offset: int) -> Tuple[str, Optional[str]]:
@@ -85,25 +81,7 @@ class Qwen3Bridge(ModelBridge):
     # -- the megatron model --------------------------------------------------------------------
 
     def transformer_config_kwargs(self) -> Dict[str, Any]:
-        hf = self.hf_config
-        heads = int(hf_field(hf, "num_attention_heads"))
-        hidden = int(hf_field(hf, "hidden_size"))
-        return dict(
-            num_layers=int(hf_field(hf, "num_hidden_layers")),
-            hidden_size=hidden,
-            ffn_hidden_size=int(hf_field(hf, "intermediate_size")),
-            num_attention_heads=heads,
-            num_query_groups=int(hf_field(hf, "num_key_value_heads", heads) or heads),
-            kv_channels=int(hf_field(hf, "head_dim", None) or hidden // heads),
-            layernorm_epsilon=float(hf_field(hf, "rms_norm_eps", 1e-6)),
-            normalization="RMSNorm",
-            gated_linear_unit=True,
-            add_bias_linear=False,
-            qk_layernorm=True,
-            init_method_std=float(hf_field(hf, "initializer_range", 0.02)),
-            hidden_dropout=0.0,
-            attention_dropout=0.0,
-        )
+        return gpt_config_kwargs(self.hf_config, int(hf_field(self.hf_config, "intermediate_size")))
 
     def layer_spec(self) -> Any:
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -111,11 +89,9 @@ class Qwen3Bridge(ModelBridge):
         return get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
 
     def model_spec(self, config: Any, vp_stage: Optional[int] = None) -> Any:
-        """The local layer spec with verl_lite's RMSNorm (megatron_norm: it takes sequence
+        """The local layer spec with verl_lite's RMSNorm (norm.py: it takes sequence
         parallelism, which megatron's torch norm refuses), one spec per layer of this chunk."""
         from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
-
-        from verl_lite.engine import megatron_norm
 
         spec = self.layer_spec()
         spec.submodules.input_layernorm = megatron_norm.RMSNorm

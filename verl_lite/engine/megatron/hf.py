@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from verl_lite.engine.bridges import Layout, ModelBridge
-from verl_lite.engine.megatron_model import unwrap
+from verl_lite.engine.megatron.bridges import Layout, ModelBridge
+from verl_lite.engine.megatron.model import unwrap
 
 HFSource = Callable[[str], torch.Tensor]
 # (megatron parameter name as the bridge knows it, parameter, layer offset of its chunk)

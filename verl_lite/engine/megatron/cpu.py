@@ -23,10 +23,10 @@ nothing here runs for `cuda` or `npu`. What changes, and why:
    packed_seq_params and CPU has neither Transformer Engine nor MindSpeed's flash attention, so the
    engines' attention layers get `packed_core_attention_class()`: megatron's own DotProductAttention
    run once per packed sequence (cu_seqlens), each causal on its own, so no token attends across a
-   sequence boundary. Used only for cpu engines (`megatron_model.packed_core_attention`).
+   sequence boundary. Used only for cpu engines (`model.packed_core_attention`).
 
 Process-wide effects (1, 2) are why this module is only for processes whose engines run on CPU.
-Sequence parallelism runs on CPU: verl_lite's norms (`megatron_norm`) take it, and gloo (torch
+Sequence parallelism runs on CPU: verl_lite's norms (`norm.py`) take it, and gloo (torch
 2.13) has the collectives megatron's sequence-parallel linears call (`all_gather_into_tensor` /
 `_all_gather_base`, `reduce_scatter_tensor` / `_reduce_scatter_base`), so nothing is emulated.
 Settings megatron cannot honour on CPU are turned off by `cpu_settings()` with a warning:

@@ -15,19 +15,26 @@ registers its Qwen3.5 bridges into Megatron-Bridge's registry, before anything b
 The external builds follow verl's Megatron engine (verl/workers/engine/megatron/transformer_impl.py,
 verl/utils/megatron_utils.py): AutoBridge.from_hf_pretrained(path) -> to_megatron_provider(load_weights=False)
 -> parallel sizes and overrides on the provider -> provide_distributed_model(wrap_with_ddp=False) ->
-load_hf_weights(model, path); the rollout sync and HF export stream export_hf_weights(model).
-verl_lite wraps the chunks in its own DDP afterwards, as it does for its own bridges.
+load_hf_weights(model, path) (`build_external`); the rollout sync and HF export stream
+export_hf_weights(model). The engine then sets the chunks up as it does its own bridges' (DDP wrap,
+optimizer, freeze: `MegatronLMEngine._set_up_chunks`).
 """
 
 from __future__ import annotations
 
+import glob
 import importlib
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from verl_lite.decisions import bridge_choice
-from verl_lite.engine.bridges.base import ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron.bridges import bridge_for
+from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron.gdn import fla_installed
+from verl_lite.models import is_gdn_model
+from verl_lite.registry import BRIDGES
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +162,6 @@ def select_bridge(megatron_config: Any, hf_config: Any, device: str, model_dir: 
     """Choose as the preflight does, then load: for verl_lite's registry the ModelBridge; for
     Megatron-Bridge (after MindSpeed-Bridge's registration when asked) or mbridge, the build object.
     A refusal raises UnsupportedModelError with the preflight's message."""
-    from verl_lite.registry import BRIDGES
-
     hf = _as_dict(hf_config)
     try:
         choice = bridge_choice.choose_bridge(
@@ -166,8 +171,6 @@ def select_bridge(megatron_config: Any, hf_config: Any, device: str, model_dir: 
     except bridge_choice.BridgeRefusal as e:
         raise UnsupportedModelError(str(e)) from e
     if choice.kind == bridge_choice.VERL_LITE:
-        from verl_lite.engine.bridges import bridge_for
-
         return Selection(choice, bridge=bridge_for(hf_config))
     if choice.mindspeed_bridge:
         import_mindspeed_bridge()
@@ -176,19 +179,11 @@ def select_bridge(megatron_config: Any, hf_config: Any, device: str, model_dir: 
     return Selection(choice, external=MBridgeBuild(model_dir, hf_config))
 
 
-def initialize_external(engine: Any, build: Any) -> None:
-    """The Megatron engine's model, weights and optimizer through an external bridge: the same steps
-    as with verl_lite's own bridges (chunks per virtual stage, DDP when training, megatron's
-    optimizer), with the build and the HF weight mapping done by Megatron-Bridge / mbridge. Weights
-    come from the model directory's safetensors (random init is verl_lite's own bridges only)."""
-    import glob
-    import os
-
-    from megatron.core import parallel_state as mpu
-
-    from verl_lite.engine import megatron_model, megatron_optim
-    from verl_lite.engine.bridges.base import Layout
-
+def build_external(build: Any, parallel_sizes: Dict[str, Any], sequence_parallel: bool, overrides: Dict[str, Any],
+                   dtype: Any, value_model: bool) -> List[Any]:
+    """The model chunks of an external bridge (one per virtual stage, not DDP-wrapped), configured with
+    the run's layout and overrides and loaded with the model directory's safetensors (random init is
+    verl_lite's own bridges only). The engine wraps, freezes and builds the optimizer itself."""
     model_dir = build.model_dir
     if not glob.glob(os.path.join(model_dir, "*.safetensors")):
         raise UnsupportedModelError(
@@ -197,40 +192,29 @@ def initialize_external(engine: Any, build: Any) -> None:
             f"Megatron-Bridge installed, or with vanilla_mbridge=False and no mbridge)")
     # megatron.sequence_parallel as verl passes it (on with TP > 1 only, as for verl_lite's own bridges);
     # override_transformer_config wins, as in verl
-    sizes = engine.parallel_sizes()
-    sp = bool(engine.megatron_config.sequence_parallel) and int(sizes.get("tensor_model_parallel_size", 1)) > 1
-    build.configure(sizes, {"sequence_parallel": sp, **engine.transformer_overrides()}, engine.dtype,
-                    engine.model_type == "value_model")
+    sp = bool(sequence_parallel) and int(parallel_sizes.get("tensor_model_parallel_size", 1)) > 1
+    build.configure(parallel_sizes, {"sequence_parallel": sp, **overrides}, dtype, value_model)
     chunks = build.build()
-    build.load(chunks, engine.model_type == "value_model")
-    engine.tf_config = getattr(chunks[0], "config", None)
-    hf = _as_dict(engine.hf_config) or {}
+    build.load(chunks, value_model)
+    return chunks
+
+
+def external_layout(hf_config: Any, tp_size: int, tp_rank: int) -> Layout:
+    """The sizes the engine reads of a model an external bridge built (its text model's)."""
+    hf = _as_dict(hf_config) or {}
     text = hf.get("text_config") or hf
     heads = int(text.get("num_attention_heads") or 1)
     hidden = int(text.get("hidden_size") or 0)
-    engine.layout = Layout(
+    return Layout(
         hidden=hidden, ffn=int(text.get("intermediate_size") or 0), heads=heads,
         groups=int(text.get("num_key_value_heads") or heads), head_dim=int(text.get("head_dim") or hidden // heads),
-        vocab=int(text.get("vocab_size") or hf.get("vocab_size")),
-        tp_size=mpu.get_tensor_model_parallel_world_size(), tp_rank=mpu.get_tensor_model_parallel_rank(),
+        vocab=int(text.get("vocab_size") or hf.get("vocab_size")), tp_size=tp_size, tp_rank=tp_rank,
         tied=bool(text.get("tie_word_embeddings", hf.get("tie_word_embeddings", False))))
-    trains = engine.role != "ref" and engine.optim_config is not None
-    use_dist_opt = bool(engine.megatron_config.use_distributed_optimizer) and engine.compute_device != "cpu"
-    if trains:
-        engine.model = megatron_model.wrap_ddp(engine.tf_config, chunks, use_dist_opt)
-        engine.optimizer, engine.lr_scheduler = megatron_optim.build_optimizer(
-            engine.model, engine.optim_config, engine.dtype, use_distributed_optimizer=use_dist_opt)
-    else:
-        for module in chunks:
-            module.requires_grad_(False)
-        engine.model = chunks
-    engine.eval_mode()
 
 
-def export_external(engine: Any) -> Iterator[Tuple[str, Any]]:
-    """HF-named tensors of an engine built through an external bridge (its own gather over TP/PP/EP)."""
-    return engine.external.export([megatron_unwrap(chunk) for chunk in engine.model])
-
-
-def megatron_unwrap(chunk: Any) -> Any:
-    return getattr(chunk, "module", chunk)
+def external_gdn_kernel(hf_config: Any, device: str, overrides: Dict[str, Any]) -> Optional[str]:
+    """The GDN kernel of a Megatron-Bridge / mbridge build of a Gated DeltaNet model (None otherwise),
+    as the real stack picks it (decisions/bridge_choice.gdn_kernel)."""
+    if not is_gdn_model(_as_dict(hf_config) or {}):
+        return None
+    return bridge_choice.gdn_kernel(device, overrides, fla_installed())

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl_lite.engine.bridges.base import Layout, ModelBridge, UnsupportedModelError, hf_field
+from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge, UnsupportedModelError, hf_field
+from verl_lite.registry import BRIDGES
 
 __all__ = ["Layout", "ModelBridge", "UnsupportedModelError", "bridge_for"]
 
@@ -30,8 +31,6 @@ def bridge_for(hf_config: Any) -> ModelBridge:
 
     Raises UnsupportedModelError listing the registered architectures (and, for a family known
     to be missing, why) when none has a bridge, or when the bridge does not cover the config."""
-    from verl_lite.registry import BRIDGES
-
     architectures = [str(a) for a in (hf_field(hf_config, "architectures") or [])]
     for name in architectures:
         if name in BRIDGES:

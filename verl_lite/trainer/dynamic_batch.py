@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from verl_lite import batch as batches
 from verl_lite.batch import Batch, batch_size, select
+from verl_lite.device import device_of_backend
 
 # The model's inputs (T columns) and the response-wide fields (R columns) a trimmed micro-batch carries;
 # every other field reaches the loss function from the untrimmed micro-batch.
@@ -210,8 +211,7 @@ def max_over_ranks(count: int) -> int:
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return count
-    backend = str(dist.get_backend())
-    device = {"nccl": "cuda", "hccl": "npu"}.get(backend, "cpu")
+    device = device_of_backend(dist.get_backend())
     if device != "cpu":
         device = f"{device}:{getattr(torch, device).current_device()}"
     value = torch.tensor([count], dtype=torch.long, device=device)

@@ -1,21 +1,10 @@
 """Megatron engines (megatron-core 0.16): the policy/reference language model and the critic.
 
 Registered for (language_model | value_model, "megatron", cpu | cuda); on npu the MindSpeed
-subclasses in `verl_lite.engine.mindspeed` serve the same keys. Nothing here imports megatron at
+subclasses in `verl_lite.engine.megatron.mindspeed` serve the same keys. Nothing here imports megatron at
 module import time: MindSpeed must patch megatron before its first import, so every megatron
-import happens inside the methods (and the helper modules' functions) that need it.
-
-This module holds the engine's lifecycle; the parts beside it:
-  megatron_model   TransformerConfig, GPT model chunks, DDP wrapping, the value head
-  megatron_hf      HF weights in (safetensors or seeded random init) and out (the export stream)
-  megatron_batch   the micro-batch contract, vocab-parallel log-probs, the pipeline schedule
-  megatron_optim   optimizer + LR schedule from the `optim` section, the clipped step
-  megatron_checkpoint  checkpoint.save_contents / load_contents: per-rank files, the HF copy (hf_export)
-  megatron_memory  offload (parking flat DDP buffers) and CPU snapshots
-  megatron_cpu     what lets megatron-core run on CPU over gloo (device cpu only)
-  megatron_gdn     Qwen3.5's Gated DeltaNet layer (GDN kernel per run, padding masked) and its norms
-  megatron_norm    the RMSNorm of the layer specs (takes sequence parallelism, unlike megatron's torch norm)
-  bridges          HF <-> Megatron per model family, by HF architecture (`registry.BRIDGES`)
+import happens inside the methods (and the helper modules' functions) that need it. This module
+holds the engine's lifecycle; the package's __init__ lists the parts beside it.
 
 What an engine does (see `BaseEngine` for the batch contract):
 - `initialize()`: the caller has already set up torch.distributed (a single-rank caller may leave
@@ -25,14 +14,16 @@ What an engine does (see `BaseEngine` for the batch contract):
   weights come from the HF safetensors or, when the directory has none, from an HF model randomly
   initialised with `model.init_seed` (so every parallel layout starts from the same weights as
   the torch engine would). The optimizer is megatron's Adam with an `OptimizerParamScheduler`.
+  Through Megatron-Bridge / mbridge (bridges/select.py) the external bridge builds and loads the
+  chunks; the DDP wrap, the freeze, the optimizer and eval mode are this class's own (`_set_up_chunks`).
 - `forward_backward()` runs megatron's pipeline schedule; outputs reach every pipeline stage.
 - `optimizer_step()` clips to `optim.clip_grad` itself (megatron's clip asserts CUDA tensors).
 
 Remove-padding (`model.use_remove_padding`, null = auto; decisions/packing_mode.py decides per engine,
-device and GDN kernel): packed micro-batches are THD (`megatron_batch.prepare_packed_batch`: each
+device and GDN kernel): packed micro-batches are THD (`batch.prepare_packed_batch`: each
 sequence aligned to TP as verl's `preprocess_packed_seqs`, megatron's `PackedSeqParams`); attention
-layers get a core attention that takes them (`megatron_model.packed_core_attention`), GDN layers reset
-their state per sequence (`megatron_gdn`), outputs come back in the padded layout. Padded batches
+layers get a core attention that takes them (`model.packed_core_attention`), GDN layers reset
+their state per sequence (`gdn`), outputs come back in the padded layout. Padded batches
 otherwise (Qwen3.5's GDN layers mask the padding).
 
 Not supported yet: context parallelism inside forward (CP>1 builds the mesh, forward raises).
@@ -43,15 +34,25 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from verl_lite.config.schema import MegatronConfig
-from verl_lite.engine import hf_export, megatron_batch, megatron_hf, megatron_memory, megatron_model, megatron_optim
+from verl_lite.decisions import packing_mode
+from verl_lite.engine import hf_export
 from verl_lite.engine.base import BaseEngine, LossFn
-from verl_lite.engine.bridges import Layout, ModelBridge
-from verl_lite.engine.bridges import select as bridge_select
+from verl_lite.engine.logits import log_prob_outputs
+from verl_lite.engine.megatron import batch as megatron_batch
+from verl_lite.engine.megatron import checkpoint as megatron_checkpoint
+from verl_lite.engine.megatron import hf as megatron_hf
+from verl_lite.engine.megatron import memory as megatron_memory
+from verl_lite.engine.megatron import model as megatron_model
+from verl_lite.engine.megatron import optim as megatron_optim
+from verl_lite.engine.megatron import parallel
+from verl_lite.engine.megatron.bridges import Layout, ModelBridge
+from verl_lite.engine.megatron.bridges import select as bridge_select
+from verl_lite.models import resolve_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -114,24 +115,37 @@ class MegatronLMEngine(BaseEngine):
 
     # ---------------------------------------------------------------------------- lifecycle
 
+    @property
+    def megatron_key(self) -> str:
+        """The role's megatron section, as messages name it (e.g. actor_rollout_ref.actor.megatron)."""
+        return {"critic": "critic.megatron"}.get(self.role, f"actor_rollout_ref.{self.role}.megatron")
+
     def initialize(self) -> None:
         self._import_backend()  # first: on Ascend, MindSpeed patches megatron before anything imports it
         from megatron.core import parallel_state as mpu
 
-        self._ensure_process_group()
+        parallel.ensure_process_group(self.compute_device, self.role)
         self._prepare_device()
         self.init_device_mesh()
-        self._seed()
+        parallel.seed(self.compute_device, self.megatron_config.seed)
         self.hf_config = self._read_hf_config()
         hf_export.check_hf_model_possible(self, self.hf_config)  # save_contents=[hf_model]: fail now, not at a save
         # verl_lite's registry, Megatron-Bridge's AutoBridge or mbridge, as verl's use_mbridge/vanilla_mbridge
         # say (decisions/bridge_choice.py); on npu MindSpeed-Bridge registers here, after the repatch above.
         selection = bridge_select.select_bridge(self.megatron_config, self.hf_config, self.device, self._model_dir(),
                                                 self.model_type, bool(self.model_config.trust_remote_code))
+        tp_size, tp_rank = mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank()
         if selection.external is not None:
+            # the external bridge builds and loads the chunks; wrapping, optimizer and freeze are ours
             self.external = selection.external
-            self._decide_packing(self._external_gdn_kernel())
-            bridge_select.initialize_external(self, self.external)
+            self._decide_packing(bridge_select.external_gdn_kernel(self.hf_config, self.device,
+                                                                   self.transformer_overrides()))
+            chunks = bridge_select.build_external(self.external, self.parallel_sizes(),
+                                                  self.megatron_config.sequence_parallel, self.transformer_overrides(),
+                                                  self.dtype, self.model_type == "value_model")
+            self.tf_config = getattr(chunks[0], "config", None)
+            self.layout = bridge_select.external_layout(self.hf_config, tp_size, tp_rank)
+            self._set_up_chunks(chunks)
             return
         self.bridge = selection.bridge
         self.tf_config = megatron_model.transformer_config(
@@ -139,20 +153,27 @@ class MegatronLMEngine(BaseEngine):
             self.megatron_config.sequence_parallel, self.compute_device, self.role, device=self.device,
             gdn_chunk_size=self.model_config.linear_attention_chunk_size)
         self._decide_packing(getattr(self.tf_config, "gdn_kernel", None))
-        self.layout = self.bridge.layout(mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank())
+        self.layout = self.bridge.layout(tp_size, tp_rank)
         chunks = megatron_model.build_chunks(self.tf_config, self.bridge, self.layout, self._torch_device(),
                                              self.compute_device, self._tied_lm_head, self._attach_head,
                                              packed_attention=self.remove_padding)
+        self._set_up_chunks(chunks, lambda: megatron_hf.load_hf_weights(self._local_params(), self.bridge,
+                                                                        self.layout, self._hf_source()))
+
+    def _set_up_chunks(self, chunks: List[Any], load_weights: Optional[Callable[[], None]] = None) -> None:
+        """The one set-up of built model chunks, whichever bridge built them: DDP-wrapped with the
+        optimizer when the role trains, frozen otherwise; `load_weights` runs between the wrap and the
+        optimizer (an external bridge has loaded its chunks already); then eval mode."""
         trains = self.role != "ref" and self.optim_config is not None
+        use_dist_opt = bool(self.megatron_config.use_distributed_optimizer) and self.compute_device != "cpu"
         if trains:
-            use_dist_opt = bool(self.megatron_config.use_distributed_optimizer) and self.compute_device != "cpu"
-            prefix = {"critic": "critic.megatron"}.get(self.role, f"actor_rollout_ref.{self.role}.megatron")
-            self.model = megatron_model.wrap_ddp(self.tf_config, chunks, use_dist_opt, prefix)
+            self.model = megatron_model.wrap_ddp(self.tf_config, chunks, use_dist_opt, self.megatron_key)
         else:
             for module in chunks:
                 module.requires_grad_(False)
             self.model = chunks
-        megatron_hf.load_hf_weights(self._local_params(), self.bridge, self.layout, self._hf_source())
+        if load_weights is not None:
+            load_weights()
         if trains:
             self.optimizer, self.lr_scheduler = megatron_optim.build_optimizer(
                 self.model, self.optim_config, self.dtype, use_distributed_optimizer=use_dist_opt, role=self.role)
@@ -162,8 +183,6 @@ class MegatronLMEngine(BaseEngine):
         """model.use_remove_padding for this engine (decisions/packing_mode.py: null = auto): packed where
         the attention and the GDN kernel take packed input; an explicit True that cannot be honoured
         raises with the reason."""
-        from verl_lite.decisions import packing_mode
-
         te = None
         if self.compute_device == "cuda" and self.external is None:
             te = megatron_model.transformer_engine_attention() is not None
@@ -175,37 +194,6 @@ class MegatronLMEngine(BaseEngine):
         self.remove_padding = decision.packed
         logger.info("%s: micro-batches %s", self.role, decision.why)
 
-    def _external_gdn_kernel(self) -> Optional[str]:
-        """The GDN kernel of a Megatron-Bridge / mbridge build of a Gated DeltaNet model (None otherwise),
-        as the real stack picks it (config/bridge_choice.gdn_kernel)."""
-        from verl_lite.decisions import bridge_choice
-        from verl_lite.models import is_gdn_model
-
-        hf = self.hf_config.to_dict() if hasattr(self.hf_config, "to_dict") else dict(vars(self.hf_config))
-        if not is_gdn_model(hf):
-            return None
-        from verl_lite.engine.megatron_gdn import fla_installed
-
-        return bridge_choice.gdn_kernel(self.device, self.transformer_overrides(), fla_installed())
-
-    def _ensure_process_group(self) -> None:
-        """Megatron needs torch.distributed. A multi-rank caller sets it up; one rank gets its own."""
-        if torch.distributed.is_initialized():
-            return
-        if int(os.environ.get("WORLD_SIZE", "1")) != 1:
-            raise RuntimeError(
-                f"torch.distributed is not initialized but WORLD_SIZE={os.environ['WORLD_SIZE']}: the worker "
-                "must call init_process_group (gloo on cpu) before MegatronLMEngine.initialize()"
-            )
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[self.compute_device]
-        logger.info("%s: single-rank run, starting a one-process %s group", self.role, backend)
-        torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-
     def _import_backend(self) -> None:
         """Hook run before anything imports megatron (MindSpeed imports its adaptor here)."""
 
@@ -213,65 +201,19 @@ class MegatronLMEngine(BaseEngine):
         """Hook run in device-mesh init before `initialize_model_parallel` (MindSpeed repatches)."""
 
     def _prepare_device(self) -> None:
-        device = self.compute_device
-        if device == "cpu":
-            from verl_lite.engine import megatron_cpu
-
-            megatron_cpu.enable()
-        elif device == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        elif device == "npu":
-            torch.npu.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # type: ignore[attr-defined]
-        else:
-            raise ValueError(f"device {device!r} is not one of cpu, cuda, npu")
+        parallel.prepare_device(self.compute_device)
 
     def _torch_device(self) -> torch.device:
-        if self.compute_device == "cpu":
-            return torch.device("cpu")
-        return torch.device(self.compute_device, int(os.environ.get("LOCAL_RANK", "0")))
+        return parallel.torch_device(self.compute_device)
 
     def init_device_mesh(self) -> None:
         """Set up TP/PP/CP/EP groups unless this process already has them (actor and ref share)."""
-        from megatron.core import parallel_state as mpu
-
         self._before_parallel_init()
-        sizes = self.parallel_sizes()
-        if mpu.model_parallel_is_initialized():
-            have = dict(
-                tensor_model_parallel_size=mpu.get_tensor_model_parallel_world_size(),
-                pipeline_model_parallel_size=mpu.get_pipeline_model_parallel_world_size(),
-                context_parallel_size=mpu.get_context_parallel_world_size(),
-            )
-            clash = {k: (v, sizes[k]) for k, v in have.items() if v != sizes[k]}
-            if clash:
-                raise ValueError(
-                    f"{self.role}: model parallel groups already exist with a different layout "
-                    f"(existing, wanted): {clash}; give every engine of one worker the same layout"
-                )
-            return
-        world = torch.distributed.get_world_size()
-        span = sizes["tensor_model_parallel_size"] * sizes["pipeline_model_parallel_size"] * sizes["context_parallel_size"]
-        if world % span:
-            raise ValueError(
-                f"{self.role}: world size {world} is not divisible by TP*PP*CP = {span} "
-                f"({sizes}); change the parallel sizes or the number of devices"
-            )
-        mpu.initialize_model_parallel(**sizes)
-
-    def _seed(self) -> None:
-        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-
-        if self.compute_device == "cpu":
-            from verl_lite.engine import megatron_cpu
-
-            megatron_cpu.install_cpu_rng_tracker()
-        model_parallel_cuda_manual_seed(int(self.megatron_config.seed))
+        parallel.init_groups(self.parallel_sizes(), self.role, self.megatron_key)
 
     # ---------------------------------------------------------------------------- the model (LM / value hooks)
 
     def _model_dir(self) -> str:
-        from verl_lite.models import resolve_model_dir
-
         return resolve_model_dir(self.model_config.path)
 
     def _read_hf_config(self) -> Any:
@@ -320,12 +262,8 @@ class MegatronLMEngine(BaseEngine):
         responses = batch["responses"]
         r = responses.shape[1]
         logits = output[:, -r - 1 : -1, :]  # position t predicts token t + 1
-        log_probs, entropy = megatron_batch.vocab_parallel_log_probs(logits, responses, self.layout.vocab, with_entropy,
-                                                                     self.engine_config.use_torch_compile)
-        out = {"log_probs": log_probs}
-        if entropy is not None:
-            out["entropy"] = entropy
-        return out
+        return log_prob_outputs(*megatron_batch.vocab_parallel_log_probs(
+            logits, responses, self.layout.vocab, with_entropy, self.engine_config.use_torch_compile))
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
                          forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:
@@ -419,8 +357,8 @@ class MegatronLMEngine(BaseEngine):
     def export_hf_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
         """Every HF-named full tensor on CPU, one at a time, on every rank (a collective: every
         rank iterates to the end); gathered across TP, streamed across PP stages."""
-        if self.external is not None:
-            return bridge_select.export_external(self)
+        if self.external is not None:  # the external bridge's own gather over TP/PP/EP
+            return self.external.export([megatron_model.unwrap(chunk) for chunk in self.model])
 
         def this_stage() -> Iterator[Tuple[str, torch.Tensor]]:
             return megatron_hf.stage_hf_tensors(self._local_params(), self.bridge, self.layout,
@@ -430,59 +368,27 @@ class MegatronLMEngine(BaseEngine):
 
     # ---------------------------------------------------------------------------- checkpoints
 
-    def _shard_file(self, path: str) -> str:
-        from megatron.core import parallel_state as mpu
-
-        tag = f"tp{mpu.get_tensor_model_parallel_rank():02d}_pp{mpu.get_pipeline_model_parallel_rank():02d}"
-        return os.path.join(path, f"{self.role}_{tag}.pt")
-
-    def _rng_state(self) -> Dict[str, Any]:
-        from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
-
-        state = {"cpu": torch.get_rng_state(), "tracker": dict(get_cuda_rng_tracker().get_states())}
-        if self.compute_device == "cuda":
-            state["cuda"] = torch.cuda.get_rng_state()
-        return state
-
     def save_hf_model(self, path: str, strict: bool = True) -> Optional[str]:
         """The weights as an HF model dir (config, safetensors, tokenizer; a collective, rank 0 writes)."""
-        from verl_lite.engine import megatron_checkpoint
-
         return megatron_checkpoint.save_hf_model(self, path, strict)
 
     def save_checkpoint(self, path: str) -> None:
-        """checkpoint.save_contents: one file per TP/PP rank and/or the HF copy (engine/megatron_checkpoint.py)."""
-        from verl_lite.engine import megatron_checkpoint
-
+        """checkpoint.save_contents: one file per TP/PP rank and/or the HF copy (checkpoint.py)."""
         megatron_checkpoint.save(self, path)
 
     def load_checkpoint(self, path: str) -> None:
-        from verl_lite.engine import megatron_checkpoint
-
         megatron_checkpoint.load(self, path)
 
     # ---------------------------------------------------------------------------- topology
 
     def data_parallel_rank(self) -> int:
-        from megatron.core import parallel_state as mpu
-
-        return mpu.get_data_parallel_rank() if mpu.model_parallel_is_initialized() else 0
+        return parallel.data_parallel_rank()
 
     def data_parallel_size(self) -> int:
-        from megatron.core import parallel_state as mpu
-
-        return mpu.get_data_parallel_world_size() if mpu.model_parallel_is_initialized() else 1
+        return parallel.data_parallel_size()
 
     def is_data_parallel_leader(self) -> bool:
-        from megatron.core import parallel_state as mpu
-
-        if not mpu.model_parallel_is_initialized():
-            return True
-        return (
-            mpu.get_tensor_model_parallel_rank() == 0
-            and mpu.get_context_parallel_rank() == 0
-            and mpu.is_pipeline_last_stage(ignore_virtual=True)
-        )
+        return parallel.is_data_parallel_leader()
 
 
 class MegatronValueEngine(MegatronLMEngine):
