@@ -1,7 +1,7 @@
 """Which model bridge and which Gated DeltaNet (GDN) kernel a Megatron role uses: pure functions of
 config values and of which packages are importable. The preflight calls them without torch; the
-engines (`verl_lite.engine.bridges.select`) call the same functions, so what the check prints is
-what the engine does.
+engines (`engine/megatron/bridges/select.py`, `engine/megatron/model.py`) call the same functions,
+so what the check prints is what the engine does.
 
 Bridge keys, as verl's Megatron engine reads them (`megatron.use_mbridge`, `megatron.vanilla_mbridge`):
 

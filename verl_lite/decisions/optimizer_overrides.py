@@ -1,6 +1,6 @@
 """`optim.override_optimizer_config`: verl's Megatron optimizer overrides, fields of megatron-core's
 `OptimizerConfig` merged into the config the Megatron engine builds its optimizer from
-(`engine/megatron_optim.py`), as verl's `init_megatron_optim_config` merges them.
+(`engine/megatron/optim.py`), as verl's `init_megatron_optim_config` merges them.
 
 What is checked here, before anything starts (no torch or megatron import):
 - the section is Megatron's: on the fsdp strategy it is refused as a whole;

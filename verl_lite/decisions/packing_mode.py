@@ -1,6 +1,6 @@
 """Remove-padding (verl's `use_remove_padding`, packed sequences): whether a role's micro-batches run
 packed or padded, and why. Pure: the preflight (`preflight/verl_settings.py`, the summary in
-`preflight/summary.py`) and the engines (`engine/megatron.py`, `engine/fsdp.py` through
+`preflight/summary.py`) and the engines (`engine/megatron/engine.py`, `engine/fsdp.py` through
 `engine/packing.py`) call the same `decide`, the preflight with what it can know here, the engine with what it built.
 
 `model.use_remove_padding` is tri-state:
@@ -19,7 +19,7 @@ What auto picks (and what True can do), per engine:
 |---|---|---|---|---|---|
 | torch (fsdp), attention-only | any | transformers (block-causal by position ids) | - | packed | packed |
 | torch (fsdp), Gated DeltaNet | any | - | transformers' GDN mixes packed sequences | padded | refused |
-| megatron, attention-only | cpu | per-sequence core attention (`engine/megatron_cpu.py`, cpu only) | - | packed | packed |
+| megatron, attention-only | cpu | per-sequence core attention (`engine/megatron/cpu.py`, cpu only) | - | packed | packed |
 | megatron, attention-only | cuda | Transformer Engine's attention (THD) | - | packed (padded where TE does not import) | packed (the engine refuses without TE) |
 | megatron, attention-only | npu | MindSpeed flash attention (TND), `use_flash_attn` on | - | packed | packed |
 | megatron, Gated DeltaNet | as above | as above | fla (cuda) / Ascend (npu): cu_seqlens | packed | packed |

@@ -32,7 +32,7 @@ def _device(cfg: Any) -> str:
 
 
 def _megatron_dtype(cfg: Any) -> str:
-    """What verl_lite's Megatron engines train in (engine/megatron.py): float32 on cpu, bfloat16 on devices."""
+    """What verl_lite's Megatron engines train in (engine/megatron/engine.py): float32 on cpu, bfloat16 on devices."""
     return "float32" if _device(cfg) == "cpu" else "bfloat16"
 
 
