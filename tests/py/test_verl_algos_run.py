@@ -36,13 +36,13 @@ def test_a_policy_loss_mode_is_the_loss_the_actor_trains_with(data_dir, tmp_path
     from verl_lite.trainer import core_algos
 
     calls = []
-    original = getattr(core_algos, f"compute_policy_loss_{mode}")
+    original = core_algos.POLICY_LOSSES[mode]
 
     def counted(*args, **kwargs):
         calls.append(mode)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(core_algos, f"compute_policy_loss_{mode}", counted)  # in-process workers
+    monkeypatch.setitem(core_algos.POLICY_LOSSES, mode, counted)  # the registry the actor reads (in-process workers)
     out = tmp_path / mode
     run_training(tiny_overrides(data_dir, out, 2, f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}"))
     rows = read_metrics(out)

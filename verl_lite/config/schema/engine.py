@@ -58,10 +58,10 @@ class MegatronConfig:
     # Virtual pipeline stages (model chunks) per PP rank, for the interleaved schedule; null = none.
     virtual_pipeline_model_parallel_size: Optional[int] = None
     # Context parallel size (CP): sequences split over CP devices; counts in DP = devices / (TP*PP*CP).
-    # verl_lite's Megatron forward does not run CP > 1 yet (it raises).
+    # CP > 1 is refused by the preflight: verl_lite's Megatron forward does not run it yet.
     context_parallel_size: int = 1
     # Expert parallel size (EP) for MoE models: must divide the expert count; EP*ETP*PP must divide the
-    # devices. verl_lite's Megatron engines build dense models only so far (1 for dense models).
+    # devices; 1 for dense models. The Megatron engines split MoE models' routed experts over EP ranks.
     expert_model_parallel_size: int = 1
     # Tensor parallel size inside the experts (ETP); null = TP.
     expert_tensor_parallel_size: Optional[int] = None
