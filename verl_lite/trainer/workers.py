@@ -24,8 +24,7 @@ from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.device import DIST_BACKENDS
 from verl_lite.registry import ROLLOUTS, load_engine
 from verl_lite.rollout.metrics import RolloutGap
-from verl_lite.trainer import core_algos
-from verl_lite.trainer.dynamic_batch import MicroBatches, max_over_ranks
+from verl_lite.trainer import core_algos, dynamic_batch
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 
 logger = logging.getLogger(__name__)
@@ -121,8 +120,9 @@ class EngineWorker:
     def _micro_batches(self, engine, batch: Dict[str, Any], micro_bsz: int, max_token_len: Optional[int]):
         """Fixed micro-batches of `micro_bsz` rows, or packed by a token budget (verl's dynamic batch size)
         when `max_token_len` is set (`verl_lite.trainer.dynamic_batch`)."""
-        return MicroBatches(batch, micro_batch_size=int(micro_bsz), max_token_len=max_token_len,
-                            count_sync=max_over_ranks, multiple_of=engine.micro_batch_multiple())
+        return dynamic_batch.MicroBatches(batch, micro_batch_size=int(micro_bsz), max_token_len=max_token_len,
+                                          count_sync=dynamic_batch.max_over_ranks,
+                                          multiple_of=engine.micro_batch_multiple())
 
     def _token_budget(self, role: str, training: bool) -> Optional[int]:
         """The role's token budget per micro-batch when its dynamic batch size is on, else None: training
