@@ -9,7 +9,8 @@ pass, and the preflight's answer (this module) is what decides."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import math
+from typing import Any, Optional, Sequence
 
 
 def train_world(cfg: Any) -> int:
@@ -17,11 +18,13 @@ def train_world(cfg: Any) -> int:
     return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 
-def span_problem(world: int, what: str, sizes: str, span: int, where: str) -> Optional[str]:
+def span_problem(world: int, what: str, factors: Sequence[int], where: str) -> Optional[str]:
     """`world` devices against a product of parallel sizes: `what` names the product (e.g. "TP*PP*CP"),
-    `sizes` its factors ("2*1*1"), `where` the keys a user sets."""
+    `factors` its sizes in that order, `where` the keys a user sets."""
+    span = math.prod(int(f) for f in factors)
     if span < 1 or world % span == 0:
         return None
+    sizes = "*".join(str(int(f)) for f in factors)
     return f"is not divisible by {what} = {sizes} = {span} ({where}): {world} % {span} = {world % span}"
 
 

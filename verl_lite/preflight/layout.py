@@ -77,11 +77,10 @@ def layout_problems(cfg: Any, layout: Layout) -> List[str]:
     nodes = (
         f"trainer.nnodes={cfg.trainer.nnodes} x trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} = {world} devices"
     )
-    spans = [span_problem(world, "TP*PP*CP", f"{layout.tp}*{layout.pp}*{layout.cp}", layout.model_parallel,
+    spans = [span_problem(world, "TP*PP*CP", (layout.tp, layout.pp, layout.cp),
                           f"{p}.tensor/pipeline_model_parallel_size, context_parallel_size")]
     if layout.ep > 1:
-        spans.append(span_problem(world, "EP*ETP*PP", f"{layout.ep}*{layout.etp}*{layout.pp}",
-                                  layout.ep * layout.etp * layout.pp,
+        spans.append(span_problem(world, "EP*ETP*PP", (layout.ep, layout.etp, layout.pp),
                                   f"{p}.expert_model_parallel_size, expert_tensor_parallel_size"))
     return [f"{layout.role}: {nodes} {problem}" for problem in spans if problem]
 

@@ -76,8 +76,8 @@ def init_groups(sizes: Dict[str, Any], role: str, prefix: str) -> None:
         return
     world = torch.distributed.get_world_size()
     factors = [sizes[f"{k}_parallel_size"] for k in ("tensor_model", "pipeline_model", "context")]
-    problem = span_problem(world, "TP*PP*CP", "*".join(str(f) for f in factors), factors[0] * factors[1] * factors[2],
-                           f"{prefix}.tensor/pipeline_model_parallel_size, context_parallel_size")
+    problem = span_problem(world, "TP*PP*CP", factors, f"{prefix}.tensor/pipeline_model_parallel_size, "
+                           "context_parallel_size")
     if problem:
         raise ValueError(f"{role}: world size {world} {problem}; change the parallel sizes or the number of devices")
     mpu.initialize_model_parallel(**sizes)
