@@ -11,6 +11,7 @@ import difflib
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 STRATEGIES = ("fsdp", "megatron")
+ROLLOUT_NAMES = ("hf", "vllm")
 # What an engine computes: log-probs (actor, ref) or values (critic); the registry's first key.
 MODEL_TYPES = ("language_model", "value_model")
 DEVICES = ("auto", "cuda", "npu", "cpu")
@@ -54,7 +55,7 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
     "critic.loss_agg_mode": LOSS_AGG_MODES,
     "actor_rollout_ref.actor.kl_loss_type": KL_LOSS_TYPES,
-    "actor_rollout_ref.rollout.name": ("hf", "vllm"),
+    "actor_rollout_ref.rollout.name": ROLLOUT_NAMES,
     "trainer.resume_mode": ("disable", "auto", "resume_path"),
     "data.truncation": ("error", "left", "right"),
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),

@@ -52,7 +52,8 @@ def _unknown_key_message(key: str, adding: bool) -> str:
     hint = f"; did you mean {' or '.join(near)}?" if near else ""
     if adding:
         sections = ", ".join(keys.open_sections())
-        return f"unknown key {key!r}{hint} (+key=value adds keys only inside the open sections: {sections})"
+        return (f"unknown key {key!r}{hint}: adding keys is not supported by verl_lite outside the open sections "
+                f"({sections})")
     return f"unknown key {key!r}{hint}"
 
 
@@ -75,10 +76,11 @@ def _key_problem(cfg: DictConfig, override: Override) -> Optional[str]:
         legacy = choices.legacy_key_problem(key, value)
         if legacy:
             return legacy
-        verl = verl_names.verl_key_problem(key, value)
+        adding = override.kind in ("add", "force_add")
+        verl = verl_names.verl_key_problem(key, value, adding)
         if verl:
             return verl
-        return _unknown_key_message(key, adding=override.kind in ("add", "force_add"))
+        return _unknown_key_message(key, adding=adding)
     if override.kind == "delete":
         if in_schema:
             return (
@@ -90,6 +92,9 @@ def _key_problem(cfg: DictConfig, override: Override) -> Optional[str]:
         return None
     if override.kind == "add":
         current = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        if current is not None and not isinstance(value, (dict, list)) and not verl_names.is_verl_key(key):
+            # verl's Hydra adds `+key` where its config lacks the key; verl_lite's schema has it: a set
+            return None
         if current is not None and not isinstance(value, (dict, list)):
             return (
                 f"cannot add {key!r}: it already exists (= {current!r}); set it with {line[1:]!r} "
@@ -228,6 +233,8 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
         except OverrideSyntaxError as e:
             problems.append(str(e))
             continue
+        if verl_names.same_as_verl_lite(override.key, override.value):
+            continue  # verl's line asks for what verl_lite does (config/generated/verl_accepted.json)
         ours = verl_names.alias(override.key, override.value)
         if ours != override.key and ours not in keys.key_table() and not keys.open_section_of(ours):
             # a key inside an aliased section that verl_lite lacks: refused under the name the user typed
@@ -235,9 +242,7 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
             if problem:
                 problems.append(problem)
                 continue
-        override = override._replace(key=ours)
-        if verl_names.same_as_verl_lite(override.key, override.value):
-            continue
+        override = override._replace(key=ours, value=verl_names.value_alias(ours, override.value))
         problem = verl_names.value_problem(override.key, override.value) or _apply(cfg, override)
         if problem:
             problems.append(problem)

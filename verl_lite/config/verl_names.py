@@ -20,7 +20,7 @@ import fnmatch
 from typing import List, Optional, Sequence, Tuple
 
 from verl_lite.config import keys
-from verl_lite.config.generated import verl_keys
+from verl_lite.config.generated import verl_accepted, verl_keys
 
 # verl's trainer config names (--config-name) -> the group choices they stand for
 CONFIG_NAMES = {
@@ -45,7 +45,15 @@ ALIASES = {
     "ray_kwargs.ray_init._temp_dir": "ray_init.temp_dir",
     "ray_kwargs.ray_init.include_dashboard": "ray_init.include_dashboard",
     "ray_kwargs.ray_init.runtime_env.": "ray_init.runtime_env.",
+    # verl's current reward section (verl migrates the legacy reward_model.* / custom_reward_function.* to it)
+    "reward.reward_manager.name": "reward_model.reward_manager",
+    "reward.custom_reward_function.": "custom_reward_function.",
+    "reward.reward_model.enable": "reward_model.enable",
 }
+# verl's names of a value -> verl_lite's: verl's `fsdp2` is the FSDP2 engine (`fully_shard`) that
+# verl_lite's strategy `fsdp` runs; verl's `fsdp` (FSDP1) runs on the same engine (the summary says so)
+VALUE_ALIASES = {key: {"fsdp2": "fsdp"} for key in (
+    "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")}
 # verl < 0.5 spelled the policy loss as a string: `actor.policy_loss=gspo` means `policy_loss.loss_mode=gspo`
 STRING_ALIASES = {"actor_rollout_ref.actor.policy_loss": "actor_rollout_ref.actor.policy_loss.loss_mode"}
 
@@ -93,6 +101,17 @@ INSTEAD: List[Tuple[str, str]] = [
     ("rollout.total_rollout_steps", f"{NOT}: the fully-async run's length is trainer.total_training_steps (or total_epochs)"),
     ("data.gen_batch_size", f"{NOT}: each step generates data.train_batch_size prompts"),
     ("*.engine_kwargs.sglang*", f"the sglang rollout is {NOT}: use actor_rollout_ref.rollout.name=hf or vllm"),
+    ("data.image_key", f"images in the prompts are {YET} (vision-language data): the run would train without its "
+                       "images; for a text-only dataset leave the line out"),
+    ("data.video_key", f"videos in the prompts are {YET} (vision-language data): the run would train without its "
+                       "videos; for a text-only dataset leave the line out"),
+    ("reward*.reward_kwargs*", f"keyword arguments of verl's reward managers (DAPO's overlong_buffer_cfg and "
+                               f"max_resp_len) are {YET}: the naive reward manager runs here"),
+    ("*.veomni.*", f"the VeOmni engine is {NOT}: use model_engine=dp (FSDP2) or model_engine=megatron"),
+    ("*.fsdp_config.turbo_config*", f"verl's FSDP-turbo engine is {NOT}: use strategy=fsdp2 (FSDP2)"),
+    ("distillation*", f"on-policy distillation is {YET}"),
+    ("*profiler*", f"profiling is {YET}: leave the profiler off"),
+    ("hydra.*", f"Hydra's own settings are {NOT}: verl_lite composes its own schema; leave the line out"),
 ]
 
 
@@ -103,12 +122,26 @@ def _instead(key: str) -> str:
     return f"{NOT}: remove it (verl_lite has no such setting; docs/config.md lists the keys it reads)"
 
 
-def is_verl_key(key: str) -> bool:
-    """True for a key of verl's trainer configs, or one below a verl section that takes new keys."""
+# sections of verl's other config groups (its engines verl_lite lacks) and Hydra's own: keys below them
+# are verl's, refused by name, not taken for typos
+VERL_GROUP_SECTIONS = ("*.veomni.*", "*.fsdp_config.turbo_config.*", "hydra.*", "distillation.*")
+
+
+def is_verl_key(key: str, adding: bool = False) -> bool:
+    """True for a key of verl's trainer configs, or one below a verl section that takes new keys (or,
+    `adding` a `+key` line, below any verl section verl_lite lacks: verl's Hydra adds keys anywhere)."""
     if key in verl_keys.KEYS or key.startswith("ray_kwargs.ray_init.runtime_env."):
         return True
+    if any(fnmatch.fnmatchcase(key, pattern) for pattern in VERL_GROUP_SECTIONS):
+        return True
     parts = key.split(".")
-    return any(".".join(parts[:i]) in verl_keys.OPEN for i in range(1, len(parts)))
+    prefixes = [".".join(parts[:i]) for i in range(1, len(parts))]
+    if any(p in verl_keys.OPEN for p in prefixes):
+        return True
+    # `+reward.reward_kwargs.x=...`: verl adds it below its section `reward`; a `+` below a section
+    # verl_lite has (`+actor_rollout_ref.actor.typo`) stays an unknown key with the nearest names
+    return adding and any(p in verl_keys.KEYS and p not in keys.key_table()
+                          for p in prefixes)
 
 
 def unsupported(key: str, value: object = None, instead: Optional[str] = None) -> str:
@@ -117,9 +150,9 @@ def unsupported(key: str, value: object = None, instead: Optional[str] = None) -
     return f"{shown}: {instead or _instead(key)}"
 
 
-def verl_key_problem(key: str, value: object) -> Optional[str]:
+def verl_key_problem(key: str, value: object, adding: bool = False) -> Optional[str]:
     """The refusal for a verl key that verl_lite lacks, or None when `key` is not verl's either."""
-    if key == "model_engine" or not is_verl_key(key):
+    if key == "model_engine" or not is_verl_key(key, adding):
         return None
     return unsupported(key, value)
 
@@ -145,6 +178,12 @@ def leaf_keys() -> List[str]:
 RAY_INIT = "ray_kwargs.ray_init."
 
 
+def value_alias(key: str, value: object) -> object:
+    """verl_lite's name for verl's value of `key` (the value itself when it has no alias)."""
+    names = VALUE_ALIASES.get(key)
+    return names.get(value, value) if names and isinstance(value, str) else value
+
+
 def alias(key: str, value: object = None) -> str:
     """verl_lite's key for verl's current spelling `key` (the key itself when it has no alias)."""
     if key in STRING_ALIASES and isinstance(value, str):
@@ -163,7 +202,11 @@ def _config_name(value: str) -> Tuple[List[str], Optional[str]]:
     name = value[:-5] if value.endswith(".yaml") else value
     if name in CONFIG_NAMES:
         return CONFIG_NAMES[name], None
-    return [], (f"--config-name={value} is not a verl trainer config verl_lite understands: choose one of "
+    if name.startswith("one_step_off"):
+        return [], (f"--config-name={value}: verl's one-step-off-policy trainer is {YET}: use "
+                    "--config-name=fully_async_ppo_trainer (or fully_async_ppo_megatron_trainer) for a rollout "
+                    "on devices of its own, or leave it out for synchronous training")
+    return [], (f"--config-name={value}: this trainer config is {NOT}: choose one of "
                 f"{', '.join(CONFIG_NAMES)} (or leave it out: verl's default is ppo_trainer)")
 
 
@@ -211,21 +254,11 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
     return groups, rest, problems
 
 
-# verl keys whose value here is exactly what verl_lite does: the line is taken and changes nothing
-SAME_AS_VERL_LITE: dict = {}
-SAME_AS_VERL_LITE_WHY: dict = {}
-for _section in ("actor_rollout_ref.actor.optim", "critic.optim"):
-    # verl's top-level precision-aware optimizer keys at verl's defaults: what verl_lite's optimizer does
-    SAME_AS_VERL_LITE[f"{_section}.use_precision_aware_optimizer"] = False
-    SAME_AS_VERL_LITE_WHY[f"{_section}.use_precision_aware_optimizer"] = (
-        "megatron's default optimizer, as verl_lite builds it (True: override_optimizer_config)")
-    for _name in ("main_grads_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
-        SAME_AS_VERL_LITE[f"{_section}.{_name}"] = "fp32"
-        SAME_AS_VERL_LITE_WHY[f"{_section}.{_name}"] = "fp32, megatron's default, as verl_lite keeps it"
-
-
 def same_as_verl_lite(key: str, value: object) -> bool:
-    return key in SAME_AS_VERL_LITE and value == SAME_AS_VERL_LITE[key] and type(value) is type(SAME_AS_VERL_LITE[key])
+    """Whether `key=value` is a verl line that asks for exactly what verl_lite does (the reviewed table
+    config/generated/verl_accepted.json, written by tools/gen_verl_accepted.py): taken, changing nothing."""
+    entry = verl_accepted.ACCEPTED.get(key)
+    return entry is not None and any(v == value and type(v) is type(value) for v in entry["values"])
 
 
 def value_problem(key: str, value: object) -> Optional[str]:
@@ -244,8 +277,6 @@ DEFAULT_DIFFERENCES = {
     "data.val_files": "the tiny data set's validation split",
     "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",
     "data.seed": "a fixed seed, so a resumed run keeps its prompt order (verl: null = unseeded)",
-    "data.return_raw_chat": "raw chat is only for agent loops and reward models, which verl_lite does not have; "
-                            "True is refused",
     "actor_rollout_ref.model.path": "a shipped tiny config; nothing is downloaded",
     "actor_rollout_ref.model.use_remove_padding": ("null = auto: packed where the engine packs natively (torch engine: "
                                                    "attention-only models; Megatron: attention layers, and Gated DeltaNet "
@@ -262,7 +293,6 @@ DEFAULT_DIFFERENCES = {
     "actor_rollout_ref.actor.use_torch_compile": "compiling costs seconds per worker (inductor), which dominates tiny "
                                                  "CPU runs; True compiles the log-prob and entropy computation",
     "actor_rollout_ref.rollout.name": "hf runs anywhere, CPU included (verl requires a value)",
-    "actor_rollout_ref.rollout.mode": "verl_lite's synchronous trainer generates in the worker (verl: async servers)",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "one device per replica by default",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "null = verl's 0.5 on cuda/npu, a small share on cpu",
     "critic.strategy": "null = the actor's strategy (verl: fsdp unless model_engine says otherwise)",

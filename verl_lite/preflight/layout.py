@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from verl_lite.config import roles, schema
+from verl_lite.config.verl_names import NOT
 from verl_lite.config.shapes import expert_count, text_config
 from verl_lite.decisions.layout import heads_problem, moe_sequence_parallel_problem, span_problem
 from verl_lite.preflight.roles import Layout, RoleView, world_size
@@ -250,6 +251,7 @@ def rollout_tp_problems(cfg: Any) -> List[str]:
     if tp >= 1 and per_node >= 1 and per_node % tp:
         return [
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide {key}={per_node} "
-            f"({per_node} % {tp} = {per_node % tp}): a rollout TP group must fit in one node"
+            f"({per_node} % {tp} = {per_node % tp}): a rollout TP group spanning nodes is {NOT}: each vLLM "
+            "replica runs on one node; choose a tensor_model_parallel_size that divides the devices per node"
         ]
     return []

@@ -19,7 +19,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from verl_lite.config import schema
-from verl_lite.config.choices import CHECKPOINT_BACKENDS
+from verl_lite.config.choices import CHECKPOINT_BACKENDS, ROLLOUT_NAMES
 from verl_lite.config.shapes import expert_count, model_shape
 from verl_lite.preflight.roles import world_size
 from verl_lite.preflight.vllm_architectures import VLLM_ARCHITECTURES
@@ -276,6 +276,8 @@ def rollout_engine_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]],
     """Every problem of the rollout settings on `device` ("cpu", "cuda", "npu"); `hf` is the model's
     config.json (None when unreadable here). Installed packages and host RAM only `for_training`."""
     rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name not in ROLLOUT_NAMES:
+        return []  # the name itself is refused (config/choices.py); its engine's settings follow from it
     if rollout.name != "vllm":
         set_keys = [k for k, d in VLLM_ONLY_DEFAULTS.items() if getattr(rollout, k) != d]
         set_keys += [f"engine_kwargs.{k}" for k, v in _engine_kwargs(rollout).items() if v]

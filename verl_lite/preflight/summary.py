@@ -42,7 +42,7 @@ def summarize(cfg: Any) -> str:
         view = role_view(cfg, role, device)
         layout = view.layout
         shape = (
-            "fsdp"
+            "fsdp (FSDP2, fully_shard: verl's fsdp2; verl's fsdp, FSDP1, runs on it too)"
             if layout.strategy == "fsdp"
             else (
                 f"megatron TP {layout.tp} PP {layout.pp} CP {layout.cp} EP {layout.ep} ETP {layout.etp}"

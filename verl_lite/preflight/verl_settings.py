@@ -18,6 +18,8 @@ from verl_lite import device as devices
 from verl_lite.config import roles, schema
 from verl_lite.config.choices import KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS
 from verl_lite.config.verl_names import NOT, YET
+
+ROLLOUT_MODES = ("async", "sync")
 from verl_lite.decisions import optimizer_overrides, packing_mode
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
@@ -125,10 +127,10 @@ def _run_problems(cfg: Any) -> List[str]:
     if rollout.calculate_log_probs and rollout.name == "hf":
         problems.append(f"actor_rollout_ref.rollout.calculate_log_probs=True: rollout log-probs from the hf rollout are "
                         f"{YET} (the vllm rollout returns them); set it to False or use actor_rollout_ref.rollout.name=vllm")
-    if rollout.mode != "sync":
-        problems.append(f"actor_rollout_ref.rollout.mode={rollout.mode!r}: verl's server-based (agent-loop) rollout is "
-                        f"{NOT}: verl_lite's rollout generates inside the actor's worker (mode=sync); remove the line "
-                        "(single-turn generation samples the same way)")
+    if rollout.mode not in ROLLOUT_MODES:
+        problems.append(f"actor_rollout_ref.rollout.mode={rollout.mode!r} is {NOT}: choose async (verl's only mode; "
+                        "verl_lite generates single-turn responses inside the actor's worker, sampling as verl's "
+                        "servers do) or sync, verl_lite's earlier name for the same")
     for key, data_key in (("response_length", "max_response_length"), ("prompt_length", "max_prompt_length")):
         value, data_value = getattr(rollout, key), getattr(cfg.data, data_key)
         if value is not None and int(value) != int(data_value):
@@ -142,9 +144,6 @@ def _run_problems(cfg: Any) -> List[str]:
     if cfg.data.val_batch_size is not None:
         problems.append(f"data.val_batch_size={cfg.data.val_batch_size}: validation batches are {YET}: the whole "
                         "validation set is generated in one call; leave it null")
-    if cfg.data.return_raw_chat:
-        problems.append(f"data.return_raw_chat=True: raw chat messages (for agent loops and reward models) are {YET}; "
-                        "set it to False")
     if cfg.reward_model.enable:
         problems.append(f"reward_model.enable=True: reward models are {YET}: use a rule-based or "
                         "custom_reward_function.path reward")

@@ -159,9 +159,10 @@ class RolloutConfig:
     # Generation backend: hf samples with transformers' generate; vllm runs a vLLM engine in each actor
     # rank (verl's hybrid engine: weights pushed in place after every update; docs/rollout.md).
     name: str = "hf"
-    # verl: sync (LLM) or async (AsyncLLM server, verl's default) rollout. verl_lite generates inside the
-    # actor's worker: sync only, async is refused.
-    mode: str = "sync"
+    # verl: async, its AsyncLLM servers (verl has no other mode: its config refuses sync). verl_lite
+    # generates single-turn responses inside the actor's worker, sampling as verl's servers do: async and
+    # sync (verl_lite's earlier name for the same) are both taken; any other value is refused.
+    mode: str = "async"
     # Responses sampled per prompt (GRPO's group size); a step has train_batch_size * n sequences.
     n: int = 1
     # Sampling temperature of training rollouts; log-probs are taken from logits / temperature too.

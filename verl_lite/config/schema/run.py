@@ -47,9 +47,10 @@ class DataConfig:
     shuffle: bool = True
     # Seed of the prompt shuffle (data.shuffle).
     seed: int = 1
-    # verl: also hand on the untemplated chat messages (for agent loops, reward models).
-    # Not supported by verl_lite yet: True is refused (verl's default is True).
-    return_raw_chat: bool = False
+    # verl: also hand on the untemplated chat messages, which its rollout servers template (verl's
+    # default). verl_lite templates the prompt once (data.apply_chat_template) for generation and training
+    # alike, so both values generate the same tokens; the raw messages are not handed to reward functions.
+    return_raw_chat: bool = True
     # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
     # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
     # text, with the tokenizer's special tokens; for base models without a chat template.

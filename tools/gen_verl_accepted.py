@@ -1,0 +1,112 @@
+"""Write verl_lite/config/generated/verl_accepted.json: verl's keys that verl_lite has no setting for,
+but whose value (verl's default, a switch set off, a size of 1) asks for exactly what verl_lite
+does. A line setting one of those values is taken and changes nothing; any other value of the key
+is refused as before ("not supported by verl_lite: ...").
+
+The decision is made per key, here, with the reason, and reviewed like code: REVIEWED lists
+patterns of verl keys with the values to accept (None: verl's default of each matching key, read
+from verl_keys.json) and why the value means what verl_lite does. Never a blanket "equals verl's
+default" rule: some of verl's defaults switch on what verl_lite lacks (data.image_key=images reads
+images, data.return_raw_chat is a schema key).
+
+    python tools/gen_verl_accepted.py          # rewrites the table from verl_keys.json and REVIEWED
+
+`render` is the writer: tests/py/test_verl_accepted.py re-emits the table and compares byte for
+byte, composes every accepted line (none may be refused) and a different value of each key (it must be).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "verl_lite" / "config" / "generated" / "verl_accepted.json"
+
+# (verl key pattern, the values accepted (None: verl's default), why that value is what verl_lite does)
+REVIEWED = [
+    ("*ulysses_sequence_parallel_size", [1],
+     "1 = no sequence parallelism: each rank holds whole sequences, as verl_lite's engines do"),
+    ("actor_rollout_ref.model.use_fused_kernels", None,
+     "log-probs and entropy come from the model's logits, as verl_lite computes them"),
+    ("actor_rollout_ref.rollout.ignore_eos", None, "generation stops at EOS, as verl_lite's rollouts do"),
+    ("*.megatron.use_dist_checkpointing", None,
+     "initial weights are read from the HF checkpoint at model.path, as verl_lite loads them"),
+    ("*.megatron.use_megatron_fsdp", None, "Megatron's own DDP and distributed optimizer, as verl_lite builds them"),
+    ("actor_rollout_ref.rollout.layered_summon", None,
+     "the rollout gets the weights gathered whole, as verl_lite syncs them"),
+    ("*.fsdp_config.offload_policy", None,
+     "no FSDP2 CPUOffloadPolicy: param_offload/optimizer_offload move tensors between phases, as verl_lite does"),
+    ("*.fsdp_config.forward_prefetch", None, "no explicit FSDP forward prefetch, as verl_lite's FSDP2 engine runs"),
+    ("*.entropy_from_logits_with_chunking", None, "entropy from the whole logits at once, as verl_lite computes it"),
+    ("*entropy_checkpointing", [False], "the entropy is not recomputed in the backward pass, as in verl_lite"),
+    ("*.fsdp_config.strategy", ["fsdp", "fsdp2"],
+     "verl_lite's torch engine is FSDP2 (fully_shard); verl's FSDP1 (fsdp) runs on it too"),
+    ("*.optim.optimizer", ["AdamW", "adam"],
+     "Adam with decoupled weight decay: torch AdamW on fsdp, megatron-core's Adam on megatron, as verl_lite builds"),
+    ("*.profiler.enable", None, "the profiler is off"),
+    ("global_profiler.steps", None, "no step is profiled"),
+    ("global_profiler.tool", None, "no profiler is chosen"),
+    ("distillation.enabled", None, "no distillation"),
+    ("data.validation_shuffle", None, "validation prompts are generated in file order, as verl_lite reads them"),
+    ("actor_rollout_ref.rollout.enable_rollout_routing_replay", None, "MoE routing is not replayed, as in verl_lite"),
+    ("*.lora.rank", [0], "0 = no LoRA adapter: the whole model trains, as in verl_lite"),
+    ("*.lora_rank", [0], "0 = no LoRA adapter: the whole model trains, as in verl_lite"),
+    # verl's top-level precision-aware optimizer keys at verl's defaults: what verl_lite's optimizer does
+    ("*.optim.use_precision_aware_optimizer", None,
+     "megatron's default optimizer, as verl_lite builds it (True: override_optimizer_config)"),
+    ("*.optim.main_grads_dtype", ["fp32"], "fp32, megatron's default, as verl_lite keeps it"),
+    ("*.optim.exp_avg_dtype", ["fp32"], "fp32, megatron's default, as verl_lite keeps it"),
+    ("*.optim.exp_avg_sq_dtype", ["fp32"], "fp32, megatron's default, as verl_lite keeps it"),
+]
+
+
+def table() -> dict:
+    """{verl key: {"values": [...], "reason": ...}} for every refused verl key a REVIEWED pattern matches."""
+    from verl_lite.config import verl_names
+    from verl_lite.config.generated import verl_keys
+
+    out = {}
+    for key in verl_names.leaf_keys():
+        if verl_names.classify(key)[0] != "refused":
+            continue
+        for pattern, values, reason in REVIEWED:
+            if fnmatch.fnmatchcase(key, pattern):
+                if values is None:
+                    default = verl_keys.DEFAULTS.get(key)
+                    if default is None and key not in verl_keys.DEFAULTS or isinstance(default, str) and "${" in default:
+                        break  # verl's default is an interpolation or a section: nothing to accept by default
+                    values = [default]
+                out[key] = {"values": values, "reason": reason}
+                break
+    return out
+
+
+def render(entries: dict) -> str:
+    from verl_lite.config.generated import verl_keys
+
+    return json.dumps({
+        "about": "verl keys verl_lite has no setting for, with the values that ask for what verl_lite does "
+                 "(taken, changing nothing) and why. Generated by tools/gen_verl_accepted.py; do not edit.",
+        "verl_commit": verl_keys.VERL_COMMIT,
+        "accepted": dict(sorted(entries.items())),
+    }, indent=1) + "\n"
+
+
+def main() -> int:
+    entries = table()
+    unused = [p for p, _, _ in REVIEWED if not any(fnmatch.fnmatchcase(k, p) for k in entries)]
+    if unused:
+        print(f"patterns that match no refused verl key (remove them): {unused}", file=sys.stderr)
+        return 1
+    OUT.write_text(render(entries))
+    print(f"{OUT}: {len(entries)} keys")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
