@@ -19,7 +19,7 @@ from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
 from verl_lite.decisions import bridge_choice
 from verl_lite.models import read_hf_config
-from verl_lite.preflight import bridge, data, layout, machine, verl_settings
+from verl_lite.preflight import bridge, data, layout, machine, values, verl_settings
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.roles import role_views
 from verl_lite.preflight.rollout import rollout_engine_problems
@@ -37,6 +37,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     if problems:  # the arithmetic below divides by these
         return problems
     problems += verl_settings.clip_problems(cfg)
+    problems += values.value_problems(cfg)  # numbers outside their valid range (NaN included)
     installed = bridge_choice.installed_here()
     registered = [key[0] for key in registry.BRIDGES.keys()]
     elsewhere = _nodes_elsewhere(device, for_training)
@@ -117,6 +118,7 @@ def collect_warnings(cfg: Any) -> List[str]:
                 f"(algorithm.adv_estimator={algo.adv_estimator}{', critic.enable=False' if cfg.critic.enable is False else ''}"
                 "): the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True")
     warnings += verl_settings.verl_warnings(cfg)  # verl settings with no effect in this run
+    warnings += values.value_warnings(cfg)  # valid numbers that train nothing (lr=0)
     try:
         device = devices.resolve_device(cfg.trainer.device)
     except devices.DeviceError:
