@@ -19,7 +19,7 @@ from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
 from verl_lite.decisions import bridge_choice
 from verl_lite.models import read_hf_config
-from verl_lite.preflight import bridge, data, layout, machine, values, verl_settings
+from verl_lite.preflight import bridge, data, layout, machine, reward_file, values, verl_settings
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.roles import role_views
 from verl_lite.preflight.rollout import rollout_engine_problems
@@ -72,7 +72,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
 def _training_machine_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str],
                                actor_hf: Optional[Dict[str, Any]]) -> List[str]:
     """What only the machine that trains can answer, in the order `check --training` lists it."""
-    return (data.data_file_problems(cfg) + machine.model_dir_problems(cfg) + data.reward_file_problems(cfg)
+    return (data.data_file_problems(cfg) + machine.model_dir_problems(cfg) + reward_file.reward_file_problems(cfg)
             + machine.checkpoint_dir_problems(cfg)
             + machine.model_file_problems(cfg)
             + bridge.external_bridge_weight_problems(cfg, device, installed, registered)
