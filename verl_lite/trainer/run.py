@@ -26,6 +26,7 @@ from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.device import resolve_device
 from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.preflight.fully_async import fully_async_problems
+from verl_lite.preflight.values import value_problems
 from verl_lite.preflight.verl_settings import verl_problems
 from verl_lite.reward.manager import RewardManager, SUPPORTED_SOURCES, has_default_scorer
 from verl_lite.secrets import redact, redacted_logs
@@ -185,9 +186,10 @@ class _Job:
         self.cfg = cfg
         t, actor_rollout_ref, d = cfg.trainer, cfg.actor_rollout_ref, cfg.data
         self.is_async = bool(cfg.async_training.enable)
-        # verl's settings that the schema takes but no code acts on are refused here too, not only by the
-        # preflight, so a run started from Python (run(cfg) without the check) cannot ignore them.
-        problems = verl_problems(cfg) + (fully_async_problems(cfg) if self.is_async else [])
+        # verl's settings that the schema takes but no code acts on, and numbers outside their range, are
+        # refused here too, not only by the preflight, so a run started from Python (run(cfg) without the
+        # check) cannot ignore them.
+        problems = verl_problems(cfg) + value_problems(cfg) + (fully_async_problems(cfg) if self.is_async else [])
         if problems:
             raise ConfigError(problems)
         self.device = resolve_device(t.device)
