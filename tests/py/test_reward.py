@@ -159,11 +159,14 @@ def test_default_score_dispatches_the_math_datasets_to_the_math_rule(source):
 
 def test_an_unknown_data_source_names_it_the_supported_ones_and_the_custom_key():
     with pytest.raises(NotImplementedError) as err:
-        default_compute_score("math_dapo", "x", "y")
+        default_compute_score("my/olympiad", "x", "y")
     message = str(err.value)
-    assert "'math_dapo'" in message
+    assert "'my/olympiad'" in message
     assert ("supported: openai/gsm8k, gsm8k, lighteval/MATH, DigitalLearningGmbH/MATH-lighteval, "
-            "HuggingFaceH4/MATH-500, verl_lite/* (synthetic tasks)") in message
+            "HuggingFaceH4/MATH-500, math_dapo, math, math_dapo_reasoning, numina_aops_forum, ") in message
+    assert ("hiyouga/geometry3k, searchR1_nq, searchR1_triviaqa, searchR1_popqa, searchR1_hotpotqa, "
+            "searchR1_2wikimultihopqa, searchR1_musique, searchR1_bamboogle, aime* (DAPO), "
+            "verl_lite/* (synthetic tasks)") in message
     assert "custom_reward_function.path" in message
 
 
@@ -171,7 +174,7 @@ def test_has_default_scorer_says_yes_exactly_where_default_compute_score_scores(
     for source in GSM8K_SOURCES + MATH_SOURCES + ("verl_lite/reverse",):
         assert has_default_scorer(source)
         default_compute_score(source, "1", "1")  # and it does not raise
-    for source in ("math_dapo", "lighteval/math", "openai/gsm8k ", "", None, 3):
+    for source in ("my/olympiad", "lighteval/math", "openai/gsm8k ", "Math_dapo", "apps", "", None, 3):
         assert not has_default_scorer(source)
         with pytest.raises(NotImplementedError):
             default_compute_score(source, "1", "1")

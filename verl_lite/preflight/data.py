@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict, List
 
 from verl_lite.data.dataset import as_file_list, expand
-from verl_lite.reward.manager import SUPPORTED_SOURCES, has_default_scorer
+from verl_lite.reward.manager import CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES, has_default_scorer
 
 
 def _as_list(value: Any) -> List[str]:
@@ -53,7 +53,9 @@ def data_source_problems(cfg: Any) -> List[str]:
                     unknown[repr(source)] = unknown.get(repr(source), 0) + 1
             if unknown:
                 shown = ", ".join(f"{name} ({n} row{'s' if n != 1 else ''})" for name, n in list(unknown.items())[:3])
+                code = sorted(repr(s) for s in CODE_SOURCES if repr(s) in unknown)
+                hint = (f" ({', '.join(code)}: {CODE_SCORER_HINT})" if code else "")
                 problems.append(f"{key}: {raw} has data_source {shown}{' and more' if len(unknown) > 3 else ''}, "
                                 f"which no built-in scorer handles (it scores {SUPPORTED_SOURCES}); set "
-                                f"custom_reward_function.path to a reward function for them")
+                                f"custom_reward_function.path to a reward function for them{hint}")
     return problems

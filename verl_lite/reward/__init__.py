@@ -1,5 +1,6 @@
-"""Rewards: rule rewards (GSM8K, MATH, synthetic tasks), custom reward functions from files, and the
-manager that scores a batch. Importing it imports no torch."""
+"""Rewards: rule rewards (GSM8K, MATH, DAPO, PRIME math, Geometry3K, Search-R1, synthetic tasks),
+custom reward functions from files, and the manager that scores a batch. Importing it imports no
+torch (nor sympy: the scorers that need it run it in a helper process)."""
 
 from verl_lite.reward.custom import load_custom_reward_fn
 from verl_lite.reward.manager import (
@@ -8,6 +9,7 @@ from verl_lite.reward.manager import (
     RewardManager,
     default_compute_score,
     has_default_scorer,
+    no_default_scorer_reason,
 )
 
 __all__ = [
@@ -17,4 +19,5 @@ __all__ = [
     "default_compute_score",
     "has_default_scorer",
     "load_custom_reward_fn",
+    "no_default_scorer_reason",
 ]

@@ -1,11 +1,13 @@
 """Score responses: route each sample to its rule reward and turn failures into errors that point at
 the function and the sample.
 
-`default_compute_score` dispatches on the parquet row's `data_source` as verl's does (GSM8K and
-MATH datasets, plus verl_lite's synthetic tasks); `has_default_scorer` says whether it can score a
-data_source, so data can be checked before training. `RewardManager` applies a score function (the
-default or `custom_reward_function.path/name`) to a batch and checks what it returns. Imports no
-torch: the driver scores without loading models.
+`default_compute_score` dispatches on the parquet row's `data_source` as verl's does (GSM8K, MATH,
+DAPO, PRIME/NuminaMath, Geometry3K and Search-R1 datasets, plus verl_lite's synthetic tasks; not
+the code datasets, whose scorers run the generated code); `has_default_scorer` says whether it can
+score a data_source, so data can be checked before training, and `no_default_scorer_reason` says
+why not. `RewardManager` applies a score function (the default or
+`custom_reward_function.path/name`) to a batch and checks what it returns. Imports no torch: the
+driver scores without loading models.
 """
 
 from __future__ import annotations
@@ -17,22 +19,43 @@ import inspect
 import math
 import numbers
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from verl_lite.reward import gsm8k
+from verl_lite.reward import geo3k, gsm8k, math_dapo, prime_math, qa_em
 from verl_lite.reward import math as math_reward
 from verl_lite.reward.custom import load_custom_reward_fn
 
 # The data_source names the default reward scores, as verl's default_compute_score routes them
-# ("gsm8k" alone is verl_lite's own short name), and the prefix of the synthetic tasks.
+# ("gsm8k" alone is verl_lite's own short name), and the prefixes: verl's "aime*" (DAPO) and the
+# synthetic tasks.
 GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
 MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
+DAPO_SOURCES = ("math_dapo", "math", "math_dapo_reasoning")
+DAPO_PREFIX = "aime"
+PRIME_MATH_SOURCES = ("numina_aops_forum", "numina_synthetic_math", "numina_amc_aime", "numina_synthetic_amc",
+                      "numina_cn_k12", "numina_olympiads")
+GEO3K_SOURCES = ("hiyouga/geometry3k",)
+SEARCH_R1_SOURCES = ("searchR1_nq", "searchR1_triviaqa", "searchR1_popqa", "searchR1_hotpotqa",
+                     "searchR1_2wikimultihopqa", "searchR1_musique", "searchR1_bamboogle")
+# verl scores these by running the generated code (sandbox_fusion or prime_code); verl_lite does not.
+CODE_SOURCES = ("codecontests", "apps", "codeforces", "taco")
 SYNTHETIC_PREFIX = "verl_lite/"
-_RULE_REWARDS: Dict[str, Callable[[str, Any], float]] = {
+_RULE_REWARDS: Dict[str, Callable[[str, Any], Any]] = {
     **dict.fromkeys(GSM8K_SOURCES, gsm8k.compute_score),
     **dict.fromkeys(MATH_SOURCES, math_reward.compute_score),
+    **dict.fromkeys(DAPO_SOURCES, math_dapo.compute_score),
+    **dict.fromkeys(PRIME_MATH_SOURCES, prime_math.compute_score),
+    **dict.fromkeys(GEO3K_SOURCES, geo3k.compute_score),
+    **dict.fromkeys(SEARCH_R1_SOURCES, qa_em.compute_score),
 }
-SUPPORTED_SOURCES = ", ".join(_RULE_REWARDS) + f", {SYNTHETIC_PREFIX}* (synthetic tasks)"
+SUPPORTED_SOURCES = (", ".join(_RULE_REWARDS) + f", {DAPO_PREFIX}* (DAPO), {SYNTHETIC_PREFIX}* (synthetic tasks)")
+CODE_SCORER_HINT = (
+    "verl scores it by running the generated code (sandbox_fusion, or prime_code in-process); verl_lite "
+    "does not execute model output. Plug in a sandboxed scorer: set custom_reward_function.path to a "
+    "Python file and custom_reward_function.name to its function "
+    "compute_score(data_source, solution_str, ground_truth, extra_info) that runs the code in your sandbox "
+    "and returns a number (or a dict with a 'score')"
+)
 _PREVIEW_CHARS = 80
 
 
@@ -40,25 +63,47 @@ class RewardFunctionError(RuntimeError):
     """A reward function raised, or returned something that is not a finite number."""
 
 
+def _rule_for(data_source: Any) -> Optional[Callable[[str, Any], Any]]:
+    if not isinstance(data_source, str):
+        return None
+    rule = _RULE_REWARDS.get(data_source)
+    if rule is None and data_source.startswith(DAPO_PREFIX):
+        return math_dapo.compute_score
+    return rule
+
+
 def has_default_scorer(data_source: Any) -> bool:
-    """Whether `default_compute_score` can score rows of this `data_source` (see SUPPORTED_SOURCES)."""
-    return isinstance(data_source, str) and (data_source in _RULE_REWARDS or data_source.startswith(SYNTHETIC_PREFIX))
+    """Whether `default_compute_score` can score rows of this `data_source` (see SUPPORTED_SOURCES;
+    False for the code datasets, see CODE_SOURCES)."""
+    return _rule_for(data_source) is not None or (isinstance(data_source, str)
+                                                  and data_source.startswith(SYNTHETIC_PREFIX))
 
 
-def default_compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None) -> float:
-    """The rule reward for `data_source`: GSM8K (`#### answer`), MATH (last `\\boxed{answer}`) or a
-    verl_lite synthetic task."""
-    rule = _RULE_REWARDS.get(data_source) if isinstance(data_source, str) else None
+def no_default_scorer_reason(data_source: Any) -> str:
+    """Why `default_compute_score` cannot score `data_source`, and what to do instead."""
+    if data_source in CODE_SOURCES:
+        return f"data_source {data_source!r} is a code dataset: {CODE_SCORER_HINT}"
+    return (f"no rule reward for data_source {data_source!r}; supported: {SUPPORTED_SOURCES}. "
+            "For other data, write a reward function and set custom_reward_function.path (and .name)")
+
+
+def default_compute_score(data_source: str, solution_str: str, ground_truth: Any,
+                          extra_info: Any = None) -> Union[float, Dict[str, Any]]:
+    r"""The rule reward for `data_source`, routed as verl's `default_compute_score`: GSM8K
+    (`#### answer`), MATH (last `\boxed{answer}`), DAPO (`Answer:` line, a dict with score 1.0 or
+    -1.0, acc and pred), PRIME's NuminaMath grader, Geometry3K (mathruler, plus 0.1 for the format),
+    Search-R1 (exact match of `<answer>`), or a verl_lite synthetic task. As verl, a dict is
+    returned as it is and any other result as a float. The code datasets (CODE_SOURCES) raise
+    NotImplementedError saying how to plug in a sandboxed scorer."""
+    rule = _rule_for(data_source)
     if rule is not None:
-        return rule(solution_str, ground_truth)
+        result = rule(solution_str, ground_truth)
+        return result if isinstance(result, dict) else float(result)
     if has_default_scorer(data_source):
         from verl_lite.data import synthetic  # lazy: the data package is not needed to score GSM8K or MATH
 
         return synthetic.compute_score(data_source, solution_str, ground_truth, extra_info)
-    raise NotImplementedError(
-        f"no rule reward for data_source {data_source!r}; supported: {SUPPORTED_SOURCES}. "
-        "For other data, write a reward function and set custom_reward_function.path (and .name)"
-    )
+    raise NotImplementedError(no_default_scorer_reason(data_source))
 
 
 def describe_fn(fn: Callable) -> str:

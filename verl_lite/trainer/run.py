@@ -28,7 +28,8 @@ from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.values import value_problems
 from verl_lite.preflight.verl_settings import verl_problems
-from verl_lite.reward.manager import RewardManager, SUPPORTED_SOURCES, has_default_scorer
+from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, RewardManager, SUPPORTED_SOURCES,
+                                     has_default_scorer)
 from verl_lite.secrets import redact, redacted_logs
 from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
 from verl_lite.trainer.checkpoint import select_checkpoint
@@ -228,9 +229,11 @@ class _Job:
         for key, ds in sets:
             unknown = sorted({e.data_source for e in ds.examples if not has_default_scorer(e.data_source)})
             if unknown:
+                code = [s for s in unknown if s in CODE_SOURCES]
+                hint = f" ({', '.join(map(repr, code))}: {CODE_SCORER_HINT})" if code else ""
                 raise DataError(f"{key}: no rule reward for data_source {', '.join(map(repr, unknown[:3]))} "
                                 f"(the default reward scores {SUPPORTED_SOURCES}); "
-                                f"set custom_reward_function.path to a reward function for this data")
+                                f"set custom_reward_function.path to a reward function for this data{hint}")
 
     def train(self, stop: Any) -> None:
         from omegaconf import OmegaConf
