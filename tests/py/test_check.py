@@ -146,7 +146,8 @@ def test_rollout_tp_must_divide_the_devices_per_node():
     )
     assert problem == (
         "actor_rollout_ref.rollout.tensor_model_parallel_size=3 does not divide trainer.n_gpus_per_node=8 "
-        "(8 % 3 = 2): a rollout TP group must fit in one node"
+        "(8 % 3 = 2): a rollout TP group spanning nodes is not supported by verl_lite: "
+        "each vLLM replica runs on one node; choose a tensor_model_parallel_size that divides the devices per node"
     )
 
 
@@ -161,7 +162,8 @@ def test_with_separate_rollout_devices_rollout_tp_divides_those():
     )
     assert found == [
         "actor_rollout_ref.rollout.tensor_model_parallel_size=8 does not divide "
-        "actor_rollout_ref.rollout.n_gpus_per_node=12 (12 % 8 = 4): a rollout TP group must fit in one node"
+        "actor_rollout_ref.rollout.n_gpus_per_node=12 (12 % 8 = 4): a rollout TP group spanning nodes is not supported by verl_lite: "
+        "each vLLM replica runs on one node; choose a tensor_model_parallel_size that divides the devices per node"
     ]
 
 

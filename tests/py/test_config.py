@@ -165,7 +165,7 @@ def test_deleting_a_schema_key_is_refused():
 def test_sweeps_packages_options_and_syntax_errors_are_each_reported():
     problems = problems_of("trainer.nnodes=1,2", "a@pkg=1", "--config-name=ppo", "trainer.logger=[console", "--foo")
     # verl's --config-name is read before the overrides (as Hydra does), so its problem comes first
-    assert problems[0].startswith("--config-name=ppo is not a verl trainer config verl_lite understands: "
+    assert problems[0].startswith("--config-name=ppo: this trainer config is not supported by verl_lite: "
                                   "choose one of ppo_trainer, ppo_megatron_trainer")
     assert problems[1] == "'trainer.nnodes=1,2': sweeps are not supported (this is one run); give a single value"
     assert "config packages" in problems[2]
@@ -233,7 +233,7 @@ def test_the_old_mindspeed_section_points_at_the_megatron_section():
 @pytest.mark.parametrize(
     "override, allowed",
     [
-        ("actor_rollout_ref.actor.strategy=fsdp2", "fsdp, megatron"),
+        ("actor_rollout_ref.actor.strategy=fsdp_turbo", "fsdp, megatron"),
         ("critic.strategy=deepspeed", "fsdp, megatron, null"),
         ("trainer.device=tpu", "auto, cuda, npu, cpu"),
         ("algorithm.adv_estimator=rloo", "grpo, gae"),
@@ -424,11 +424,46 @@ def test_an_added_override_transformer_config_key_survives_the_typed_config_and_
     assert plan["use_ascend_gdn"] is True and plan["use_triton_gdn"] is False
     # a key added inside a typed section would be dropped by the conversion: it is refused instead
     (problem,) = problems_of("+actor_rollout_ref.actor.use_ascend_gdn=True")
-    assert problem.startswith("unknown key 'actor_rollout_ref.actor.use_ascend_gdn' (+key=value adds keys only "
-                              "inside the open sections:")
+    assert problem.startswith("unknown key 'actor_rollout_ref.actor.use_ascend_gdn': adding keys is not supported "
+                              "by verl_lite outside the open sections (")
 
 
 # ---------------------------------------------------------------------------- verl's names (verl_names)
+
+
+def test_verls_fsdp2_names_the_fsdp2_engine_verl_lite_runs_and_fsdp_config_strategy_is_taken():
+    cfg = load_config(["actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
+                       "critic.strategy=fsdp2", "actor_rollout_ref.actor.fsdp_config.strategy=fsdp2",
+                       "actor_rollout_ref.ref.fsdp_config.strategy=fsdp"])
+    assert (cfg.actor_rollout_ref.actor.strategy, cfg.actor_rollout_ref.ref.strategy, cfg.critic.strategy) == (
+        "fsdp", "fsdp", "fsdp")
+    (problem,) = problems_of("actor_rollout_ref.actor.fsdp_config.strategy=fsdp_turbo")
+    assert problem.startswith("actor_rollout_ref.actor.fsdp_config.strategy='fsdp_turbo': not supported by verl_lite")
+
+
+def test_verls_reward_section_spellings_are_read_as_the_keys_verl_lite_reads():
+    cfg = load_config(["reward.reward_manager.name=naive", "reward.custom_reward_function.path=/x.py",
+                       "reward.custom_reward_function.name=null", "actor_rollout_ref.actor.optim.lr_warmup_steps=null"])
+    assert cfg.reward_model.reward_manager == "naive" and cfg.custom_reward_function.path == "/x.py"
+    assert cfg.custom_reward_function.name == "compute_score"  # verl's fallback for null
+    assert cfg.actor_rollout_ref.actor.optim.lr_warmup_steps == -1  # verl: null delegates to the ratio
+
+
+def test_keys_of_verls_other_engines_and_added_verl_keys_are_refused_as_verl_settings_not_typos():
+    for line, fragment in (("actor_rollout_ref.actor.veomni.param_offload=True", "the VeOmni engine is not supported"),
+                           ("+reward.reward_kwargs.overlong_buffer_cfg.enable=True", "reward managers"),
+                           ("data.image_key=images", "images in the prompts are not supported by verl_lite yet"),
+                           ("actor_rollout_ref.actor.model_engine=megatron", "top-level config group, model_engine=")):
+        (problem,) = problems_of(line)
+        assert fragment in problem, problem
+        assert "remove it" not in problem  # it names what is missing, not "no such setting"
+
+
+def test_a_key_set_twice_is_judged_by_its_last_value_as_in_hydra():
+    assert not load_config(["actor_rollout_ref.rollout.ignore_eos=True", "actor_rollout_ref.rollout.ignore_eos=False"]
+                           ).actor_rollout_ref.rollout.get("ignore_eos")
+    (problem,) = problems_of("actor_rollout_ref.rollout.ignore_eos=False", "actor_rollout_ref.rollout.ignore_eos=True")
+    assert problem.startswith("actor_rollout_ref.rollout.ignore_eos=True: not supported")
 
 
 @pytest.mark.parametrize("engine, strategy", [("megatron", "megatron"), ("dp", "fsdp")])
@@ -446,8 +481,8 @@ def test_model_engine_applies_before_the_overrides_so_an_explicit_strategy_wins_
 
 def test_an_unknown_model_engine_names_the_choices_not_a_migration():
     (problem,) = problems_of("model_engine=veomni")
-    assert problem == ("model_engine=veomni is not supported by verl_lite: choose model_engine=megatron or "
-                       "model_engine=dp (fsdp), or set actor_rollout_ref.actor.strategy")
+    assert problem == ("model_engine=veomni: verl's veomni engine is not supported by verl_lite: choose model_engine=megatron or "
+                       "model_engine=dp (FSDP2), or set actor_rollout_ref.actor.strategy")
 
 
 @pytest.mark.parametrize("line", [["--config-name=ppo_megatron_trainer.yaml"], ["--config-name", "ppo_megatron_trainer"],

@@ -58,7 +58,6 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
     ("actor_rollout_ref.actor.checkpoint.async_save=True", "asynchronous saving is not supported by verl_lite yet"),
     ("actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.hybrid_engine=False: not supported by verl_lite in "
                                               "synchronous training"),
-    ("data.return_raw_chat=True", "raw chat messages"),
     ("reward_model.enable=True", "reward models are not supported by verl_lite yet"),
     ("trainer.log_val_generations=5", "logging validation samples is not supported by verl_lite yet"),
     ("algorithm.kl_penalty=full", "algorithm.kl_penalty='full' is not supported by verl_lite"),
@@ -182,6 +181,18 @@ def test_strict_without_hf_model_and_load_contents_without_a_resume_are_warned_a
     assert "trainer.max_critic_ckpt_to_keep=2 has no effect: this run has no critic" in warnings
 
 
+def test_raw_chat_is_refused_with_untemplated_prompts_as_verls_servers_would_template_them():
+    (problem,) = problems("data.return_raw_chat=True", "data.apply_chat_template=False")
+    assert problem.startswith("data.return_raw_chat=True with data.apply_chat_template=False")
+    assert problems("data.return_raw_chat=False", "data.apply_chat_template=False") == []
+
+
+@pytest.mark.parametrize("line", ["data.return_raw_chat=True", "data.return_raw_chat=False",
+                                  "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.mode=sync"])
+def test_verls_rollout_mode_and_raw_chat_are_taken_both_values_generate_the_same(line):
+    assert problems(line) == []
+
+
 def test_kl_settings_without_their_switch_are_warned_about():
     warnings = collect_warnings(load_config(["trainer.device=cpu", "algorithm.kl_ctrl.kl_coef=0.05",
                                              "algorithm.kl_penalty=mse", "actor_rollout_ref.actor.kl_loss_coef=0.1"]))
@@ -192,7 +203,8 @@ def test_kl_settings_without_their_switch_are_warned_about():
 
 
 @pytest.mark.parametrize("line, fragment", [
-    ("actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.rollout.mode='async': verl's server-based"),
+    ("actor_rollout_ref.rollout.mode=server", "actor_rollout_ref.rollout.mode='server' is not supported by verl_lite: "
+     "choose async"),
     ("actor_rollout_ref.rollout.response_length=999", "actor_rollout_ref.rollout.response_length=999 differs from "
      "data.max_response_length=512"),
     ("actor_rollout_ref.rollout.prompt_length=999", "actor_rollout_ref.rollout.prompt_length=999 differs from "
@@ -235,8 +247,8 @@ def test_run_without_the_preflight_still_refuses_a_verl_setting_it_would_ignore(
     from verl_lite.config.compose import ConfigError
     from verl_lite.trainer.run import run
 
-    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.rollout.mode=async",
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.rollout.mode=server",
                        f"trainer.default_local_dir={tmp_path}"])
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.mode='async'"):
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.mode='server'"):
         run(cfg)
     assert not (tmp_path / "metrics.jsonl").exists()

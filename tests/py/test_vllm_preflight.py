@@ -94,7 +94,8 @@ def test_rollout_tp_must_divide_the_devices_and_be_1_in_fully_async_mode():
     cfg = load_config(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=3", "trainer.n_gpus_per_node=4"])
     found = collect_problems(cfg, for_training=False)
     assert ("actor_rollout_ref.rollout.tensor_model_parallel_size=3 does not divide trainer.n_gpus_per_node=4 "
-            "(4 % 3 = 1): a rollout TP group must fit in one node") in found
+            "(4 % 3 = 1): a rollout TP group spanning nodes is not supported by verl_lite: "
+        "each vLLM replica runs on one node; choose a tensor_model_parallel_size that divides the devices per node") in found
     assert problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.n_gpus_per_node=4"]) == []
     found = problems(VLLM + ["actor_rollout_ref.rollout.tensor_model_parallel_size=2", "async_training.enable=True"])
     assert found == ["actor_rollout_ref.rollout.tensor_model_parallel_size=2 with name=vllm and async_training.enable=True "
@@ -230,7 +231,8 @@ def test_data_parallel_size_is_1_or_every_engine_of_the_actor_ranks():
         "actor_rollout_ref.rollout.data_parallel_size=4: the vllm rollout runs one engine per 2 actor rank(s) "
         "(tensor_model_parallel_size), trainer.nnodes x trainer.n_gpus_per_node = 4 ranks / 2 = 2 engine(s); they run "
         "apart (actor_rollout_ref.rollout.data_parallel_size=1) or as one vLLM data-parallel group over all of them "
-        "(actor_rollout_ref.rollout.data_parallel_size=2); no other value"]
+        "(actor_rollout_ref.rollout.data_parallel_size=2); a data-parallel group of part of the engines is not "
+        "supported by verl_lite"]
     found = problems(VLLM + ["actor_rollout_ref.rollout.data_parallel_size=2", "async_training.enable=True"],
                      device="cuda")
     assert len(found) == 1 and found[0].startswith(

@@ -115,8 +115,11 @@ def legacy_key_problem(key: str, value: Any) -> Optional[str]:
     if parts[-1] == "model_engine":
         if str(value).lower() in LEGACY_STRATEGIES:
             return migration_message(key, value)
-        return (f"{key}={value} is not supported by verl_lite: choose model_engine=megatron or model_engine=dp "
-                "(fsdp), or set actor_rollout_ref.actor.strategy")
+        if key != "model_engine":
+            return (f"unknown key {key!r} (verl has no such key either): verl's engine is the top-level config "
+                    f"group, model_engine={value}")
+        return (f"{key}={value}: verl's {value} engine is not supported by verl_lite: choose model_engine=megatron "
+                "or model_engine=dp (FSDP2), or set actor_rollout_ref.actor.strategy")
     if parts[-1] in ("backend", "strategy") and str(value).lower() in LEGACY_STRATEGIES:
         return migration_message(key, value)
     if "mindspeed" in parts[:-1]:

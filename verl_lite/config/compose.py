@@ -216,12 +216,24 @@ def _choice_values(cfg: DictConfig) -> Dict[str, Any]:
     return values
 
 
+def _last_of_each_key(lines: List[Any]) -> List[Any]:
+    """The lines with a plain `key=value` dropped where a later plain line sets the same key: the last
+    one wins, as in Hydra, so a verl key verl_lite lacks is judged by the value the run ends up with."""
+    last: Dict[str, int] = {}
+    for i, line in enumerate(lines):
+        if isinstance(line, str) and "=" in line and line[:1] not in "+~-":
+            last[line.partition("=")[0].strip()] = i
+    return [line for i, line in enumerate(lines)
+            if not (isinstance(line, str) and "=" in line and line[:1] not in "+~-"
+                    and last[line.partition("=")[0].strip()] != i)]
+
+
 def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]]:
     """Build the config and list its problems without raising (the check reports both)."""
     cfg = OmegaConf.structured(VerlLiteConfig)
     # verl's config groups (model_engine=..., --config-name=...) apply first, as in Hydra
     groups, rest, problems = verl_names.split_options(overrides)
-    for line in [*groups, *rest]:
+    for line in _last_of_each_key([*groups, *rest]):
         if not isinstance(line, str):
             problems.append(f"override {line!r} is not a string")
             continue

@@ -54,6 +54,11 @@ ALIASES = {
 # verl_lite's strategy `fsdp` runs; verl's `fsdp` (FSDP1) runs on the same engine (the summary says so)
 VALUE_ALIASES = {key: {"fsdp2": "fsdp"} for key in (
     "actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")}
+# verl's null where verl reads it as a value verl_lite spells out: no warm-up step count (the ratio
+# applies, verl_lite's -1), and the reward function's name (verl falls back to compute_score)
+VALUE_ALIASES.update({f"{section}.optim.lr_warmup_steps": {None: -1}
+                      for section in ("actor_rollout_ref.actor", "critic")})
+VALUE_ALIASES["custom_reward_function.name"] = {None: "compute_score"}
 # verl < 0.5 spelled the policy loss as a string: `actor.policy_loss=gspo` means `policy_loss.loss_mode=gspo`
 STRING_ALIASES = {"actor_rollout_ref.actor.policy_loss": "actor_rollout_ref.actor.policy_loss.loss_mode"}
 
@@ -108,6 +113,11 @@ INSTEAD: List[Tuple[str, str]] = [
     ("reward*.reward_kwargs*", f"keyword arguments of verl's reward managers (DAPO's overlong_buffer_cfg and "
                                f"max_resp_len) are {YET}: the naive reward manager runs here"),
     ("*.veomni.*", f"the VeOmni engine is {NOT}: use model_engine=dp (FSDP2) or model_engine=megatron"),
+    ("*.torchtitan.*", f"the torchtitan engine is {NOT}: use model_engine=dp (FSDP2) or model_engine=megatron"),
+    ("*.optim.min_lr_factor", f"the torchtitan engine's optimizer setting is {NOT}: verl_lite's engines read "
+                              "optim.min_lr_ratio"),
+    ("actor_rollout_ref.*.engine.*", f"verl's Megatron-Lite engine is {NOT}: use model_engine=megatron and its "
+                                     "megatron.* settings"),
     ("*.fsdp_config.turbo_config*", f"verl's FSDP-turbo engine is {NOT}: use strategy=fsdp2 (FSDP2)"),
     ("distillation*", f"on-policy distillation is {YET}"),
     ("*profiler*", f"profiling is {YET}: leave the profiler off"),
@@ -124,7 +134,8 @@ def _instead(key: str) -> str:
 
 # sections of verl's other config groups (its engines verl_lite lacks) and Hydra's own: keys below them
 # are verl's, refused by name, not taken for typos
-VERL_GROUP_SECTIONS = ("*.veomni.*", "*.fsdp_config.turbo_config.*", "hydra.*", "distillation.*")
+VERL_GROUP_SECTIONS = ("*.veomni.*", "*.torchtitan.*", "actor_rollout_ref.*.engine.*", "*.fsdp_config.turbo_config.*",
+                       "*.optim.min_lr_factor", "hydra.*", "distillation.*")
 
 
 def is_verl_key(key: str, adding: bool = False) -> bool:
@@ -181,7 +192,7 @@ RAY_INIT = "ray_kwargs.ray_init."
 def value_alias(key: str, value: object) -> object:
     """verl_lite's name for verl's value of `key` (the value itself when it has no alias)."""
     names = VALUE_ALIASES.get(key)
-    return names.get(value, value) if names and isinstance(value, str) else value
+    return names.get(value, value) if names and (value is None or isinstance(value, str)) else value
 
 
 def alias(key: str, value: object = None) -> str:
@@ -277,6 +288,8 @@ DEFAULT_DIFFERENCES = {
     "data.val_files": "the tiny data set's validation split",
     "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",
     "data.seed": "a fixed seed, so a resumed run keeps its prompt order (verl: null = unseeded)",
+    "data.return_raw_chat": "False, so data.apply_chat_template=False (prompt text encoded as is) needs no second "
+                            "line; True (verl's) templates the messages as verl's rollout servers do",
     "actor_rollout_ref.model.path": "a shipped tiny config; nothing is downloaded",
     "actor_rollout_ref.model.use_remove_padding": ("null = auto: packed where the engine packs natively (torch engine: "
                                                    "attention-only models; Megatron: attention layers, and Gated DeltaNet "

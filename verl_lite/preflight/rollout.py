@@ -202,7 +202,8 @@ def parallel_problems(cfg: Any, hf: Optional[Dict[str, Any]], device: str) -> Li
                 f"{key}.data_parallel_size={dp}: the vllm rollout runs one engine per {tp} actor rank(s) "
                 f"(tensor_model_parallel_size), trainer.nnodes x trainer.n_gpus_per_node = {world} ranks / {tp} = "
                 f"{engines} engine(s); they run apart ({key}.data_parallel_size=1) or as one vLLM data-parallel "
-                f"group over all of them ({key}.data_parallel_size={engines}); no other value")
+                f"group over all of them ({key}.data_parallel_size={engines}); a data-parallel group of part of "
+                f"the engines is not supported by verl_lite")
     if hf is None and (ep != 1 or dp != 1):  # a hub name with no config here: its shipped shape, as the layout rules
         shape = model_shape(cfg.actor_rollout_ref.model.path)
         hf = shape.hf if shape is not None else None

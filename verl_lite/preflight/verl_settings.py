@@ -144,6 +144,10 @@ def _run_problems(cfg: Any) -> List[str]:
     if cfg.data.val_batch_size is not None:
         problems.append(f"data.val_batch_size={cfg.data.val_batch_size}: validation batches are {YET}: the whole "
                         "validation set is generated in one call; leave it null")
+    if cfg.data.return_raw_chat and not cfg.data.apply_chat_template:
+        problems.append("data.return_raw_chat=True with data.apply_chat_template=False: verl's rollout templates the "
+                        "raw chat messages, while apply_chat_template=False encodes the prompt text as is; set "
+                        "data.return_raw_chat=False for untemplated prompts, or data.apply_chat_template=True")
     if cfg.reward_model.enable:
         problems.append(f"reward_model.enable=True: reward models are {YET}: use a rule-based or "
                         "custom_reward_function.path reward")

@@ -47,10 +47,11 @@ class DataConfig:
     shuffle: bool = True
     # Seed of the prompt shuffle (data.shuffle).
     seed: int = 1
-    # verl: also hand on the untemplated chat messages, which its rollout servers template (verl's
-    # default). verl_lite templates the prompt once (data.apply_chat_template) for generation and training
-    # alike, so both values generate the same tokens; the raw messages are not handed to reward functions.
-    return_raw_chat: bool = True
+    # verl: hand the rollout the untemplated chat messages, which its servers template (verl's default
+    # True). verl_lite templates the prompt once (data.apply_chat_template) for generation and training
+    # alike: True generates the same tokens as verl, and is refused with data.apply_chat_template=False
+    # (the prompt text encoded as is, which verl's servers would template).
+    return_raw_chat: bool = False
     # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
     # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
     # text, with the tokenizer's special tokens; for base models without a chat template.
