@@ -146,6 +146,12 @@ def render_verl() -> str:
         out.append(f"| {shown[0]} | {shown[1]} |")
     for theirs, ours in verl_names.STRING_ALIASES.items():
         out.append(f"| `{theirs}=<mode>` (a string, verl < 0.5) | `{ours}=<mode>` |")
+    for key, names in verl_names.VALUE_ALIASES.items():
+        for theirs, ours in names.items():
+            out.append(f"| `{key}={'null' if theirs is None else theirs}` | `{key}={ours}` |")
+    for key, names in verl_names.LIST_VALUE_ALIASES.items():
+        for theirs, ours in names.items():
+            out.append(f"| `{key}` entry `{theirs}` | entry `{ours}` |")
     out += ["", "#### verl lines that change nothing here (their value is what verl_lite does)", "",
             "| line | why |", "|---|---|"]
     for key, entry in verl_accepted.ACCEPTED.items():

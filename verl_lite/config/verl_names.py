@@ -59,6 +59,9 @@ VALUE_ALIASES = {key: {"fsdp2": "fsdp"} for key in (
 VALUE_ALIASES.update({f"{section}.optim.lr_warmup_steps": {None: -1}
                       for section in ("actor_rollout_ref.actor", "critic")})
 VALUE_ALIASES["custom_reward_function.name"] = {None: "compute_score"}
+# verl's `file` logger writes one JSON line of metrics per step: verl_lite's jsonl logger
+# (trainer.default_local_dir/metrics.jsonl; verl: $VERL_FILE_LOGGER_PATH)
+LIST_VALUE_ALIASES = {"trainer.logger": {"file": "jsonl"}}
 # verl < 0.5 spelled the policy loss as a string: `actor.policy_loss=gspo` means `policy_loss.loss_mode=gspo`
 STRING_ALIASES = {"actor_rollout_ref.actor.policy_loss": "actor_rollout_ref.actor.policy_loss.loss_mode"}
 
@@ -191,6 +194,13 @@ RAY_INIT = "ray_kwargs.ray_init."
 
 def value_alias(key: str, value: object) -> object:
     """verl_lite's name for verl's value of `key` (the value itself when it has no alias)."""
+    if key in LIST_VALUE_ALIASES:
+        names = LIST_VALUE_ALIASES[key]
+        if isinstance(value, str):
+            return names.get(value, value)
+        if isinstance(value, list):
+            return list(dict.fromkeys(names.get(v, v) if isinstance(v, str) else v for v in value))
+        return value
     names = VALUE_ALIASES.get(key)
     return names.get(value, value) if names and (value is None or isinstance(value, str)) else value
 
