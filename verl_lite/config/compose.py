@@ -17,6 +17,8 @@ no torch, ray or transformers.
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -216,6 +218,13 @@ def _choice_values(cfg: DictConfig) -> Dict[str, Any]:
     return values
 
 
+@functools.lru_cache(maxsize=1)
+def _schema_config() -> DictConfig:
+    """The schema as an OmegaConf config, built once: each compose works on a deep copy (a fifth of
+    the time of building it from the dataclasses again)."""
+    return OmegaConf.structured(VerlLiteConfig)
+
+
 def _last_of_each_key(lines: List[Any]) -> List[Any]:
     """The lines with a plain `key=value` dropped where a later plain line sets the same key: the last
     one wins, as in Hydra, so a verl key verl_lite lacks is judged by the value the run ends up with."""
@@ -230,7 +239,7 @@ def _last_of_each_key(lines: List[Any]) -> List[Any]:
 
 def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]]:
     """Build the config and list its problems without raising (the check reports both)."""
-    cfg = OmegaConf.structured(VerlLiteConfig)
+    cfg = copy.deepcopy(_schema_config())
     # verl's config groups (model_engine=..., --config-name=...) apply first, as in Hydra
     groups, rest, problems = verl_names.split_options(overrides)
     for line in _last_of_each_key([*groups, *rest]):
