@@ -97,7 +97,7 @@ def table() -> dict:
             if fnmatch.fnmatchcase(key, pattern):
                 if values is None:
                     default = verl_keys.DEFAULTS.get(key)
-                    if default is None and key not in verl_keys.DEFAULTS or isinstance(default, str) and "${" in default:
+                    if (key not in verl_keys.DEFAULTS) or (isinstance(default, str) and "${" in default):
                         break  # verl's default is an interpolation or a section: nothing to accept by default
                     values = [default]
                 out[key] = {"values": values, "reason": reason}

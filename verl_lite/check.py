@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
-from verl_lite.preflight.run import collect_problems, collect_warnings
+from verl_lite.preflight.run import collect_warnings, compose_and_check
 from verl_lite.preflight.summary import summarize
 from verl_lite.secrets import redact
 
@@ -41,10 +41,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for_training = "--training" in args
     overrides = [a for a in args if a != "--training"]  # order kept: later overrides win
     start = time.perf_counter()
-    from verl_lite.config.compose import compose_config  # loads omegaconf: only when a config is composed
-
-    cfg, problems = compose_config(overrides)
-    problems += [p for p in collect_problems(cfg, for_training=for_training) if p not in problems]
+    cfg, problems = compose_and_check(overrides, for_training)
     if problems:
         print(f"{PROG}: {len(problems)} problem{'s' if len(problems) != 1 else ''}:", file=sys.stderr)
         for p in problems:

@@ -17,8 +17,7 @@ import sys
 import traceback
 from typing import Optional, Sequence
 
-from verl_lite.config.compose import compose_config
-from verl_lite.preflight.run import collect_problems, collect_warnings
+from verl_lite.preflight.run import collect_warnings, compose_and_check
 from verl_lite.secrets import redact
 
 PROG = "verl_lite.main"
@@ -38,8 +37,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"Checks the config (as python -m verl_lite.check --training does), then trains."
         )
         return 0
-    cfg, problems = compose_config(overrides)
-    problems += [p for p in collect_problems(cfg, for_training=True) if p not in problems]
+    cfg, problems = compose_and_check(overrides, for_training=True)
     if problems:
         _report(problems)
         return 1

@@ -12,6 +12,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 STRATEGIES = ("fsdp", "megatron")
 ROLLOUT_NAMES = ("hf", "vllm")
+# actor_rollout_ref.rollout.mode: verl's only mode (async, its servers) and verl_lite's earlier name
+# (sync) for the same single-turn generation inside the actor's worker
+ROLLOUT_MODES = ("async", "sync")
 # What an engine computes: log-probs (actor, ref) or values (critic); the registry's first key.
 MODEL_TYPES = ("language_model", "value_model")
 DEVICES = ("auto", "cuda", "npu", "cpu")

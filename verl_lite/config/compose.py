@@ -94,10 +94,9 @@ def _key_problem(cfg: DictConfig, override: Override) -> Optional[str]:
         return None
     if override.kind == "add":
         current = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        if current is not None and not isinstance(value, (dict, list)) and not verl_names.is_verl_key(key):
-            # verl's Hydra adds `+key` where its config lacks the key; verl_lite's schema has it: a set
-            return None
         if current is not None and not isinstance(value, (dict, list)):
+            if not verl_names.is_verl_key(key):
+                return None  # verl's Hydra adds `+key` where its config lacks the key; verl_lite's has it: a set
             return (
                 f"cannot add {key!r}: it already exists (= {current!r}); set it with {line[1:]!r} "
                 f"or add-or-replace it with {'+' + line!r}"
@@ -228,13 +227,13 @@ def _schema_config() -> DictConfig:
 def _last_of_each_key(lines: List[Any]) -> List[Any]:
     """The lines with a plain `key=value` dropped where a later plain line sets the same key: the last
     one wins, as in Hydra, so a verl key verl_lite lacks is judged by the value the run ends up with."""
-    last: Dict[str, int] = {}
-    for i, line in enumerate(lines):
-        if isinstance(line, str) and "=" in line and line[:1] not in "+~-":
-            last[line.partition("=")[0].strip()] = i
-    return [line for i, line in enumerate(lines)
-            if not (isinstance(line, str) and "=" in line and line[:1] not in "+~-"
-                    and last[line.partition("=")[0].strip()] != i)]
+    def plain_key(line: Any) -> Optional[str]:
+        plain = isinstance(line, str) and "=" in line and line[:1] not in "+~-"
+        return line.partition("=")[0].strip() if plain else None
+
+    keys_of = [plain_key(line) for line in lines]
+    last = {key: i for i, key in enumerate(keys_of) if key is not None}
+    return [line for i, (line, key) in enumerate(zip(lines, keys_of)) if key is None or last[key] == i]
 
 
 def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]]:

@@ -11,7 +11,7 @@ for a checkpoint, the device, enough devices on a one-node run, and packages bei
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite import device as devices
 from verl_lite import registry
@@ -29,6 +29,15 @@ from verl_lite.runtime_env import DEVICE_ENV, runtime_env_overrides
 
 AUTO_CPU_HINT = ("trainer.device=auto resolved to cpu on this machine; to check this run for its GPUs add "
                  "trainer.device=cuda (or npu for Ascend)")
+
+
+def compose_and_check(overrides: Sequence[Any], for_training: bool) -> Tuple[Any, List[str]]:
+    """Compose `overrides` and list every problem once: the composer's, then the preflight's (what
+    `python -m verl_lite.check` and `python -m verl_lite.main` report)."""
+    from verl_lite.config.compose import compose_config  # loads omegaconf: only when a config is composed
+
+    cfg, problems = compose_config(overrides)
+    return cfg, problems + [p for p in collect_problems(cfg, for_training=for_training) if p not in problems]
 
 
 def collect_problems(cfg: Any, for_training: bool) -> List[str]:

@@ -16,10 +16,9 @@ from typing import Any, List, Optional
 
 from verl_lite import device as devices
 from verl_lite.config import roles, schema
-from verl_lite.config.choices import KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS
+from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS,
+                                     ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
-
-ROLLOUT_MODES = ("async", "sync")
 from verl_lite.decisions import optimizer_overrides, packing_mode
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems

@@ -12,6 +12,7 @@ this module writes, so a change of behaviour in either direction shows in the di
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import re
 import sys
@@ -32,6 +33,7 @@ KEY = re.compile(r"(?:(?:actor|ref|critic): )?(?:unknown key |')?'?(--config-nam
                  r"[A-Za-z_][\w@]*(?:\.[A-Za-z_0-9][\w@-]*)+)")
 
 
+@functools.lru_cache(maxsize=1)
 def runs() -> dict:
     return {run["name"]: run for run in json.loads(RUNS_FILE.read_text())}
 
@@ -47,13 +49,9 @@ def line_of(run: dict) -> list:
 
 
 def problems_of(run: dict) -> list:
-    from verl_lite.config.compose import compose_config
-    from verl_lite.preflight.run import collect_problems
+    from verl_lite.preflight.run import compose_and_check
 
-    cfg, problems = compose_config(line_of(run))
-    if cfg is None:
-        return problems
-    return problems + [p for p in collect_problems(cfg, for_training=False) if p not in problems]
+    return compose_and_check(line_of(run), for_training=False)[1]
 
 
 def key_of(problem: str) -> str:
