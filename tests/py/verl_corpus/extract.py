@@ -53,6 +53,8 @@ TRAINING_ENTRIES = {
     # the ReMax TransferQueue example calls a module that is not in verl's tree at the pinned commit
     "verl.trainer.main_ppo_sync": (None, None),
 }
+# where the recorded lines say verl's checkout is (the scripts run from a temp dir)
+CHECKOUT = "/home/user/verl"
 SCRIPT_ROOTS = ("examples/", "verl/experimental/", "tests/special_")
 QUICKSTART = "docs/start/quickstart.rst"
 NPU_VARIANTS = ({"DEVICE": "npu"}, {"DEVICE": "npu", "USE_MINDSPEED_BRIDGE": "True"})
@@ -191,7 +193,9 @@ def _run_script(tree: Path, stubs: Path, tmp: Path, path: str, text: str, env: d
     run_env = {"PATH": f"{stubs}:/usr/bin:/bin", "HOME": "/home/user", "VERL_CORPUS_RECORD": str(record),
                "VERL_CORPUS_DEVICE": "npu" if env.get("DEVICE") == "npu" else "cuda", **SCRIPT_ENV.get(path, {}), **env}
     done = subprocess.run(["bash", str(script)], cwd=tree, env=run_env, capture_output=True, text=True, timeout=60)
-    calls = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    # a path the script builds from its own place ($(pwd)/verl/...) names the checkout, not this temp dir
+    text = record.read_text().replace(str(tree), CHECKOUT) if record.exists() else ""
+    calls = [json.loads(line) for line in text.splitlines()]
     return done, [c for c in calls if c["entry"] in TRAINING_ENTRIES]
 
 
@@ -256,7 +260,8 @@ def extract(verl: Path) -> tuple:
         for yaml in tree.glob("verl/experimental/*/config/*.yaml"):
             yaml.write_text(yaml.read_text().replace("pkg://verl.trainer.config",
                                                      f"file://{(tree / 'verl/trainer/config').resolve()}"))
-        sources = [(p, _show(verl, p)) for p in scripts(verl) if p not in NOT_RUNS] + [(QUICKSTART, _quickstart_text(verl))]
+        sources = [(p, (tree / p).read_text()) for p in scripts(verl) if p not in NOT_RUNS]
+        sources.append((QUICKSTART, _quickstart_text(verl)))
         for path, text in sources:
             seen = []
             for env in _variants(text):
