@@ -1,8 +1,10 @@
 """Torch-native engine (backend `fsdp`): one process on CPU, or torch FSDP2 over data-parallel ranks.
 
-With a process group of more than one rank, every decoder layer and the root module are sharded
-with `fully_shard` (gloo on CPU, nccl/hccl on devices); gradients are averaged over ranks, so each
-rank scales its loss by the data-parallel size (done by the worker's loss function).
+With a process group of more than one rank, the wrap targets (decoder layers; untied embeddings and LM
+head) and the root module are sharded with `fully_shard` (gloo on CPU, nccl/hccl on devices); gradients
+are averaged over ranks, so each rank scales its loss by the data-parallel size (done by the worker's
+loss function). The fsdp_config settings (dtypes, mesh, CPU offload policy, prefetch, wrap policy) are
+resolved in engine/fsdp_policy.py; one process is sharded too when they need it (mixed precision).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch.nn as nn
 
 from verl_lite.checkpoint_files import CheckpointError, load_tensors
 from verl_lite.config.schema import OptimConfig
+from verl_lite.engine import fsdp_policy
 from verl_lite.engine.base import BaseEngine, LossFn
 from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possible, check_loadable, hf_files,
                                         save_hf_model, write_contents)
@@ -92,6 +95,9 @@ class TorchLMEngine(BaseEngine):
         self.lr_scheduler = None
         self.dp_rank, self.dp_size = 0, 1
         self.sharded = False
+        # fsdp_config's dtypes (engine/fsdp_policy.py); `sharding` is set when fully_shard ran
+        self.precision = fsdp_policy.resolve_precision(self.engine_config.fsdp_config, role, device)
+        self.sharding: Optional[fsdp_policy.Sharding] = None
         # model.use_remove_padding: each micro-batch's real tokens packed into one row (engine/packing.py)
         # (null = auto, resolved with the model in build: engine/packing.py:decide)
         self.remove_padding = self.model_config.use_remove_padding is not False
@@ -110,8 +116,14 @@ class TorchLMEngine(BaseEngine):
             self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None))
         if self.model_config.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
             module.gradient_checkpointing_enable()
-        module.to(torch_device(self.device))
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        # the stored dtype (model_dtype) for all of it, then the floating buffers in buffer_dtype
+        module.to(torch_device(self.device), dtype=fsdp_policy.torch_dtype(self.precision.storage))
+        fsdp_policy.cast_buffers(module, self.precision)
+        fsdp_cfg = self.engine_config.fsdp_config
+        multi_rank = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        if multi_rank or self.precision.mixed or fsdp_policy.cpu_offload(fsdp_cfg, self.role, self.device):
+            if not multi_rank:  # FSDP2 applies its policies to fully_shard'ed modules only (verl shards 1 rank too)
+                fsdp_policy.ensure_one_rank_group(self.device, self.role)
             self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
             module = self._shard(module)
         self.module = module
@@ -124,17 +136,17 @@ class TorchLMEngine(BaseEngine):
         self.eval_mode()
 
     def _shard(self, module: nn.Module) -> nn.Module:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = init_device_mesh(torch_device(self.device).type, (self.dp_size,))
-        reshard = bool(self.engine_config.fsdp_config.reshard_after_forward)
-        layers = getattr(getattr(module, "model", module), "layers", [])
-        for layer in layers:
-            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
+        fsdp_cfg = self.engine_config.fsdp_config
+        self.sharding = fsdp_policy.shard(module, fsdp_cfg, self.precision,
+                                          fsdp_policy.cpu_offload(fsdp_cfg, self.role, self.device),
+                                          torch_device(self.device).type, self.dp_size)
         self.sharded = True
         return module
+
+    @property
+    def _host_offloaded(self) -> bool:
+        """FSDP2's CPUOffloadPolicy keeps the shards on the host of a device run."""
+        return self.sharding is not None and self.sharding.cpu_offload and self.device != "cpu"
 
     # -- modes ---------------------------------------------------------------------------------
 
@@ -172,16 +184,18 @@ class TorchLMEngine(BaseEngine):
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
                          forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:
         results = []
+        compute = fsdp_policy.compute_context(self.precision, torch_device(self.device).type)
         for mb in micro_batches:
             if forward_only:
-                with torch.no_grad():
+                with torch.no_grad(), compute:
                     out = self._forward(mb, calculate_entropy)
-                metrics: Dict[str, float] = {}
-                if loss_fn is not None:
-                    _, metrics = loss_fn(out, mb)
+                    metrics: Dict[str, float] = {}
+                    if loss_fn is not None:
+                        _, metrics = loss_fn(out, mb)
             else:
-                out = self._forward(mb, calculate_entropy)
-                loss, metrics = loss_fn(out, mb)
+                with compute:
+                    out = self._forward(mb, calculate_entropy)
+                    loss, metrics = loss_fn(out, mb)
                 loss.backward()
             res = {k: v.detach().cpu() for k, v in out.items()}
             res["metrics"] = metrics
@@ -196,7 +210,9 @@ class TorchLMEngine(BaseEngine):
         `clip_grad` is the one clip setting, as in verl 0.9's engines (`actor.grad_clip` is not read)."""
         clip = float(self.optim_config.clip_grad)
         params = [p for p in self.module.parameters() if p.grad is not None]
-        if clip > 0:
+        if self._host_offloaded:  # the norm's reduction runs on the device (verl's fsdp2_clip_grad_norm_)
+            grad_norm = fsdp_policy.clip_grad_norm(params, clip, torch_device(self.device))
+        elif clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
         else:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
@@ -246,6 +262,8 @@ class TorchLMEngine(BaseEngine):
         time; under FSDP2 each is all-gathered in turn (a collective: every rank iterates to the end)."""
         for name, value in self.module.state_dict().items():
             if hasattr(value, "full_tensor"):
+                if self._host_offloaded:  # the all-gather runs on the device
+                    value = value.to(torch_device(self.device))
                 value = value.full_tensor()
             yield name, value.detach().cpu()
 

@@ -58,15 +58,18 @@ class OffloadPolicy:
     optimizer: bool = False
 
     @classmethod
-    def of(cls, section: Any, strategy: str) -> "OffloadPolicy":
-        """From a role's section (ActorConfig, RefConfig, CriticConfig) and its strategy."""
+    def of(cls, section: Any, strategy: str, role: str = "actor", device: str = "cpu") -> "OffloadPolicy":
+        """From a role's section (ActorConfig, RefConfig, CriticConfig) and its strategy. On fsdp, FSDP2's
+        CPU offload policy (offload_policy, and the ref's on a device) turns both flags off, as verl
+        (engine/fsdp_policy.py: phase_offload)."""
         if strategy == "megatron":
             m = section.megatron
             param = bool(m.param_offload)
             return cls(param=param, grad=param or bool(m.grad_offload), optimizer=bool(m.optimizer_offload))
-        f = section.fsdp_config
-        param = bool(f.param_offload)
-        return cls(param=param, grad=param, optimizer=bool(f.optimizer_offload))
+        from verl_lite.engine.fsdp_policy import phase_offload
+
+        param, optimizer = phase_offload(section.fsdp_config, role, device)
+        return cls(param=param, grad=param, optimizer=optimizer)
 
     @property
     def parts(self) -> Tuple[str, ...]:

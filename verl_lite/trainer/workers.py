@@ -90,7 +90,7 @@ class EngineWorker:
         engine = cls(model_cfg, engine_cfg, optim_cfg, self.device, role)
         engine.initialize()
         # what the role's offload flags move off the device leaves it now (as verl, after the build)
-        self.phases.add(engine, OffloadPolicy.of(engine_cfg, roles.strategy(self.cfg, role)))
+        self.phases.add(engine, OffloadPolicy.of(engine_cfg, roles.strategy(self.cfg, role), role, self.device))
         return engine
 
     @property

@@ -107,12 +107,32 @@ class FSDPConfig:
     param_offload: bool = False
     # Keep the optimizer state on the host except during updates and checkpoints. The ref has none.
     optimizer_offload: bool = False
-    # verl: ranks per FSDP shard group (hybrid sharding); -1 = all ranks. Not supported by verl_lite yet:
-    # it always shards over all data-parallel ranks; other values are refused.
+    # verl: ranks per FSDP shard group. -1 (or the data-parallel size or more) = shard over all ranks; a
+    # divisor N of it = hybrid sharding on verl's 2-D mesh (replicate DP/N, shard N): parameters sharded
+    # within each group of N ranks, gradients all-reduced across groups.
     fsdp_size: int = -1
     # FSDP2: free the gathered parameters after forward (less memory, another all-gather in backward);
     # matters only with more than one rank.
     reshard_after_forward: bool = True
+    # verl: the dtype the parameters are stored in (master weights, gradients, optimizer state): fp32 | bf16
+    # (verl's spellings fp32/float32/bf16/bfloat16). null = verl's null: fp32, bf16 for the ref.
+    model_dtype: Optional[str] = "fp32"
+    # verl: FSDP mixed precision, keys param_dtype (forward/backward compute, also torch.autocast), reduce_dtype
+    # (gradient reduction), buffer_dtype (the model's floating buffers); a missing key = verl's bf16 / fp32 /
+    # fp32. null = those on cuda and npu; on cpu none (compute in model_dtype). Set one key:
+    # `+<role>.fsdp_config.mixed_precision.param_dtype=bf16` (this runs on cpu too).
+    mixed_precision: Optional[Dict[str, Any]] = None
+    # verl: FSDP2's CPUOffloadPolicy: the shards, gradients and the optimizer step live on the host. When on
+    # (and always for the ref on cuda/npu, as verl's forward-only engine), param_offload and
+    # optimizer_offload move nothing (the policy holds the tensors there), as in verl.
+    offload_policy: bool = False
+    # verl: each wrapped layer starts the next one's all-gather during its own forward (depth 1).
+    forward_prefetch: bool = False
+    # verl: which modules get their own fully_shard. min_num_params > 0: every module whose parameters not in
+    # an already wrapped child reach that count (FSDP1's size policy, verl's fsdp strategy); 0 = by layer
+    # class: `+...wrap_policy.transformer_layer_cls_to_wrap=[Qwen3DecoderLayer]` (default: the model's
+    # _no_split_modules), plus the embeddings and LM head unless tied (verl's fsdp2). The root always.
+    wrap_policy: Dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
 
 
 # ---------------------------------------------------------------------------- model
