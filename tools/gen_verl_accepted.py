@@ -39,9 +39,9 @@ REVIEWED = [
     ("*.megatron.use_megatron_fsdp", None, "Megatron's own DDP and distributed optimizer, as verl_lite builds them"),
     ("actor_rollout_ref.rollout.layered_summon", None,
      "the rollout gets the weights gathered whole, as verl_lite syncs them"),
-    ("*.fsdp_config.offload_policy", None,
-     "no FSDP2 CPUOffloadPolicy: param_offload/optimizer_offload move tensors between phases, as verl_lite does"),
-    ("*.fsdp_config.forward_prefetch", None, "no explicit FSDP forward prefetch, as verl_lite's FSDP2 engine runs"),
+    ("*.fsdp_config.dtype", ["bfloat16", "bf16"],
+     "verl's FSDP engine does not read fsdp_config.dtype (only its Megatron engine does), so the line changes "
+     "nothing in verl either: the compute dtype is fsdp_config.mixed_precision.param_dtype"),
     ("*.entropy_from_logits_with_chunking", None, "entropy from the whole logits at once, as verl_lite computes it"),
     ("*entropy_checkpointing", [False], "the entropy is not recomputed in the backward pass, as in verl_lite"),
     ("*.fsdp_config.strategy", ["fsdp", "fsdp2"],

@@ -85,7 +85,9 @@ INSTEAD: List[Tuple[str, str]] = [
     ("*.fsdp_config.use_torch_compile", f"{NOT}: actor_rollout_ref.actor.use_torch_compile (and the ref's "
                                         "actor_rollout_ref.ref.use_torch_compile) compiles the log-prob and entropy "
                                         "computation on every engine; remove it"),
-    ("*.fsdp_config.model_dtype", f"the torch engine's dtype is {YET}: it trains in float32"),
+    ("*.fsdp_config.dtype", f"{NOT} on the torch engine (verl's FSDP engine does not read it either; it is the "
+                            "Megatron engine's): the compute dtype is <role>.fsdp_config.mixed_precision.param_dtype "
+                            "(bf16 or fp32); remove it"),
     ("*.megatron.use_dist_checkpointing", f"loading initial weights from a Megatron dist checkpoint is {YET}: "
                                           "point actor_rollout_ref.model.path at the HF model"),
     ("*.checkpoint.mbridge_config*", f"mbridge's save_weights arguments are {NOT}: hf_model is written by "

@@ -7,8 +7,8 @@
                      (FSDP2's MixedPrecisionPolicy.param_dtype, plus torch.autocast in it, as verl's
                      forward_step), the dtype gradients are reduced in, the dtype of the model's floating
                      buffers. verl's null = bf16 / fp32 / fp32; a key left out of the dict takes that default.
-                     verl_lite's null is that on cuda and npu, and no mixed precision on cpu (the compute
-                     dtype is model_dtype there); an explicit dict applies on every device.
+                     verl_lite's empty dict (its null) is that on cuda and npu, and no mixed precision on cpu
+                     (the compute dtype is model_dtype there); a key set applies on every device.
   fsdp_size          ranks per shard group: -1 (or >= the world size) shards over all ranks, a smaller one
                      builds verl's 2-D mesh (replicate world/fsdp_size, shard fsdp_size): hybrid sharding.
   offload_policy     FSDP2's CPUOffloadPolicy (parameters, gradients and optimizer step on the host). As
@@ -95,7 +95,7 @@ def precision_problems(fsdp_config: Any, prefix: str) -> List[str]:
     if fsdp_config.model_dtype is not None:
         problems.append(_fsdp_problem(f"{prefix}.model_dtype", fsdp_config.model_dtype))
     mp = fsdp_config.mixed_precision
-    if mp is not None:
+    if mp:
         if not hasattr(mp, "items"):
             return [p for p in problems if p] + [
                 f"{prefix}.mixed_precision={mp!r} is not a mapping: set its keys, e.g. "
@@ -116,7 +116,7 @@ def resolve_precision(fsdp_config: Any, role: str, device: str) -> Precision:
         raise ValueError("; ".join(problems))
     storage = _name(fsdp_config.model_dtype) or ("bfloat16" if role == "ref" else "float32")
     mp = fsdp_config.mixed_precision
-    if mp is None and device == "cpu":
+    if not mp and device == "cpu":
         return Precision(storage, storage, MIXED_PRECISION_KEYS["reduce_dtype"], MIXED_PRECISION_KEYS["buffer_dtype"])
     given = _as_dict(mp)
     names = {key: _name(given[key]) if key in given else default for key, default in MIXED_PRECISION_KEYS.items()}
@@ -179,8 +179,10 @@ def wrap_policy_problems(fsdp_config: Any, prefix: str) -> List[str]:
 
 
 def problems(fsdp_config: Any, prefix: str, world: int) -> List[str]:
-    """Every fsdp_config problem of one role on the torch engine, for the preflight."""
-    out = precision_problems(fsdp_config, prefix) + wrap_policy_problems(fsdp_config, prefix)
+    """Every fsdp_config problem of one role on the torch engine, for the preflight (`prefix`: the role's
+    section, e.g. actor_rollout_ref.actor)."""
+    key = f"{prefix}.fsdp_config"
+    out = precision_problems(fsdp_config, key) + wrap_policy_problems(fsdp_config, key)
     try:
         mesh_shape(fsdp_config.fsdp_size, max(world, 1))
     except ValueError as e:
@@ -188,9 +190,41 @@ def problems(fsdp_config: Any, prefix: str, world: int) -> List[str]:
     return out
 
 
+def shards_one_rank(fsdp_config: Any, role: str, device: str) -> bool:
+    """Whether a single process runs fully_shard (on a one-rank group): compute in another dtype than the
+    stored one, or the CPU offload policy."""
+    return resolve_precision(fsdp_config, role, device).mixed or cpu_offload(fsdp_config, role, device)
+
+
+def summary_lines(fsdp_config: Any, role: str, device: str, world: int) -> List[str]:
+    """The check's lines for one fsdp role: mesh, dtypes, offload, prefetch, wrap policy."""
+    precision = resolve_precision(fsdp_config, role, device)
+    if world <= 1 and not shards_one_rank(fsdp_config, role, device):
+        mesh = "one process, unsharded (nothing in fsdp_config needs fully_shard)"
+    else:
+        mesh = describe_mesh(fsdp_config.fsdp_size, max(world, 1))
+        mesh += " on a one-rank group" if world <= 1 else ""
+    policy = _as_dict(fsdp_config.wrap_policy)
+    min_params = int(policy.get("min_num_params", 0) or 0)
+    if min_params > 0:
+        wrap = f"modules of >= {min_params} parameters (min_num_params)"
+    else:
+        classes = policy.get("transformer_layer_cls_to_wrap")
+        wrap = (f"layer classes {list(classes) if not isinstance(classes, str) else [classes]}" if classes
+                else "the model's _no_split_modules") + " (+ the embeddings and LM head when untied)"
+    offload = ("CPU offload policy on (offload_policy)" if fsdp_config.offload_policy
+               else "CPU offload policy on (the ref's, as verl)" if cpu_offload(fsdp_config, role, device)
+               else "CPU offload policy off")
+    on = {True: "on", False: "off"}
+    return [f"  fsdp        : {mesh}; wrap {wrap}",
+            f"  dtypes      : {precision.describe()}",
+            f"  fsdp knobs  : {offload}, forward prefetch {on[bool(fsdp_config.forward_prefetch)]}, reshard after "
+            f"forward {on[bool(fsdp_config.reshard_after_forward)]}"]
+
+
 # verl's defaults of the keys the Megatron engine does not read (it has megatron.dtype and its own
 # sharding): a role on megatron must leave them there
-MEGATRON_DEFAULTS = {"model_dtype": "fp32", "mixed_precision": None, "fsdp_size": -1, "offload_policy": False,
+MEGATRON_DEFAULTS = {"model_dtype": "fp32", "mixed_precision": {}, "fsdp_size": -1, "offload_policy": False,
                      "forward_prefetch": False, "wrap_policy": {"min_num_params": 0}}
 
 
@@ -198,7 +232,7 @@ def megatron_problems(fsdp_config: Any, prefix: str) -> List[str]:
     out = []
     for key, default in MEGATRON_DEFAULTS.items():
         value = getattr(fsdp_config, key)
-        same = _as_dict(value) == default if key == "wrap_policy" and hasattr(value, "items") else value == default
+        same = _as_dict(value) == default if isinstance(default, dict) and hasattr(value, "items") else value == default
         if key == "model_dtype" and _name(value) == "float32":
             same = True
         if not same:

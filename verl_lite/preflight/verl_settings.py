@@ -20,6 +20,7 @@ from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_M
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
 from verl_lite.decisions import optimizer_overrides, packing_mode
+from verl_lite.engine import fsdp_policy
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
@@ -55,9 +56,10 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
         problems.append(f"{role}: {prefix}.megatron.dist_checkpointing_path={section.megatron.dist_checkpointing_path!r}: "
                         f"loading a Megatron dist checkpoint is {YET}; point the model path at the HF model and "
                         "leave it null")
-    if not megatron and section.fsdp_config.fsdp_size not in (-1, None):
-        problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
-                        f"{YET}: it shards over all data-parallel ranks; set it to -1")
+    # fsdp_config's dtypes, mesh and wrap policy (engine/fsdp_policy.py); megatron reads none of them
+    fsdp_problems = (fsdp_policy.megatron_problems(section.fsdp_config, prefix) if megatron
+                     else fsdp_policy.problems(section.fsdp_config, prefix, world_size(cfg)))
+    problems += [f"{role}: {p}" for p in fsdp_problems]
     problems += token_budget_problems(cfg, role)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
     problems += torch_compile_problems(view)
@@ -269,7 +271,8 @@ def verl_warnings(cfg: Any) -> List[str]:
         if optim is not None and optim.lr_warmup_steps >= 0 and optim.lr_warmup_steps_ratio != no_ratio:
             warnings.append(f"{prefix}.optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} has no effect: "
                             f"{prefix}.optim.lr_warmup_steps={optim.lr_warmup_steps} is set (the ratio applies when it is negative)")
-        if view.strategy == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward:
+        if view.strategy == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward and \
+                not _shards_one_rank(section.fsdp_config, role, view.device):
             warnings.append(f"{prefix}.fsdp_config.reshard_after_forward=False has no effect on one rank "
                             "(nothing is sharded)")
     return warnings
@@ -296,6 +299,13 @@ def _checkpoint_warnings(cfg: Any) -> List[str]:
     return warnings
 
 
+def _shards_one_rank(fsdp_config: Any, role: str, device: Optional[str]) -> bool:
+    try:
+        return fsdp_policy.shards_one_rank(fsdp_config, role, device or "cpu")
+    except ValueError:  # a bad dtype: refused by verl_problems
+        return False
+
+
 def _offload_warnings(views: List[RoleView]) -> List[str]:
     """Offload flags that are on where they move nothing: on a cpu run, and the ref's optimizer and
     gradient flags (the ref keeps neither)."""
@@ -306,7 +316,13 @@ def _offload_warnings(views: List[RoleView]) -> List[str]:
         names = ("param_offload", "grad_offload", "optimizer_offload") if engine == "megatron" else (
             "param_offload", "optimizer_offload")
         on = [f"{prefix}.{engine}.{n}" for n in names if getattr(getattr(section, engine), n)]
-        if on and view.device == "cpu":
+        if on and not view.megatron and fsdp_policy.cpu_offload(section.fsdp_config, role, view.device or "cpu") \
+                and view.device != "cpu":
+            why = (f"{prefix}.fsdp_config.offload_policy=True" if section.fsdp_config.offload_policy
+                   else "the ref's FSDP2 CPU offload policy (verl's, for its forward-only engine)")
+            warnings.append(f"{', '.join(on)}=True {'has' if len(on) == 1 else 'have'} no effect: {why} keeps the "
+                            "tensors on the host, as in verl")
+        elif on and view.device == "cpu":
             warnings.append(f"{', '.join(on)}=True {'has' if len(on) == 1 else 'have'} no effect on trainer.device=cpu "
                             "(the tensors already live on the host)")
         elif role == "ref":

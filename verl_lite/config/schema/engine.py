@@ -119,9 +119,9 @@ class FSDPConfig:
     model_dtype: Optional[str] = "fp32"
     # verl: FSDP mixed precision, keys param_dtype (forward/backward compute, also torch.autocast), reduce_dtype
     # (gradient reduction), buffer_dtype (the model's floating buffers); a missing key = verl's bf16 / fp32 /
-    # fp32. null = those on cuda and npu; on cpu none (compute in model_dtype). Set one key:
+    # fp32. Empty (verl's null) = those on cuda and npu; on cpu none (compute in model_dtype). Set a key:
     # `+<role>.fsdp_config.mixed_precision.param_dtype=bf16` (this runs on cpu too).
-    mixed_precision: Optional[Dict[str, Any]] = None
+    mixed_precision: Dict[str, Any] = field(default_factory=dict)
     # verl: FSDP2's CPUOffloadPolicy: the shards, gradients and the optimizer step live on the host. When on
     # (and always for the ref on cuda/npu, as verl's forward-only engine), param_offload and
     # optimizer_offload move nothing (the policy holds the tensors there), as in verl.
