@@ -47,6 +47,10 @@ def base(data_dir, out):
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.actor.fsdp_config.param_offload=True", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
         "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1", "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=False",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32", "actor_rollout_ref.actor.fsdp_config.offload_policy=False",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        "actor_rollout_ref.actor.fsdp_config.forward_prefetch=True",
+        "actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params=0",
         "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.temperature=0.9",
         "actor_rollout_ref.rollout.top_k=20", "actor_rollout_ref.rollout.top_p=0.95", "actor_rollout_ref.rollout.do_sample=True",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
@@ -73,7 +77,7 @@ GRPO = [
     "actor_rollout_ref.ref.strategy=fsdp", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
     "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True", "actor_rollout_ref.ref.fsdp_config.param_offload=True",
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload=False", "actor_rollout_ref.ref.fsdp_config.fsdp_size=-1",
-    "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=False",
+    "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=False", "actor_rollout_ref.ref.fsdp_config.model_dtype=null",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096",
 ]
 PPO = [
@@ -84,7 +88,7 @@ PPO = [
     "critic.enable=True", "critic.strategy=fsdp", "critic.optim.lr=1e-3", "critic.model.path=tiny-qwen3_5",
     "critic.model.init_seed=4", "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=8",
     "critic.use_dynamic_bsz=True", "critic.ppo_epochs=1", "critic.cliprange_value=0.3",
-    "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=True", "critic.fsdp_config.optimizer_offload=True", "trainer.critic_warmup=1",
+    "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=True", "critic.fsdp_config.model_dtype=fp32", "critic.fsdp_config.optimizer_offload=True", "trainer.critic_warmup=1",
     "critic.ppo_max_token_len_per_gpu=8192", "critic.model.enable_gradient_checkpointing=True",
     "critic.model.use_remove_padding=False", "trainer.max_critic_ckpt_to_keep=1", "trainer.balance_batch=True",
     "critic.checkpoint.save_contents=[model,optimizer,extra]", "actor_rollout_ref.nccl_timeout=300",

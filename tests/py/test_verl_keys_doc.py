@@ -65,6 +65,6 @@ PLAIN_VALUE_REFUSALS = ()
 
 
 def test_a_key_inside_an_aliased_section_is_refused_under_the_name_typed():
-    _, problems = compose_config(["critic.fsdp.model_dtype=bf16", "critic.fsdp.forward_prefetch=True"])
-    assert problems[0].startswith("critic.fsdp.model_dtype='bf16': the torch engine's dtype is not supported")
-    assert problems[1].startswith("critic.fsdp.forward_prefetch=True: not supported by verl_lite: remove it")
+    _, problems = compose_config(["critic.fsdp.dtype=float16", "critic.fsdp.use_orig_params=True"])
+    assert problems[0].startswith("critic.fsdp.dtype='float16': not supported by verl_lite on the torch engine")
+    assert problems[1].startswith("critic.fsdp.use_orig_params=True: not supported by verl_lite: remove it")

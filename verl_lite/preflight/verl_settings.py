@@ -271,10 +271,14 @@ def verl_warnings(cfg: Any) -> List[str]:
         if optim is not None and optim.lr_warmup_steps >= 0 and optim.lr_warmup_steps_ratio != no_ratio:
             warnings.append(f"{prefix}.optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} has no effect: "
                             f"{prefix}.optim.lr_warmup_steps={optim.lr_warmup_steps} is set (the ratio applies when it is negative)")
-        if view.strategy == "fsdp" and world == 1 and not section.fsdp_config.reshard_after_forward and \
-                not _shards_one_rank(section.fsdp_config, role, view.device):
-            warnings.append(f"{prefix}.fsdp_config.reshard_after_forward=False has no effect on one rank "
-                            "(nothing is sharded)")
+        if view.strategy == "fsdp" and world == 1 and not _shards_one_rank(section.fsdp_config, role, view.device):
+            f = section.fsdp_config
+            idle = [f"{key}={value}" for key, value, default in (
+                ("reshard_after_forward", f.reshard_after_forward, True),
+                ("forward_prefetch", f.forward_prefetch, False),
+                ("wrap_policy", dict(f.wrap_policy or {}), {"min_num_params": 0})) if value != default]
+            for setting in idle:
+                warnings.append(f"{prefix}.fsdp_config.{setting} has no effect on one rank (nothing is sharded)")
     return warnings
 
 
