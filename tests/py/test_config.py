@@ -534,7 +534,7 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
     ("critic.forward_max_token_len_per_gpu=4096", "the value pass uses critic.ppo_max_token_len_per_gpu"),
     ("+algorithm.filter_groups.enable=True", "dynamic sampling (DAPO's filter_groups)"),
     ("algorithm.rollout_correction.rollout_is=token", "rollout/training mismatch correction"),
-    ("actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16", "the torch engine's dtype"),
+    ("actor_rollout_ref.actor.fsdp_config.dtype=float16", "the compute dtype is <role>.fsdp_config.mixed_precision"),
 ])
 def test_verl_keys_verl_lite_lacks_are_refused_by_name_with_what_to_use_instead(line, fragment):
     (problem,) = problems_of(line)

@@ -316,3 +316,20 @@ def test_megatron_refuses_the_fsdp_dtype_and_sharding_keys(run_module):
     assert res.returncode != 0
     assert "actor_rollout_ref.actor.fsdp_config.model_dtype='bf16' is not supported on strategy=megatron" in res.stderr
     assert "fsdp_config.fsdp_size=2 is not supported on strategy=megatron" in res.stderr
+
+
+def test_a_mixed_precision_checkpoint_loads_back_into_a_mixed_precision_engine(one_rank_group, tmp_path):
+    section = ActorConfig()
+    section.fsdp_config.mixed_precision = {"param_dtype": "bf16"}
+    section.checkpoint.save_contents = section.checkpoint.load_contents = ["model", "optimizer", "extra"]
+    engine = build(section)
+    step(engine, make_batch())
+    engine.optimizer_step()
+    engine.save_checkpoint(str(tmp_path / "actor"))
+    again = build(section)
+    again.load_checkpoint(str(tmp_path / "actor"))
+    for (name, p), q in zip(engine.module.named_parameters(), again.module.parameters()):
+        assert torch.equal(full(p), full(q)) and full(q).dtype == torch.float32, name
+    out_a, _ = step(engine, make_batch(seed=1))
+    out_b, _ = step(again, make_batch(seed=1))
+    assert torch.equal(out_a["log_probs"], out_b["log_probs"])
