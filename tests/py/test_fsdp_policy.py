@@ -209,6 +209,7 @@ def test_the_critic_takes_the_same_mixed_precision(one_rank_group):
     v32, _ = step(plain, batch, value_loss)
     v16, _ = step(mixed, batch, value_loss)
     assert mixed.sharded and 0 < (v16["values"] - v32["values"]).abs().max().item() < LP_TOL
+    assert mixed.sharding.wrapped == 2  # the backbone's decoder layers (tied embeddings: not on their own)
 
 
 def test_model_dtype_bf16_stores_the_parameters_and_optimizer_state_in_bf16(one_rank_group):

@@ -136,10 +136,15 @@ class TorchLMEngine(BaseEngine):
         self.eval_mode()
 
     def _shard(self, module: nn.Module) -> nn.Module:
+        import torch.distributed as dist
+
         fsdp_cfg = self.engine_config.fsdp_config
+        world = dist.get_world_size()  # FSDP shards over every rank (verl: its mesh is the whole world)
         self.sharding = fsdp_policy.shard(module, fsdp_cfg, self.precision,
                                           fsdp_policy.cpu_offload(fsdp_cfg, self.role, self.device),
-                                          torch_device(self.device).type, self.dp_size)
+                                          torch_device(self.device).type, world)
+        logger.info("%s: %s, %d wrapped modules; %s", self.role, fsdp_policy.describe_mesh(fsdp_cfg.fsdp_size, world),
+                    self.sharding.wrapped, self.precision.describe())
         self.sharded = True
         return module
 

@@ -287,8 +287,8 @@ def wrap_targets(module, wrap_policy: Any) -> List[Any]:
     if min_params > 0:
         return _size_targets(module, min_params)
     names = policy.get("transformer_layer_cls_to_wrap")
-    if names is None:
-        names = getattr(module, "_no_split_modules", None) or []
+    if names is None:  # the model's own list; a wrapper (the critic's value head model) takes its backbone's
+        names = next((m._no_split_modules for m in module.modules() if getattr(m, "_no_split_modules", None)), [])
     names = [names] if isinstance(names, str) else list(names)
     present = {type(m).__name__ for m in module.modules()}
     if names and not present & set(names):
