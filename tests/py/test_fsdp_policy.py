@@ -334,3 +334,14 @@ def test_a_mixed_precision_checkpoint_loads_back_into_a_mixed_precision_engine(o
     out_a, _ = step(engine, make_batch(seed=1))
     out_b, _ = step(again, make_batch(seed=1))
     assert torch.equal(out_a["log_probs"], out_b["log_probs"])
+
+
+def test_verls_null_mixed_precision_is_the_empty_mapping_and_keys_add_with_plus():
+    from verl_lite.config import load_config
+
+    cfg = load_config(["actor_rollout_ref.actor.fsdp_config.mixed_precision=null",
+                       "+critic.fsdp.mixed_precision.reduce_dtype=bf16",
+                       "+actor_rollout_ref.ref.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap=[Qwen3DecoderLayer]"])
+    assert dict(cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision) == {}
+    assert dict(cfg.critic.fsdp_config.mixed_precision) == {"reduce_dtype": "bf16"}
+    assert list(cfg.actor_rollout_ref.ref.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap) == ["Qwen3DecoderLayer"]
