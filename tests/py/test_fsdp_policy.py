@@ -255,6 +255,9 @@ def _ranks_scenario(rank, world, port, out_dir):
                          "placements": [type(p).__name__ for p in weight.placements], "wrapped": engine.sharding.wrapped,
                          "local_rows": weight.to_local().shape[0],
                          "prefetching": sum(bool(st._states_to_forward_prefetch) for st in states),
+                         # units that keep their parameters gathered after forward
+                         "kept": sum(st._fsdp_param_group.post_forward_mesh_info is None
+                                     for st in states if st._fsdp_param_group is not None),
                          "offloading": sum(type(st._fsdp_param_group.offload_policy).__name__ == "CPUOffloadPolicy"
                                            for st in states if st._fsdp_param_group is not None),
                          "after_step": full(weight).detach().clone()}
@@ -282,6 +285,8 @@ def test_prefetch_offload_policy_and_reshard_give_plain_fsdps_loss_and_gradients
         # FSDP2's own state: each of the 4 units prefetches the next (3 links), all 5 units offload
         assert rec["prefetch"]["prefetching"] == 3 and plain["prefetching"] == 0
         assert rec["offload"]["offloading"] == 5 and plain["offloading"] == 0
+        # reshard_after_forward=False keeps every unit gathered after forward; True (verl's) frees them all
+        assert rec["no_reshard"]["kept"] == 5 and plain["kept"] == 0
 
 
 def test_fsdp_size_2_on_four_ranks_is_hybrid_sharding_with_plain_fsdps_loss_and_gradients(spawn_ranks):
