@@ -350,3 +350,18 @@ def test_verls_null_mixed_precision_is_the_empty_mapping_and_keys_add_with_plus(
     assert dict(cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision) == {}
     assert dict(cfg.critic.fsdp_config.mixed_precision) == {"reduce_dtype": "bf16"}
     assert list(cfg.actor_rollout_ref.ref.fsdp_config.wrap_policy.transformer_layer_cls_to_wrap) == ["Qwen3DecoderLayer"]
+
+
+def test_phase_offload_flags_under_the_cpu_offload_policy_are_warned_about():
+    from verl_lite.config import load_config
+    from verl_lite.preflight.run import collect_warnings
+
+    warnings = collect_warnings(load_config([
+        "trainer.device=cuda", "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=True", "actor_rollout_ref.actor.fsdp_config.offload_policy=True",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"]))
+    text = " ".join(warnings)
+    assert ("actor_rollout_ref.ref.fsdp_config.param_offload=True has no effect: the ref's FSDP2 CPU offload policy"
+            in text)
+    assert ("actor_rollout_ref.actor.fsdp_config.optimizer_offload=True has no effect: "
+            "actor_rollout_ref.actor.fsdp_config.offload_policy=True keeps the tensors on the host") in text

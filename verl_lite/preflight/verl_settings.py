@@ -311,8 +311,8 @@ def _shards_one_rank(fsdp_config: Any, role: str, device: Optional[str]) -> bool
 
 
 def _offload_warnings(views: List[RoleView]) -> List[str]:
-    """Offload flags that are on where they move nothing: on a cpu run, and the ref's optimizer and
-    gradient flags (the ref keeps neither)."""
+    """Offload flags that are on where they move nothing: on a cpu run, under FSDP2's CPU offload policy
+    (offload_policy, the ref's on a device), and the ref's optimizer and gradient flags (it keeps neither)."""
     warnings = []
     for view in views:
         role, section, prefix = view.role, view.section, view.prefix
@@ -320,13 +320,16 @@ def _offload_warnings(views: List[RoleView]) -> List[str]:
         names = ("param_offload", "grad_offload", "optimizer_offload") if engine == "megatron" else (
             "param_offload", "optimizer_offload")
         on = [f"{prefix}.{engine}.{n}" for n in names if getattr(getattr(section, engine), n)]
-        if on and not view.megatron and fsdp_policy.cpu_offload(section.fsdp_config, role, view.device or "cpu") \
-                and view.device != "cpu":
+        policy = (not view.megatron and view.device not in (None, "cpu")
+                  and fsdp_policy.cpu_offload(section.fsdp_config, role, view.device))
+        held = [key for key in on if role != "ref" or key.endswith(".param_offload")] if policy else []
+        if held:  # FSDP2's CPUOffloadPolicy already holds them on the host (verl turns the flags off)
             why = (f"{prefix}.fsdp_config.offload_policy=True" if section.fsdp_config.offload_policy
                    else "the ref's FSDP2 CPU offload policy (verl's, for its forward-only engine)")
-            warnings.append(f"{', '.join(on)}=True {'has' if len(on) == 1 else 'have'} no effect: {why} keeps the "
-                            "tensors on the host, as in verl")
-        elif on and view.device == "cpu":
+            warnings.append(f"{', '.join(held)}=True {'has' if len(held) == 1 else 'have'} no effect: {why} keeps "
+                            "the tensors on the host, as in verl")
+            on = [key for key in on if key not in held]
+        if on and view.device == "cpu":
             warnings.append(f"{', '.join(on)}=True {'has' if len(on) == 1 else 'have'} no effect on trainer.device=cpu "
                             "(the tensors already live on the host)")
         elif role == "ref":
