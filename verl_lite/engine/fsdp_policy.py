@@ -6,7 +6,9 @@
   mixed_precision    {param_dtype, reduce_dtype, buffer_dtype}: the dtype forward and backward compute in
                      (FSDP2's MixedPrecisionPolicy.param_dtype, plus torch.autocast in it, as verl's
                      forward_step), the dtype gradients are reduced in, the dtype of the model's floating
-                     buffers. verl's null = bf16 / fp32 / fp32; a key left out of the dict takes that default.
+                     buffers (cast once at build, as FSDP1's buffer_dtype; verl's fsdp2 path leaves them in
+                     model_dtype, the same at verl's defaults). verl's null = bf16 / fp32 / fp32; a key left
+                     out of the dict takes that default.
                      verl_lite's empty dict (its null) is that on cuda and npu, and no mixed precision on cpu
                      (the compute dtype is model_dtype there); a key set applies on every device.
   fsdp_size          ranks per shard group: -1 (or >= the world size) shards over all ranks, a smaller one
