@@ -19,7 +19,7 @@ from verl_lite.config import roles, schema
 from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS,
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
-from verl_lite.decisions import optimizer_overrides, packing_mode
+from verl_lite.decisions import optimizer_overrides, packing_mode, ulysses
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
@@ -59,6 +59,7 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
         problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
                         f"{YET}: it shards over all data-parallel ranks; set it to -1")
     problems += token_budget_problems(cfg, role)
+    problems += _ulysses_problems(cfg, view)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
     problems += torch_compile_problems(view)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
@@ -67,6 +68,15 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     if why and not (role == "ref" and why == _remove_padding_blocker(cfg, "actor")):
         problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
     return problems
+
+
+def _ulysses_problems(cfg: Any, view: RoleView) -> List[str]:
+    sp = view.section.ulysses_sequence_parallel_size
+    if view.role == "ref" and sp == cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size:
+        return []  # the ref follows the actor with the actor's model: said once, for the actor
+    found = ulysses.problems(view.prefix, sp, world_size(cfg) or None, view.hf, view.model.use_remove_padding,
+                             view.strategy)
+    return [f"{view.role}: {p}" for p in found]
 
 
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:

@@ -1,0 +1,201 @@
+"""Ulysses sequence parallelism on the torch engine (engine/ulysses.py): on 2 gloo ranks, SP=2 (both ranks one
+data-parallel rank, each running half of the packed sequence) against the plain engine on the same data, padded
+(no packing) and packed; the dispatch that hands both SP ranks the same shard; the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+
+import pytest
+
+from verl_lite.config import compose_config
+from verl_lite.preflight import run as preflight
+
+TOL = 1e-5  # float32, the same weights: only the order of the sums differs between the layouts
+
+
+def _batch():
+    """3 rows, left-padded prompts (width 5), right-padded responses (width 4): 21 real tokens, odd, so
+    the packed row is padded to a multiple of sp=2."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    prompt_lens, resp_lens = [5, 3, 2], [4, 2, 3]
+    ids = torch.randint(3, 40, (3, 9), generator=g)
+    mask = torch.zeros(3, 9, dtype=torch.long)
+    resp_mask = torch.zeros(3, 4, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompt_lens, resp_lens)):
+        mask[i, 5 - p:5 + r] = 1
+        resp_mask[i, :r] = 1
+    ids = ids * mask
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": pos, "responses": ids[:, 5:],
+            "response_mask": resp_mask}
+
+
+def _lm_loss(out, mb):
+    # the same batch on every rank: FSDP's average over the 2 ranks is the gradient of one copy, with and
+    # without SP (the SP gather's backward scales by sp), so the loss is not scaled by the DP size here
+    m = mb["response_mask"].float()
+    return (out["log_probs"] * m).sum() + 0.1 * (out["entropy"] * m).sum(), {}
+
+
+def _value_loss(out, mb):
+    return ((out["values"] - 0.5) ** 2 * mb["response_mask"].float()).sum(), {}
+
+
+def _grads(engine):
+    return {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
+            for n, p in engine.module.named_parameters() if p.grad is not None}
+
+
+def _run(engine, loss_fn, entropy):
+    engine.train_mode()
+    engine.optimizer_zero_grad()
+    out = engine.forward_backward([_batch()], loss_fn, calculate_entropy=entropy)[0]
+    out.pop("metrics")
+    return out, _grads(engine)
+
+
+def _compare_rank(rank, world, port, out_dir, model, role):
+    import torch
+    import torch.distributed as dist
+
+    from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, OptimConfig
+    from verl_lite.engine.fsdp import TorchLMEngine, TorchValueEngine
+    from verl_lite.trainer.worker_group import dp_leaders, shards_by_rank
+
+    rec = {}
+    try:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.set_num_threads(1)
+        cls, section, loss, entropy = ((TorchLMEngine, ActorConfig, _lm_loss, True) if role == "actor" else
+                                       (TorchValueEngine, CriticConfig, _value_loss, False))
+        runs = {}
+        for name, sp, packed in (("padded", 1, False), ("packed", 1, True), ("sp", 2, True)):
+            engine = cls(ModelConfig(path=model, use_remove_padding=packed),
+                         section(ulysses_sequence_parallel_size=sp), OptimConfig(lr=1e-3), "cpu", role)
+            engine.initialize()
+            runs[name] = _run(engine, loss, entropy)
+            if sp > 1:
+                rec["topology"] = {"dp_rank": engine.data_parallel_rank(), "dp_size": engine.data_parallel_size(),
+                                   "leader": engine.is_data_parallel_leader()}
+                topo = [None] * world
+                dist.all_gather_object(topo, rec["topology"])
+                rec["dispatch"] = shards_by_rank(["shard0"], topo), dp_leaders(topo)
+        rec["runs"] = runs
+    except Exception:  # reported by spawn_ranks with the traceback
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def _actor_qwen3(rank, world, port, out_dir):
+    _compare_rank(rank, world, port, out_dir, "tiny-qwen3", "actor")
+
+
+def _actor_one_kv_head(rank, world, port, out_dir):
+    _compare_rank(rank, world, port, out_dir, os.environ["ULYSSES_TEST_MODEL"], "actor")
+
+
+def _critic_qwen3(rank, world, port, out_dir):
+    _compare_rank(rank, world, port, out_dir, "tiny-qwen3", "critic")
+
+
+def _assert_same(recs, keys):
+    import torch
+
+    for rec in recs:
+        runs = rec["runs"]
+        for ref in ("padded", "packed"):
+            for key in keys:
+                got, want = runs["sp"][0][key], runs[ref][0][key]
+                mask = _batch()["response_mask"].bool()
+                assert torch.allclose(got[mask], want[mask], atol=TOL, rtol=TOL), (ref, key, got, want)
+            g_sp, g_ref = runs["sp"][1], runs[ref][1]
+            assert set(g_sp) == set(g_ref) and g_sp
+            for name in g_ref:
+                assert torch.allclose(g_sp[name], g_ref[name], atol=TOL, rtol=1e-4), (ref, name)
+
+
+def test_actor_log_probs_entropy_and_gradients_with_sp2_equal_the_plain_engine(spawn_ranks):
+    recs = spawn_ranks(_actor_qwen3, "ulysses_actor")
+    _assert_same(recs, ("log_probs", "entropy"))
+    # both ranks are data-parallel rank 0 of 1; rank 0 alone is collected
+    assert [r["topology"] for r in recs] == [{"dp_rank": 0, "dp_size": 1, "leader": True},
+                                             {"dp_rank": 0, "dp_size": 1, "leader": False}]
+    assert recs[0]["dispatch"] == (["shard0", "shard0"], [(0, 0)])
+
+
+def test_a_model_with_fewer_kv_heads_than_sp_ranks_gives_the_same_log_probs(spawn_ranks, write_model, monkeypatch):
+    config = json.loads(open(os.path.join(os.path.dirname(__file__), "../../verl_lite/assets/tiny-qwen3/config.json"),
+                             encoding="utf-8").read())
+    config["num_key_value_heads"] = 1
+    monkeypatch.setenv("ULYSSES_TEST_MODEL", write_model(config, "one_kv_head"))
+    _assert_same(spawn_ranks(_actor_one_kv_head, "ulysses_kv1"), ("log_probs", "entropy"))
+
+
+def test_critic_values_and_gradients_with_sp2_equal_the_plain_engine(spawn_ranks):
+    _assert_same(spawn_ranks(_critic_qwen3, "ulysses_critic"), ("values",))
+
+
+def test_the_dispatch_hands_every_rank_of_an_sp_group_its_dp_shard_and_collects_one_result_per_group():
+    from verl_lite.trainer.worker_group import dp_leaders, shards_by_rank
+
+    # 4 ranks, sp=2: ranks 0,1 are DP rank 0, ranks 2,3 DP rank 1 (verl's (dp, sp) mesh)
+    topo = [{"dp_rank": r // 2, "dp_size": 2, "leader": r % 2 == 0} for r in range(4)]
+    assert shards_by_rank(["a", "b"], topo) == ["a", "a", "b", "b"]
+    assert dp_leaders(topo) == [(0, 0), (1, 2)]
+
+
+# ---------------------------------------------------------------------------- refusals
+
+
+def test_qwen3_5_is_refused_naming_its_gated_deltanet_layers():
+    from verl_lite.config.schema import ActorConfig, ModelConfig
+    from verl_lite.engine import ulysses
+    from verl_lite.models.hf import load_hf_config
+
+    cfg = load_hf_config(ModelConfig(path="tiny-qwen3_5"))
+    found = ulysses.problems("actor_rollout_ref.actor", 2, 2, cfg, None)
+    assert len(found) == 1 and "Gated DeltaNet (linear_attention) layers" in found[0] and "not supported" in found[0]
+    assert ActorConfig().ulysses_sequence_parallel_size == 1
+
+
+def test_the_padded_path_an_uneven_split_and_indivisible_heads_are_refused():
+    from verl_lite.engine import ulysses
+
+    cfg = {"model_type": "qwen3", "num_attention_heads": 4}
+    assert ulysses.problems("critic", 1, 3, cfg, False) == []
+    found = ulysses.problems("critic", 3, 4, cfg, False)
+    assert any("does not divide the 4 training ranks" in p for p in found)
+    assert any("not supported with model.use_remove_padding=False" in p for p in found)
+    assert any("does not divide num_attention_heads=4" in p for p in found)
+    assert ulysses.problems("critic", 0, 4, cfg, None)[0].startswith("critic.ulysses_sequence_parallel_size=0")
+
+
+def _problems(overrides):
+    cfg, compose_problems = compose_config(overrides)
+    assert compose_problems == []
+    return [p for p in preflight.collect_problems(cfg, for_training=False) if "ulysses" in p]
+
+
+def test_the_preflight_names_the_role_of_a_bad_sp_size():
+    found = _problems(["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=3"])
+    # the ref follows the actor (verl's oc.select default) but is built only with a KL term; the actor is named
+    assert any(p.startswith("actor: actor_rollout_ref.actor.ulysses_sequence_parallel_size=3 does not divide") for p in found)
+    found = _problems(["trainer.n_gpus_per_node=4", "critic.ulysses_sequence_parallel_size=2",
+                       "algorithm.adv_estimator=gae", "actor_rollout_ref.model.path=tiny-qwen3_5"])
+    assert any(p.startswith("critic: critic.ulysses_sequence_parallel_size=2 is not supported for 'qwen3_5_text'")
+               for p in found)
+    assert _problems(["trainer.n_gpus_per_node=4", "actor_rollout_ref.model.path=tiny-qwen3",
+                      "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]) == []
+
+
+def test_the_megatron_strategy_refuses_ulysses_and_names_context_parallelism():
+    found = _problems(["actor_rollout_ref.actor.strategy=megatron", "trainer.n_gpus_per_node=2",
+                       "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
+    assert any("not supported on the megatron strategy" in p and "megatron.context_parallel_size=2" in p
+               for p in found)
