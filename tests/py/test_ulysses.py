@@ -199,3 +199,34 @@ def test_the_megatron_strategy_refuses_ulysses_and_names_context_parallelism():
                        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"])
     assert any("not supported on the megatron strategy" in p and "megatron.context_parallel_size=2" in p
                for p in found)
+
+
+def test_the_dynamic_token_budget_of_an_sp_group_is_the_roles_times_the_sp_size():
+    from verl_lite.trainer.workers import EngineWorker
+
+    class Engine:  # what _micro_batches asks of an engine
+        def __init__(self, sp):
+            self.sp = sp
+
+        def sequence_parallel_size(self):
+            return self.sp
+
+        def micro_batch_multiple(self):
+            return 1
+
+    batch = _batch()  # 3 rows of 9 columns (5 prompt + 4 response): 27 padded tokens
+    worker = EngineWorker()
+    # a budget of 18 tokens per rank: two rows per micro-batch at most without SP; the SP=2 group's 36 holds all 3
+    assert len(worker._micro_batches(Engine(1), batch, 8, 18).parts) == 2
+    assert len(worker._micro_batches(Engine(2), batch, 8, 18).parts) == 1
+
+
+def test_the_torch_engine_refuses_sp_for_qwen3_5_when_it_builds():
+    from verl_lite.config.schema import ActorConfig, ModelConfig
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    engine = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), ActorConfig(ulysses_sequence_parallel_size=2), None,
+                           "cpu", "actor")
+    with pytest.raises(ValueError, match=r"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2 is not supported "
+                                         r"for 'qwen3_5_text': its Gated DeltaNet \(linear_attention\) layers"):
+        engine.initialize()

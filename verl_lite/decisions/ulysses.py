@@ -13,6 +13,9 @@ def problems(prefix: str, sp: Any, world_size: Optional[int], hf_config: Any, us
     """What makes `<prefix>.ulysses_sequence_parallel_size=sp` impossible (empty: fine); `prefix` is the role's
     section (actor_rollout_ref.actor, actor_rollout_ref.ref, critic), `world_size` its ranks."""
     key = f"{prefix}.ulysses_sequence_parallel_size"
+    if isinstance(sp, str) and sp.startswith("${"):
+        return [f"{key}={sp!r}: a section built on its own cannot follow another section's value: set it, or "
+                "convert the whole config (verl_lite.config.to_dataclass)"]
     if isinstance(sp, bool) or not isinstance(sp, int) or sp < 1:
         return [f"{key}={sp!r}: must be a positive integer (1 = no sequence parallelism)"]
     if sp == 1:

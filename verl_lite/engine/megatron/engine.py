@@ -121,6 +121,13 @@ class MegatronLMEngine(BaseEngine):
         return {"critic": "critic.megatron"}.get(self.role, f"actor_rollout_ref.{self.role}.megatron")
 
     def initialize(self) -> None:
+        from verl_lite.config.roles import SECTION
+        from verl_lite.decisions.ulysses import problems as ulysses_problems
+
+        refused = ulysses_problems(SECTION[self.role], self.engine_config.ulysses_sequence_parallel_size, None, None,
+                                   None, strategy="megatron")
+        if refused:
+            raise ValueError(refused[0])
         self._import_backend()  # first: on Ascend, MindSpeed patches megatron before anything imports it
         from megatron.core import parallel_state as mpu
 
