@@ -230,3 +230,56 @@ def test_the_torch_engine_refuses_sp_for_qwen3_5_when_it_builds():
     with pytest.raises(ValueError, match=r"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2 is not supported "
                                          r"for 'qwen3_5_text': its Gated DeltaNet \(linear_attention\) layers"):
         engine.initialize()
+
+
+# ---------------------------------------------------------------------------- through the worker group
+
+
+def _train_batch():
+    """8 rows (two mini-batches of 4) with made-up old log-probs and advantages."""
+    import torch
+
+    g = torch.Generator().manual_seed(11)
+    rows = [_batch() for _ in range(3)]
+    batch = {k: torch.cat([r[k] for r in rows])[:8] for k in rows[0]}
+    mask = batch["response_mask"]
+    batch["old_log_probs"] = (-3.9 + 0.1 * torch.randn(mask.shape, generator=g)) * mask
+    batch["advantages"] = torch.randn(mask.shape, generator=g) * mask
+    batch["temperature"] = 1.0
+    return batch
+
+
+def test_sp2_over_two_ray_workers_trains_as_one_worker_does_on_the_same_batch(ray_cluster, tmp_path):
+    """Both ranks form one data-parallel rank: the driver hands each the whole batch, collects rank 0's result,
+    and the loss is scaled by DP size 1; the dynamic token budget (18 per rank) holds twice the rows under SP."""
+    import torch
+
+    from verl_lite.config import load_config, to_dataclass
+    from verl_lite.trainer.ppo_trainer import update_meta
+    from verl_lite.trainer.worker_group import WorkerGroup
+    from verl_lite.trainer.workers import ActorRolloutRefWorker
+
+    train = _train_batch()
+    results = {}
+    for ranks in (1, 2):
+        cfg = load_config(["trainer.device=cpu", f"trainer.n_gpus_per_node={ranks}", "actor_rollout_ref.model.path=tiny-qwen3",
+                           "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                           "actor_rollout_ref.actor.use_dynamic_bsz=True",
+                           "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=18",
+                           f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={ranks}",
+                           f"trainer.default_local_dir={tmp_path / str(ranks)}"])
+        wg = WorkerGroup(ActorRolloutRefWorker, f"actor_sp{ranks}", to_dataclass(cfg), ranks, "cpu", use_ray=True,
+                         threads=1, call_timeout_s=300)
+        assert wg.dp_size == 1 and wg.leaders == [(0, 0)]
+        metrics = wg.call_shards("update_actor", [train], update_meta(train, 2, 1))
+        assert len(metrics) == 1  # one result per data-parallel rank
+        results[ranks] = metrics[0], wg.call_all("actor_state_dict")
+        wg.shutdown()
+    (m1, [w1]), (m2, (w2, w2_peer)) = results[1], results[2]
+    assert m1["actor/pg_loss"] == pytest.approx(m2["actor/pg_loss"], abs=1e-6)
+    assert any(abs(x) > 1e-4 for x in m1["actor/pg_loss"]), "a zero loss would not tell the layouts apart"
+    # Adam's step hardly changes with the gradient's scale: the norm before clipping checks the loss scaling
+    assert m1["actor/grad_norm"] == pytest.approx(m2["actor/grad_norm"], rel=1e-4)
+    for k in w1:
+        torch.testing.assert_close(w2[k], w1[k], atol=1e-4, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
+        assert torch.equal(w2[k], w2_peer[k])  # both SP ranks hold the same (FSDP-gathered) weights

@@ -31,10 +31,11 @@ class Layout:
     etp: int = 1
     vpp: Optional[int] = None
     dp: Optional[int] = None  # None when the devices do not divide
+    sp: int = 1  # fsdp: Ulysses sequence parallelism (ranks sharing one data-parallel shard)
 
     @property
     def model_parallel(self) -> int:
-        return self.tp * self.pp * self.cp
+        return self.tp * self.pp * self.cp * self.sp
 
 
 def role_layout(cfg: Any, role: str) -> Layout:
@@ -46,6 +47,9 @@ def role_layout(cfg: Any, role: str) -> Layout:
         sizes = dict(tp=tp, pp=m.pipeline_model_parallel_size, cp=m.context_parallel_size,
                      ep=m.expert_model_parallel_size, vpp=m.virtual_pipeline_model_parallel_size,
                      etp=m.expert_tensor_parallel_size if m.expert_tensor_parallel_size is not None else tp)
+    else:
+        sp = roles.section(cfg, role).ulysses_sequence_parallel_size
+        sizes = dict(sp=sp) if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 else {}
     layout = Layout(role, strategy, f"{roles.SECTION[role]}.megatron", **sizes)
     world = world_size(cfg)
     if world > 0 and layout.model_parallel > 0 and world % layout.model_parallel == 0:
