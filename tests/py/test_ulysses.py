@@ -59,7 +59,7 @@ def _run(engine, loss_fn, entropy):
     return out, _grads(engine)
 
 
-def _compare_rank(rank, world, port, out_dir, model, role):
+def _compare_rank(rank, world, port, out_dir, model, role, checkpointing=False):
     import torch
     import torch.distributed as dist
 
@@ -76,7 +76,9 @@ def _compare_rank(rank, world, port, out_dir, model, role):
                                        (TorchValueEngine, CriticConfig, _value_loss, False))
         runs = {}
         for name, sp, packed in (("padded", 1, False), ("packed", 1, True), ("sp", 2, True)):
-            engine = cls(ModelConfig(path=model, use_remove_padding=packed),
+            # checkpointing: the SP engine recomputes its layers, all-to-alls included, in the backward
+            engine = cls(ModelConfig(path=model, use_remove_padding=packed,
+                                     enable_gradient_checkpointing=checkpointing and sp > 1),
                          section(ulysses_sequence_parallel_size=sp), OptimConfig(lr=1e-3), "cpu", role)
             engine.initialize()
             runs[name] = _run(engine, loss, entropy)
@@ -97,7 +99,7 @@ def _actor_qwen3(rank, world, port, out_dir):
 
 
 def _actor_one_kv_head(rank, world, port, out_dir):
-    _compare_rank(rank, world, port, out_dir, os.environ["ULYSSES_TEST_MODEL"], "actor")
+    _compare_rank(rank, world, port, out_dir, os.environ["ULYSSES_TEST_MODEL"], "actor", checkpointing=True)
 
 
 def _critic_qwen3(rank, world, port, out_dir):
@@ -129,7 +131,8 @@ def test_actor_log_probs_entropy_and_gradients_with_sp2_equal_the_plain_engine(s
     assert recs[0]["dispatch"] == (["shard0", "shard0"], [(0, 0)])
 
 
-def test_a_model_with_fewer_kv_heads_than_sp_ranks_gives_the_same_log_probs(spawn_ranks, write_model, monkeypatch):
+def test_fewer_kv_heads_than_sp_ranks_and_gradient_checkpointing_give_the_same_outputs_and_gradients(
+        spawn_ranks, write_model, monkeypatch):
     config = json.loads(open(os.path.join(os.path.dirname(__file__), "../../verl_lite/assets/tiny-qwen3/config.json"),
                              encoding="utf-8").read())
     config["num_key_value_heads"] = 1
@@ -185,7 +188,8 @@ def _problems(overrides):
 def test_the_preflight_names_the_role_of_a_bad_sp_size():
     found = _problems(["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=3"])
     # the ref follows the actor (verl's oc.select default) but is built only with a KL term; the actor is named
-    assert any(p.startswith("actor: actor_rollout_ref.actor.ulysses_sequence_parallel_size=3 does not divide") for p in found)
+    assert any(p.startswith("actor: actor_rollout_ref.actor.ulysses_sequence_parallel_size=3 does not divide")
+               for p in found)
     found = _problems(["trainer.n_gpus_per_node=4", "critic.ulysses_sequence_parallel_size=2",
                        "algorithm.adv_estimator=gae", "actor_rollout_ref.model.path=tiny-qwen3_5"])
     assert any(p.startswith("critic: critic.ulysses_sequence_parallel_size=2 is not supported for 'qwen3_5_text'")
@@ -262,7 +266,8 @@ def test_sp2_over_two_ray_workers_trains_as_one_worker_does_on_the_same_batch(ra
     train = _train_batch()
     results = {}
     for ranks in (1, 2):
-        cfg = load_config(["trainer.device=cpu", f"trainer.n_gpus_per_node={ranks}", "actor_rollout_ref.model.path=tiny-qwen3",
+        cfg = load_config(["trainer.device=cpu", f"trainer.n_gpus_per_node={ranks}",
+                           "actor_rollout_ref.model.path=tiny-qwen3",
                            "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
                            "actor_rollout_ref.actor.use_dynamic_bsz=True",
                            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=18",

@@ -167,8 +167,9 @@ class TorchLMEngine(BaseEngine):
         position_ids = mb["position_ids"].to(dev)
         resp_len = mb["responses"].shape[1]
         if self.remove_padding:
-            logits = (self.sp.packed_forward if self.sp else packed_forward)(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
-                                                  "position_ids": position_ids}, "logits")
+            forward = self.sp.packed_forward if self.sp else packed_forward  # Ulysses SP: engine/ulysses.py
+            logits = forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
+                              "position_ids": position_ids}, "logits")
         else:
             logits = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                  use_cache=False).logits
