@@ -29,10 +29,6 @@ OUT = ROOT / "verl_lite" / "config" / "generated" / "verl_accepted.json"
 
 # (verl key pattern, the values accepted (None: verl's default), why that value is what verl_lite does)
 REVIEWED = [
-    ("*.fsdp_config.ulysses_sequence_parallel_size", [1],
-     "1 = the role's own ulysses_sequence_parallel_size decides, as verl_lite reads it"),
-    ("critic.fsdp.ulysses_sequence_parallel_size", [1],
-     "1 = critic.ulysses_sequence_parallel_size decides, as verl_lite reads it"),
     ("actor_rollout_ref.model.use_fused_kernels", None,
      "log-probs and entropy come from the model's logits, as verl_lite computes them"),
     ("actor_rollout_ref.rollout.ignore_eos", None, "generation stops at EOS, as verl_lite's rollouts do"),

@@ -162,7 +162,7 @@ def test_qwen3_5_is_refused_naming_its_gated_deltanet_layers():
     from verl_lite.models.hf import load_hf_config
 
     cfg = load_hf_config(ModelConfig(path="tiny-qwen3_5"))
-    found = ulysses.problems("actor_rollout_ref.actor", 2, 2, cfg, None)
+    found = ulysses.problems("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2, 2, cfg, None)
     assert len(found) == 1 and "Gated DeltaNet (linear_attention) layers" in found[0] and "not supported" in found[0]
     assert ActorConfig().ulysses_sequence_parallel_size == 1
 
@@ -171,12 +171,13 @@ def test_the_padded_path_an_uneven_split_and_indivisible_heads_are_refused():
     from verl_lite.engine import ulysses
 
     cfg = {"model_type": "qwen3", "num_attention_heads": 4}
-    assert ulysses.problems("critic", 1, 3, cfg, False) == []
-    found = ulysses.problems("critic", 3, 4, cfg, False)
+    key = "critic.ulysses_sequence_parallel_size"
+    assert ulysses.problems(key, 1, 3, cfg, False) == []
+    found = ulysses.problems(key, 3, 4, cfg, False)
     assert any("does not divide the 4 training ranks" in p for p in found)
     assert any("not supported with model.use_remove_padding=False" in p for p in found)
     assert any("does not divide num_attention_heads=4" in p for p in found)
-    assert ulysses.problems("critic", 0, 4, cfg, None)[0].startswith("critic.ulysses_sequence_parallel_size=0")
+    assert ulysses.problems(key, 0, 4, cfg, None)[0].startswith("critic.ulysses_sequence_parallel_size=0")
 
 
 def _problems(overrides):
@@ -196,6 +197,21 @@ def test_the_preflight_names_the_role_of_a_bad_sp_size():
                for p in found)
     assert _problems(["trainer.n_gpus_per_node=4", "actor_rollout_ref.model.path=tiny-qwen3",
                       "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]) == []
+
+
+def test_verls_fsdp_config_copy_of_the_key_is_read_when_the_roles_own_is_1():
+    from verl_lite.config.schema import ActorConfig, FSDPConfig
+    from verl_lite.decisions.ulysses import setting
+
+    prefix = "actor_rollout_ref.actor"
+    assert setting(ActorConfig(fsdp_config=FSDPConfig(ulysses_sequence_parallel_size=2)), prefix) == \
+        (f"{prefix}.fsdp_config.ulysses_sequence_parallel_size", 2)
+    assert setting(ActorConfig(ulysses_sequence_parallel_size=4, fsdp_config=FSDPConfig(ulysses_sequence_parallel_size=2)),
+                   prefix) == (f"{prefix}.ulysses_sequence_parallel_size", 4)  # verl copies the role's over it
+    found = _problems(["trainer.n_gpus_per_node=3", "actor_rollout_ref.model.path=tiny-qwen3",
+                       "critic.fsdp.ulysses_sequence_parallel_size=2", "algorithm.adv_estimator=gae"])
+    assert any(p.startswith("critic: critic.fsdp_config.ulysses_sequence_parallel_size=2 does not divide the 3 training")
+               for p in found)
 
 
 def test_the_megatron_strategy_refuses_ulysses_and_names_context_parallelism():

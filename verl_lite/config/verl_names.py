@@ -72,12 +72,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("critic.forward_max_token_len_per_gpu", f"a token budget of the critic's value pass of its own is {NOT}: with "
                                              "critic.use_dynamic_bsz the value pass uses critic.ppo_max_token_len_per_gpu "
                                              "(verl's default for it); remove it"),
-    # verl's engine-level copies (verl copies the role's key into them): verl_lite reads the role's key
-    ("*.fsdp_config.ulysses_sequence_parallel_size", f"the fsdp_config copy is {NOT}: set the role's own key "
-                                                     "(actor_rollout_ref.actor.ulysses_sequence_parallel_size, "
-                                                     "actor_rollout_ref.ref.ulysses_sequence_parallel_size, "
-                                                     "critic.ulysses_sequence_parallel_size)"),
-    ("critic.fsdp.ulysses_sequence_parallel_size", f"the fsdp copy is {NOT}: set critic.ulysses_sequence_parallel_size"),
     # verl's top-level precision-aware optimizer keys: verl_lite takes them as the OptimizerConfig fields they set
     ("*.optim.use_precision_aware_optimizer", f"a top-level copy is {NOT}: set the megatron-core OptimizerConfig "
                                               "field in the same optim section's override_optimizer_config (e.g. "

@@ -22,7 +22,7 @@ from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possibl
                                         save_hf_model, write_contents)
 from verl_lite.engine.logits import log_prob_outputs, log_probs_and_entropy
 from verl_lite.engine.packing import decide, packed_forward
-from verl_lite.engine.ulysses import SequenceParallel, check as check_sequence_parallel
+from verl_lite.engine.ulysses import SequenceParallel, size as sequence_parallel_size
 from verl_lite.models import resolve_model_dir
 from verl_lite.models.hf import build_causal_lm
 
@@ -127,9 +127,9 @@ class TorchLMEngine(BaseEngine):
         self.eval_mode()
 
     def _sequence_parallel(self, module: nn.Module) -> None:
-        sp = self.engine_config.ulysses_sequence_parallel_size
         world = self.dp_size if self.sharded else 1
-        check_sequence_parallel(self.role, sp, world, module.config, self.model_config.use_remove_padding)
+        sp = sequence_parallel_size(self.role, self.engine_config, world, module.config,
+                                    self.model_config.use_remove_padding)
         if sp > 1:
             self.sp = SequenceParallel(sp, torch_device(self.device).type)
             self.sp.attach(module)

@@ -32,20 +32,23 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from verl_lite.decisions.ulysses import problems
+from verl_lite.decisions.ulysses import problems, setting
 from verl_lite.engine.packing import pack, unpack
 
 ATTENTION = "verl_lite_ulysses"  # the name the SP engine's model config points its attention at
 _TAG = "_verl_lite_ulysses"  # the attribute of each attention layer holding its SequenceParallel
 
 
-def check(role: str, sp: int, world_size: int, hf_config: Any, use_remove_padding: Any) -> None:
-    """Raise what makes `sp` impossible for this model and world (decisions/ulysses.py)."""
+def size(role: str, section: Any, world_size: int, hf_config: Any, use_remove_padding: Any) -> int:
+    """The role section's SP size (decisions/ulysses.py:setting); raises what makes it impossible for this model
+    and world."""
     from verl_lite.config.roles import SECTION
 
-    found = problems(SECTION[role], sp, world_size, hf_config, use_remove_padding)
+    key, sp = setting(section, SECTION[role])
+    found = problems(key, sp, world_size, hf_config, use_remove_padding)
     if found:
         raise ValueError("; ".join(found))
+    return sp
 
 
 # -- collectives with autograd -------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.config import roles
 from verl_lite.config.shapes import ModelShape, model_shape
+from verl_lite.decisions import ulysses
 from verl_lite.decisions.layout import train_world as world_size
 
 
@@ -48,7 +49,7 @@ def role_layout(cfg: Any, role: str) -> Layout:
                      ep=m.expert_model_parallel_size, vpp=m.virtual_pipeline_model_parallel_size,
                      etp=m.expert_tensor_parallel_size if m.expert_tensor_parallel_size is not None else tp)
     else:
-        sp = roles.section(cfg, role).ulysses_sequence_parallel_size
+        sp = ulysses.setting(roles.section(cfg, role), roles.SECTION[role])[1]
         sizes = dict(sp=sp) if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 else {}
     layout = Layout(role, strategy, f"{roles.SECTION[role]}.megatron", **sizes)
     world = world_size(cfg)

@@ -71,11 +71,10 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
 
 
 def _ulysses_problems(cfg: Any, view: RoleView) -> List[str]:
-    sp = view.section.ulysses_sequence_parallel_size
-    if view.role == "ref" and sp == cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size:
+    key, sp = ulysses.setting(view.section, view.prefix)
+    if view.role == "ref" and sp == ulysses.setting(cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor")[1]:
         return []  # the ref follows the actor with the actor's model: said once, for the actor
-    found = ulysses.problems(view.prefix, sp, world_size(cfg) or None, view.hf, view.model.use_remove_padding,
-                             view.strategy)
+    found = ulysses.problems(key, sp, world_size(cfg) or None, view.hf, view.model.use_remove_padding, view.strategy)
     return [f"{view.role}: {p}" for p in found]
 
 

@@ -113,6 +113,9 @@ class FSDPConfig:
     # FSDP2: free the gathered parameters after forward (less memory, another all-gather in backward);
     # matters only with more than one rank.
     reshard_after_forward: bool = True
+    # verl's engine-level Ulysses SP size (verl copies the role's ulysses_sequence_parallel_size here when that is
+    # above 1): read when the role's own key is 1. Same meaning and checks as the role's key.
+    ulysses_sequence_parallel_size: int = 1
 
 
 # ---------------------------------------------------------------------------- model

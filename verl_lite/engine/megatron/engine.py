@@ -122,10 +122,10 @@ class MegatronLMEngine(BaseEngine):
 
     def initialize(self) -> None:
         from verl_lite.config.roles import SECTION
-        from verl_lite.decisions.ulysses import problems as ulysses_problems
+        from verl_lite.decisions import ulysses
 
-        refused = ulysses_problems(SECTION[self.role], self.engine_config.ulysses_sequence_parallel_size, None, None,
-                                   None, strategy="megatron")
+        refused = ulysses.problems(*ulysses.setting(self.engine_config, SECTION[self.role]), None, None, None,
+                                   strategy="megatron")
         if refused:
             raise ValueError(refused[0])
         self._import_backend()  # first: on Ascend, MindSpeed patches megatron before anything imports it
