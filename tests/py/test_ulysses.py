@@ -206,12 +206,12 @@ def test_verls_fsdp_config_copy_of_the_key_is_read_when_the_roles_own_is_1():
     prefix = "actor_rollout_ref.actor"
     assert setting(ActorConfig(fsdp_config=FSDPConfig(ulysses_sequence_parallel_size=2)), prefix) == \
         (f"{prefix}.fsdp_config.ulysses_sequence_parallel_size", 2)
-    assert setting(ActorConfig(ulysses_sequence_parallel_size=4, fsdp_config=FSDPConfig(ulysses_sequence_parallel_size=2)),
-                   prefix) == (f"{prefix}.ulysses_sequence_parallel_size", 4)  # verl copies the role's over it
+    both = ActorConfig(ulysses_sequence_parallel_size=4, fsdp_config=FSDPConfig(ulysses_sequence_parallel_size=2))
+    assert setting(both, prefix) == (f"{prefix}.ulysses_sequence_parallel_size", 4)  # verl copies the role's over it
     found = _problems(["trainer.n_gpus_per_node=3", "actor_rollout_ref.model.path=tiny-qwen3",
                        "critic.fsdp.ulysses_sequence_parallel_size=2", "algorithm.adv_estimator=gae"])
-    assert any(p.startswith("critic: critic.fsdp_config.ulysses_sequence_parallel_size=2 does not divide the 3 training")
-               for p in found)
+    assert any(p.startswith("critic: critic.fsdp_config.ulysses_sequence_parallel_size=2 does not divide the 3 "
+                            "training") for p in found)
 
 
 def test_the_megatron_strategy_refuses_ulysses_and_names_context_parallelism():
