@@ -304,3 +304,14 @@ def test_sp2_over_two_ray_workers_trains_as_one_worker_does_on_the_same_batch(ra
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], atol=1e-4, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
         assert torch.equal(w2[k], w2_peer[k])  # both SP ranks hold the same (FSDP-gathered) weights
+
+
+def test_the_megatron_engine_refuses_the_key_when_it_builds():
+    from verl_lite.config.schema import ActorConfig, ModelConfig
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+
+    engine = MegatronLMEngine(ModelConfig(path="tiny-qwen3"),
+                              ActorConfig(strategy="megatron", ulysses_sequence_parallel_size=2), None, "cpu", "actor")
+    with pytest.raises(ValueError, match=r"actor_rollout_ref.actor.ulysses_sequence_parallel_size=2 is not supported on "
+                                         r"the megatron strategy.*use megatron.context_parallel_size=2 instead"):
+        engine.initialize()
