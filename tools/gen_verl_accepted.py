@@ -29,8 +29,6 @@ OUT = ROOT / "verl_lite" / "config" / "generated" / "verl_accepted.json"
 
 # (verl key pattern, the values accepted (None: verl's default), why that value is what verl_lite does)
 REVIEWED = [
-    ("*ulysses_sequence_parallel_size", [1],
-     "1 = no sequence parallelism: each rank holds whole sequences, as verl_lite's engines do"),
     ("actor_rollout_ref.model.use_fused_kernels", None,
      "log-probs and entropy come from the model's logits, as verl_lite computes them"),
     ("actor_rollout_ref.rollout.ignore_eos", None, "generation stops at EOS, as verl_lite's rollouts do"),

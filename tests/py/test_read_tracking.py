@@ -79,9 +79,13 @@ GRPO = [
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload=False", "actor_rollout_ref.ref.fsdp_config.fsdp_size=-1",
     "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=False", "actor_rollout_ref.ref.fsdp_config.model_dtype=null",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1", "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1",
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1",
+    "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=1",
 ]
 PPO = [
     "algorithm.adv_estimator=gae", "algorithm.gamma=0.99", "algorithm.lam=0.95",
+    "critic.ulysses_sequence_parallel_size=1", "critic.fsdp_config.ulysses_sequence_parallel_size=1",
     "algorithm.use_kl_in_reward=True", "algorithm.kl_penalty=low_var_kl", "algorithm.kl_ctrl.type=adaptive",
     "algorithm.kl_ctrl.kl_coef=0.01", "algorithm.kl_ctrl.horizon=100", "algorithm.kl_ctrl.target_kl=0.05",
     "actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean",

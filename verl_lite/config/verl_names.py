@@ -75,8 +75,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("critic.forward_max_token_len_per_gpu", f"a token budget of the critic's value pass of its own is {NOT}: with "
                                              "critic.use_dynamic_bsz the value pass uses critic.ppo_max_token_len_per_gpu "
                                              "(verl's default for it); remove it"),
-    ("*.ulysses_sequence_parallel_size", f"Ulysses sequence parallelism is {YET}: "
-                                         "remove it (each rank holds whole sequences)"),
     # verl's top-level precision-aware optimizer keys: verl_lite takes them as the OptimizerConfig fields they set
     ("*.optim.use_precision_aware_optimizer", f"a top-level copy is {NOT}: set the megatron-core OptimizerConfig "
                                               "field in the same optim section's override_optimizer_config (e.g. "

@@ -159,6 +159,10 @@ class BaseEngine(abc.ABC):
     def data_parallel_size(self) -> int:
         return 1
 
+    def sequence_parallel_size(self) -> int:
+        """Ranks that share each micro-batch, each running a slice of its sequence (Ulysses SP)."""
+        return 1
+
     def is_data_parallel_leader(self) -> bool:
         """True on the rank whose outputs represent its data-parallel shard (TP/PP rank 0, last stage)."""
         return True

@@ -25,6 +25,7 @@ from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possibl
                                         save_hf_model, write_contents)
 from verl_lite.engine.logits import log_prob_outputs, log_probs_and_entropy
 from verl_lite.engine.packing import decide, packed_forward
+from verl_lite.engine.ulysses import SequenceParallel, size as sequence_parallel_size
 from verl_lite.models import resolve_model_dir
 from verl_lite.models.hf import build_causal_lm
 
@@ -98,6 +99,7 @@ class TorchLMEngine(BaseEngine):
         # fsdp_config's dtypes (engine/fsdp_policy.py); `sharding` is set when fully_shard ran
         self.precision = fsdp_policy.resolve_precision(self.engine_config.fsdp_config, role, device)
         self.sharding: Optional[fsdp_policy.Sharding] = None
+        self.sp: Optional[SequenceParallel] = None  # <role>.ulysses_sequence_parallel_size > 1 (engine/ulysses.py)
         # model.use_remove_padding: each micro-batch's real tokens packed into one row (engine/packing.py)
         # (null = auto, resolved with the model in build: engine/packing.py:decide)
         self.remove_padding = self.model_config.use_remove_padding is not False
@@ -126,6 +128,7 @@ class TorchLMEngine(BaseEngine):
                 fsdp_policy.ensure_one_rank_group(self.device, self.role)
             self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
             module = self._shard(module)
+        self._sequence_parallel(module)
         self.module = module
         optim = self.optim_config
         if optim is not None:
@@ -134,6 +137,14 @@ class TorchLMEngine(BaseEngine):
             total = int(optim.total_training_steps)
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, make_lr_lambda(optim, total))
         self.eval_mode()
+
+    def _sequence_parallel(self, module: nn.Module) -> None:
+        world = self.dp_size if self.sharded else 1
+        sp = sequence_parallel_size(self.role, self.engine_config, world, module.config,
+                                    self.model_config.use_remove_padding)
+        if sp > 1:
+            self.sp = SequenceParallel(sp, torch_device(self.device).type)
+            self.sp.attach(module)
 
     def _shard(self, module: nn.Module) -> nn.Module:
         import torch.distributed as dist
@@ -173,8 +184,9 @@ class TorchLMEngine(BaseEngine):
         position_ids = mb["position_ids"].to(dev)
         resp_len = mb["responses"].shape[1]
         if self.remove_padding:
-            logits = packed_forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
-                                                  "position_ids": position_ids}, "logits")
+            forward = self.sp.packed_forward if self.sp else packed_forward  # Ulysses SP: engine/ulysses.py
+            logits = forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
+                              "position_ids": position_ids}, "logits")
         else:
             logits = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                  use_cache=False).logits
@@ -411,11 +423,18 @@ class TorchLMEngine(BaseEngine):
 
     # -- topology ------------------------------------------------------------------------------
 
+    # with Ulysses SP the ranks of one SP group are one data-parallel rank fed the same data
     def data_parallel_rank(self) -> int:
-        return self.dp_rank
+        return self.sp.dp_rank if self.sp else self.dp_rank
 
     def data_parallel_size(self) -> int:
-        return self.dp_size
+        return self.sp.dp_size if self.sp else self.dp_size
+
+    def is_data_parallel_leader(self) -> bool:
+        return self.sp.rank == 0 if self.sp else True
+
+    def sequence_parallel_size(self) -> int:
+        return self.sp.size if self.sp else 1
 
 
 class TorchValueEngine(TorchLMEngine):
@@ -432,7 +451,7 @@ class TorchValueEngine(TorchLMEngine):
         dev = torch_device(self.device)
         inputs = {k: mb[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids")}
         if self.remove_padding:
-            values = packed_forward(self.module, inputs, None)
+            values = (self.sp.packed_forward if self.sp else packed_forward)(self.module, inputs, None)
         else:
             values = self.module(**inputs)
         resp_len = mb["responses"].shape[1]

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.config import roles
 from verl_lite.config.shapes import ModelShape, model_shape
+from verl_lite.decisions import ulysses
 from verl_lite.decisions.layout import train_world as world_size
 
 
@@ -31,10 +32,11 @@ class Layout:
     etp: int = 1
     vpp: Optional[int] = None
     dp: Optional[int] = None  # None when the devices do not divide
+    sp: int = 1  # fsdp: Ulysses sequence parallelism (ranks sharing one data-parallel shard)
 
     @property
     def model_parallel(self) -> int:
-        return self.tp * self.pp * self.cp
+        return self.tp * self.pp * self.cp * self.sp
 
 
 def role_layout(cfg: Any, role: str) -> Layout:
@@ -46,6 +48,9 @@ def role_layout(cfg: Any, role: str) -> Layout:
         sizes = dict(tp=tp, pp=m.pipeline_model_parallel_size, cp=m.context_parallel_size,
                      ep=m.expert_model_parallel_size, vpp=m.virtual_pipeline_model_parallel_size,
                      etp=m.expert_tensor_parallel_size if m.expert_tensor_parallel_size is not None else tp)
+    else:
+        sp = ulysses.setting(roles.section(cfg, role), roles.SECTION[role])[1]
+        sizes = dict(sp=sp) if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 else {}
     layout = Layout(role, strategy, f"{roles.SECTION[role]}.megatron", **sizes)
     world = world_size(cfg)
     if world > 0 and layout.model_parallel > 0 and world % layout.model_parallel == 0:

@@ -44,6 +44,7 @@ def summarize(cfg: Any) -> str:
         layout = view.layout
         shape = (
             "fsdp (FSDP2, fully_shard: verl's fsdp2; verl's fsdp, FSDP1, runs on it too)"
+            + (f" Ulysses SP {layout.sp}" if layout.sp > 1 else "")
             if layout.strategy == "fsdp"
             else (
                 f"megatron TP {layout.tp} PP {layout.pp} CP {layout.cp} EP {layout.ep} ETP {layout.etp}"

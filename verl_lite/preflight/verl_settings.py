@@ -19,7 +19,7 @@ from verl_lite.config import roles, schema
 from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS,
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
-from verl_lite.decisions import optimizer_overrides, packing_mode
+from verl_lite.decisions import optimizer_overrides, packing_mode, ulysses
 from verl_lite.engine import fsdp_policy
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
@@ -61,6 +61,7 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
                      else fsdp_policy.problems(section.fsdp_config, prefix, world_size(cfg)))
     problems += [f"{role}: {p}" for p in fsdp_problems]
     problems += token_budget_problems(cfg, role)
+    problems += _ulysses_problems(cfg, view)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
     problems += torch_compile_problems(view)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
@@ -69,6 +70,14 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     if why and not (role == "ref" and why == _remove_padding_blocker(cfg, "actor")):
         problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
     return problems
+
+
+def _ulysses_problems(cfg: Any, view: RoleView) -> List[str]:
+    key, sp = ulysses.setting(view.section, view.prefix)
+    if view.role == "ref" and sp == ulysses.setting(cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor")[1]:
+        return []  # the ref follows the actor with the actor's model: said once, for the actor
+    found = ulysses.problems(key, sp, world_size(cfg) or None, view.hf, view.model.use_remove_padding, view.strategy)
+    return [f"{view.role}: {p}" for p in found]
 
 
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:

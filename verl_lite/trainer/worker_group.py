@@ -76,7 +76,7 @@ class WorkerGroup:
             self.pids = [None]
         self.topology = self.call_all("topology")
         self.dp_size = self.topology[0]["dp_size"]
-        self.leaders = sorted((t["dp_rank"], i) for i, t in enumerate(self.topology) if t["leader"])
+        self.leaders = dp_leaders(self.topology)
         if [r for r, _ in self.leaders] != list(range(self.dp_size)):
             raise WorkerError(f"{name}: data-parallel leaders {self.leaders} do not cover ranks 0..{self.dp_size - 1}")
 
@@ -118,8 +118,8 @@ class WorkerGroup:
             raise ValueError(f"{self.name}.{method}: {len(shards)} shards for {self.dp_size} data-parallel ranks")
         if not self.use_ray:
             return self.call_all(method, shards[0], *args, **kwargs)
-        refs = [getattr(w, method).remote(shards[t["dp_rank"]], *args, **kwargs)
-                for w, t in zip(self.workers, self.topology)]
+        refs = [getattr(w, method).remote(shard, *args, **kwargs)
+                for w, shard in zip(self.workers, shards_by_rank(shards, self.topology))]
         results = self._wait(refs, method, self.call_timeout_s)
         return [results[i] for _, i in self.leaders]
 
@@ -138,6 +138,17 @@ class WorkerGroup:
                 except Exception as e:  # already dead, or Ray is going down: nothing left to stop
                     logger.debug("%s: ray.kill: %s", self.name, e)
         self.workers = []
+
+
+def shards_by_rank(shards: Sequence[Any], topology: List[Dict[str, Any]]) -> List[Any]:
+    """The shard each rank gets: its data-parallel rank's; the ranks of one model-parallel or sequence-parallel
+    group (one data-parallel rank) get the same one."""
+    return [shards[t["dp_rank"]] for t in topology]
+
+
+def dp_leaders(topology: List[Dict[str, Any]]) -> List[Any]:
+    """(dp_rank, rank) of the ranks whose outputs are collected, one per data-parallel rank, in DP order."""
+    return sorted((t["dp_rank"], i) for i, t in enumerate(topology) if t["leader"])
 
 
 def _pid(_worker: Any) -> int:

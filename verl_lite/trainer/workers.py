@@ -119,7 +119,10 @@ class EngineWorker:
 
     def _micro_batches(self, engine, batch: Dict[str, Any], micro_bsz: int, max_token_len: Optional[int]):
         """Fixed micro-batches of `micro_bsz` rows, or packed by a token budget (verl's dynamic batch size)
-        when `max_token_len` is set (`verl_lite.trainer.dynamic_batch`)."""
+        when `max_token_len` is set (`verl_lite.trainer.dynamic_batch`). The budget is per rank: an SP
+        group shares each micro-batch, so its budget is the role's times the SP size (as verl counts it)."""
+        if max_token_len is not None:
+            max_token_len *= engine.sequence_parallel_size()
         return dynamic_batch.MicroBatches(batch, micro_batch_size=int(micro_bsz), max_token_len=max_token_len,
                                           count_sync=dynamic_batch.max_over_ranks,
                                           multiple_of=engine.micro_batch_multiple())

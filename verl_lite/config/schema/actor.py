@@ -98,6 +98,13 @@ class ActorConfig:
     # Megatron engines. verl's default is True; verl_lite's is False: compiling costs seconds per worker,
     # which dominates tiny CPU runs. On cpu it needs a C++ compiler (g++ or $CXX; the preflight checks).
     use_torch_compile: bool = False
+    # Ulysses sequence parallelism (torch/fsdp engine): each micro-batch's packed sequence is split over
+    # this many ranks, which all get the same data (DP size = ranks / this); attention swaps the split
+    # from sequence to heads with an all-to-all. Needs remove-padding and a divisor of the ranks and of
+    # num_attention_heads; Gated DeltaNet models (Qwen3.5) are refused. The token budget of dynamic
+    # micro-batches is per rank, so an SP group's is this times larger (as verl). 1 = off. On the megatron
+    # strategy use megatron.context_parallel_size.
+    ulysses_sequence_parallel_size: int = 1
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     # What the actor's checkpoints save and load (verl's checkpoint section).
@@ -138,6 +145,9 @@ class RefConfig:
     # torch.compile the ref's log-prob computation (as actor.use_torch_compile); follows the actor's
     # unless set, as in verl.
     use_torch_compile: bool = "${actor_rollout_ref.actor.use_torch_compile}"
+    # Ulysses sequence parallelism of the ref's log-prob pass (as actor.ulysses_sequence_parallel_size);
+    # follows the actor's unless set, as in verl.
+    ulysses_sequence_parallel_size: int = "${actor_rollout_ref.actor.ulysses_sequence_parallel_size}"  # type: ignore[assignment]
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
 

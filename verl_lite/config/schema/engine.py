@@ -133,6 +133,9 @@ class FSDPConfig:
     # class: `+...wrap_policy.transformer_layer_cls_to_wrap=[Qwen3DecoderLayer]` (default: the model's
     # _no_split_modules), plus the embeddings and LM head unless tied (verl's fsdp2). The root always.
     wrap_policy: Dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
+    # verl's engine-level Ulysses SP size (verl copies the role's ulysses_sequence_parallel_size here when that is
+    # above 1): read when the role's own key is 1. Same meaning and checks as the role's key.
+    ulysses_sequence_parallel_size: int = 1
 
 
 # ---------------------------------------------------------------------------- model

@@ -114,6 +114,9 @@ class CriticConfig:
     # verl's legacy clip key, no longer read by verl 0.9: critic.optim.clip_grad is the clip applied.
     # Not read by verl_lite either; the preflight refuses a changed value and names optim.clip_grad.
     grad_clip: float = 1.0
+    # Ulysses sequence parallelism of the critic (as actor_rollout_ref.actor.ulysses_sequence_parallel_size;
+    # not copied from the actor, as in verl). 1 = off.
+    ulysses_sequence_parallel_size: int = 1
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
 

@@ -121,6 +121,13 @@ class MegatronLMEngine(BaseEngine):
         return {"critic": "critic.megatron"}.get(self.role, f"actor_rollout_ref.{self.role}.megatron")
 
     def initialize(self) -> None:
+        from verl_lite.config.roles import SECTION
+        from verl_lite.decisions import ulysses
+
+        refused = ulysses.problems(*ulysses.setting(self.engine_config, SECTION[self.role]), None, None, None,
+                                   strategy="megatron")
+        if refused:
+            raise ValueError(refused[0])
         self._import_backend()  # first: on Ascend, MindSpeed patches megatron before anything imports it
         from megatron.core import parallel_state as mpu
 
