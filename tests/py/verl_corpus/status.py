@@ -27,9 +27,10 @@ ENTRY_CONFIG = {
     "verl.experimental.fully_async_policy.fully_async_main": "fully_async_ppo_trainer",
     "verl.experimental.one_step_off_policy.main_ppo": "one_step_off_ppo_trainer",
 }
-# the key a problem is about: "<role>: <key>=...", "<key>=...", "unknown key '<key>'", "--config-name=...",
+# the key a problem is about: "<role>: <key>=...", "<key>=...", "unknown key '<key>'", "cannot add '<key>'",
+# "--config-name=...",
 # "'<group>@<package>=...'" (a Hydra group line)
-KEY = re.compile(r"(?:(?:actor|ref|critic): )?(?:unknown key |')?'?(--config-name|--config-path|model_engine|"
+KEY = re.compile(r"(?:(?:actor|ref|critic): )?(?:unknown key |cannot add |')?'?(--config-name|--config-path|model_engine|"
                  r"[A-Za-z_][\w@]*(?:\.[A-Za-z_0-9][\w@-]*)+)")
 
 

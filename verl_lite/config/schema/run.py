@@ -184,9 +184,9 @@ class OverlongBufferConfig:
 
 @dataclass
 class RewardKwargsConfig:
-    # Keyword arguments of the reward manager, as verl's reward.reward_kwargs (or the legacy
-    # reward_model.reward_kwargs); read by the dapo manager only. The length the overlong penalty is
-    # measured to (usually data.max_response_length); required with overlong_buffer_cfg.enable.
+    # The length the DAPO overlong penalty is measured to (usually data.max_response_length); required
+    # with overlong_buffer_cfg.enable. This section is verl's reward.reward_kwargs (legacy spelling
+    # reward_model.reward_kwargs), read by the dapo reward manager only.
     max_resp_len: Optional[int] = None
     overlong_buffer_cfg: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
 
