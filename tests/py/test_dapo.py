@@ -276,3 +276,15 @@ def test_a_short_dapo_run_with_the_overlong_penalty_raises_the_reward(data_dir, 
     assert last > first + 0.15, f"reward did not rise: first 5 steps {first:.3f}, last 5 steps {last:.3f}"
     overlong = [r["reward_extra/overlong/mean"] for r in rows]
     assert sum(overlong[-5:]) < sum(overlong[:5]) / 2
+
+
+def test_a_generation_batch_that_does_not_split_over_the_data_parallel_ranks_is_refused():
+    from verl_lite.preflight.run import compose_and_check
+
+    _, problems = compose_and_check(["trainer.device=cpu", "trainer.n_gpus_per_node=2", "data.gen_batch_size=1",
+                                     "actor_rollout_ref.rollout.n=1", "data.train_batch_size=4",
+                                     "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.adv_estimator=grpo",
+                                     "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=acc"],
+                                    for_training=False)
+    assert problems == ["actor: data.gen_batch_size * rollout.n = 1*1 = 1 is not divisible by the data-parallel size 2 "
+                        "(2 devices, fsdp): each generation batch is split over the ranks"]
