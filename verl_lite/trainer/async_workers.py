@@ -35,6 +35,7 @@ from verl_lite.engine.base import CPUSnapshotUnsupported
 from verl_lite.registry import ROLLOUTS
 from verl_lite.reward.manager import score_responses
 from verl_lite.reward.registry import build_reward_manager
+from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, OVERLONG_KEYS
 from verl_lite.rollout.hf import position_ids_from
 from verl_lite.trainer.workers import ActorRolloutRefWorker, EngineWorker
 
@@ -317,7 +318,10 @@ class RolloutWorker:
         return chunk
 
     def _score(self, batch: Dict[str, Any]):
-        return score_responses(self.tokenizer, self.reward_fn, batch)[0]
+        token_scores, _, extra = score_responses(self.tokenizer, self.reward_fn, batch)
+        # the dapo manager's logged overlong penalty rides along to the trainer's metrics (per-row lists)
+        batch.update({EXTRA_PREFIX + k: v for k, v in extra.items() if k in OVERLONG_KEYS})
+        return token_scores
 
     # -- validation ------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 # metrics computed from the token-level tensors; any other name is a key of the reward's extra info
 SEQ_METRICS = ("seq_reward", "seq_final_reward")
 EXTRA_PREFIX = "_reward_extra/"  # batch keys of the per-response reward extra info (driver-side lists)
+OVERLONG_KEYS = ("overlong_reward", "overlong")  # the dapo manager's values with overlong_buffer_cfg.log
 PROMPT_WIDTH_KEYS = ("prompts",)
 FULL_WIDTH_KEYS = ("input_ids", "attention_mask", "position_ids")
 
@@ -187,7 +188,7 @@ def reward_extra_metrics(batch: Dict[str, Any]) -> Dict[str, float]:
     import numpy as np
 
     out = {}
-    for key in ("overlong_reward", "overlong"):
+    for key in OVERLONG_KEYS:
         values = batch.get(EXTRA_PREFIX + key)
         if values:
             out[f"reward_extra/{key}/mean"] = float(np.mean([float(v) for v in values]))
