@@ -288,3 +288,17 @@ def test_a_generation_batch_that_does_not_split_over_the_data_parallel_ranks_is_
                                     for_training=False)
     assert problems == ["actor: data.gen_batch_size * rollout.n = 1*1 = 1 is not divisible by the data-parallel size 2 "
                         "(2 devices, fsdp): each generation batch is split over the ranks"]
+
+
+def test_a_dapo_run_ends_when_its_epochs_run_out_as_verls_dapo_trainer_does(copy_task_data, tmp_path):
+    """16 prompts, 2 epochs, 4 prompts a step: 8 steps by the count, but each step that drops a group
+    draws 4 more prompts, so the 8 batches of 4 run out first and the run ends without an error."""
+    fn = tmp_path / "odd_only.py"
+    fn.write_text(ODD_ONLY)
+    small = copy_task_data(n_train=16, n_val=4)
+    rows = train(tiny(small, tmp_path / "run", 10, f"custom_reward_function.path={fn}",
+                      "custom_reward_function.name=score", "trainer.total_epochs=2", "data.train_batch_size=4",
+                      "actor_rollout_ref.actor.ppo_mini_batch_size=2"))
+    steps = [r["step"] for r in rows]
+    assert 1 <= len(steps) < 8 and steps == list(range(1, len(steps) + 1))
+    assert sum(r["train/num_gen_batches"] for r in rows) <= 8

@@ -141,6 +141,14 @@ def dp_shards(batch: Batch, num_mini: int, dp: int, balance: bool = False,
     return split(ordered, [n // dp] * dp)
 
 
+class EpochsExhausted(Exception):
+    """Dynamic sampling needs prompts after trainer.total_epochs passes over the data."""
+
+    def __init__(self, epochs: int):
+        super().__init__(f"the training data ran out after {epochs} epochs")
+        self.epochs = epochs
+
+
 _UNSET: Any = object()
 class PPOTrainer(StepLoop):
     def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
@@ -201,6 +209,8 @@ class PPOTrainer(StepLoop):
         for _ in range(fetches):
             idx = self.sampler.next_batch()
             if idx is None:
+                if self.dynamic is not None and self.sampler.state.epoch >= int(self.cfg.trainer.total_epochs):
+                    raise EpochsExhausted(self.sampler.state.epoch)
                 idx = self.sampler.next_batch()
             examples += [self.train_set.examples[i] for i in idx]
         return self._prompt_batch(examples, int(self.cfg.actor_rollout_ref.rollout.n))
@@ -390,8 +400,17 @@ class PPOTrainer(StepLoop):
     def _loop(self, bar) -> None:
         t = self.cfg.trainer
         while self.global_step < self.total_steps and not self.stop.requested:
-            with self.during("at step", self.global_step + 1):
-                metrics = self.step()
+            try:
+                with self.during("at step", self.global_step + 1):
+                    metrics = self.step()
+            except EpochsExhausted as e:  # dynamic sampling drew more prompts per step than total_steps counted
+                logger.info("the training data ran out after %d epochs (trainer.total_epochs) at step %d of %d: dynamic "
+                            "sampling draws more than train_batch_size prompts a step; stopping as verl's DAPO "
+                            "trainer does", e.epochs, self.global_step, self.total_steps)
+                if t.save_freq > 0 and self.global_step > self.saved_step:
+                    with self.during("saving the checkpoint of step", self.global_step):
+                        self._save()
+                break
             self.global_step += 1
             is_last = self.global_step >= self.total_steps
             if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
