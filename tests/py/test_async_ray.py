@@ -185,3 +185,23 @@ def test_an_async_run_hits_the_fault_points_notes_the_step_and_masks_secrets_in_
     assert err.value.__notes__ == ["at step 2 of 3"]
     assert "saved checkpoint" in caplog.text and "<masked>" in caplog.text
     assert secret not in caplog.text
+
+
+def test_async_grpo_scores_with_the_dapo_manager_and_logs_its_overlong_penalty(ray_cluster, data_dir, tmp_path):
+    """The rollout replicas score with reward_model.reward_manager (here dapo), and the penalty's
+    logged values reach the trainer's metrics (response length 3 = max_resp_len: all in the buffer)."""
+    from verl_lite.trainer.run import run
+
+    out = tmp_path / "dapo"
+    assert run(load_config(overrides(data_dir, out, 2, "reward.reward_manager.name=dapo",
+                                     "+reward.reward_kwargs.max_resp_len=3",
+                                     "+reward.reward_kwargs.overlong_buffer_cfg.enable=True",
+                                     "+reward.reward_kwargs.overlong_buffer_cfg.len=2",
+                                     "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                                     "+reward.reward_kwargs.overlong_buffer_cfg.log=True"))) == 0
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:  # length 1 -> 0, 2 -> -0.5, 3 -> -1.0: the mean lies in [-1, 0] and matches the share
+        assert -1.0 <= r["reward_extra/overlong_reward/mean"] <= 0.0
+        assert 0.0 < r["reward_extra/overlong/mean"] <= 1.0
+        assert r["critic/score/min"] < 0.0  # a copy score is >= 0: only the penalty makes it negative

@@ -451,7 +451,7 @@ def test_verls_reward_section_spellings_are_read_as_the_keys_verl_lite_reads():
 
 def test_keys_of_verls_other_engines_and_added_verl_keys_are_refused_as_verl_settings_not_typos():
     for line, fragment in (("actor_rollout_ref.actor.veomni.param_offload=True", "the VeOmni engine is not supported"),
-                           ("+reward.reward_kwargs.overlong_buffer_cfg.enable=True", "reward managers"),
+                           ("+actor_rollout_ref.rollout.multi_turn.max_user_turns=2", "multi-turn rollouts"),
                            ("data.image_key=images", "images in the prompts are not supported by verl_lite yet"),
                            ("actor_rollout_ref.actor.model_engine=megatron", "top-level config group, model_engine=")):
         (problem,) = problems_of(line)
@@ -532,7 +532,7 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
     ("actor_rollout_ref.actor.checkpoint.mbridge_config.memory_efficient=True", "mbridge's save_weights arguments"),
     ("actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=my.backend", "custom checkpoint-engine backends"),
     ("critic.forward_max_token_len_per_gpu=4096", "the value pass uses critic.ppo_max_token_len_per_gpu"),
-    ("+algorithm.filter_groups.enable=True", "dynamic sampling (DAPO's filter_groups)"),
+    ("algorithm.filter_groups.max_inflight_gen_batches=2", "verl's streaming refill of single prompts"),
     ("algorithm.rollout_correction.rollout_is=token", "rollout/training mismatch correction"),
     ("actor_rollout_ref.actor.fsdp_config.dtype=float16", "the compute dtype is <role>.fsdp_config.mixed_precision"),
 ])

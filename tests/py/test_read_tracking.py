@@ -82,6 +82,12 @@ GRPO = [
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1", "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1",
     "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=1",
     "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=1",
+    # DAPO: its reward manager with the overlong penalty, and dynamic sampling
+    "reward_model.reward_manager=dapo", "reward_model.reward_kwargs.max_resp_len=3",
+    "reward_model.reward_kwargs.overlong_buffer_cfg.enable=True", "reward_model.reward_kwargs.overlong_buffer_cfg.len=1",
+    "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5", "reward_model.reward_kwargs.overlong_buffer_cfg.log=True",
+    "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=seq_reward",
+    "algorithm.filter_groups.max_num_gen_batches=50", "data.gen_batch_size=4",
 ]
 PPO = [
     "algorithm.adv_estimator=gae", "algorithm.gamma=0.99", "algorithm.lam=0.95",

@@ -31,6 +31,9 @@ FRAGMENT = {
     # keys verl does not have at the pinned commit either (verl's Hydra refuses those runs too)
     "actor_rollout_ref.rollout.single_turn_response_length": "unknown key",
     "actor_rollout_ref.actor.model_engine": "unknown key",
+    # `+key=` for keys verl's config already has (verl's Hydra refuses to add them: the run does not compose there)
+    "algorithm.filter_groups.enable": "cannot add",
+    "algorithm.filter_groups.max_num_gen_batches": "cannot add",
     # the fully-async scripts' train_batch_size=0 (verl streams samples one prompt at a time)
     "data.train_batch_size": "must be a positive integer",
     # layouts megatron-core refuses too (world % (EP*ETP*PP) != 0), for actor and ref alike

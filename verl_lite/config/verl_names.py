@@ -49,6 +49,7 @@ ALIASES = {
     "reward.reward_manager.name": "reward_model.reward_manager",
     "reward.custom_reward_function.": "custom_reward_function.",
     "reward.reward_model.enable": "reward_model.enable",
+    "reward.reward_kwargs.": "reward_model.reward_kwargs.",
 }
 # verl's names of a value -> verl_lite's: verl's `fsdp2` is the FSDP2 engine (`fully_shard`) that
 # verl_lite's strategy `fsdp` runs; verl's `fsdp` (FSDP1) runs on the same engine (the summary says so)
@@ -101,7 +102,9 @@ INSTEAD: List[Tuple[str, str]] = [
      "(backend=naive); remove it"),
     ("*.rollout.checkpoint_engine*", f"{NOT}: of verl's checkpoint-engine settings verl_lite reads backend "
                                      "(naive) and update_weights_bucket_megabytes; remove it"),
-    ("algorithm.filter_groups*", f"dynamic sampling (DAPO's filter_groups) is {YET}: remove it"),
+    ("algorithm.filter_groups.max_inflight_gen_batches",
+     f"{NOT}: verl's streaming refill of single prompts in flight (its V1 replay buffer); dynamic sampling here "
+     "generates one batch of data.gen_batch_size prompts at a time, as verl's DAPO recipe does; remove it"),
     ("algorithm.rollout_correction*", f"rollout/training mismatch correction (importance sampling or rejection on rollout "
                                       f"log-probs) is {YET}: remove it; old log-probs come from the actor (the vllm "
                                       "rollout reports the gap as training/rollout_probs_diff_*)"),
@@ -110,14 +113,11 @@ INSTEAD: List[Tuple[str, str]] = [
                                               "prompt gets one response"),
     ("actor_rollout_ref.rollout.agent*", f"agent loops are {YET}: each prompt gets one response"),
     ("rollout.total_rollout_steps", f"{NOT}: the fully-async run's length is trainer.total_training_steps (or total_epochs)"),
-    ("data.gen_batch_size", f"{NOT}: each step generates data.train_batch_size prompts"),
     ("*.engine_kwargs.sglang*", f"the sglang rollout is {NOT}: use actor_rollout_ref.rollout.name=hf or vllm"),
     ("data.image_key", f"images in the prompts are {YET} (vision-language data): the run would train without its "
                        "images; for a text-only dataset leave the line out"),
     ("data.video_key", f"videos in the prompts are {YET} (vision-language data): the run would train without its "
                        "videos; for a text-only dataset leave the line out"),
-    ("reward*.reward_kwargs*", f"keyword arguments of verl's reward managers (DAPO's overlong_buffer_cfg and "
-                               f"max_resp_len) are {YET}: the naive reward manager runs here"),
     ("*.veomni.*", f"the VeOmni engine is {NOT}: use model_engine=dp (FSDP2) or model_engine=megatron"),
     ("*.torchtitan.*", f"the torchtitan engine is {NOT}: use model_engine=dp (FSDP2) or model_engine=megatron"),
     ("*.optim.min_lr_factor", f"the torchtitan engine's optimizer setting is {NOT}: verl_lite's engines read "
@@ -324,7 +324,7 @@ DEFAULT_DIFFERENCES = {
     "critic.strategy": "null = the actor's strategy (verl: fsdp unless model_engine says otherwise)",
     "critic.model.path": "\"\" = the actor's model (verl repeats the path)",
     "reward_model.enable": "False: reward models are not supported (verl: null = off)",
-    "reward_model.reward_manager": "naive, the one verl_lite implements (verl: null = naive)",
+    "reward_model.reward_manager": "naive, what verl's null (and reward.reward_manager.name's default) means",
     "custom_reward_function.name": "compute_score, verl's own fallback for null",
     "trainer.project_name": "verl_lite's own name",
     "trainer.experiment_name": "verl_lite's own name",

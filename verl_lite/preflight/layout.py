@@ -117,6 +117,10 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
             f"{role}: data.train_batch_size * rollout.n = {batch}*{n} = {sequences} is not divisible by the "
             f"data-parallel size {dp} ({how}): {sequences} % {dp} = {sequences % dp}"
         )
+    gen = cfg.data.gen_batch_size
+    if role == "actor" and gen and int(gen) > 0 and (int(gen) * n) % dp:  # each generation batch splits over DP
+        problems.append(f"{role}: data.gen_batch_size * rollout.n = {gen}*{n} = {int(gen) * n} is not divisible by the "
+                        f"data-parallel size {dp} ({how}): each generation batch is split over the ranks")
     if role == "ref":
         return problems
     mini_key, mini, micro, micro_key, dynamic = _mini_batch(cfg, role)

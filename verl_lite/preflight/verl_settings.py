@@ -23,6 +23,8 @@ from verl_lite.decisions import optimizer_overrides, packing_mode, ulysses
 from verl_lite.engine import fsdp_policy
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
+from verl_lite.reward.registry import reward_manager_problems
+from verl_lite.trainer.dynamic_sampling import filter_groups_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
 
 
@@ -161,9 +163,8 @@ def _run_problems(cfg: Any) -> List[str]:
     if cfg.reward_model.enable:
         problems.append(f"reward_model.enable=True: reward models are {YET}: use a rule-based or "
                         "custom_reward_function.path reward")
-    if cfg.reward_model.reward_manager != "naive":
-        problems.append(f"reward_model.reward_manager={cfg.reward_model.reward_manager!r}: only the naive reward "
-                        f"manager is supported (other managers are {YET}); set it to naive")
+    problems += reward_manager_problems(cfg)  # reward_model.reward_manager and reward_kwargs
+    problems += filter_groups_problems(cfg)  # algorithm.filter_groups and data.gen_batch_size
     if cfg.trainer.log_val_generations:
         problems.append(f"trainer.log_val_generations={cfg.trainer.log_val_generations}: logging validation "
                         f"samples is {YET}; set it to 0")

@@ -1,8 +1,10 @@
 """Rewards: rule rewards (GSM8K, MATH, DAPO, PRIME math, Geometry3K, Search-R1, synthetic tasks),
-custom reward functions from files, and the manager that scores a batch. Importing it imports no
-torch (nor sympy: the scorers that need it run it in a helper process)."""
+custom reward functions from files, and the reward managers that score a batch (naive, dapo:
+`build_reward_manager`). Importing it imports no torch (nor sympy: the scorers that need it run it
+in a helper process)."""
 
 from verl_lite.reward.custom import load_custom_reward_fn
+from verl_lite.reward.registry import REWARD_MANAGERS, build_reward_manager
 from verl_lite.reward.manager import (
     SUPPORTED_SOURCES,
     RewardFunctionError,
@@ -13,9 +15,11 @@ from verl_lite.reward.manager import (
 )
 
 __all__ = [
+    "REWARD_MANAGERS",
     "SUPPORTED_SOURCES",
     "RewardFunctionError",
     "RewardManager",
+    "build_reward_manager",
     "default_compute_score",
     "has_default_scorer",
     "load_custom_reward_fn",

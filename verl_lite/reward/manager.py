@@ -19,7 +19,7 @@ import inspect
 import math
 import numbers
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from verl_lite.reward import geo3k, gsm8k, math_dapo, prime_math, qa_em
 from verl_lite.reward import math as math_reward
@@ -157,6 +157,39 @@ class RewardManager:
         ground_truths: Sequence[Any],
         extra_infos: Optional[Sequence[Any]] = None,
     ) -> List[float]:
+        return [self._check(where, result) for where, result in self._results(data_sources, solution_strs,
+                                                                                ground_truths, extra_infos)]
+
+    def score(
+        self,
+        data_sources: Sequence[str],
+        solution_strs: Sequence[str],
+        ground_truths: Sequence[Any],
+        extra_infos: Optional[Sequence[Any]] = None,
+        response_lengths: Optional[Sequence[int]] = None,
+    ) -> Tuple[List[float], Dict[str, List[Any]]]:
+        """(one reward per response, verl's reward_extra_info: per-response lists of the other keys of
+        the dicts the score function returned). `response_lengths` (tokens, EOS included) are what
+        verl's DAPO manager penalises; the naive manager does not use them."""
+        return self._collect(self._results(data_sources, solution_strs, ground_truths, extra_infos), response_lengths)
+
+    def _collect(self, pairs: List[Tuple[str, Any]],
+                 response_lengths: Optional[Sequence[int]]) -> Tuple[List[float], Dict[str, List[Any]]]:
+        """The checked scores and the extra info of the (where, raw result) pairs."""
+        scores: List[float] = []
+        extra: Dict[str, List[Any]] = {}
+        for i, (where, result) in enumerate(pairs):
+            scores.append(self._check(where, result))
+            if isinstance(result, dict):
+                for key, value in result.items():
+                    extra.setdefault(key, [None] * i).append(value)
+            for values in extra.values():  # keys a sample's dict lacks stay aligned: None for it
+                if len(values) < i + 1:
+                    values.append(None)
+        return scores, extra
+
+    def _results(self, data_sources, solution_strs, ground_truths, extra_infos) -> List[Tuple[str, Any]]:
+        """(where, raw result) per sample: what the score function returned, awaited where it is async."""
         n = len(solution_strs)
         if extra_infos is None:
             extra_infos = [None] * n
@@ -176,7 +209,7 @@ class RewardManager:
                 raise RewardFunctionError(f"{wheres[i]} raised {type(e).__name__}: {e}") from e
         if any(inspect.isawaitable(r) for r in results):
             results = _await_all(results, wheres)
-        return [self._check(wheres[i], result) for i, result in enumerate(results)]
+        return list(zip(wheres, results))
 
     @staticmethod
     def _check(where: str, result: Any) -> float:
@@ -233,14 +266,16 @@ def score_responses(tokenizer: Any, reward_fn: Any, batch: Dict[str, Any]):
     """Decode each response (up to EOS), score it, and put the score on its last token (the driver
     and the fully-async rollout workers score the same way).
 
-    Returns (token-level scores (B, R), decoded texts)."""
+    Returns (token-level scores (B, R), decoded texts, reward_extra_info: per-response lists by key,
+    see RewardManager.score)."""
     import torch
 
     mask = batch["response_mask"]
     texts = [tokenizer.decode([t for t, keep in zip(r, m) if keep], skip_special_tokens=True)
              for r, m in zip(batch["responses"].tolist(), mask.tolist())]
-    scores = reward_fn(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"])
+    lengths = [int(n) for n in mask.sum(-1).tolist()]
+    scores, extra = reward_fn.score(batch["data_source"], texts, batch["ground_truth"], batch["extra_info"], lengths)
     token_scores = torch.zeros(mask.shape, dtype=torch.float32)
     last = (mask.sum(-1) - 1).clamp(min=0)
     token_scores[torch.arange(mask.shape[0]), last] = torch.tensor(scores, dtype=torch.float32)
-    return token_scores, texts
+    return token_scores, texts, extra

@@ -34,6 +34,7 @@ from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.async_buffer import ChunkBuffer
 from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
+from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
 from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_into_workers
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
@@ -301,6 +302,7 @@ class AsyncTrainer(StepLoop):
             "async/queue_capacity": got["depth"]["capacity"], "async/carry_groups": len(self.carry),
             "perf/num_sequences": int(mask.shape[0]),
         })
+        metrics.update(reward_extra_metrics(batch))  # the dapo manager's overlong_buffer_cfg.log
         metrics.update(self._rollout_perf())
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics

@@ -33,7 +33,9 @@ from verl_lite.config.sections import as_section
 from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.engine.base import CPUSnapshotUnsupported
 from verl_lite.registry import ROLLOUTS
-from verl_lite.reward.manager import RewardManager, score_responses
+from verl_lite.reward.manager import score_responses
+from verl_lite.reward.registry import build_reward_manager
+from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, OVERLONG_KEYS
 from verl_lite.rollout.hf import position_ids_from
 from verl_lite.trainer.workers import ActorRolloutRefWorker, EngineWorker
 
@@ -150,8 +152,7 @@ class RolloutWorker:
         model_cfg, rollout_cfg = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
         self.rollout = ROLLOUTS.load(rollout_cfg.name)(model_cfg, rollout_cfg, self.tokenizer, device)
-        reward_cfg = cfg.custom_reward_function
-        self.reward_fn = RewardManager.from_custom(reward_cfg.path, reward_cfg.name) if reward_cfg.path else RewardManager()
+        self.reward_fn = build_reward_manager(cfg)
         self.examples, self.val_examples = examples, val_examples or []
         async_cfg = cfg.async_training
         self.n, self.response_length = int(rollout_cfg.n), int(cfg.data.max_response_length)
@@ -317,7 +318,10 @@ class RolloutWorker:
         return chunk
 
     def _score(self, batch: Dict[str, Any]):
-        return score_responses(self.tokenizer, self.reward_fn, batch)[0]
+        token_scores, _, extra = score_responses(self.tokenizer, self.reward_fn, batch)
+        # the dapo manager's logged overlong penalty rides along to the trainer's metrics (per-row lists)
+        batch.update({EXTRA_PREFIX + k: v for k, v in extra.items() if k in OVERLONG_KEYS})
+        return token_scores
 
     # -- validation ------------------------------------------------------------------------------
 

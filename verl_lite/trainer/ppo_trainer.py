@@ -23,6 +23,7 @@ from verl_lite.data.dataset import BatchSampler
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
+from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.workers import LOSS_METRICS
@@ -140,6 +141,14 @@ def dp_shards(batch: Batch, num_mini: int, dp: int, balance: bool = False,
     return split(ordered, [n // dp] * dp)
 
 
+class EpochsExhausted(Exception):
+    """Dynamic sampling needs prompts after trainer.total_epochs passes over the data."""
+
+    def __init__(self, epochs: int):
+        super().__init__(f"the training data ran out after {epochs} epochs")
+        self.epochs = epochs
+
+
 _UNSET: Any = object()
 class PPOTrainer(StepLoop):
     def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
@@ -149,8 +158,9 @@ class PPOTrainer(StepLoop):
         self.n_devices = max(1, int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node))
         self.tokenizer, self.train_set, self.val_set = tokenizer, train_set, val_set
         self.reward_fn, self.tracking, self.out_dir = reward_fn, tracking, out_dir
-        self.sampler = BatchSampler(len(train_set), int(cfg.data.train_batch_size), int(cfg.data.seed),
-                                    bool(cfg.data.shuffle))
+        # data.gen_batch_size prompts at a time (verl's dataloader batch), train_batch_size when null
+        self.sampler = BatchSampler(len(train_set), prompts_per_fetch(cfg), int(cfg.data.seed), bool(cfg.data.shuffle))
+        self.dynamic = (DynamicSampler(cfg, tokenizer.pad_token_id) if cfg.algorithm.filter_groups.enable else None)
         self.ckpt = manager_for(cfg)  # max_actor_ckpt_to_keep and max_critic_ckpt_to_keep
         self.global_step = 0
         self.saved_step = 0
@@ -194,11 +204,15 @@ class PPOTrainer(StepLoop):
 
     # -- one step ------------------------------------------------------------------------------
 
-    def _next_prompts(self) -> Batch:
-        idx = self.sampler.next_batch()
-        if idx is None:
+    def _next_prompts(self, fetches: int = 1) -> Batch:
+        examples = []
+        for _ in range(fetches):
             idx = self.sampler.next_batch()
-        examples = [self.train_set.examples[i] for i in idx]
+            if idx is None:
+                if self.dynamic is not None and self.sampler.state.epoch >= int(self.cfg.trainer.total_epochs):
+                    raise EpochsExhausted(self.sampler.state.epoch)
+                idx = self.sampler.next_batch()
+            examples += [self.train_set.examples[i] for i in idx]
         return self._prompt_batch(examples, int(self.cfg.actor_rollout_ref.rollout.n))
 
     def _prompt_batch(self, examples, n: int) -> Batch:
@@ -211,15 +225,34 @@ class PPOTrainer(StepLoop):
         return batch
 
     def _score(self, batch: Batch) -> torch.Tensor:
-        token_scores, batch["_texts"] = score_responses(self.tokenizer, self.reward_fn, batch)
+        token_scores, batch["_texts"], extra = score_responses(self.tokenizer, self.reward_fn, batch)
+        batch.update({EXTRA_PREFIX + k: v for k, v in extra.items()})  # per-row lists: select/concat keep them
         return token_scores
+
+    def _generate_and_score(self, prompts: Batch, sampling: Dict[str, Any], log_probs: bool, ref_log_probs: bool,
+                            timing: Dict[str, float]) -> Batch:
+        """One generation batch, scored; adds its seconds to timing's gen, old_log_prob and reward."""
+        rollout = self.cfg.actor_rollout_ref.rollout
+        t = time.perf_counter()
+        gen = self.actor_wg.dp_call("generate_sequences", _tensors(prompts, PROMPT_KEYS),
+                                    int(self.cfg.data.max_response_length), sampling,
+                                    log_probs=log_probs, ref_log_probs=ref_log_probs)
+        old_log_prob = gen.pop("timing_s")["old_log_prob"]
+        timing["old_log_prob"] = timing.get("old_log_prob", 0.0) + old_log_prob
+        timing["gen"] = timing.get("gen", 0.0) + time.perf_counter() - t - old_log_prob
+        for k in LIST_KEYS:
+            gen[k] = prompts[k]
+        gen["temperature"] = float(rollout.temperature)
+        t = time.perf_counter()
+        gen["token_level_scores"] = self._score(gen)
+        timing["reward"] = timing.get("reward", 0.0) + time.perf_counter() - t
+        return gen
 
     def step(self) -> Dict[str, Any]:
         cfg = self.cfg
         actor_rollout_ref = cfg.actor_rollout_ref
         timing: Dict[str, float] = {}
         t0 = time.perf_counter()
-        prompts = self._next_prompts()
         rollout = actor_rollout_ref.rollout
         sampling = {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p,
                     "do_sample": rollout.do_sample}
@@ -230,18 +263,14 @@ class PPOTrainer(StepLoop):
         kl_in_reward = self.kl_ctrl_in_reward is not None
         on_policy = num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
         use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
-        gen = self.actor_wg.dp_call("generate_sequences", _tensors(prompts, PROMPT_KEYS),
-                                    int(cfg.data.max_response_length), sampling,
-                                    log_probs=not on_policy, ref_log_probs=use_kl or kl_in_reward)
-        worker_timing = gen.pop("timing_s")
-        timing["old_log_prob"] = worker_timing["old_log_prob"]
-        timing["gen"] = time.perf_counter() - t0 - timing["old_log_prob"]
-        for k in LIST_KEYS:
-            gen[k] = prompts[k]
-        gen["temperature"] = float(actor_rollout_ref.rollout.temperature)
-        t = time.perf_counter()
-        gen["token_level_scores"] = self._score(gen)
-        timing["reward"] = time.perf_counter() - t
+        def generate(fetches: int) -> Batch:
+            return self._generate_and_score(self._next_prompts(fetches), sampling, not on_policy,
+                                            use_kl or kl_in_reward, timing)
+
+        if self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
+            gen, sampling_metrics = generate(int(cfg.data.train_batch_size) // prompts_per_fetch(cfg)), {}
+        else:  # DAPO's dynamic sampling: rounds of gen_batch_size prompts until enough varied groups
+            gen, sampling_metrics = self.dynamic.collect(lambda _round: generate(1))
         entropy = None
         if not on_policy:
             entropy = core_algos.masked_mean(gen.pop("entropy"), gen["response_mask"].float()).item()
@@ -264,6 +293,8 @@ class PPOTrainer(StepLoop):
                                                                float(cfg.algorithm.gamma), float(cfg.algorithm.lam))
         gen["advantages"], gen["returns"] = adv, ret
         metrics: Dict[str, Any] = dict(kl_metrics)
+        metrics.update(sampling_metrics)
+        metrics.update(reward_extra_metrics(gen))
         train_batch = _tensors(gen)
         n_seq = mask.shape[0]
         t = time.perf_counter()
@@ -369,8 +400,17 @@ class PPOTrainer(StepLoop):
     def _loop(self, bar) -> None:
         t = self.cfg.trainer
         while self.global_step < self.total_steps and not self.stop.requested:
-            with self.during("at step", self.global_step + 1):
-                metrics = self.step()
+            try:
+                with self.during("at step", self.global_step + 1):
+                    metrics = self.step()
+            except EpochsExhausted as e:  # dynamic sampling drew more prompts per step than total_steps counted
+                logger.info("the training data ran out after %d epochs (trainer.total_epochs) at step %d of %d: dynamic "
+                            "sampling draws more than train_batch_size prompts a step; stopping as verl's DAPO "
+                            "trainer does", e.epochs, self.global_step, self.total_steps)
+                if t.save_freq > 0 and self.global_step > self.saved_step:
+                    with self.during("saving the checkpoint of step", self.global_step):
+                        self._save()
+                break
             self.global_step += 1
             is_last = self.global_step >= self.total_steps
             if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):

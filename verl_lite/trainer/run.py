@@ -28,7 +28,8 @@ from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.values import value_problems
 from verl_lite.preflight.verl_settings import verl_problems
-from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, RewardManager, SUPPORTED_SOURCES,
+from verl_lite.reward.registry import build_reward_manager
+from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES,
                                      has_default_scorer)
 from verl_lite.secrets import redact, redacted_logs
 from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
@@ -205,7 +206,7 @@ class _Job:
         val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
         self.val_set = PromptDataset.from_config(val_files, self.tokenizer, d) if val_files else None
         reward = cfg.custom_reward_function
-        self.reward_fn = RewardManager.from_custom(reward.path, reward.name) if reward.path else RewardManager()
+        self.reward_fn = build_reward_manager(cfg)  # reward_model.reward_manager, scoring with custom_reward_function
         self._check_fit(reward.path)
         # One resume path for both modes: a damaged checkpoint is refused before Ray and the models,
         # and what an interrupted save left is tidied first.

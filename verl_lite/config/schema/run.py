@@ -26,6 +26,11 @@ class DataConfig:
     prompt_key: str = "prompt"
     # Prompts per step (before repetition by rollout.n).
     train_batch_size: int = 32
+    # Prompts generated per round of DAPO's dynamic sampling (algorithm.filter_groups); null =
+    # train_batch_size. Without filter_groups each step still trains on train_batch_size prompts (as
+    # verl's trainer, which fetches them gen_batch_size at a time): a value must divide it. Refused in
+    # fully-async mode, where verl gives it another meaning.
+    gen_batch_size: Optional[int] = None
     # verl: prompts per validation batch (null = the whole set at once). Not supported by verl_lite yet:
     # validation generates the whole validation set in one call; a value is refused.
     val_batch_size: Optional[int] = None
@@ -75,6 +80,25 @@ class KLControlConfig:
     horizon: int = 10000
     # Target KL of the adaptive controller.
     target_kl: float = 0.1
+
+
+# ---------------------------------------------------------------------------- dynamic sampling
+
+
+@dataclass
+class FilterGroupsConfig:
+    # DAPO's dynamic sampling (synchronous trainer): drop the prompt groups whose `metric` is the same
+    # for all rollout.n responses (no learning signal) and generate further batches of
+    # data.gen_batch_size prompts until data.train_batch_size groups are kept; the surplus is cut.
+    # Logs train/num_gen_batches and train/filter_groups/{kept,dropped}_groups per step.
+    enable: bool = False
+    # What must vary within a group: acc or score (keys the reward function returns; the dapo reward
+    # manager records acc = the score of a numeric result), seq_reward (the summed score) or
+    # seq_final_reward (the summed reward after the in-reward KL penalty). Required with enable.
+    metric: Optional[str] = None
+    # Generation batches per step before the run stops with an error (too few varied groups); <= 0 =
+    # no limit.
+    max_num_gen_batches: int = 0
 
 
 # ---------------------------------------------------------------------------- critic
@@ -143,6 +167,31 @@ class AlgorithmConfig:
     # (needs the whole distribution) is refused.
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+
+
+@dataclass
+class OverlongBufferConfig:
+    # DAPO's overlong reward shaping (reward_manager=dapo): responses longer than max_resp_len - len
+    # tokens get min(-(L - (max_resp_len - len)) / len * penalty_factor, 0) added to their score.
+    enable: bool = False
+    # Tokens before max_resp_len over which the penalty grows from 0 to penalty_factor (> 0 when
+    # enabled; verl has no default and requires it).
+    len: Optional[int] = None
+    # The penalty at max_resp_len (verl has no default and requires it; its DAPO scripts use 1.0).
+    penalty_factor: Optional[float] = None
+    # Log the per-response penalty: metrics reward_extra/overlong_reward/mean and
+    # reward_extra/overlong/mean (the share penalised).
+    log: bool = False
+
+
+@dataclass
+class RewardKwargsConfig:
+    # The length the DAPO overlong penalty is measured to (usually data.max_response_length); required
+    # with overlong_buffer_cfg.enable. This section is verl's reward.reward_kwargs (legacy spelling
+    # reward_model.reward_kwargs), read by the dapo reward manager only.
+    max_resp_len: Optional[int] = None
+    overlong_buffer_cfg: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
 
 
 @dataclass
@@ -150,9 +199,11 @@ class RewardModelConfig:
     # verl: score with a reward model. Not supported by verl_lite yet: True is refused (rule or custom
     # reward functions only).
     enable: bool = False
-    # verl: the reward manager (naive, prime, dapo, batch, ...). verl_lite scores like naive, one score
-    # per response on its last token; other managers are refused.
+    # How responses are scored (verl: reward.reward_manager.name): naive (one score per response, on
+    # its last token) or dapo (naive plus DAPO's overlong penalty, see reward_kwargs, and `acc` = the
+    # score for filter_groups). verl's prime, batch, gdpo, remote and rate_limited are refused by name.
     reward_manager: str = "naive"
+    reward_kwargs: RewardKwargsConfig = field(default_factory=RewardKwargsConfig)
 
 
 @dataclass

@@ -1,0 +1,79 @@
+"""DAPO's reward manager (verl's `reward_manager=dapo`): the rule reward plus DAPO's overlong reward
+shaping, a linear penalty on responses that run into the last `len` tokens before `max_resp_len`.
+
+    penalty(L) = min(-(L - (max_resp_len - len)) / len * penalty_factor, 0)
+
+L is the response's length in tokens (EOS included, as verl counts it from the attention mask): 0 up
+to max_resp_len - len, then falling linearly to -penalty_factor at L = max_resp_len. As verl's
+DAPORewardManager it records `acc` (= the score) for a score function that returns a number, every
+key of a returned dict, and with overlong_buffer_cfg.log the per-response `overlong_reward` and
+`overlong` (penalised or not). Settings: reward_model.reward_kwargs (verl: reward.reward_kwargs).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from verl_lite.reward.manager import RewardManager
+
+
+def overlong_penalty(length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
+    """DAPO's overlong reward of a response of `length` tokens (<= 0; 0 before the buffer)."""
+    expected_len = max_resp_len - buffer_len
+    exceed_len = length - expected_len
+    return min(-exceed_len / buffer_len * penalty_factor, 0)
+
+
+def overlong_problems(reward_kwargs: Any) -> List[str]:
+    """What verl's DAPORewardManager asserts of its settings, as errors that name the key."""
+    buf = reward_kwargs.overlong_buffer_cfg
+    if not buf.enable:
+        return []
+    prefix = "reward_model.reward_kwargs"
+    problems = []
+    if reward_kwargs.max_resp_len is None:
+        problems.append(f"{prefix}.max_resp_len=null with {prefix}.overlong_buffer_cfg.enable=True: the penalty is "
+                        f"measured from it; set it (usually to data.max_response_length)")
+    if buf.len is None or buf.len <= 0:
+        problems.append(f"{prefix}.overlong_buffer_cfg.len={buf.len}: must be positive when the overlong penalty is "
+                        f"enabled (or set {prefix}.overlong_buffer_cfg.enable=False)")
+    elif reward_kwargs.max_resp_len is not None and reward_kwargs.max_resp_len < buf.len:
+        problems.append(f"{prefix}.max_resp_len={reward_kwargs.max_resp_len} is shorter than "
+                        f"{prefix}.overlong_buffer_cfg.len={buf.len}: the buffer lies inside max_resp_len")
+    if buf.penalty_factor is None:
+        problems.append(f"{prefix}.overlong_buffer_cfg.penalty_factor=null: set the penalty at max_resp_len "
+                        "(verl's DAPO scripts use 1.0)")
+    return problems
+
+
+class DAPORewardManager(RewardManager):
+    """verl's DAPORewardManager: the naive manager's scores, `acc` recorded for numeric results, plus
+    the overlong penalty when overlong_buffer_cfg.enable."""
+
+    def __init__(self, score_fn: Optional[Callable] = None, reward_kwargs: Any = None):
+        super().__init__(score_fn)
+        self.buffer = reward_kwargs.overlong_buffer_cfg if reward_kwargs is not None else None
+        self.max_resp_len = reward_kwargs.max_resp_len if reward_kwargs is not None else None
+        problems = overlong_problems(reward_kwargs) if reward_kwargs is not None else []
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def _collect(self, pairs: List[Tuple[str, Any]],
+                 response_lengths: Optional[Sequence[int]]) -> Tuple[List[float], Dict[str, List[Any]]]:
+        scores, extra = super()._collect(pairs, response_lengths)
+        if any(not isinstance(result, dict) for _, result in pairs):
+            acc = extra.setdefault("acc", [None] * len(scores))  # verl: acc = the score of a number
+            for i, (_, result) in enumerate(pairs):
+                if not isinstance(result, dict):
+                    acc[i] = scores[i]
+        if self.buffer is None or not self.buffer.enable:
+            return scores, extra
+        if response_lengths is None or len(response_lengths) != len(scores):
+            raise ValueError("the DAPO overlong penalty needs the length of each response (response_lengths)")
+        penalties = [overlong_penalty(int(n), int(self.max_resp_len), int(self.buffer.len),
+                                      float(self.buffer.penalty_factor)) for n in response_lengths]
+        scores = [s + p for s, p in zip(scores, penalties)]
+        if self.buffer.log:
+            extra["overlong_reward"] = penalties
+            extra["overlong"] = [p < 0 for p in penalties]
+        return scores, extra
