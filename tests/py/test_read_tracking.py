@@ -75,6 +75,10 @@ GRPO = [
     "actor_rollout_ref.ref.fsdp_config.optimizer_offload=False", "actor_rollout_ref.ref.fsdp_config.fsdp_size=-1",
     "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=False",
     "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096",
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking=True", "actor_rollout_ref.actor.entropy_from_logits_chunk_size=5",
+    "actor_rollout_ref.actor.entropy_checkpointing=True", "actor_rollout_ref.ref.entropy_from_logits_with_chunking=True",
+    "actor_rollout_ref.ref.entropy_from_logits_chunk_size=7", "actor_rollout_ref.ref.entropy_checkpointing=True",
+    "actor_rollout_ref.model.enable_activation_offload=True", "actor_rollout_ref.model.fused_kernel_options.impl_backend=torch",
 ]
 PPO = [
     "algorithm.adv_estimator=gae", "algorithm.gamma=0.99", "algorithm.lam=0.95",
@@ -88,6 +92,8 @@ PPO = [
     "critic.ppo_max_token_len_per_gpu=8192", "critic.model.enable_gradient_checkpointing=True",
     "critic.model.use_remove_padding=False", "trainer.max_critic_ckpt_to_keep=1", "trainer.balance_batch=True",
     "critic.checkpoint.save_contents=[model,optimizer,extra]", "actor_rollout_ref.nccl_timeout=300",
+    "actor_rollout_ref.model.use_fused_kernels=True", "critic.model.use_fused_kernels=False",
+    "critic.model.enable_activation_offload=True",
 ]
 
 

@@ -61,11 +61,45 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     problems += token_budget_problems(cfg, role)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
     problems += torch_compile_problems(view)
+    problems += memory_knob_problems(cfg, view)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
     why = _remove_padding_blocker(cfg, role)
     # the ref runs with the actor's model section: said once, unless the ref's engine has its own reason
     if why and not (role == "ref" and why == _remove_padding_blocker(cfg, "actor")):
         problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
+    return problems
+
+
+def memory_knob_problems(cfg: Any, view: RoleView) -> List[str]:
+    """The log-prob and activation memory settings a role's engine cannot act on (engine/fused.py,
+    engine/activations.py): fused kernels need an LM head on the torch engine, activation offload the
+    torch engine; the entropy settings run on both engines."""
+    role, model = view.role, view.model
+    model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
+    problems = []
+    # the ref loads with the actor's model section: its problems are said once, for the actor
+    shared = role == "ref" and view.strategy == roles.strategy(cfg, "actor")
+    if model.use_fused_kernels and not shared:
+        if role == "critic":
+            problems.append(f"critic: critic.model.use_fused_kernels=True is {NOT}: the critic has a value head, no LM "
+                            "head to fuse; set it to False")
+        elif view.megatron:
+            problems.append(f"{role}: {model_key}.use_fused_kernels=True is {NOT} on the megatron strategy (its "
+                            "logits are split over TP ranks; use entropy_from_logits_with_chunking and "
+                            "entropy_checkpointing there); set it to False")
+    backend = model.fused_kernel_options.impl_backend
+    if backend != "torch" and not shared:
+        problems.append(f"{role}: {model_key}.fused_kernel_options.impl_backend={backend!r} is {NOT}: verl's Triton "
+                        "kernels are not part of verl_lite; choose torch")
+    if model.enable_activation_offload and view.megatron and not shared:
+        problems.append(f"{role}: {model_key}.enable_activation_offload=True is {NOT} on the megatron strategy (the "
+                        "Megatron engine does not offload activations; use its recompute settings in "
+                        "override_transformer_config); set it to False")
+    if role != "critic":
+        size = view.section.entropy_from_logits_chunk_size
+        if view.section.entropy_from_logits_with_chunking and (not isinstance(size, int) or size < 1):
+            problems.append(f"{role}: {view.prefix}.entropy_from_logits_chunk_size={size!r}: a chunk holds at least "
+                            "1 token; set a positive number of tokens (verl's 2048)")
     return problems
 
 

@@ -98,6 +98,16 @@ class ActorConfig:
     # Megatron engines. verl's default is True; verl_lite's is False: compiling costs seconds per worker,
     # which dominates tiny CPU runs. On cpu it needs a C++ compiler (g++ or $CXX; the preflight checks).
     use_torch_compile: bool = False
+    # Compute the log-probs and entropy over chunks of entropy_from_logits_chunk_size tokens (from the
+    # logits), so the (tokens x vocabulary) temporaries of one chunk exist at a time; same numbers.
+    # verl's <role>.fsdp_config. and .megatron. spellings are the same key. fsdp and megatron strategies.
+    entropy_from_logits_with_chunking: bool = False
+    # Tokens per chunk of entropy_from_logits_with_chunking (verl's 2048).
+    entropy_from_logits_chunk_size: int = 2048
+    # With the entropy computed (entropy_coeff != 0): recompute the log-prob and entropy pass in backward
+    # (torch.utils.checkpoint, per chunk with chunking) instead of keeping its (tokens x vocabulary)
+    # intermediates from forward to backward; same numbers. verl's fsdp_config. spelling is the same key.
+    entropy_checkpointing: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     # What the actor's checkpoints save and load (verl's checkpoint section).
@@ -138,6 +148,13 @@ class RefConfig:
     # torch.compile the ref's log-prob computation (as actor.use_torch_compile); follows the actor's
     # unless set, as in verl.
     use_torch_compile: bool = "${actor_rollout_ref.actor.use_torch_compile}"
+    # The ref's log-prob pass over token chunks (as actor.entropy_from_logits_with_chunking; verl's ref
+    # default is False, not the actor's).
+    entropy_from_logits_with_chunking: bool = False
+    # Tokens per chunk of the ref's entropy_from_logits_with_chunking.
+    entropy_from_logits_chunk_size: int = 2048
+    # As actor.entropy_checkpointing; the ref computes no gradients, so it changes nothing there (verl has it).
+    entropy_checkpointing: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
 
