@@ -231,3 +231,32 @@ def test_the_knobs_on_the_torch_engine_are_not_refused():
                        "actor_rollout_ref.actor.entropy_from_logits_with_chunking=True",
                        "actor_rollout_ref.ref.entropy_checkpointing=True"])
     assert [p for p in verl_problems(cfg) if "fused" in p or "entropy" in p or "offload" in p] == []
+
+
+def test_entropy_settings_the_fused_pass_makes_moot_are_said_to_have_no_effect():
+    from verl_lite.preflight.verl_settings import verl_warnings
+
+    warnings = verl_warnings(load_config(["actor_rollout_ref.model.use_fused_kernels=True",
+                                          "actor_rollout_ref.actor.entropy_checkpointing=True",
+                                          "actor_rollout_ref.ref.entropy_from_logits_chunk_size=64"]))
+    assert any("actor_rollout_ref.actor.entropy_checkpointing has no effect with" in w for w in warnings), warnings
+    assert not any("actor_rollout_ref.ref.entropy_from_logits_chunk_size" in w for w in warnings)  # fused: said once
+
+
+def test_chunking_keeps_a_padded_vocabulary_out_of_the_softmax():
+    """The Megatron engine's path: entries past vocab_size (padding of a TP-split vocabulary) are excluded
+    in every chunk, and checkpointed chunks give the same gradients."""
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(2, 9, 40, generator=g, requires_grad=True)
+    targets = torch.randint(0, 33, (2, 9), generator=g)
+    out = {}
+    for name, kw in {"whole": {}, "chunked": {"chunk_size": 4, "checkpoint": True}}.items():
+        lp, ent = log_probs_and_entropy(logits, targets, True, vocab_size=33, **kw)
+        (lp.sum() + ent.sum()).backward()
+        out[name] = (lp.detach(), ent.detach(), logits.grad.clone())
+        logits.grad = None
+    for a, b in zip(out["whole"], out["chunked"]):
+        assert torch.allclose(a, b, atol=ATOL, rtol=0)
+    assert out["whole"][2][..., 33:].abs().max() == 0  # no gradient into the padding
+    want = torch.log_softmax(logits.detach()[..., :33], -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(out["chunked"][0], want, atol=ATOL, rtol=0)

@@ -103,6 +103,28 @@ def memory_knob_problems(cfg: Any, view: RoleView) -> List[str]:
     return problems
 
 
+def _log_prob_memory_warnings(cfg: Any, views: List[RoleView]) -> List[str]:
+    """The entropy settings of a role that has nothing for them to act on: with use_fused_kernels the
+    torch engine never holds the logits (its fused pass is chunked and recomputed already), and the
+    chunk size matters only with chunking."""
+    warnings = []
+    for view in views:
+        if view.role == "critic":
+            continue
+        section, prefix = view.section, view.prefix
+        if view.model.use_fused_kernels and not view.megatron:
+            on = [f"{prefix}.{k}" for k in ("entropy_from_logits_with_chunking", "entropy_checkpointing")
+                  if getattr(section, k)]
+            if on:
+                warnings.append(f"{', '.join(on)} {'has' if len(on) == 1 else 'have'} no effect with "
+                                "actor_rollout_ref.model.use_fused_kernels=True (the fused pass already goes chunk by "
+                                "chunk and recomputes in backward)")
+        elif not section.entropy_from_logits_with_chunking and section.entropy_from_logits_chunk_size != 2048:
+            warnings.append(f"{prefix}.entropy_from_logits_chunk_size={section.entropy_from_logits_chunk_size} has no "
+                            f"effect: {prefix}.entropy_from_logits_with_chunking is False")
+    return warnings
+
+
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:
     """Why an explicit use_remove_padding=True cannot run for the role, or None (decisions/packing_mode.py:
     null = auto packs where the engine can, True is refused only where it cannot)."""
@@ -281,6 +303,7 @@ def verl_warnings(cfg: Any) -> List[str]:
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
     warnings += _offload_warnings(views)
+    warnings += _log_prob_memory_warnings(cfg, views)
     for view in views:
         warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)
     warnings += _checkpoint_warnings(cfg)
