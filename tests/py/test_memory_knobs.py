@@ -260,3 +260,40 @@ def test_chunking_keeps_a_padded_vocabulary_out_of_the_softmax():
     assert out["whole"][2][..., 33:].abs().max() == 0  # no gradient into the padding
     want = torch.log_softmax(logits.detach()[..., :33], -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(out["chunked"][0], want, atol=ATOL, rtol=0)
+
+
+def _fsdp2_scenario(rank, world, port, out_dir):
+    """Each rank: the plain and the fused engine sharded with FSDP2 over a gloo group of two, one update's
+    log-probs and gradient norm (the LM head's weight is the root module's, gathered for the fused pass)."""
+    import os
+    import traceback
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    rec = {}
+    try:
+        for fused_on in (False, True):
+            res, _ = None, None
+            from verl_lite.engine.fsdp import TorchLMEngine
+
+            cfg = load_config(["actor_rollout_ref.model.path=tiny-qwen3", "actor_rollout_ref.model.use_remove_padding=False",
+                               f"actor_rollout_ref.model.use_fused_kernels={fused_on}"])
+            arr = compose.to_dataclass(cfg).actor_rollout_ref
+            engine = TorchLMEngine(arr.model, arr.actor, arr.actor.optim, "cpu", "actor")
+            engine.initialize()
+            engine.train_mode()
+            engine.optimizer_zero_grad()
+            res = engine.forward_backward([make_batch(seed=rank)], loss_fn, calculate_entropy=True)[0]
+            rec[fused_on] = (res["log_probs"], res["entropy"], engine.optimizer_step(), engine.sharded)
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def test_the_fused_pass_under_fsdp2_gives_the_plain_log_probs_and_gradient_norm(spawn_ranks):
+    for rec in spawn_ranks(_fsdp2_scenario, "fused_fsdp2"):
+        plain_lp, plain_ent, plain_norm, sharded = rec[False]
+        lp, ent, norm, _ = rec[True]
+        assert sharded
+        assert torch.allclose(lp, plain_lp, atol=ATOL, rtol=0) and torch.allclose(ent, plain_ent, atol=ATOL, rtol=0)
+        assert abs(norm - plain_norm) < 1e-4 * max(1.0, plain_norm), (norm, plain_norm)

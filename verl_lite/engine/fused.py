@@ -25,19 +25,23 @@ FUSED_CHUNK = 512
 IMPL_BACKENDS = ("torch",)
 
 
-def _chunk_stats(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float,
-                 with_entropy: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-    """A chunk's float32 logits (C, V), log-softmax (C, V), target log-probs (C,) and entropy (C,)."""
-    logits = (hidden.float() @ weight.float().t()) / temperature
-    log_softmax = torch.log_softmax(logits, dim=-1)
-    picked = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_softmax.exp() * log_softmax).sum(-1) if with_entropy else None
-    return logits, log_softmax, picked, entropy
+def _chunk_log_softmax(hidden: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A chunk's float32 log-softmax (C, V) of hidden @ weight^T / temperature (its logits freed at once)."""
+    logits = hidden.float() @ weight.float().t()
+    logits /= temperature
+    return torch.log_softmax(logits, dim=-1)
+
+
+def _entropy(log_softmax: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """-sum_j p_j log p_j per row, as a row-wise dot product (no (C, V) product temporary)."""
+    return -(probs.unsqueeze(1) @ log_softmax.unsqueeze(2)).view(-1)
 
 
 class FusedLogProbs(torch.autograd.Function):
     """(N, H) hidden, (V, H) weight, (N,) targets -> (N,) log-probs and (N,) entropy (zeros when not
-    asked for), in float32; forward and backward one chunk of tokens at a time."""
+    asked for), in float32; forward and backward one chunk of tokens at a time. A chunk holds at most
+    three (C, V) float32 tensors at once (forward: log-softmax and probabilities; backward: those and
+    the logits' gradient built in their place)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, temperature, with_entropy, chunk):
@@ -46,10 +50,11 @@ class FusedLogProbs(torch.autograd.Function):
         entropy = hidden.new_zeros(n, dtype=torch.float32)
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
-            _, _, lp, ent = _chunk_stats(hidden[start:end], weight, targets[start:end], temperature, with_entropy)
-            log_probs[start:end] = lp
-            if ent is not None:
-                entropy[start:end] = ent
+            log_softmax = _chunk_log_softmax(hidden[start:end], weight, temperature)
+            log_probs[start:end] = log_softmax.gather(-1, targets[start:end].unsqueeze(-1)).squeeze(-1)
+            if with_entropy:
+                entropy[start:end] = _entropy(log_softmax, log_softmax.exp())
+            del log_softmax
         ctx.save_for_backward(hidden, weight, targets)
         ctx.temperature, ctx.with_entropy, ctx.chunk = temperature, with_entropy, chunk
         return log_probs, entropy
@@ -61,25 +66,30 @@ class FusedLogProbs(torch.autograd.Function):
         d_hidden = torch.zeros_like(hidden) if want_h else None
         d_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_w else None
         w32 = weight.float()
+        with_entropy = ctx.with_entropy and d_entropy is not None
         for start in range(0, hidden.shape[0], ctx.chunk):
             end = min(start + ctx.chunk, hidden.shape[0])
             h = hidden[start:end]
-            _, log_softmax, _, ent = _chunk_stats(h, weight, targets[start:end], ctx.temperature, ctx.with_entropy)
-            probs = log_softmax.exp()
-            # d log p(t) / dz = onehot(t) - p
-            d_logits = probs * (-d_log_probs[start:end].unsqueeze(-1)) if d_log_probs is not None else \
-                torch.zeros_like(probs)
+            d_logits = _chunk_log_softmax(h, weight, ctx.temperature)
+            probs = d_logits.exp()
+            if with_entropy:
+                # dH / dz_j = -p_j (log p_j + H), built in the log-softmax's storage
+                ent = _entropy(d_logits, probs)
+                d_logits.add_(ent.unsqueeze(-1)).mul_(probs).mul_(-d_entropy[start:end].unsqueeze(-1))
+            else:
+                d_logits.zero_()
             if d_log_probs is not None:
-                d_logits.scatter_add_(-1, targets[start:end].unsqueeze(-1), d_log_probs[start:end].unsqueeze(-1))
-            # dH / dz_j = -p_j (log p_j + H)
-            if ctx.with_entropy and d_entropy is not None:
-                d_logits -= probs * (log_softmax + ent.unsqueeze(-1)) * d_entropy[start:end].unsqueeze(-1)
-            del probs, log_softmax
+                # d log p(t) / dz = onehot(t) - p
+                d_lp = d_log_probs[start:end].unsqueeze(-1)
+                d_logits.sub_(probs.mul_(d_lp))
+                d_logits.scatter_add_(-1, targets[start:end].unsqueeze(-1), d_lp)
+            del probs
             d_logits /= ctx.temperature
             if want_h:
                 d_hidden[start:end] = (d_logits @ w32).to(hidden.dtype)
             if want_w:
                 d_weight.addmm_(d_logits.t(), h.float())
+            del d_logits
         return d_hidden, (d_weight.to(weight.dtype) if want_w else None), None, None, None, None
 
 
@@ -134,10 +144,25 @@ class LogProbHead:
         output = output[:, -resp_len - 1:-1, :]
         temperature = float(temperature or 1.0)
         if self.fused:
-            weight = module.get_output_embeddings().weight
-            return log_prob_outputs(*fused_log_probs_and_entropy(output, weight, responses, temperature, with_entropy))
+            return self._fused(module, output, responses, temperature, with_entropy)
         logits = output.float()
         if temperature != 1.0:
             logits = logits / temperature
         return log_prob_outputs(*log_probs_and_entropy(logits, responses, with_entropy, self.compiled,
                                                        chunk_size=self.chunk_size, checkpoint=self.checkpoint))
+
+    @staticmethod
+    def _fused(module: torch.nn.Module, hidden: torch.Tensor, responses: torch.Tensor, temperature: float,
+               with_entropy: bool) -> Dict[str, torch.Tensor]:
+        weight = module.get_output_embeddings().weight
+        gathered = hasattr(weight, "full_tensor")
+        if gathered:
+            # FSDP2 resharded the root module (which holds the LM head) after forward: gather it again, so the
+            # head's gradient lands on the unsharded parameter and FSDP's post-backward reduce-scatters it over
+            # the data-parallel ranks as for any parameter (a DTensor's full_tensor() would skip that)
+            module.unshard()
+            weight = module.get_output_embeddings().weight
+        out = log_prob_outputs(*fused_log_probs_and_entropy(hidden, weight, responses, temperature, with_entropy))
+        if gathered and not torch.is_grad_enabled():
+            module.reshard()  # no backward will reshard it
+        return out
