@@ -100,7 +100,8 @@ class ActorConfig:
     use_torch_compile: bool = False
     # Compute the log-probs and entropy over chunks of entropy_from_logits_chunk_size tokens (from the
     # logits), so the (tokens x vocabulary) temporaries of one chunk exist at a time; same numbers.
-    # verl's <role>.fsdp_config. and .megatron. spellings are the same key. fsdp and megatron strategies.
+    # verl's <role>.fsdp_config. and .megatron. spellings are the same key. fsdp and megatron strategies;
+    # with model.use_fused_kernels on fsdp there are no logits to chunk (a warning says so).
     entropy_from_logits_with_chunking: bool = False
     # Tokens per chunk of entropy_from_logits_with_chunking (verl's 2048).
     entropy_from_logits_chunk_size: int = 2048
