@@ -29,8 +29,6 @@ OUT = ROOT / "verl_lite" / "config" / "generated" / "verl_accepted.json"
 
 # (verl key pattern, the values accepted (None: verl's default), why that value is what verl_lite does)
 REVIEWED = [
-    ("actor_rollout_ref.model.use_fused_kernels", None,
-     "log-probs and entropy come from the model's logits, as verl_lite computes them"),
     ("actor_rollout_ref.rollout.ignore_eos", None, "generation stops at EOS, as verl_lite's rollouts do"),
     ("*.megatron.use_dist_checkpointing", None,
      "initial weights are read from the HF checkpoint at model.path, as verl_lite loads them"),
@@ -40,8 +38,10 @@ REVIEWED = [
     ("*.fsdp_config.dtype", ["bfloat16", "bf16"],
      "verl's FSDP engine does not read fsdp_config.dtype (only its Megatron engine does), so the line changes "
      "nothing in verl either: the compute dtype is fsdp_config.mixed_precision.param_dtype"),
-    ("*.entropy_from_logits_with_chunking", None, "entropy from the whole logits at once, as verl_lite computes it"),
-    ("*entropy_checkpointing", [False], "the entropy is not recomputed in the backward pass, as in verl_lite"),
+    # the critic computes no entropy: its copies of the actor's entropy settings at verl's defaults ask for nothing
+    ("critic.*.entropy_from_logits_with_chunking", None, "the critic computes no entropy"),
+    ("critic.*.entropy_from_logits_chunk_size", None, "the critic computes no entropy"),
+    ("critic.*.entropy_checkpointing", [False], "the critic computes no entropy"),
     ("*.fsdp_config.strategy", ["fsdp", "fsdp2"],
      "verl_lite's torch engine is FSDP2 (fully_shard); verl's FSDP1 (fsdp) runs on it too"),
     ("*.optim.optimizer", ["AdamW", "adam"],

@@ -178,6 +178,14 @@ def _phase_tp2(rank, rec, ckpt_dir):
     want = torch.log_softmax(full[..., :49], -1)
     rec["padded_vocab_gap"] = max((lp - want.gather(-1, targets[..., None])[..., 0]).abs().max().item(),
                                   (ent + (want.exp() * want).sum(-1)).abs().max().item())
+    # entropy_from_logits_with_chunking + entropy_checkpointing across the TP ranks: same values and gradients
+    grads = {}
+    for name, kw in {"whole": {}, "chunked": {"chunk_size": 3, "checkpoint": True}}.items():
+        part = full.chunk(2, -1)[rank].clone().requires_grad_(True)
+        lp, ent = vocab_parallel_log_probs(part, targets, 49, True, **kw)
+        (lp.sum() + 0.3 * ent.sum()).backward()
+        grads[name] = (lp.detach(), ent.detach(), part.grad)
+    rec["chunked_tp_gap"] = max((a - b).abs().max().item() for a, b in zip(grads["whole"], grads["chunked"]))
 
     rec["lm_losses"], rec["lm_grad_norms"] = train(lm, batch, nll_loss, 4)
     rec["lm_lr"] = lm.current_lr()
@@ -292,6 +300,10 @@ def test_tp2_logits_match_tp1_within_1e_5(run):
     assert (rank0["tp2_logits"] - rank0["tp1_logits"]).abs().max() < 1e-5
     assert (rank0["tp2_log_probs"] - rank0["tp1_log_probs"]).abs().max() < 1e-5
     assert (rank0["tp2_entropy"] - rank0["tp1_entropy"]).abs().max() < 1e-5
+
+
+def test_chunked_and_checkpointed_tp_log_probs_give_the_whole_passs_values_and_gradients(run):
+    assert run[0]["chunked_tp_gap"] < 1e-5 and run[1]["chunked_tp_gap"] < 1e-5
 
 
 def test_both_tp_ranks_return_the_same_log_probs(run):

@@ -153,17 +153,19 @@ def test_the_megatron_engine_passes_its_roles_flag_to_the_vocab_parallel_log_pro
 
     seen = []
 
-    def spy(logits_, responses, vocab, with_entropy, compiled=False):
-        seen.append(compiled)
+    def spy(logits_, responses, vocab, with_entropy, compiled=False, chunk_size=None, checkpoint=False):
+        seen.append((compiled, chunk_size, checkpoint))
         return torch.zeros(responses.shape), None
 
     monkeypatch.setattr(megatron_batch, "vocab_parallel_log_probs", spy)
-    section = ActorConfig(strategy="megatron", use_torch_compile=flag) if role == "actor" else \
-        RefConfig(strategy="megatron", use_torch_compile=flag)
+    # the entropy memory settings travel with it (tests/py/test_memory_knobs.py checks their numbers)
+    memory = dict(entropy_from_logits_with_chunking=flag, entropy_from_logits_chunk_size=7, entropy_checkpointing=flag)
+    section = ActorConfig(strategy="megatron", use_torch_compile=flag, **memory) if role == "actor" else \
+        RefConfig(strategy="megatron", use_torch_compile=flag, **memory)
     engine = MegatronLMEngine(ModelConfig(path="tiny-qwen3"), section, None, "cpu", role)  # not initialised
     engine.layout = SimpleNamespace(vocab=48)
     engine._postprocess(torch.zeros(B, 5, 48), {"responses": torch.zeros(B, 4, dtype=torch.long)}, False)
-    assert seen == [flag]
+    assert seen == [(flag, 7 if flag else None, flag)]
 
 
 def test_use_torch_compile_on_cpu_without_a_cpp_compiler_is_refused_naming_the_fix(monkeypatch):

@@ -38,6 +38,11 @@ ALIASES = {
     "actor_rollout_ref.actor.megatron.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
     "actor_rollout_ref.ref.megatron.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
     "critic.megatron.use_remove_padding": "critic.model.use_remove_padding",
+    # verl's engine sections follow the role's log-prob memory settings (oc.select): the same keys
+    "actor_rollout_ref.actor.use_fused_kernels": "actor_rollout_ref.model.use_fused_kernels",
+    **{f"actor_rollout_ref.{role}.{engine}.{name}": f"actor_rollout_ref.{role}.{name}"
+       for role in ("actor", "ref") for engine in ("fsdp_config", "megatron")
+       for name in ("entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size", "entropy_checkpointing")},
     "rollout.nnodes": "actor_rollout_ref.rollout.nnodes",
     "rollout.n_gpus_per_node": "actor_rollout_ref.rollout.n_gpus_per_node",
     "ray_kwargs.ray_init.num_cpus": "ray_init.num_cpus",

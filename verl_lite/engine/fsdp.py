@@ -23,7 +23,8 @@ from verl_lite.engine import fsdp_policy
 from verl_lite.engine.base import BaseEngine, LossFn
 from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possible, check_loadable, hf_files,
                                         save_hf_model, write_contents)
-from verl_lite.engine.logits import log_prob_outputs, log_probs_and_entropy
+from verl_lite.engine.activations import enable_activation_offload
+from verl_lite.engine.fused import LogProbHead
 from verl_lite.engine.packing import decide, packed_forward
 from verl_lite.engine.ulysses import SequenceParallel, size as sequence_parallel_size
 from verl_lite.models import resolve_model_dir
@@ -103,6 +104,8 @@ class TorchLMEngine(BaseEngine):
         # model.use_remove_padding: each micro-batch's real tokens packed into one row (engine/packing.py)
         # (null = auto, resolved with the model in build: engine/packing.py:decide)
         self.remove_padding = self.model_config.use_remove_padding is not False
+        self.log_prob_head = LogProbHead(self.model_config, self.engine_config) if self.model_type == "language_model" \
+            else None
 
     # -- build ---------------------------------------------------------------------------------
 
@@ -116,8 +119,16 @@ class TorchLMEngine(BaseEngine):
         check_hf_model_possible(self, module.config)
         if self.remove_padding:
             self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None))
-        if self.model_config.enable_gradient_checkpointing and hasattr(module, "gradient_checkpointing_enable"):
-            module.gradient_checkpointing_enable()
+        if self.model_config.enable_gradient_checkpointing:
+            # the critic's ValueHeadModel checkpoints its decoder stack (a transformers model)
+            target = module if hasattr(module, "gradient_checkpointing_enable") else getattr(module, "model", None)
+            if not hasattr(target, "gradient_checkpointing_enable"):
+                raise ValueError(f"{self.role}: model.enable_gradient_checkpointing=True, but {type(module).__name__} "
+                                 "has no gradient checkpointing; set it to False")
+            target.gradient_checkpointing_enable()
+        # model.enable_activation_offload: saved activations in host memory between forward and backward
+        self.activation_offload = (enable_activation_offload(module, self.device)
+                                   if self.model_config.enable_activation_offload else None)
         # the stored dtype (model_dtype) for all of it, then the floating buffers in buffer_dtype
         module.to(torch_device(self.device), dtype=fsdp_policy.torch_dtype(self.precision.storage))
         fsdp_policy.cast_buffers(module, self.precision)
@@ -182,21 +193,16 @@ class TorchLMEngine(BaseEngine):
         input_ids = mb["input_ids"].to(dev)
         attention_mask = mb["attention_mask"].to(dev)
         position_ids = mb["position_ids"].to(dev)
-        resp_len = mb["responses"].shape[1]
+        # the log-prob head (engine/fused.py): logits, or with model.use_fused_kernels the final hidden states
+        head = self.log_prob_head
         if self.remove_padding:
             forward = self.sp.packed_forward if self.sp else packed_forward  # Ulysses SP: engine/ulysses.py
-            logits = forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
-                              "position_ids": position_ids}, "logits")
+            output = forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
+                                           "position_ids": position_ids}, head.pick, **head.model_kwargs())
         else:
-            logits = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                 use_cache=False).logits
-        logits = logits[:, -resp_len - 1:-1, :].float()
-        temperature = float(mb.get("temperature", 1.0) or 1.0)
-        if temperature != 1.0:
-            logits = logits / temperature
-        # the role's use_torch_compile compiles the vocabulary passes (engine/logits.py)
-        return log_prob_outputs(*log_probs_and_entropy(logits, mb["responses"].to(dev), calculate_entropy,
-                                                       self.engine_config.use_torch_compile))
+            output = head.pick(self.module(input_ids=input_ids, attention_mask=attention_mask,
+                                           position_ids=position_ids, use_cache=False, **head.model_kwargs()))
+        return head(self.module, output, mb["responses"].to(dev), mb.get("temperature", 1.0), calculate_entropy)
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
                          forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:

@@ -80,12 +80,50 @@ def kernels(compiled: bool) -> Tuple[Callable, Callable]:
 
 def log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, compiled: bool = False,
                           vocab_start: int = 0, vocab_size: Optional[int] = None, reduce_max: Optional[Reduce] = None,
-                          reduce_sum: Optional[Reduce] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+                          reduce_sum: Optional[Reduce] = None, chunk_size: Optional[int] = None,
+                          checkpoint: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log p(target) and (with_entropy) the entropy of softmax(logits), both (B, R) float32.
 
     `logits` (B, R, V_local) hold vocabulary entries [vocab_start, vocab_start + V_local); entries at
     or past `vocab_size` (padding of a TP-split vocabulary) are excluded. `reduce_max` (in place,
-    detached) and `reduce_sum` (differentiable) combine the parts across ranks; None = one part."""
+    detached) and `reduce_sum` (differentiable) combine the parts across ranks; None = one part.
+
+    `chunk_size` (a role's entropy_from_logits_with_chunking, with entropy_from_logits_chunk_size):
+    the B*R tokens go through in chunks of that many, so the (tokens, V) temporaries of one chunk
+    exist at a time instead of the whole batch's (the log-prob shares the chunk's log-sum-exp, so it is
+    chunked with the entropy). `checkpoint` (entropy_checkpointing; only with the entropy): each
+    chunk's computation is recomputed in backward (torch.utils.checkpoint) instead of keeping its
+    (tokens, V) intermediates from forward to backward. Both give the same numbers as neither."""
+    kw = dict(compiled=compiled, vocab_start=vocab_start, vocab_size=vocab_size, reduce_max=reduce_max,
+              reduce_sum=reduce_sum)
+    checkpoint = bool(checkpoint) and with_entropy and torch.is_grad_enabled() and logits.requires_grad
+    if not chunk_size and not checkpoint:
+        return _log_probs_and_entropy(logits, targets, with_entropy, **kw)
+    batch, length, local_v = logits.shape
+    flat, flat_t = logits.reshape(1, batch * length, local_v), targets.reshape(1, batch * length)
+    step = int(chunk_size) if chunk_size else batch * length
+    if step < 1:
+        raise ValueError(f"entropy_from_logits_chunk_size={chunk_size}: a chunk holds at least 1 token")
+    log_probs, entropies = [], []
+    for start in range(0, batch * length, step):
+        part, part_t = flat[:, start:start + step], flat_t[:, start:start + step]
+        if checkpoint:
+            import torch.utils.checkpoint as ckpt
+
+            lp, ent = ckpt.checkpoint(_log_probs_and_entropy, part, part_t, with_entropy, use_reentrant=False, **kw)
+        else:
+            lp, ent = _log_probs_and_entropy(part, part_t, with_entropy, **kw)
+        log_probs.append(lp)
+        entropies.append(ent)
+    log_probs_all = torch.cat(log_probs, dim=1).reshape(batch, length)
+    entropy = torch.cat(entropies, dim=1).reshape(batch, length) if with_entropy else None
+    return log_probs_all, entropy
+
+
+def _log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, compiled: bool = False,
+                           vocab_start: int = 0, vocab_size: Optional[int] = None, reduce_max: Optional[Reduce] = None,
+                           reduce_sum: Optional[Reduce] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """`log_probs_and_entropy` over the whole of `logits` at once."""
     sum_exp, pdz = kernels(compiled)
     logits = logits.float()
     local_v = logits.shape[-1]

@@ -14,7 +14,7 @@ response columns is the same as for a padded forward.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -55,10 +55,14 @@ def unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def packed_forward(module: Any, batch: Dict[str, torch.Tensor], output: str) -> torch.Tensor:
-    """`module(...)`'s `output` ("logits", or None for a module returning a tensor) for a packed batch,
-    in the padded layout."""
+def packed_forward(module: Any, batch: Dict[str, torch.Tensor], output: Union[str, Callable, None],
+                   **kwargs: Any) -> torch.Tensor:
+    """`module(...)`'s `output` for a packed batch, in the padded layout: `output` names the attribute
+    ("logits"), or picks the tensor from the result (a callable), or None for a module returning a tensor.
+    `kwargs` go to the model call as they are."""
     ids, pos, mask = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
-    result = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False) if output else \
-        module(input_ids=ids, attention_mask=None, position_ids=pos)
-    return unpack(getattr(result, output) if output else result, mask)
+    result = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False, **kwargs) if output else \
+        module(input_ids=ids, attention_mask=None, position_ids=pos, **kwargs)
+    if output is None:
+        return unpack(result, mask)
+    return unpack(output(result) if callable(output) else getattr(result, output), mask)

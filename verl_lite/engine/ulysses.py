@@ -26,7 +26,7 @@ does not have; such models are refused with the layer named.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -186,9 +186,12 @@ class SequenceParallel:
             raise ValueError(f"ulysses_sequence_parallel_size={self.size}: no attention layers found in "
                              f"{type(module).__name__}")
 
-    def packed_forward(self, module: Any, batch: Dict[str, torch.Tensor], output: Optional[str]) -> torch.Tensor:
-        """`module(...)`'s `output` ("logits", or None for a module returning a tensor) for the packed
-        batch, each rank running 1/sp of it; the whole result, in the padded (B, T, ...) layout."""
+    def packed_forward(self, module: Any, batch: Dict[str, torch.Tensor], output: Union[str, Callable, None],
+                       **kwargs: Any) -> torch.Tensor:
+        """`module(...)`'s `output` for the packed batch, each rank running 1/sp of it; the whole result,
+        in the padded (B, T, ...) layout. `output` as in engine/packing.py:packed_forward: an attribute
+        name ("logits"), a callable picking the tensor (the log-prob head's: logits or hidden states), or
+        None for a module returning a tensor; `kwargs` go to the model call."""
         ids, pos, mask = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
         n = ids.shape[1]
         pad = (-n) % self.size
@@ -197,9 +200,10 @@ class SequenceParallel:
             pos = torch.cat([pos, torch.arange(pad, device=pos.device, dtype=pos.dtype)[None]], dim=1)
         part = (n + pad) // self.size
         ids, pos = (t[:, self.rank * part:(self.rank + 1) * part] for t in (ids, pos))
-        if output:
-            local = getattr(module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False), output)
+        if output is None:
+            local = module(input_ids=ids, attention_mask=None, position_ids=pos, **kwargs)
         else:
-            local = module(input_ids=ids, attention_mask=None, position_ids=pos)
+            result = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False, **kwargs)
+            local = output(result) if callable(output) else getattr(result, output)
         whole = _GatherSeq.apply(local, 1, self.group)[:, :n]
         return unpack(whole, mask)

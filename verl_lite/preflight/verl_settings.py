@@ -66,6 +66,7 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     problems += _ulysses_problems(cfg, view)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
     problems += torch_compile_problems(view)
+    problems += memory_knob_problems(cfg, view)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
     why = _remove_padding_blocker(cfg, role)
     # the ref runs with the actor's model section: said once, unless the ref's engine has its own reason
@@ -80,6 +81,59 @@ def _ulysses_problems(cfg: Any, view: RoleView) -> List[str]:
         return []  # the ref follows the actor with the actor's model: said once, for the actor
     found = ulysses.problems(key, sp, world_size(cfg) or None, view.hf, view.model.use_remove_padding, view.strategy)
     return [f"{view.role}: {p}" for p in found]
+def memory_knob_problems(cfg: Any, view: RoleView) -> List[str]:
+    """The log-prob and activation memory settings a role's engine cannot act on (engine/fused.py,
+    engine/activations.py): fused kernels need an LM head on the torch engine, activation offload the
+    torch engine; the entropy settings run on both engines."""
+    role, model = view.role, view.model
+    model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
+    problems = []
+    # the ref loads with the actor's model section: its problems are said once, for the actor
+    shared = role == "ref" and view.strategy == roles.strategy(cfg, "actor")
+    if model.use_fused_kernels and not shared:
+        if role == "critic":
+            problems.append(f"critic: critic.model.use_fused_kernels=True is {NOT}: the critic has a value head, no LM "
+                            "head to fuse; set it to False")
+        elif view.megatron:
+            problems.append(f"{role}: {model_key}.use_fused_kernels=True is {NOT} on the megatron strategy (its "
+                            "logits are split over TP ranks; use entropy_from_logits_with_chunking and "
+                            "entropy_checkpointing there); set it to False")
+    backend = model.fused_kernel_options.impl_backend
+    if backend != "torch" and not shared:
+        problems.append(f"{role}: {model_key}.fused_kernel_options.impl_backend={backend!r} is {NOT}: verl's Triton "
+                        "kernels are not part of verl_lite; choose torch")
+    if model.enable_activation_offload and view.megatron and not shared:
+        problems.append(f"{role}: {model_key}.enable_activation_offload=True is {NOT} on the megatron strategy (the "
+                        "Megatron engine does not offload activations; use its recompute settings in "
+                        "override_transformer_config); set it to False")
+    if role != "critic":
+        size = view.section.entropy_from_logits_chunk_size
+        if view.section.entropy_from_logits_with_chunking and (not isinstance(size, int) or size < 1):
+            problems.append(f"{role}: {view.prefix}.entropy_from_logits_chunk_size={size!r}: a chunk holds at least "
+                            "1 token; set a positive number of tokens (verl's 2048)")
+    return problems
+
+
+def _log_prob_memory_warnings(cfg: Any, views: List[RoleView]) -> List[str]:
+    """The entropy settings of a role that has nothing for them to act on: with use_fused_kernels the
+    torch engine never holds the logits (its fused pass is chunked and recomputed already), and the
+    chunk size matters only with chunking."""
+    warnings = []
+    for view in views:
+        if view.role == "critic":
+            continue
+        section, prefix = view.section, view.prefix
+        if view.model.use_fused_kernels and not view.megatron:
+            on = [f"{prefix}.{k}" for k in ("entropy_from_logits_with_chunking", "entropy_checkpointing")
+                  if getattr(section, k)]
+            if on:
+                warnings.append(f"{', '.join(on)} {'has' if len(on) == 1 else 'have'} no effect with "
+                                "actor_rollout_ref.model.use_fused_kernels=True (the fused pass already goes chunk by "
+                                "chunk and recomputes in backward)")
+        elif not section.entropy_from_logits_with_chunking and section.entropy_from_logits_chunk_size != 2048:
+            warnings.append(f"{prefix}.entropy_from_logits_chunk_size={section.entropy_from_logits_chunk_size} has no "
+                            f"effect: {prefix}.entropy_from_logits_with_chunking is False")
+    return warnings
 
 
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:
@@ -259,6 +313,7 @@ def verl_warnings(cfg: Any) -> List[str]:
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
     warnings += _offload_warnings(views)
+    warnings += _log_prob_memory_warnings(cfg, views)
     for view in views:
         warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)
     warnings += _checkpoint_warnings(cfg)

@@ -105,6 +105,17 @@ class ActorConfig:
     # micro-batches is per rank, so an SP group's is this times larger (as verl). 1 = off. On the megatron
     # strategy use megatron.context_parallel_size.
     ulysses_sequence_parallel_size: int = 1
+    # Compute the log-probs and entropy over chunks of entropy_from_logits_chunk_size tokens (from the
+    # logits), so the (tokens x vocabulary) temporaries of one chunk exist at a time; same numbers.
+    # verl's <role>.fsdp_config. and .megatron. spellings are the same key. fsdp and megatron strategies;
+    # with model.use_fused_kernels on fsdp there are no logits to chunk (a warning says so).
+    entropy_from_logits_with_chunking: bool = False
+    # Tokens per chunk of entropy_from_logits_with_chunking (verl's 2048).
+    entropy_from_logits_chunk_size: int = 2048
+    # With the entropy computed (entropy_coeff != 0): recompute the log-prob and entropy pass in backward
+    # (torch.utils.checkpoint, per chunk with chunking) instead of keeping its (tokens x vocabulary)
+    # intermediates from forward to backward; same numbers. verl's fsdp_config. spelling is the same key.
+    entropy_checkpointing: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     # What the actor's checkpoints save and load (verl's checkpoint section).
@@ -148,6 +159,13 @@ class RefConfig:
     # Ulysses sequence parallelism of the ref's log-prob pass (as actor.ulysses_sequence_parallel_size);
     # follows the actor's unless set, as in verl.
     ulysses_sequence_parallel_size: int = "${actor_rollout_ref.actor.ulysses_sequence_parallel_size}"  # type: ignore[assignment]
+    # The ref's log-prob pass over token chunks (as actor.entropy_from_logits_with_chunking; verl's ref
+    # default is False, not the actor's).
+    entropy_from_logits_with_chunking: bool = False
+    # Tokens per chunk of the ref's entropy_from_logits_with_chunking.
+    entropy_from_logits_chunk_size: int = 2048
+    # As actor.entropy_checkpointing; the ref computes no gradients, so it changes nothing there (verl has it).
+    entropy_checkpointing: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     megatron: MegatronConfig = field(default_factory=_ref_megatron)
 

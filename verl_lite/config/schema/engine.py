@@ -142,6 +142,13 @@ class FSDPConfig:
 
 
 @dataclass
+class FusedKernelOptions:
+    # The implementation of use_fused_kernels: torch (verl's default). verl's triton is refused: verl_lite
+    # has no Triton kernel for it.
+    impl_backend: str = "torch"
+
+
+@dataclass
 class ModelConfig:
     # A local directory with config.json (and weights, else random init) or a shipped tiny config name
     # such as "tiny-qwen3_5"; nothing is ever downloaded. critic.model.path "" = the actor's model section.
@@ -159,9 +166,22 @@ class ModelConfig:
     # refused where it cannot be honoured (GDN models on the torch engine; see decisions/packing_mode.py).
     # verl's default is True. verl's megatron spelling <role>.megatron.use_remove_padding is the same key.
     use_remove_padding: Optional[bool] = None
-    # Recompute activations in backward to save memory (transformers' gradient checkpointing);
-    # fsdp strategy only, the megatron engine does not read it.
+    # Recompute activations in backward to save memory (transformers' gradient checkpointing; the
+    # critic's decoder stack too); fsdp strategy only, the megatron engine does not read it.
     enable_gradient_checkpointing: bool = False
+    # Keep the activations saved for backward in host memory during forward and bring each back when
+    # backward needs it (torch saved-tensor hooks: parameters and tensors already on the host stay put),
+    # as verl's enable_activation_offload; fsdp strategy only. No effect on cpu (activations are in host
+    # memory there).
+    enable_activation_offload: bool = False
+    # Log-probs and entropy from the final hidden states and the LM head weight, a chunk of 512 tokens
+    # at a time, recomputed chunk by chunk in backward: the (tokens x vocabulary) logits are never held
+    # whole (engine/fused.py; bench/fsdp_memory_bench.py). Same numbers as the logits path; the actor and
+    # ref on the fsdp strategy (the critic has no LM head; True is refused there and on megatron).
+    use_fused_kernels: bool = False
+    # With use_fused_kernels: impl_backend = torch (verl_lite's chunked torch code); verl's triton
+    # kernels are refused.
+    fused_kernel_options: FusedKernelOptions = field(default_factory=lambda: FusedKernelOptions())
     # Extra HF config fields for the model (`+...override_config.x=y`).
     override_config: Dict[str, Any] = field(default_factory=dict)
     # Random init seed when the path holds no weights.

@@ -24,14 +24,17 @@ Postprocess = Callable[[torch.Tensor, Dict[str, Any], bool], Dict[str, torch.Ten
 
 
 def vocab_parallel_log_probs(
-    logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, with_entropy: bool, compiled: bool = False
+    logits: torch.Tensor, targets: torch.Tensor, vocab_size: int, with_entropy: bool, compiled: bool = False,
+    chunk_size: Optional[int] = None, checkpoint: bool = False
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """log p(target) and entropy from logits split over the vocabulary across TP ranks
     (`verl_lite.engine.logits`, torch.compile'd with `compiled`: the role's use_torch_compile).
 
     `logits` (B, R, V/tp) is this rank's slice; padded vocabulary entries (index >= vocab_size)
     are excluded. Sums cross ranks with an all-reduce whose backward is the identity, which is
-    right because everything after it is replicated on every TP rank.
+    right because everything after it is replicated on every TP rank. `chunk_size` and `checkpoint`: the
+    role's entropy_from_logits_with_chunking and entropy_checkpointing (every TP rank walks the same chunks,
+    so the reductions pair up, in backward's recompute too).
     """
     from megatron.core import parallel_state as mpu
     from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce
@@ -43,7 +46,7 @@ def vocab_parallel_log_probs(
 
     start = mpu.get_tensor_model_parallel_rank() * logits.shape[-1]
     return log_probs_and_entropy(logits, targets, with_entropy, compiled, vocab_start=start, vocab_size=vocab_size,
-                                 reduce_max=reduce_max, reduce_sum=reduce)
+                                 reduce_max=reduce_max, reduce_sum=reduce, chunk_size=chunk_size, checkpoint=checkpoint)
 
 
 def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -269,8 +269,11 @@ class MegatronLMEngine(BaseEngine):
         responses = batch["responses"]
         r = responses.shape[1]
         logits = output[:, -r - 1 : -1, :]  # position t predicts token t + 1
+        role = self.engine_config  # the role's log-prob settings, as on the torch engine (engine/fused.py)
+        chunk = int(role.entropy_from_logits_chunk_size) if role.entropy_from_logits_with_chunking else None
         return log_prob_outputs(*megatron_batch.vocab_parallel_log_probs(
-            logits, responses, self.layout.vocab, with_entropy, self.engine_config.use_torch_compile))
+            logits, responses, self.layout.vocab, with_entropy, role.use_torch_compile, chunk_size=chunk,
+            checkpoint=bool(role.entropy_checkpointing)))
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
                          forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:
