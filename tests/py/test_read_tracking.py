@@ -195,6 +195,9 @@ VLLM = [
 # Keys that verl's passing example runs set but no tracked run above sets, each with the test that shows
 # it acting (there, not here, because it needs what the tracked runs leave out).
 SHOWN_ELSEWHERE = {
+    # a resume from a named checkpoint (verl's scripts set it beside resume_mode=auto, where it is warned about)
+    "trainer.resume_from_path": ("test_checkpoint_contents",
+                                 "test_a_resume_skips_or_refuses_a_checkpoint_whose_critic_part_was_removed"),
     "ray_init.runtime_env": ("test_runtime_env", "test_the_runs_runtime_env_is_merged_in_and_its_env_vars_win"),
     "actor_rollout_ref.ref.use_torch_compile": ("test_torch_compile",
                                                 "test_the_ref_follows_the_actors_use_torch_compile_unless_set"),
