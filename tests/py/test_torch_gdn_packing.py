@@ -59,9 +59,10 @@ def test_packed_gdn_models_give_the_padded_runs_log_probs_entropy_and_gradients(
     batch = ragged_batch(seed=4)
     for parts in (MicroBatches(batch, micro_batch_size=6), MicroBatches(batch, max_token_len=60)):
         assert log_prob_gap(padded, packed, batch, parts) < TOL
-    # the packed row's GDN layers ran one row per sequence of each micro-batch
-    sizes = [p["input_ids"].shape[0] for p in MicroBatches(batch, micro_batch_size=6).parts]
-    assert rows[:len(sizes)] == sizes and max(sizes) > 1
+    # the packed row's GDN layers ran one row per sequence of each micro-batch, in groups of similar length
+    lengths = [p["attention_mask"].sum(1).tolist() for p in MicroBatches(batch, micro_batch_size=6).parts]
+    calls = [[len(g) for g in packed_gdn.length_groups(n)] for n in lengths]
+    assert rows[:sum(map(len, calls))] == [n for c in calls for n in c] and sum(calls[0]) == 6
     parts = MicroBatches(batch, micro_batch_size=6)
     loss_f, grads_f = run_pass(padded, parts, policy_loss("token-mean", batch))
     loss_p, grads_p = run_pass(packed, parts, policy_loss("token-mean", batch))
@@ -105,14 +106,32 @@ def test_sequence_lengths_follow_transformers_packed_masks_and_rows_round_trip()
     pos = torch.tensor([[0, 1, 2, 0, 1, 0, 0, 1, 2, 3], [0, 1, 0, 1, 2, 3, 4, 5, 0, 1]])
     assert packed_gdn.sequence_lengths(pos) == (3, 2, 1, 4, 2, 6, 2)
     assert packed_gdn.sequence_lengths(torch.arange(5).unsqueeze(0)) is None  # one sequence: nothing to split
-    segments = packed_gdn.segments_for(pos)
     x = torch.randn(2, 10, 3)
-    rows = segments.rows(x)
-    assert rows.shape == (7, 6, 3) and torch.equal(rows[0, :3], x[0, :3]) and torch.equal(rows[4, :2], x[1, :2])
-    assert torch.equal(rows[0, 3:], torch.zeros(3, 3))  # after a sequence's end: zeros
-    assert torch.equal(segments.packed(rows, (2, 10)), x)
+    one = packed_gdn.segments_for(pos)  # short sequences: one group, a row each, shortest first
+    (rows,) = one.rows(x)
+    (group,) = one.groups
+    sequences = x.reshape(20, 3).split(list(one.lengths))
+    assert rows.shape == (7, 6, 3) and group == (2, 1, 4, 6, 0, 3, 5)
+    for row, i in zip(rows, group):
+        n = one.lengths[i]
+        assert torch.equal(row[:n], sequences[i]) and not row[n:].any()  # after a sequence's end: zeros
+    assert torch.equal(one.packed([rows], (2, 10)), x)
+    grouped = packed_gdn.segments_for(pos, group_cost=1)  # calls cheap: groups by length
+    # lengths sorted 1 2 2 2 | 3 4 | 6: 4 x 2 + 2 x 4 + 1 x 6 = 22 positions and 3 calls, the cheapest at cost 1
+    assert grouped.groups == ((2, 1, 4, 6), (0, 3), (5,))
+    parts = grouped.rows(x)
+    assert [p.shape[:2] for p in parts] == [(len(g), max(grouped.lengths[i] for i in g)) for g in grouped.groups]
+    assert torch.equal(grouped.packed(parts, (2, 10)), x)
     with pytest.raises(ValueError, match="holds 10 tokens but its position ids describe 20"):
-        segments.rows(x[:1])
+        one.rows(x[:1])
+
+
+def test_length_groups_trade_padding_positions_against_calls():
+    lengths = [3, 100, 4, 98, 5]
+    assert packed_gdn.length_groups(lengths, group_cost=10_000) == [[0, 2, 4, 3, 1]]  # calls dear: one group
+    # calls cheap: short and long apart (3 x 5 + 2 x 100 positions instead of 5 x 100)
+    assert packed_gdn.length_groups(lengths, group_cost=50) == [[0, 2, 4], [3, 1]]
+    assert packed_gdn.length_groups(lengths, group_cost=0) == [[0], [2], [4], [3], [1]]
 
 
 def test_the_split_leaves_padded_and_cached_forwards_as_they_were():

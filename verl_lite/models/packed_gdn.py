@@ -14,14 +14,15 @@ boundaries, without copying transformers' layer:
   decoder layer and the decoder layer to its GDN layer;
 - each GDN layer, given them, lays the packed row out as one right-padded row per sequence (every row
   starts with zero conv history and zero state; its padding comes after its last token, which a
-  causal layer never reads back), runs transformers' forward once over those rows, and returns the
-  real tokens in packed order.
+  causal layer never reads back), runs transformers' forward over those rows, and returns the real
+  tokens in packed order. Rows of similar length run together, one call per group
+  (`length_groups`: a few groups of sorted lengths where they save more positions than a call costs).
 
 Attention, MLP / MoE and norms run over the packed row as before. The lengths travel as an argument,
-not as module state, so gradient checkpointing's recompute in backward sees them as well. The
-per-sequence rows cost (sequences x longest sequence) GDN positions, never more than the padded
-batch's (rows x padded width), and need no `cu_seqlens` from the kernel, so the fla kernels on cuda
-take them as they are. Not for sequence parallelism (Ulysses): a rank would hold part of a sequence.
+not as module state, so gradient checkpointing's recompute in backward sees them as well. The rows
+cost at most (sequences x longest sequence) GDN positions, never more than the padded batch's (rows x
+padded width), and need no `cu_seqlens` from the kernel, so the fla kernels on cuda take them as they
+are. Not for sequence parallelism (Ulysses): a rank would hold part of a sequence.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -40,16 +41,43 @@ GDN_CLASS_SUFFIX = "GatedDeltaNet"  # Qwen3_5GatedDeltaNet, Qwen3_5MoeGatedDelta
 _DONE = "_packed_gdn_layers"
 
 
+# What one more GDN call costs, in row positions: on CPU (tiny Qwen3.5, forward + backward, 1 thread) a
+# call costs ~9 ms whatever its size and each position ~0.04 ms, so a call is worth ~220 positions;
+# 256 rounds that up (fewer calls where in doubt).
+GROUP_COST = 256
+
+
+def length_groups(lengths: Sequence[int], group_cost: int = GROUP_COST) -> List[List[int]]:
+    """The sequences (indices into `lengths`) split into groups of similar length, one GDN call each:
+    the split of the sequences sorted by length that minimises the row positions (a group costs its
+    size x its longest length) plus `group_cost` per group. One group is the plain one-row-per-sequence
+    layout; more only where they save more positions than the extra calls cost."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    sizes = [lengths[i] for i in order]
+    best = [0] + [None] * len(sizes)  # best[j]: the cheapest split of the j shortest sequences
+    cut = [0] * (len(sizes) + 1)
+    for j in range(1, len(sizes) + 1):
+        best[j], cut[j] = min((best[i] + (j - i) * sizes[j - 1] + group_cost, i) for i in range(j))
+    groups, j = [], len(sizes)
+    while j:
+        groups.append(order[cut[j]:j])
+        j = cut[j]
+    return groups[::-1]
+
+
 @dataclass(frozen=True)
 class Segments:
-    """The packed sequences of a (B, T) row layout, row after row: their lengths, and the (S, L) mask
-    of real tokens in the per-sequence rows (S sequences, L the longest)."""
+    """The packed sequences of a (B, T) row layout: their lengths (row after row), the groups they run
+    in (`length_groups`), each group's (rows, longest) mask of real tokens, and the permutation that
+    puts the groups' tokens back in packed order."""
 
     lengths: Tuple[int, ...]
-    valid: torch.Tensor
+    groups: Tuple[Tuple[int, ...], ...]
+    valid: Tuple[torch.Tensor, ...]
+    to_packed: torch.Tensor
 
-    def rows(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, ...) packed -> (S, L, ...), one sequence a row, zeros after its end."""
+    def rows(self, x: torch.Tensor) -> List[torch.Tensor]:
+        """(B, T, ...) packed -> per group (rows, longest, ...): one sequence a row, zeros after its end."""
         flat = x.reshape(-1, *x.shape[2:])
         if flat.shape[0] != sum(self.lengths):
             raise ValueError(
@@ -57,11 +85,13 @@ class Segments:
                 f"{sum(self.lengths)} ({len(self.lengths)} sequences); a sequence-parallel slice of a packed row "
                 f"cannot be split per sequence here: run sequence parallelism padded (use_remove_padding=False)"
             )
-        return pad_sequence(list(flat.split(list(self.lengths))), batch_first=True)
+        sequences = flat.split(list(self.lengths))
+        return [pad_sequence([sequences[i] for i in group], batch_first=True) for group in self.groups]
 
-    def packed(self, y: torch.Tensor, batch_shape: Tuple[int, int]) -> torch.Tensor:
-        """(S, L, ...) -> (B, T, ...): the real tokens, in packed order (the inverse of `rows`)."""
-        return y[self.valid].reshape(*batch_shape, *y.shape[2:])
+    def packed(self, outputs: List[torch.Tensor], batch_shape: Tuple[int, int]) -> torch.Tensor:
+        """Per group (rows, longest, ...) -> (B, T, ...): the real tokens, in packed order (inverts `rows`)."""
+        tokens = torch.cat([y[valid] for y, valid in zip(outputs, self.valid)])
+        return tokens[self.to_packed].reshape(*batch_shape, *tokens.shape[1:])
 
 
 def sequence_lengths(position_ids: torch.Tensor) -> Optional[Tuple[int, ...]]:
@@ -79,13 +109,22 @@ def sequence_lengths(position_ids: torch.Tensor) -> Optional[Tuple[int, ...]]:
     return tuple(counts.tolist())
 
 
-def segments_for(position_ids: torch.Tensor) -> Optional[Segments]:
+def segments_for(position_ids: torch.Tensor, group_cost: int = GROUP_COST) -> Optional[Segments]:
     lengths = sequence_lengths(position_ids)
     if lengths is None:
         return None
-    sizes = torch.tensor(lengths, device=position_ids.device)
-    valid = torch.arange(max(lengths), device=position_ids.device).unsqueeze(0) < sizes.unsqueeze(1)
-    return Segments(lengths, valid)
+    device = position_ids.device
+    groups = length_groups(lengths, group_cost)
+    starts = [0]
+    for n in lengths[:-1]:
+        starts.append(starts[-1] + n)
+    valid, order = [], []
+    for group in groups:
+        sizes = torch.tensor([lengths[i] for i in group], device=device)
+        valid.append(torch.arange(int(sizes.max()), device=device).unsqueeze(0) < sizes.unsqueeze(1))
+        order += [torch.arange(starts[i], starts[i] + lengths[i], device=device) for i in group]
+    to_packed = torch.argsort(torch.cat(order))  # the groups' token order -> packed order
+    return Segments(lengths, tuple(tuple(g) for g in groups), tuple(valid), to_packed)
 
 
 def _text_position_ids(position_ids: Any, batch: int) -> Optional[torch.Tensor]:
@@ -138,8 +177,9 @@ def _per_sequence(forward: Callable) -> Callable:
                              "(transformers' packed path); got "
                              f"cache_params={type(cache_params).__name__}, attention_mask="
                              f"{None if attention_mask is None else tuple(attention_mask.shape)}")
-        out = forward(segments.rows(hidden_states), cache_params=None, attention_mask=None, **kwargs)
-        return segments.packed(out, tuple(hidden_states.shape[:2]))
+        outputs = [forward(rows, cache_params=None, attention_mask=None, **kwargs)
+                   for rows in segments.rows(hidden_states)]
+        return segments.packed(outputs, tuple(hidden_states.shape[:2]))
 
     return per_sequence_forward
 
