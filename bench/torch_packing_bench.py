@@ -9,7 +9,7 @@ padded prompts, right-padded responses, most short and a few long, as dynamic_bs
 Packed, attention / MLP layers run over the real tokens only and the GDN layers over one row per
 sequence (verl_lite/models/packed_gdn.py), so the bench prints three position counts: the padded
 micro-batches' cells (rows x width), the packed tokens, and the GDN rows' cells (sequences x longest
-sequence per micro-batch); then the best of --repeat times of an update pass (forward + backward of a
+sequence in each group of similar lengths); then the best of --repeat times of an update pass (forward + backward of a
 policy loss) and a log-prob pass, and the largest log-prob gap between the two. The runs alternate, so
 a busy machine slows both alike. CPU float32 unless --device says otherwise.
 """
@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="override the model's layer count")
     args = parser.parse_args()
 
+    from verl_lite.models.packed_gdn import length_groups
     from verl_lite.trainer.dynamic_batch import MicroBatches
 
     torch.manual_seed(0)
@@ -63,7 +64,7 @@ def main() -> None:
     mask, gtok = batch["response_mask"], int(batch["response_mask"].sum())
     real = [p["attention_mask"].sum(1) for p in parts.parts]
     cells = sum(p["attention_mask"].numel() for p in parts.parts)
-    gdn_cells = sum(int(n.numel() * n.max()) for n in real)
+    gdn_cells = sum(len(g) * max(n[i] for i in g) for n in (r.tolist() for r in real) for g in length_groups(n))
 
     loss_fn = policy_loss(gtok)
 
