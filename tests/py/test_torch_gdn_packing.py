@@ -49,7 +49,8 @@ def log_prob_gap(padded, packed, batch, parts):
     mask = batch["response_mask"].bool()
     a = padded.forward_backward(parts.parts, forward_only=True, calculate_entropy=True)
     b = packed.forward_backward(parts.parts, forward_only=True, calculate_entropy=True)
-    return max((parts.gather(a, key) - parts.gather(b, key))[mask].abs().max().item() for key in ("log_probs", "entropy"))
+    return max((parts.gather(a, key) - parts.gather(b, key))[mask].abs().max().item()
+               for key in ("log_probs", "entropy"))
 
 
 @pytest.mark.parametrize("path", MODELS)
@@ -147,6 +148,10 @@ def test_the_split_leaves_padded_and_cached_forwards_as_they_were():
         generated = model.generate(prompt, attention_mask=batch["attention_mask"][:, :6], max_new_tokens=4,
                                    do_sample=False)
         assert packed_gdn.split_gdn_by_sequence(model) == 1 == packed_gdn.split_gdn_by_sequence(model)
+        assert packed_gdn.split_gdn_by_sequence(torch.nn.Sequential(model)) == 1  # a wrapper: nothing split twice
+        (layer,) = packed_gdn.gdn_layers(model)
+        assert len(model.model._forward_pre_hooks) == 1
+        assert not getattr(layer.forward.__wrapped__, packed_gdn._HOOKED, False)
         assert torch.equal(model(**inputs, use_cache=False).logits, before)
         assert torch.equal(model.generate(prompt, attention_mask=batch["attention_mask"][:, :6], max_new_tokens=4,
                                           do_sample=False), generated)

@@ -38,7 +38,8 @@ from torch.nn.utils.rnn import pad_sequence
 # The keyword argument that carries the packed sequences from the backbone to the GDN layers.
 SEGMENTS_KWARG = "packed_gdn_segments"
 GDN_CLASS_SUFFIX = "GatedDeltaNet"  # Qwen3_5GatedDeltaNet, Qwen3_5MoeGatedDeltaNet, Qwen3NextGatedDeltaNet
-_DONE = "_packed_gdn_layers"
+_DONE = "_packed_gdn_layers"  # on the model split_gdn_by_sequence was given: its GDN layer count
+_HOOKED = "_packed_gdn_split"  # on each backbone hooked and each GDN forward wrapped
 
 
 # What one more GDN call costs, in row positions: on CPU (tiny Qwen3.5, forward + backward, 1 thread) a
@@ -181,6 +182,7 @@ def _per_sequence(forward: Callable) -> Callable:
                    for rows in segments.rows(hidden_states)]
         return segments.packed(outputs, tuple(hidden_states.shape[:2]))
 
+    setattr(per_sequence_forward, _HOOKED, True)
     return per_sequence_forward
 
 
@@ -207,7 +209,10 @@ def split_gdn_by_sequence(model: Any) -> int:
             if not own:
                 continue
             reached.update(own)
-            backbone.register_forward_pre_hook(_pass_segments(inspect.signature(backbone.forward)), with_kwargs=True)
+            if not getattr(backbone, _HOOKED, False):  # a wrapper around an already split model
+                backbone.register_forward_pre_hook(_pass_segments(inspect.signature(backbone.forward)),
+                                                   with_kwargs=True)
+                setattr(backbone, _HOOKED, True)
         missing = [type(m).__name__ for m in layers if id(m) not in reached]
         if missing:
             raise ValueError(
@@ -216,6 +221,7 @@ def split_gdn_by_sequence(model: Any) -> int:
                 f"(use_remove_padding=False)"
             )
         for layer in layers:
-            layer.forward = _per_sequence(layer.forward)
+            if not getattr(layer.forward, _HOOKED, False):
+                layer.forward = _per_sequence(layer.forward)
     setattr(model, _DONE, len(layers))
     return len(layers)
