@@ -5,6 +5,8 @@ padded prompts, right-padded responses, most short and a few long, as dynamic_bs
     python bench/torch_packing_bench.py                              # tiny Qwen3.5, 64 rows, micro-batches of 16
     python bench/torch_packing_bench.py --model tiny-qwen3_5-moe --rows 32 --repeat 5
     python bench/torch_packing_bench.py --hidden 256 --layers 4      # a wider model (3 GDN : 1 attention layer)
+    OMP_NUM_THREADS=1 python bench/torch_packing_bench.py             # on a shared box: threads fighting
+                                                                       # for cores swamp the difference
 
 Packed, attention / MLP layers run over the real tokens only and the GDN layers over one row per
 sequence (verl_lite/models/packed_gdn.py), so the bench prints three position counts: the padded
