@@ -42,6 +42,45 @@ def ragged_batch(rows: int, prompt: int, response: int, mean: float, seed: int =
                 old_log_probs=-torch.rand(rows, response, generator=g) * 4)
 
 
+def size_override(model: str, hidden=None, layers=None) -> dict:
+    """override_config for a wider / deeper tiny model: hidden size (MLP x3) and layer count (Qwen3.5:
+    three GDN layers to one full-attention layer, as the real models)."""
+    override = {}
+    if hidden:
+        override.update(hidden_size=hidden, intermediate_size=3 * hidden)
+    if layers:
+        gdn = model.startswith("tiny-qwen3_5")
+        override.update(num_hidden_layers=layers, layer_types=["linear_attention" if gdn and (i + 1) % 4 else
+                                                               "full_attention" for i in range(layers)])
+    return override
+
+
+def policy_loss(global_tokens: int):
+    """A token-mean vanilla policy loss over `global_tokens` response tokens (the engines' loss_fn form)."""
+    from verl_lite.trainer import core_algos
+
+    def loss_fn(out, mb):
+        pg = core_algos.compute_policy_loss("vanilla", mb["old_log_probs"], out["log_probs"], mb["advantages"],
+                                            mb["response_mask"].float(), global_token_num=global_tokens)
+        return pg["pg_loss"], {"pg_loss": pg["pg_loss"].item()}
+
+    return loss_fn
+
+
+def update_pass(engine, parts, loss_fn) -> float:
+    """Forward + backward of `loss_fn` over the micro-batches `parts`; returns the summed loss."""
+    engine.train_mode()
+    engine.optimizer_zero_grad()
+    outs = engine.forward_backward(parts.parts, parts.loss(loss_fn))
+    engine.eval_mode()
+    return sum(o["metrics"]["pg_loss"] for o in outs)
+
+
+def log_prob_pass(engine, parts):
+    """The response log-probs of the micro-batches `parts`, in the batch's row order."""
+    return parts.gather(engine.forward_backward(parts.parts, forward_only=True), "log_probs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny-qwen3_5")
@@ -60,17 +99,9 @@ def main() -> None:
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
     from verl_lite.trainer.dynamic_batch import MicroBatches
     from verl_lite.engine.fsdp import TorchLMEngine
-    from verl_lite.trainer import core_algos
 
     torch.manual_seed(0)
-    override = {}
-    if args.hidden:
-        override.update(hidden_size=args.hidden, intermediate_size=3 * args.hidden)
-    if args.layers:
-        override.update(num_hidden_layers=args.layers)
-        gdn = args.model.startswith("tiny-qwen3_5")  # three GDN layers to one full-attention layer, as Qwen3.5
-        override.update(layer_types=["linear_attention" if gdn and (i + 1) % 4 else "full_attention"
-                                     for i in range(args.layers)])
+    override = size_override(args.model, args.hidden, args.layers)
     engine = TorchLMEngine(ModelConfig(path=args.model, override_config=override), ActorConfig(), OptimConfig(),
                            args.device, "actor")
     engine.initialize()
@@ -79,11 +110,7 @@ def main() -> None:
     mask = batch["response_mask"]
     gtok = int(mask.sum())
 
-    def loss_fn(out, mb):
-        pg = core_algos.compute_policy_loss("vanilla", mb["old_log_probs"], out["log_probs"], mb["advantages"],
-                                            mb["response_mask"].float(), global_token_num=gtok)
-        return pg["pg_loss"], {"pg_loss": pg["pg_loss"].item()}
-
+    loss_fn = policy_loss(gtok)
     runs = {"fixed": MicroBatches(batch, micro_batch_size=args.micro), "dynamic": MicroBatches(batch, max_token_len=budget)}
     print(f"model {args.model} on {args.device}: {args.rows} sequences, prompts <= {args.prompt}, responses <= "
           f"{args.response} (mean {float(mask.sum(1).float().mean()):.1f}); real tokens "
@@ -91,14 +118,10 @@ def main() -> None:
     print(f"{'run':8} {'micro-batches':>13} {'cells computed':>15} {'update pass s':>14} {'log-prob pass s':>16} {'pg_loss':>10}")
 
     def update(parts):
-        engine.train_mode()
-        engine.optimizer_zero_grad()
-        outs = engine.forward_backward(parts.parts, parts.loss(loss_fn))
-        engine.eval_mode()
-        return sum(o["metrics"]["pg_loss"] for o in outs)
+        return update_pass(engine, parts, loss_fn)
 
     def log_probs(parts):
-        return parts.gather(engine.forward_backward(parts.parts, forward_only=True), "log_probs")
+        return log_prob_pass(engine, parts)
 
     best = {(name, kind): float("inf") for name in runs for kind in ("update", "log_probs")}
     values = {}

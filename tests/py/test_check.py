@@ -383,24 +383,30 @@ def test_packing_on_npu_without_mindspeed_flash_attention_is_refused_with_the_re
     assert [p for p in found if "use_remove_padding" in p] == []
 
 
-def test_gdn_models_on_fsdp_refuse_remove_padding_with_the_torch_engines_reason():
-    """On fsdp the torch engine packs attention-only models, and transformers' GDN layers cannot take
-    packed sequences. Dynamic batch size runs padded: taken. Auto (null) runs them padded."""
-    found = problems(BASE + ["actor_rollout_ref.model.use_remove_padding=True",
-                             "actor_rollout_ref.actor.use_dynamic_bsz=True"])
-    assert found == ["actor: actor_rollout_ref.model.use_remove_padding=True: remove-padding for Gated DeltaNet models "
-                     "(Qwen3.5) on the torch engine is not supported by verl_lite: transformers' Gated DeltaNet layers "
-                     "carry their recurrent state across packed sequences, so these models run padded; set it to False "
-                     "(or leave it null: auto runs them padded), or use strategy=megatron, which packs them"]
-    assert problems(BASE + ["actor_rollout_ref.actor.use_dynamic_bsz=True"]) == []
+def test_gdn_models_on_fsdp_take_remove_padding_and_dynamic_batches():
+    """The torch engine runs Qwen3.5's GDN layers one row per packed sequence (models/packed_gdn.py)."""
+    assert problems(BASE + ["actor_rollout_ref.model.use_remove_padding=True",
+                            "actor_rollout_ref.actor.use_dynamic_bsz=True"]) == []
+
+
+def test_other_linear_attention_models_on_fsdp_refuse_remove_padding_with_the_reason(write_model):
+    path = write_model({"architectures": ["MiniMaxForCausalLM"], "model_type": "minimax",
+                        "layer_types": ["linear_attention", "full_attention"]})
+    found = problems(BASE + [f"actor_rollout_ref.model.path={path}", "actor_rollout_ref.model.use_remove_padding=True"])
+    assert [p for p in found if "use_remove_padding" in p] == [
+        "actor: actor_rollout_ref.model.use_remove_padding=True: remove-padding on the torch engine: model_type "
+        "minimax has linear-attention layers that the torch engine does not split per packed sequence (it does "
+        "for qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, qwen3_next): packed, their recurrent state would "
+        "flow from one sequence into the next, so this model runs padded; set use_remove_padding=False (or leave it "
+        "null: auto runs it padded)"]
 
 
 def test_the_critic_remove_padding_is_checked_for_the_critics_engine():
     found = problems(BASE + ["algorithm.adv_estimator=gae", "critic.strategy=megatron", "critic.use_dynamic_bsz=True",
                              "critic.model.use_remove_padding=True"])
     assert found == []  # a megatron critic packs the GDN model
-    (problem,) = problems(BASE + ["algorithm.adv_estimator=gae", "critic.model.use_remove_padding=True"])
-    assert problem.startswith("critic: critic.model.use_remove_padding=True: remove-padding for Gated DeltaNet models")
+    # a torch-engine critic of the GDN model packs too
+    assert problems(BASE + ["algorithm.adv_estimator=gae", "critic.model.use_remove_padding=True"]) == []
 
 
 def test_a_family_without_a_bridge_is_refused_on_megatron_before_ray(write_model):

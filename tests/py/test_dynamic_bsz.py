@@ -256,16 +256,6 @@ def test_remove_padding_gives_the_critic_the_padded_runs_values():
     assert (a - b)[batch["response_mask"].bool()].abs().max().item() < TOL
 
 
-def test_remove_padding_is_refused_for_a_gdn_model_with_the_reason():
-    from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine.fsdp import TorchLMEngine
-
-    engine = TorchLMEngine(ModelConfig(path="tiny-qwen3_5", use_remove_padding=True), ActorConfig(), OptimConfig(),
-                           "cpu", "actor")
-    with pytest.raises(ValueError, match="Gated DeltaNet layers carry their recurrent state across packed sequences"):
-        engine.initialize()
-
-
 def test_the_preflight_takes_remove_padding_for_attention_models_on_fsdp_and_megatron():
     from verl_lite.preflight.run import collect_problems
     from verl_lite.config import load_config

@@ -315,12 +315,16 @@ def test_megatron_true_is_refused_where_it_cannot_be_honoured_and_auto_runs_padd
     assert not auto.packed and auto.refusal is None and reason in auto.why
 
 
-def test_torch_engine_auto_packs_attention_models_and_refuses_true_for_gdn():
+def test_torch_engine_auto_packs_attention_and_gdn_models_and_refuses_true_where_it_cannot():
     from verl_lite.decisions.packing_mode import decide_torch
 
-    assert decide_torch(None, gdn=False).packed and not decide_torch(False, gdn=False).packed
-    assert not decide_torch(None, gdn=True).packed and decide_torch(None, gdn=True).refusal is None
-    assert "recurrent state across packed sequences" in decide_torch(True, gdn=True).refusal
+    assert decide_torch(None, None).packed and not decide_torch(False, None).packed
+    gdn = decide_torch(None, None, gdn=True)
+    assert gdn.packed and "GDN layers: one row per packed sequence" in gdn.why
+    assert decide_torch(True, None, gdn=True).packed
+    cannot = "state would flow between sequences"
+    assert not decide_torch(None, cannot).packed and decide_torch(None, cannot).refusal is None
+    assert cannot in decide_torch(True, cannot).refusal
 
 
 def test_the_schema_default_is_auto_and_the_summary_says_packed_or_padded_per_role():

@@ -50,8 +50,6 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
 
 
 @pytest.mark.parametrize("line, fragment", [
-    ("actor_rollout_ref.model.use_remove_padding=True", "remove-padding for Gated DeltaNet models (Qwen3.5) on the "
-                                                        "torch engine is not supported by verl_lite"),
     ("actor_rollout_ref.actor.shuffle=True", "shuffling between PPO epochs is not supported by verl_lite yet"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
      "policy_loss.loss_mode='clip_cov' is not supported by verl_lite: choose one of vanilla, gspo, geo_mean"),

@@ -310,10 +310,11 @@ DEFAULT_DIFFERENCES = {
                             "line; True (verl's) templates the messages as verl's rollout servers do",
     "actor_rollout_ref.model.path": "a shipped tiny config; nothing is downloaded",
     "actor_rollout_ref.model.use_remove_padding": ("null = auto: packed where the engine packs natively (torch engine: "
-                                                   "attention-only models; Megatron: attention layers, and Gated DeltaNet "
-                                                   "layers on fla or the Ascend kernel), padded otherwise (GDN layers on "
-                                                   "the pure-torch rule, which True packs one sequence at a time); True "
-                                                   "is refused where it cannot be honoured, with the reason (GDN models "
+                                                   "attention-only models and Qwen3.5 / Qwen3-Next GDN models; Megatron: "
+                                                   "attention layers, and Gated DeltaNet layers on fla or the Ascend "
+                                                   "kernel), padded otherwise (Megatron's GDN layers on the pure-torch "
+                                                   "rule, which True packs one sequence at a time); True is refused where "
+                                                   "it cannot be honoured, with the reason (other linear-attention models "
                                                    "on the torch engine); verl's True packs everywhere"),
     "critic.model.use_remove_padding": "as actor_rollout_ref.model.use_remove_padding",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "the tiny models do not need it; it costs time",

@@ -9,16 +9,19 @@ packed or padded, and why. Pure: the preflight (`preflight/verl_settings.py`, th
 - True = packed; refused, with the reason, where the engine cannot pack;
 - False = padded.
 
-verl's default is True. verl_lite's auto differs on purpose for Gated DeltaNet models whose GDN layers
-run the pure-torch rule: it takes no `cu_seqlens`, so packing runs it once per sequence (right, but a
-loop); auto keeps those padded and True packs them.
+verl's default is True. verl_lite's auto differs on purpose for Gated DeltaNet models on Megatron whose
+GDN layers run the pure-torch rule: it takes no `cu_seqlens`, so packing runs it once per sequence
+(right, but a loop); auto keeps those padded and True packs them. On the torch engine the GDN layers
+take the packed sequences as one right-padded row each, in one call (`models/packed_gdn.py`: never
+more GDN positions than the padded batch, and attention / MLP see only real tokens), so auto packs.
 
 What auto picks (and what True can do), per engine:
 
 | engine / model | device | attention | GDN layers | auto | True |
 |---|---|---|---|---|---|
 | torch (fsdp), attention-only | any | transformers (block-causal by position ids) | - | packed | packed |
-| torch (fsdp), Gated DeltaNet | any | - | transformers' GDN mixes packed sequences | padded | refused |
+| torch (fsdp), Gated DeltaNet (Qwen3.5, Qwen3.5-MoE, Qwen3-Next) | any | as above | transformers' GDN layer, one row per packed sequence (state reset at each) | packed | packed |
+| torch (fsdp), other linear-attention layers | any | - | no per-sequence split: state would cross sequences | padded | refused |
 | megatron, attention-only | cpu | per-sequence core attention (`engine/megatron/cpu.py`, cpu only) | - | packed | packed |
 | megatron, attention-only | cuda | Transformer Engine's attention (THD) | - | packed (padded where TE does not import) | packed (the engine refuses without TE) |
 | megatron, attention-only | npu | MindSpeed flash attention (TND), `use_flash_attn` on | - | packed | packed |
@@ -41,7 +44,7 @@ from verl_lite.config import roles
 from verl_lite.config.shapes import model_shape
 from verl_lite.decisions import bridge_choice
 from verl_lite.decisions.switches import switch, tri_state
-from verl_lite.models import is_gdn_model
+from verl_lite.models import is_gdn_model, torch_packing_problem
 
 # How a GDN kernel that takes cu_seqlens itself (`bridge_choice.kernel_takes_packed_input`) packs.
 NATIVE_GDN_KERNELS = {bridge_choice.FLA: "Triton fla (cu_seqlens)", bridge_choice.ASCEND: "the Ascend kernel (cu_seqlens)"}
@@ -71,15 +74,17 @@ def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not:
     return Decision(False, f"padded (auto): {why_not}")
 
 
-def decide_torch(setting: Any, gdn: bool) -> Decision:
-    """The torch (fsdp) engine: transformers packs attention layers, not its GDN layers."""
-    if gdn:
+def decide_torch(setting: Any, problem: Optional[str], gdn: bool = False) -> Decision:
+    """The torch (fsdp) engine; `problem`: why the model cannot pack there
+    (`verl_lite.models.torch_packing_problem`), None when it can; `gdn`: it has GDN layers."""
+    if problem:
         return _finish(tri_state(setting), False, False, "",
-                       "remove-padding for Gated DeltaNet models (Qwen3.5) on the torch engine is not supported by "
-                       "verl_lite: transformers' Gated DeltaNet layers carry their recurrent state across packed "
-                       "sequences, so these models run padded; set it to False (or leave it null: auto runs them "
-                       "padded), or use strategy=megatron, which packs them")
-    return _finish(tri_state(setting), True, True, "transformers' attention keeps packed sequences apart", "")
+                       f"remove-padding on the torch engine: {problem}; set use_remove_padding=False (or leave "
+                       f"it null: auto runs it padded)")
+    how = "transformers' attention keeps packed sequences apart"
+    if gdn:
+        how += "; GDN layers: one row per packed sequence (models/packed_gdn.py)"
+    return _finish(tri_state(setting), True, True, how, "")
 
 
 def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
@@ -134,7 +139,7 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
     shape = model_shape(roles.model_path(cfg, role))
     gdn = shape is not None and is_gdn_model(shape.hf)
     if roles.strategy(cfg, role) != "megatron":
-        return decide_torch(setting, gdn)
+        return decide_torch(setting, None if shape is None else torch_packing_problem(shape.hf), gdn)
     megatron = roles.section(cfg, role).megatron
     overrides = bridge_choice.overrides_of(megatron)
     kernel = None

@@ -64,3 +64,23 @@ def is_gdn_model(hf_config: Optional[Dict[str, Any]]) -> bool:
     model_type = str(hf_config.get("model_type", "")) + " " + str(text.get("model_type", ""))
     layer_types = list(hf_config.get("layer_types") or []) + list(text.get("layer_types") or [])
     return "qwen3_5" in model_type or "qwen3_next" in model_type or "linear_attention" in layer_types
+
+
+# transformers model types whose GDN layers run per packed sequence on the torch engine
+# (`verl_lite.models.packed_gdn`: layers named *GatedDeltaNet, as `linear_attn` of a decoder layer).
+SPLIT_GDN_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
+
+
+def torch_packing_problem(hf_config: Optional[Dict[str, Any]]) -> Optional[str]:
+    """Why the torch engine cannot run `hf_config`'s model packed (remove-padding), or None if it can:
+    attention-only models and the GDN models of `SPLIT_GDN_MODEL_TYPES` can; other linear-attention
+    layers would carry their state from one packed sequence into the next."""
+    if not is_gdn_model(hf_config):
+        return None
+    text = hf_config.get("text_config") or {}
+    types = [t for t in (hf_config.get("model_type"), text.get("model_type")) if t]
+    if any(t in SPLIT_GDN_MODEL_TYPES for t in types):
+        return None
+    return (f"model_type {'/'.join(map(str, types)) or '(none)'} has linear-attention layers that the torch engine "
+            f"does not split per packed sequence (it does for {', '.join(SPLIT_GDN_MODEL_TYPES)}): packed, their "
+            f"recurrent state would flow from one sequence into the next, so this model runs padded")
