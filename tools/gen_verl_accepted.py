@@ -73,8 +73,10 @@ REVIEWED = [
                              "distillation.enabled (refused when True)"),
     ("data.validation_shuffle", None, "validation prompts are generated in file order, as verl_lite reads them"),
     ("actor_rollout_ref.rollout.enable_rollout_routing_replay", None, "MoE routing is not replayed, as in verl_lite"),
-    ("*.lora.rank", [0], "0 = no LoRA adapter: the whole model trains, as in verl_lite"),
-    ("*.lora_rank", [0], "0 = no LoRA adapter: the whole model trains, as in verl_lite"),
+    # verl's model.lora.* is its Megatron LoRA section (the fsdp engine reads model.lora_rank & co., and lora.merge)
+    ("*.lora.rank", [0], "0 = no Megatron LoRA adapter (LoRA on fsdp is model.lora_rank)"),
+    ("*.lora.merge", [True], "the rollout gets the merged weights (base + scaling * B @ A), as verl_lite syncs them "
+                             "with LoRA on"),
     # verl's top-level precision-aware optimizer keys at verl's defaults: what verl_lite's optimizer does
     ("*.optim.use_precision_aware_optimizer", None,
      "megatron's default optimizer, as verl_lite builds it (True: override_optimizer_config)"),

@@ -85,6 +85,11 @@ INSTEAD: List[Tuple[str, str]] = [
     ("*.fsdp_config.use_torch_compile", f"{NOT}: actor_rollout_ref.actor.use_torch_compile (and the ref's "
                                         "actor_rollout_ref.ref.use_torch_compile) compiles the log-prob and entropy "
                                         "computation on every engine; remove it"),
+    ("*.model.lora.merge", f"sending the LoRA adapters to the rollout as adapters (vLLM's LoRA, verl's "
+                           f"lora.merge=False) is {YET}: the rollout gets the merged weights; set lora.merge=True or "
+                           "leave it out"),
+    ("*.model.lora.*", f"verl's Megatron LoRA section is {NOT}: on strategy fsdp set model.lora_rank, lora_alpha, "
+                       "target_modules, exclude_modules (LoRA on the megatron strategy is not supported)"),
     ("*.fsdp_config.model_dtype", f"the torch engine's dtype is {YET}: it trains in float32"),
     ("*.megatron.use_dist_checkpointing", f"loading initial weights from a Megatron dist checkpoint is {YET}: "
                                           "point actor_rollout_ref.model.path at the HF model"),

@@ -12,6 +12,7 @@ no torch import.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, List, Optional
 
 from verl_lite import device as devices
@@ -58,6 +59,7 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     if not megatron and section.fsdp_config.fsdp_size not in (-1, None):
         problems.append(f"{role}: {prefix}.fsdp_config.fsdp_size={section.fsdp_config.fsdp_size}: hybrid sharding is "
                         f"{YET}: it shards over all data-parallel ranks; set it to -1")
+    problems += lora_problems(cfg, view)
     problems += token_budget_problems(cfg, role)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
     problems += torch_compile_problems(view)
@@ -66,6 +68,30 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     # the ref runs with the actor's model section: said once, unless the ref's engine has its own reason
     if why and not (role == "ref" and why == _remove_padding_blocker(cfg, "actor")):
         problems.append(f"{role}: {model_key}.use_remove_padding=True: {why}")
+    return problems
+
+
+def lora_problems(cfg: Any, view: RoleView) -> List[str]:
+    """LoRA (model.lora_rank / lora_adapter_path) runs on the torch engine only (engine/lora.py); the ref
+    has none of its own (it is the actor with its adapters disabled)."""
+    if view.role == "ref":
+        return []
+    key = "critic.model" if view.role == "critic" else "actor_rollout_ref.model"
+    model = cfg.critic.model if view.role == "critic" else cfg.actor_rollout_ref.model
+    rank, path = model.lora_rank, model.lora_adapter_path
+    problems = []
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        problems.append(f"{key}.lora_rank={rank!r}: the LoRA rank is an integer >= 0 (0 = off, e.g. 16)")
+        return problems
+    if not (rank > 0 or path):
+        return problems
+    what = f"{key}.lora_rank={rank}" if rank > 0 else f"{key}.lora_adapter_path={path!r}"
+    if view.megatron:
+        problems.append(f"{view.role}: {what}: LoRA on the megatron strategy is {NOT} (verl's Megatron LoRA, "
+                        f"{key}.lora.*, is not implemented): use {view.prefix}.strategy=fsdp, or set {key}.lora_rank=0")
+    if path and not os.path.isfile(os.path.join(str(path), "adapter_config.json")):
+        problems.append(f"{view.role}: {key}.lora_adapter_path={path!r} holds no adapter_config.json: give a PEFT "
+                        "adapter dir (e.g. a checkpoint's actor/lora_adapter); nothing is downloaded")
     return problems
 
 
@@ -200,6 +226,23 @@ def verl_problems(cfg: Any) -> List[str]:
     return problems
 
 
+def _ref_in_actor_warnings(cfg: Any) -> List[str]:
+    """With LoRA the ref is the actor's engine with its adapters disabled (as in verl): the ref's own
+    engine settings build nothing. Its log-prob micro-batch and token budget still cut its pass."""
+    if not (roles.ref_enabled(cfg) and roles.ref_in_actor(cfg)):
+        return []
+    ref, prefix = cfg.actor_rollout_ref.ref, "actor_rollout_ref.ref"
+    changed = [f"{prefix}.strategy"] if ref.strategy is not None else []
+    changed += _changed(ref.fsdp_config, schema.FSDPConfig, f"{prefix}.fsdp_config")
+    if ref.use_torch_compile != cfg.actor_rollout_ref.actor.use_torch_compile:
+        changed.append(f"{prefix}.use_torch_compile")
+    if not changed:
+        return []
+    return [f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: with LoRA "
+            "(actor_rollout_ref.model.lora_rank > 0 or lora_adapter_path) the ref is the actor with its adapters "
+            "disabled, not a model of its own (as in verl); the actor's engine settings apply"]
+
+
 def _changed(section: Any, cls: type, prefix: str, skip: tuple = ()) -> List[str]:
     """Dotted keys of a section whose value differs from the schema's default."""
     default = cls()
@@ -247,6 +290,7 @@ def verl_warnings(cfg: Any) -> List[str]:
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
     warnings += _offload_warnings(views)
+    warnings += _ref_in_actor_warnings(cfg)
     for view in views:
         warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)
     warnings += _checkpoint_warnings(cfg)

@@ -1,0 +1,246 @@
+"""LoRA on the torch engine (engine/lora.py, PEFT): only the adapters train, the ref is the actor with
+its adapters disabled, the rollout gets the merged weights, checkpoints hold the adapters in PEFT's
+format and resume them; the preflight refuses LoRA where it cannot run."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, OptimConfig, RefConfig
+
+B, T, R = 4, 12, 4
+
+
+def make_batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 48, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=torch.arange(T).expand(B, T),
+                responses=ids[:, -R:], response_mask=mask[:, -R:])
+
+
+def nll_loss(outputs, batch):
+    mask = batch["response_mask"].float()
+    return -(outputs["log_probs"] * mask).sum() / mask.sum(), {}
+
+
+def lora_engine(tmp_path=None, **model):
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    actor = ActorConfig()
+    if tmp_path is not None:
+        actor.checkpoint.save_contents = ["model", "optimizer", "extra", "hf_model"]
+    engine = TorchLMEngine(ModelConfig(path="tiny-qwen3_5", **{"lora_rank": 8, "lora_alpha": 16, **model}), actor,
+                           OptimConfig(lr=5e-2, weight_decay=0.0), "cpu", "actor")
+    engine.initialize()
+    return engine
+
+
+def train_step(engine, seed=0):
+    engine.train_mode()
+    engine.optimizer_zero_grad()
+    engine.forward_backward([make_batch(seed)], nll_loss)
+    engine.optimizer_step()
+    engine.eval_mode()
+
+
+def log_probs(engine, seed=1):
+    return engine.forward_backward([make_batch(seed)], None, forward_only=True)[0]["log_probs"]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A LoRA engine after two optimizer steps (its adapters are no longer the identity)."""
+    engine = lora_engine()
+    train_step(engine, 0)
+    train_step(engine, 2)
+    return engine
+
+
+def test_only_the_adapters_are_trainable_and_in_the_optimizer():
+    engine = lora_engine()
+    trainable = [n for n, p in engine.module.named_parameters() if p.requires_grad]
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    in_optimizer = {id(p) for group in engine.optimizer.param_groups for p in group["params"]}
+    assert in_optimizer == {id(p) for p in engine.module.parameters() if p.requires_grad}
+    # all-linear: attention, Gated DeltaNet and MLP projections, never the tied output head
+    assert any("linear_attn.in_proj_qkv" in n for n in trainable) and any("mlp.down_proj" in n for n in trainable)
+    assert not any("lm_head" in n or "embed_tokens" in n for n in trainable)
+
+
+def test_a_step_changes_the_adapters_and_leaves_every_base_weight_bit_identical():
+    engine = lora_engine()
+    before = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
+    train_step(engine)
+    after = dict(engine.module.named_parameters())
+    base = [n for n in before if not after[n].requires_grad]
+    assert base and all(torch.equal(before[n], after[n]) for n in base)
+    changed = [n for n in before if after[n].requires_grad and not torch.equal(before[n], after[n])]
+    assert any(".lora_B." in n for n in changed)  # B starts at zero: any learning moves it
+
+
+def test_ref_log_probs_with_the_adapters_disabled_equal_the_base_models(trained):
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    base = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), RefConfig(use_torch_compile=False), None, "cpu", "ref")
+    base.initialize()  # the same init seed: the LoRA model's base weights
+    with trained.disable_adapter():
+        ref = log_probs(trained)
+    assert torch.equal(ref, log_probs(base))
+    assert not torch.allclose(log_probs(trained), ref, atol=1e-4)  # the adapters do change the policy
+
+
+def test_the_exported_weights_are_the_merged_model_under_hf_names_equal_to_peft_merge_and_unload(trained):
+    exported = dict(trained.export_hf_weights())
+    merged = copy.deepcopy(trained.module).merge_and_unload().state_dict()
+    assert set(exported) == set(merged) and all(not n.startswith("base_model.") for n in exported)
+    worst = max((exported[n] - merged[n]).abs().max().item() for n in merged)
+    assert worst <= 1e-6, worst
+    # and the merge is not a no-op: the adapted projections differ from the base
+    name = "model.layers.1.self_attn.q_proj.weight"
+    base = trained.module.get_base_model().model.layers[1].self_attn.q_proj.base_layer.weight
+    assert not torch.allclose(exported[name], base)
+
+
+def test_the_hf_rollout_synced_from_the_export_generates_with_the_adapted_policy(trained):
+    from verl_lite.config.schema import RolloutConfig
+    from verl_lite.rollout.hf import HFRollout
+
+    rollout = HFRollout(ModelConfig(path="tiny-qwen3_5"), RolloutConfig(), None, "cpu")
+    rollout.update_weights(trained.export_hf_weights(), 1)
+    batch = make_batch(1)
+    logits = rollout.model(input_ids=batch["input_ids"], use_cache=False).logits
+    with torch.no_grad():
+        adapted = trained.module(input_ids=batch["input_ids"], use_cache=False).logits
+    assert torch.allclose(logits, adapted, atol=1e-5)
+
+
+def test_a_checkpoint_holds_the_adapter_in_peft_format_and_resumes_it(trained, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.models.hf import build_causal_lm
+
+    saver = lora_engine(tmp_path)
+    saver.module.load_state_dict(trained.module.state_dict())
+    train_step(saver, 4)  # optimizer state to save too
+    saver.save_checkpoint(str(tmp_path / "actor"))
+    batch = make_batch(1)
+    with torch.no_grad():
+        saved_logits = saver.module(input_ids=batch["input_ids"], use_cache=False).logits
+    adapter = tmp_path / "actor" / "lora_adapter"
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert config["r"] == 8 and config["lora_alpha"] == 16 and (adapter / "adapter_model.safetensors").is_file()
+    payload = torch.load(tmp_path / "actor" / "model.pt", weights_only=True)
+    assert set(payload["model"]) == {n for n, p in saver.module.named_parameters() if p.requires_grad}
+
+    resumed = lora_engine(tmp_path)
+    resumed.load_checkpoint(str(tmp_path / "actor"))
+    assert torch.equal(log_probs(resumed), log_probs(saver))
+    train_step(resumed, 5)
+    train_step(saver, 5)  # the optimizer state resumed too: the next step is the same
+    assert torch.equal(log_probs(resumed), log_probs(saver))
+
+    # PEFT loads the adapter dir onto the base model, and the hf_model copy is the merged model
+    peft_model = PeftModel.from_pretrained(build_causal_lm(ModelConfig(path="tiny-qwen3_5")), str(adapter))
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "actor" / "huggingface"))
+    with torch.no_grad():
+        peft_logits = peft_model(input_ids=batch["input_ids"], use_cache=False).logits
+        merged_logits = hf(input_ids=batch["input_ids"], use_cache=False).logits
+    assert torch.allclose(peft_logits, saved_logits, atol=1e-5)
+    assert torch.allclose(merged_logits, saved_logits, atol=1e-5)
+
+
+def test_lora_adapter_path_continues_from_a_saved_adapter(trained, tmp_path):
+    trained.save_checkpoint(str(tmp_path / "actor"))
+    engine = lora_engine(lora_rank=0, lora_adapter_path=str(tmp_path / "actor" / "lora_adapter"))
+    assert torch.allclose(log_probs(engine), log_probs(trained), atol=1e-6)
+    assert any(p.requires_grad for p in engine.module.parameters())  # loaded trainable
+    with pytest.raises(FileNotFoundError, match="lora_adapter_path='/nonexistent'.*adapter_config.json"):
+        lora_engine(lora_adapter_path="/nonexistent")
+
+
+def test_a_checkpoint_of_other_adapters_is_refused_naming_the_mismatch(trained, tmp_path):
+    from verl_lite.checkpoint_files import CheckpointError
+
+    trained.save_checkpoint(str(tmp_path / "actor"))
+    other = lora_engine(target_modules=["q_proj", "v_proj"])
+    with pytest.raises(CheckpointError, match="does not hold this model's LoRA adapters"):
+        other.load_checkpoint(str(tmp_path / "actor"))
+
+
+def test_the_critic_gets_adapters_and_a_fully_trained_value_head():
+    from verl_lite.engine.fsdp import TorchValueEngine
+
+    engine = TorchValueEngine(ModelConfig(path="tiny-qwen3_5", lora_rank=4), CriticConfig(), OptimConfig(lr=1e-2),
+                              "cpu", "critic")
+    engine.initialize()
+    trainable = [n for n, p in engine.module.named_parameters() if p.requires_grad]
+    assert any("value_head" in n for n in trainable) and any(".lora_A." in n for n in trainable)
+    assert not any("value_head" in n and ".lora_" in n for n in trainable)  # the head trains whole
+    names = [n for n, _ in engine.export_hf_weights()]
+    assert "value_head.weight" in names and not any("lora_" in n or "original_module" in n for n in names)
+
+
+# ---------------------------------------------------------------------------- the worker and the check
+
+
+def worker_config(data, *extra):
+    from verl_lite.config import load_config, to_dataclass
+
+    return to_dataclass(load_config([
+        f"data.train_files={data}/train.parquet", f"data.val_files={data}/val.parquet", "trainer.device=cpu",
+        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.use_kl_loss=True", *extra]))
+
+
+def test_with_lora_the_worker_builds_no_ref_model_and_scores_the_ref_with_adapters_disabled(copy_task_data):
+    from verl_lite.trainer.workers import ActorRolloutRefWorker
+
+    data = copy_task_data(n_train=64, n_val=8)
+    worker = ActorRolloutRefWorker(worker_config(data, "actor_rollout_ref.model.lora_rank=4"), 0, 1)
+    assert worker.ref is None
+    with torch.no_grad():
+        for n, p in worker.actor.module.named_parameters():
+            if ".lora_B." in n:
+                p.normal_(0.0, 0.2)
+    batch = dict(make_batch(3), temperature=1.0)
+    ref = worker.compute_ref_log_prob(batch)["ref_log_prob"]
+    plain = ActorRolloutRefWorker(worker_config(data), 0, 1)  # full fine-tuning: a ref model of its own
+    assert plain.ref is not None
+    assert torch.equal(ref, plain.compute_ref_log_prob(batch)["ref_log_prob"])
+    assert not torch.allclose(worker.compute_log_prob(batch)["old_log_probs"], ref, atol=1e-4)
+
+
+def problems(*overrides):
+    from verl_lite.config import load_config
+    from verl_lite.preflight.run import collect_problems
+
+    return collect_problems(load_config(list(overrides)), for_training=False)
+
+
+def test_lora_on_the_megatron_strategy_is_refused_as_not_supported():
+    found = problems("model_engine=megatron", "actor_rollout_ref.model.path=tiny-qwen3",
+                     "actor_rollout_ref.model.lora_rank=8")
+    assert any("lora_rank=8" in p and "LoRA on the megatron strategy is not supported" in p for p in found), found
+    assert not any("lora" in p for p in problems("actor_rollout_ref.model.lora_rank=8"))
+
+
+def test_verls_lora_merge_true_is_taken_and_false_is_refused():
+    assert not any("lora" in p for p in problems("actor_rollout_ref.model.lora_rank=8",
+                                                 "+actor_rollout_ref.model.lora.merge=True"))
+    from verl_lite.config import load_config
+
+    with pytest.raises(Exception, match=r"lora\.merge=False.*not supported by verl_lite yet"):
+        load_config(["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora.merge=False"])
+
+
+def test_a_missing_adapter_dir_and_a_negative_rank_are_refused_before_the_run():
+    found = problems("actor_rollout_ref.model.lora_adapter_path=/nonexistent")
+    assert any("lora_adapter_path='/nonexistent' holds no adapter_config.json" in p for p in found), found
+    found = problems("actor_rollout_ref.model.lora_rank=-1")
+    assert any("lora_rank=-1" in p and ">= 0" in p for p in found), found
