@@ -37,8 +37,11 @@ REVIEWED = [
     ("*.megatron.use_dist_checkpointing", None,
      "initial weights are read from the HF checkpoint at model.path, as verl_lite loads them"),
     ("*.megatron.use_megatron_fsdp", None, "Megatron's own DDP and distributed optimizer, as verl_lite builds them"),
-    ("actor_rollout_ref.rollout.layered_summon", None,
-     "the rollout gets the weights gathered whole, as verl_lite syncs them"),
+    # verl's True gathers a LoRA model's FSDP shards layer by layer for the rollout sync, to bound memory;
+    # verl_lite's sync gathers one tensor at a time (and merges that layer's adapter), which holds less
+    ("actor_rollout_ref.rollout.layered_summon", [False, True],
+     "the rollout gets the weights gathered one tensor at a time (with LoRA merged tensor by tensor), as "
+     "verl_lite syncs them; that holds less at once than verl's layer-by-layer gather (True)"),
     ("*.fsdp_config.offload_policy", None,
      "no FSDP2 CPUOffloadPolicy: param_offload/optimizer_offload move tensors between phases, as verl_lite does"),
     ("*.fsdp_config.forward_prefetch", None, "no explicit FSDP forward prefetch, as verl_lite's FSDP2 engine runs"),

@@ -216,11 +216,11 @@ def test_with_lora_the_worker_builds_no_ref_model_and_scores_the_ref_with_adapte
     assert not torch.allclose(worker.compute_log_prob(batch)["old_log_probs"], ref, atol=1e-4)
 
 
-def problems(*overrides):
+def problems(*overrides, for_training=False):
     from verl_lite.config import load_config
     from verl_lite.preflight.run import collect_problems
 
-    return collect_problems(load_config(list(overrides)), for_training=False)
+    return collect_problems(load_config(list(overrides)), for_training=for_training)
 
 
 def test_lora_on_the_megatron_strategy_is_refused_as_not_supported():
@@ -239,8 +239,41 @@ def test_verls_lora_merge_true_is_taken_and_false_is_refused():
         load_config(["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora.merge=False"])
 
 
-def test_a_missing_adapter_dir_and_a_negative_rank_are_refused_before_the_run():
-    found = problems("actor_rollout_ref.model.lora_adapter_path=/nonexistent")
+def test_a_missing_adapter_dir_on_the_training_machine_and_a_negative_rank_are_refused_before_the_run():
+    found = problems("actor_rollout_ref.model.lora_adapter_path=/nonexistent", for_training=True)
     assert any("lora_adapter_path='/nonexistent' holds no adapter_config.json" in p for p in found), found
+    assert not any("lora" in p for p in problems("actor_rollout_ref.model.lora_adapter_path=/nonexistent"))
     found = problems("actor_rollout_ref.model.lora_rank=-1")
     assert any("lora_rank=-1" in p and ">= 0" in p for p in found), found
+
+
+LORA = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=32",
+        "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.model.exclude_modules=[down_proj]",
+        "+actor_rollout_ref.model.lora.merge=True", "actor_rollout_ref.rollout.layered_summon=True"]
+
+
+def test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_adapter(copy_task_data, tmp_path):
+    from read_tracking import track_reads
+    from test_read_tracking import GRPO, base
+
+    from verl_lite.config import load_config
+    from verl_lite.preflight.run import collect_problems, collect_warnings
+    from verl_lite.trainer.run import run
+
+    overrides = base(copy_task_data(n_train=64, n_val=8), tmp_path / "r") + GRPO + LORA
+    cfg = load_config(overrides)
+    with track_reads() as reads:
+        assert collect_problems(cfg, for_training=True) == []
+        warnings = collect_warnings(cfg)
+        assert run(cfg) == 0
+    keys = [line.lstrip("+").split("=", 1)[0] for line in overrides]
+    # verl's lines taken as they are (the reviewed table) set nothing to read
+    unread = [k for k in keys if not reads.was_read(k) and k not in ("actor_rollout_ref.model.lora.merge",
+                                                                     "actor_rollout_ref.rollout.layered_summon")]
+    assert unread == [], f"set but never read (accepted and ignored): {unread}"
+    # the ref's engine settings of GRPO build nothing with LoRA: the check says so
+    assert any("actor_rollout_ref.ref.fsdp_config.param_offload" in w and "no effect: with LoRA" in w
+               for w in warnings), warnings
+    adapter = json.loads((tmp_path / "r" / "global_step_2" / "actor" / "lora_adapter" / "adapter_config.json")
+                         .read_text())
+    assert adapter["r"] == 8 and adapter["lora_alpha"] == 32 and "down_proj" in str(adapter["exclude_modules"])

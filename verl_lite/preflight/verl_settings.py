@@ -89,10 +89,19 @@ def lora_problems(cfg: Any, view: RoleView) -> List[str]:
     if view.megatron:
         problems.append(f"{view.role}: {what}: LoRA on the megatron strategy is {NOT} (verl's Megatron LoRA, "
                         f"{key}.lora.*, is not implemented): use {view.prefix}.strategy=fsdp, or set {key}.lora_rank=0")
-    if path and not os.path.isfile(os.path.join(str(path), "adapter_config.json")):
-        problems.append(f"{view.role}: {key}.lora_adapter_path={path!r} holds no adapter_config.json: give a PEFT "
-                        "adapter dir (e.g. a checkpoint's actor/lora_adapter); nothing is downloaded")
     return problems
+
+
+def lora_adapter_problems(cfg: Any) -> List[str]:
+    """On the machine that trains: each lora_adapter_path is a PEFT adapter dir (nothing is downloaded)."""
+    sections = [("actor_rollout_ref.model", cfg.actor_rollout_ref.model)]
+    if roles.critic_enabled(cfg):
+        sections.append(("critic.model", cfg.critic.model))
+    return [f"{key}.lora_adapter_path={model.lora_adapter_path!r} holds no adapter_config.json: give a PEFT adapter "
+            "dir (e.g. a checkpoint's actor/lora_adapter); nothing is downloaded"
+            for key, model in sections
+            if model.lora_adapter_path and not os.path.isfile(os.path.join(str(model.lora_adapter_path),
+                                                                           "adapter_config.json"))]
 
 
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:
