@@ -277,3 +277,43 @@ def test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_ada
     adapter = json.loads((tmp_path / "r" / "global_step_2" / "actor" / "lora_adapter" / "adapter_config.json")
                          .read_text())
     assert adapter["r"] == 8 and adapter["lora_alpha"] == 32 and "down_proj" in str(adapter["exclude_modules"])
+
+
+def test_lora_at_dp2_over_ray_gives_the_dp1_update_and_its_checkpoint_resumes_at_dp2(ray_cluster, copy_task_data,
+                                                                                     tmp_path):
+    """FSDP2 shards the PEFT model: the merged export, the adapter-only checkpoint and its load all gather
+    or scatter DTensors."""
+    from test_trainer_ray import fixed_batch, make_cfg
+
+    from verl_lite.config import to_dataclass
+    from verl_lite.trainer.ppo_trainer import dp_shards, update_meta
+    from verl_lite.trainer.worker_group import WorkerGroup
+    from verl_lite.trainer.workers import ActorRolloutRefWorker
+
+    data = copy_task_data(n_train=64, n_val=8)
+    extra = ("actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=32",
+             "trainer.balance_batch=False")
+    cfg1, cfg2 = make_cfg(data, tmp_path / "a", 1, *extra), make_cfg(data, tmp_path / "b", 2, *extra)
+    batch = fixed_batch(cfg1)
+    train = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "position_ids", "responses",
+                                                     "response_mask", "old_log_probs", "advantages", "temperature")}
+    weights = {}
+    for dp, cfg in ((1, cfg1), (2, cfg2)):
+        wg = WorkerGroup(ActorRolloutRefWorker, f"lora_dp{dp}", to_dataclass(cfg), dp, "cpu", use_ray=True,
+                         threads=1, call_timeout_s=120)
+        before = wg.call_all("actor_state_dict")[0]
+        wg.call_shards("update_actor", dp_shards(train, 2, dp), update_meta(train, 2, dp))
+        weights[dp] = wg.call_all("actor_state_dict")[0]
+        if dp == 2:
+            wg.call_all("save_checkpoint", str(tmp_path / "ckpt"))
+        wg.shutdown()
+    assert any(not torch.equal(before[k], weights[2][k]) for k in before), "the update did not move the merged weights"
+    for k in weights[1]:
+        torch.testing.assert_close(weights[1][k], weights[2][k], atol=1e-5, rtol=1e-4)
+    resumed = WorkerGroup(ActorRolloutRefWorker, "lora_resume", to_dataclass(cfg2), 2, "cpu", use_ray=True, threads=1,
+                          call_timeout_s=120)
+    resumed.call_all("load_checkpoint", str(tmp_path / "ckpt"))
+    loaded = resumed.call_all("actor_state_dict")[0]
+    resumed.shutdown()
+    for k in weights[2]:
+        assert torch.equal(loaded[k], weights[2][k]), k

@@ -79,7 +79,11 @@ def wrap(module: nn.Module, model_config: Any, model_type: str, role: str) -> nn
         cfg = peft_model.peft_config[ADAPTER]
         logger.info("%s: LoRA adapter loaded from %s (r=%s, alpha=%s)", role, path, cfg.r, cfg.lora_alpha)
     else:
-        peft_model = get_peft_model(module, lora_config(model_config, model_type, module))
+        # A's random init from the model's seed, not the rank's: every data-parallel rank must hold the same
+        # adapter before FSDP2 keeps each rank's own shard of it
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(model_config.init_seed) + 2)
+            peft_model = get_peft_model(module, lora_config(model_config, model_type, module))
     _check_layers(peft_model, role)
     if model_type == "language_model" and model_config.enable_gradient_checkpointing:
         # with a frozen embedding the checkpointed blocks' inputs need grads (as verl: enable_input_require_grads)
@@ -103,8 +107,9 @@ def _check_layers(module: nn.Module, role: str) -> None:
 
 
 def is_peft(module: nn.Module) -> bool:
-    """A PEFT model (checked by class, so a run without LoRA never imports peft)."""
-    return type(module).__module__.startswith("peft.")
+    """A PEFT model (checked by class, so a run without LoRA never imports peft; FSDP2's fully_shard
+    swaps in a subclass of its own, so the whole MRO is looked at)."""
+    return any(cls.__module__.startswith("peft.") for cls in type(module).__mro__)
 
 
 def unwrapped(module: nn.Module) -> nn.Module:
