@@ -72,6 +72,14 @@ def test_only_the_adapters_are_trainable_and_in_the_optimizer():
     assert not any("lm_head" in n or "embed_tokens" in n for n in trainable)
 
 
+def test_target_and_exclude_modules_pick_the_layers_and_non_linear_targets_are_refused():
+    engine = lora_engine(target_modules=["q_proj", "down_proj"], exclude_modules=["down_proj"])
+    adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n, p in engine.module.named_parameters() if p.requires_grad}
+    assert adapted == {"q_proj"}
+    with pytest.raises(ValueError, match=r"other than nn.Linear are not supported.*embed_tokens"):
+        lora_engine(target_modules=["q_proj", "embed_tokens"])
+
+
 def test_a_step_changes_the_adapters_and_leaves_every_base_weight_bit_identical():
     engine = lora_engine()
     before = {n: p.detach().clone() for n, p in engine.module.named_parameters()}

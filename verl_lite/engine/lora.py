@@ -99,11 +99,17 @@ def _check_layers(module: nn.Module, role: str) -> None:
     which is PEFT's merge for a Linear; an embedding or convolution adapter merges differently."""
     from peft.tuners.lora import Linear
 
-    other = sorted(name for name, m in _lora_layers(module).items() if not isinstance(m, Linear))
+    layers = _lora_layers(module)
+    other = sorted(name for name, m in layers.items() if not isinstance(m, Linear))
     if other:
         raise ValueError(f"{role}: LoRA adapters on layers other than nn.Linear are not supported by verl_lite "
                          f"(the rollout gets merged Linear weights): {other[:4]}; leave them out of "
                          f"model.target_modules or add them to model.exclude_modules")
+    variant = sorted(name for name, m in layers.items()
+                     if m.use_dora.get(ADAPTER) or getattr(m, "lora_bias", {}).get(ADAPTER))
+    if variant:  # only a saved adapter (lora_adapter_path) can ask for these
+        raise ValueError(f"{role}: the adapter uses DoRA or LoRA biases ({variant[:2]}), which verl_lite does not "
+                         "support (its merged sync is plain LoRA's); give a plain LoRA adapter")
 
 
 def is_peft(module: nn.Module) -> bool:
