@@ -342,3 +342,15 @@ def test_a_lora_grpo_run_on_the_copy_task_raises_the_mean_reward(copy_task_data,
     rewards = [m["critic/score/mean"] for m in read_metrics(out) if "critic/score/mean" in m]
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first + 0.1, f"reward did not rise: first 10 steps {first:.3f}, last 10 steps {last:.3f}"
+
+
+def test_the_critic_reads_its_own_lora_settings_even_when_it_takes_the_actors_model(copy_task_data):
+    from verl_lite.engine.lora import is_peft
+    from verl_lite.trainer.workers import CriticWorker
+
+    data = copy_task_data(n_train=64, n_val=8)
+    gae = ("algorithm.adv_estimator=gae", "critic.model.path=")  # "" = the actor's model section
+    actor_only = CriticWorker(worker_config(data, *gae, "actor_rollout_ref.model.lora_rank=8"), 0, 1)
+    assert not is_peft(actor_only.critic.module)
+    own = CriticWorker(worker_config(data, *gae, "critic.model.lora_rank=4"), 0, 1)
+    assert is_peft(own.critic.module) and own.critic.module.peft_config["default"].r == 4
