@@ -287,6 +287,7 @@ def test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_ada
     assert adapter["r"] == 8 and adapter["lora_alpha"] == 32 and "down_proj" in str(adapter["exclude_modules"])
 
 
+@pytest.mark.slow
 def test_lora_at_dp2_over_ray_gives_the_dp1_update_and_its_checkpoint_resumes_at_dp2(ray_cluster, copy_task_data,
                                                                                      tmp_path):
     """FSDP2 shards the PEFT model: the merged export, the adapter-only checkpoint and its load all gather
