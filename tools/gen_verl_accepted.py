@@ -33,8 +33,11 @@ REVIEWED = [
     ("*.megatron.use_dist_checkpointing", None,
      "initial weights are read from the HF checkpoint at model.path, as verl_lite loads them"),
     ("*.megatron.use_megatron_fsdp", None, "Megatron's own DDP and distributed optimizer, as verl_lite builds them"),
-    ("actor_rollout_ref.rollout.layered_summon", None,
-     "the rollout gets the weights gathered whole, as verl_lite syncs them"),
+    # verl's True gathers a LoRA model's FSDP shards layer by layer for the rollout sync, to bound memory;
+    # verl_lite's sync gathers one tensor at a time (and merges that layer's adapter), which holds less
+    ("actor_rollout_ref.rollout.layered_summon", [False, True],
+     "the rollout gets the weights gathered one tensor at a time (with LoRA merged tensor by tensor), as "
+     "verl_lite syncs them; that holds less at once than verl's layer-by-layer gather (True)"),
     ("*.fsdp_config.dtype", ["bfloat16", "bf16"],
      "verl's FSDP engine does not read fsdp_config.dtype (only its Megatron engine does), so the line changes "
      "nothing in verl either: the compute dtype is fsdp_config.mixed_precision.param_dtype"),
@@ -71,8 +74,10 @@ REVIEWED = [
                              "distillation.enabled (refused when True)"),
     ("data.validation_shuffle", None, "validation prompts are generated in file order, as verl_lite reads them"),
     ("actor_rollout_ref.rollout.enable_rollout_routing_replay", None, "MoE routing is not replayed, as in verl_lite"),
-    ("*.lora.rank", [0], "0 = no LoRA adapter: the whole model trains, as in verl_lite"),
-    ("*.lora_rank", [0], "0 = no LoRA adapter: the whole model trains, as in verl_lite"),
+    # verl's model.lora.* is its Megatron LoRA section (the fsdp engine reads model.lora_rank & co., and lora.merge)
+    ("*.lora.rank", [0], "0 = no Megatron LoRA adapter (LoRA on fsdp is model.lora_rank)"),
+    ("*.lora.merge", [True], "the rollout gets the merged weights (base + scaling * B @ A), as verl_lite syncs them "
+                             "with LoRA on"),
     # verl's top-level precision-aware optimizer keys at verl's defaults: what verl_lite's optimizer does
     ("*.optim.use_precision_aware_optimizer", None,
      "megatron's default optimizer, as verl_lite builds it (True: override_optimizer_config)"),

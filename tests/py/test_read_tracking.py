@@ -206,6 +206,14 @@ SHOWN_ELSEWHERE = {
                                                    "test_the_critic_with_sequence_parallel_gives_the_values_and_step_of_tp2_without_it"),
     "critic.megatron.pipeline_model_parallel_size": ("test_megatron_engine",
                                                      "test_value_engine_outputs_float_values_per_response_token_and_learns"),
+    # LoRA: a tracked LoRA GRPO run of its own (PEFT is imported only there)
+    "actor_rollout_ref.model.lora_rank": ("test_lora",
+                                          "test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_adapter"),
+    "actor_rollout_ref.model.lora_alpha": ("test_lora",
+                                           "test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_adapter"),
+    # verl's LoRA scripts' load_format=safetensors: vLLM loads the model dir's weights (needs weights on disk)
+    "actor_rollout_ref.rollout.load_format": ("test_lora_vllm",
+                                              "test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step"),
 }
 
 

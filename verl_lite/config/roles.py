@@ -2,7 +2,8 @@
 
 Shared by the preflight check, the engine registry lookup, the Ray runtime env and the trainer,
 so all of them agree on the rules:
-- ref runs when the actor uses a KL loss or the reward has a KL penalty;
+- ref runs when the actor uses a KL loss or the reward has a KL penalty; with LoRA it is the actor
+  with its adapters disabled, not a model of its own;
 - critic runs when `critic.enable` is true, or when it is null and the estimator is gae;
 - ref and critic with a null strategy use the actor's strategy;
 - a critic with an empty model path uses the actor's model.
@@ -27,6 +28,13 @@ def _role_check(role: str) -> None:
 
 def ref_enabled(cfg: Any) -> bool:
     return bool(cfg.actor_rollout_ref.actor.use_kl_loss) or bool(cfg.algorithm.use_kl_in_reward)
+
+
+def ref_in_actor(cfg: Any) -> bool:
+    """The ref policy is the actor with its LoRA adapters disabled, as verl does with LoRA on (a positive
+    lora_rank or a lora_adapter_path): no ref model of its own is built."""
+    model = cfg.actor_rollout_ref.model
+    return int(model.lora_rank or 0) > 0 or bool(model.lora_adapter_path)
 
 
 def critic_enabled(cfg: Any) -> bool:

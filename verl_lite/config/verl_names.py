@@ -95,6 +95,11 @@ INSTEAD: List[Tuple[str, str]] = [
     ("*.fsdp_config.dtype", f"{NOT} on the torch engine (verl's FSDP engine does not read it either; it is the "
                             "Megatron engine's): the compute dtype is <role>.fsdp_config.mixed_precision.param_dtype "
                             "(bf16 or fp32); remove it"),
+    ("*.model.lora.merge", f"sending the LoRA adapters to the rollout as adapters (vLLM's LoRA, verl's "
+                           f"lora.merge=False) is {YET}: the rollout gets the merged weights; set lora.merge=True or "
+                           "leave it out"),
+    ("*.model.lora.*", f"verl's Megatron LoRA section is {NOT}: on strategy fsdp set model.lora_rank, lora_alpha, "
+                       "target_modules, exclude_modules (LoRA on the megatron strategy is not supported)"),
     ("*.megatron.use_dist_checkpointing", f"loading initial weights from a Megatron dist checkpoint is {YET}: "
                                           "point actor_rollout_ref.model.path at the HF model"),
     ("*.checkpoint.mbridge_config*", f"mbridge's save_weights arguments are {NOT}: hf_model is written by "

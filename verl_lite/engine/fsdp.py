@@ -20,6 +20,7 @@ import torch.nn as nn
 from verl_lite.checkpoint_files import CheckpointError, load_tensors
 from verl_lite.config.schema import OptimConfig
 from verl_lite.engine import fsdp_policy
+from verl_lite.engine import lora
 from verl_lite.engine.base import BaseEngine, LossFn
 from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possible, check_loadable, hf_files,
                                         save_hf_model, write_contents)
@@ -50,6 +51,8 @@ def _local(param: torch.Tensor) -> torch.Tensor:
 
 class ValueHeadModel(nn.Module):
     """A causal LM backbone with a scalar head: values (B, T)."""
+
+    base_model_prefix = "model"  # as a transformers model names its backbone (PEFT's LoRA reads it)
 
     def __init__(self, lm: nn.Module):
         super().__init__()
@@ -129,6 +132,8 @@ class TorchLMEngine(BaseEngine):
         # model.enable_activation_offload: saved activations in host memory between forward and backward
         self.activation_offload = (enable_activation_offload(module, self.device)
                                    if self.model_config.enable_activation_offload else None)
+        if lora.enabled(self.model_config):  # adapters before sharding, as verl (engine/lora.py)
+            module = lora.wrap(module, self.model_config, self.model_type, self.role)
         # the stored dtype (model_dtype) for all of it, then the floating buffers in buffer_dtype
         module.to(torch_device(self.device), dtype=fsdp_policy.torch_dtype(self.precision.storage))
         fsdp_policy.cast_buffers(module, self.precision)
@@ -143,7 +148,9 @@ class TorchLMEngine(BaseEngine):
         self.module = module
         optim = self.optim_config
         if optim is not None:
-            self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=float(optim.lr), betas=tuple(optim.betas),
+            # only the trainable parameters: with LoRA the adapters (the base is frozen)
+            trainable = [p for p in self.module.parameters() if p.requires_grad]
+            self.optimizer = torch.optim.AdamW(trainable, lr=float(optim.lr), betas=tuple(optim.betas),
                                                weight_decay=float(optim.weight_decay))
             total = int(optim.total_training_steps)
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, make_lr_lambda(optim, total))
@@ -282,7 +289,11 @@ class TorchLMEngine(BaseEngine):
 
     def export_hf_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
         """The model's state dict (HF names: the module is a transformers model), one tensor at a
-        time; under FSDP2 each is all-gathered in turn (a collective: every rank iterates to the end)."""
+        time; under FSDP2 each is all-gathered in turn (a collective: every rank iterates to the end).
+        With LoRA: the merged weights (base + adapter) under the HF model's names (engine/lora.py)."""
+        if lora.is_peft(self.module):
+            yield from lora.merged_weights(self.module)
+            return
         for name, value in self.module.state_dict().items():
             if hasattr(value, "full_tensor"):
                 if self._host_offloaded:  # the all-gather runs on the device
@@ -304,6 +315,11 @@ class TorchLMEngine(BaseEngine):
         for name, p in params.items():
             local = _local(p)
             local.copy_(snapshot[name].to(local.device, non_blocking=True))
+
+    def disable_adapter(self):
+        """A context in which the model runs without its LoRA adapters: the base model, which is the
+        ref policy when LoRA is on (verl's ref in the actor)."""
+        return lora.disabled(self.module)
 
     def _contents(self):
         return Contents(getattr(self.engine_config, "checkpoint", None), self.role)
@@ -335,9 +351,14 @@ class TorchLMEngine(BaseEngine):
 
         contents = self._contents()
         os.makedirs(path, exist_ok=True)
-        model_sd = dict(self.export_hf_weights()) if "model" in contents.save else None  # the whole model
-        if "hf_model" in contents.save:
-            self.save_hf_model(os.path.join(path, HF_DIR), contents.strict, state=model_sd)
+        peft = lora.is_peft(self.module)
+        model_sd = None
+        if "model" in contents.save:  # the whole model; with LoRA the adapters alone (the base is model.path)
+            model_sd = lora.trainable_state(self.module) if peft else dict(self.export_hf_weights())
+            if peft:
+                lora.save_adapter(self.module, os.path.join(path, lora.ADAPTER_DIR), model_sd, self.dp_rank == 0)
+        if "hf_model" in contents.save:  # with LoRA the merged model
+            self.save_hf_model(os.path.join(path, HF_DIR), contents.strict, state=None if peft else model_sd)
         optim_sd = None
         if self.optimizer is not None and "optimizer" in contents.save:
             if self.sharded:
@@ -372,15 +393,16 @@ class TorchLMEngine(BaseEngine):
             state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied: written once, as HF does
         self._set_model_state(state, os.path.join(path, "huggingface"))
 
-    def _set_model_state(self, state: Dict[str, Any], source: str) -> None:
+    def _set_model_state(self, state: Dict[str, Any], source: str, strict: bool = True) -> None:
+        """`strict=False`: `state` covers part of the model (the LoRA adapters, checked by the caller)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         try:
             if self.sharded:
                 set_model_state_dict(self.module, state, options=StateDictOptions(full_state_dict=True,
-                                                                                  cpu_offload=True))
+                                                                                  cpu_offload=True, strict=strict))
             else:
-                self.module.load_state_dict(state)
+                self.module.load_state_dict(state, strict=strict)
         except RuntimeError as e:  # missing/unexpected keys or shape mismatch: another model's checkpoint
             raise CheckpointError(f"checkpoint {source} does not fit the {self.role} model "
                                   f"({' '.join(str(e).split())[:240]}); resume with the model it was "
@@ -404,7 +426,15 @@ class TorchLMEngine(BaseEngine):
         if weights == "model":
             if not isinstance(payload.get("model"), dict):
                 raise CheckpointError(f"checkpoint file {model_file} holds no model weights")
-            self._set_model_state(payload["model"], model_file)
+            if lora.is_peft(self.module):  # the adapters alone; the base stays as model.path gave it
+                lora.check_trainable_state(self.module, payload["model"], model_file)
+                self._set_model_state(payload["model"], model_file, strict=False)
+            else:
+                self._set_model_state(payload["model"], model_file)
+        elif weights == "hf_model" and lora.is_peft(self.module):
+            raise CheckpointError(f"{path}: with LoRA the weights resume from the adapters in model.pt; "
+                                  f"{self._contents().prefix}.load_contents has hf_model but not model (the merged "
+                                  "HF copy cannot be split back into base and adapter): add model to load_contents")
         elif weights == "hf_model":
             self._load_hf_weights(path)
         if "optimizer" in contents.load and self.optimizer is not None and payload.get("optimizer") is not None:

@@ -121,6 +121,7 @@ def _training_machine_problems(cfg: Any, device: str, installed: Dict[str, bool]
     return (data.data_file_problems(cfg) + machine.model_dir_problems(cfg) + reward_file.reward_file_problems(cfg)
             + machine.checkpoint_dir_problems(cfg)
             + machine.model_file_problems(cfg)
+            + verl_settings.lora_adapter_problems(cfg)
             + bridge.external_bridge_weight_problems(cfg, device, installed, registered)
             + machine.disk_problems(cfg, actor_hf)
             + machine.environment_problems(cfg, device, explicit=cfg.trainer.device != "auto")

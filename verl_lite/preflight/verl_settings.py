@@ -12,6 +12,7 @@ no torch import.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, List, Optional
 
 from verl_lite import device as devices
@@ -62,6 +63,7 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     fsdp_problems = (fsdp_policy.megatron_problems(section.fsdp_config, prefix) if megatron
                      else fsdp_policy.problems(section.fsdp_config, prefix, world_size(cfg)))
     problems += [f"{role}: {p}" for p in fsdp_problems]
+    problems += lora_problems(cfg, view)
     problems += token_budget_problems(cfg, role)
     problems += _ulysses_problems(cfg, view)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
@@ -81,6 +83,8 @@ def _ulysses_problems(cfg: Any, view: RoleView) -> List[str]:
         return []  # the ref follows the actor with the actor's model: said once, for the actor
     found = ulysses.problems(key, sp, world_size(cfg) or None, view.hf, view.model.use_remove_padding, view.strategy)
     return [f"{view.role}: {p}" for p in found]
+
+
 def memory_knob_problems(cfg: Any, view: RoleView) -> List[str]:
     """The log-prob and activation memory settings a role's engine cannot act on (engine/fused.py,
     engine/activations.py): fused kernels need an LM head on the torch engine, activation offload the
@@ -134,6 +138,39 @@ def _log_prob_memory_warnings(cfg: Any, views: List[RoleView]) -> List[str]:
             warnings.append(f"{prefix}.entropy_from_logits_chunk_size={section.entropy_from_logits_chunk_size} has no "
                             f"effect: {prefix}.entropy_from_logits_with_chunking is False")
     return warnings
+
+
+def lora_problems(cfg: Any, view: RoleView) -> List[str]:
+    """LoRA (model.lora_rank / lora_adapter_path) runs on the torch engine only (engine/lora.py); the ref
+    has none of its own (it is the actor with its adapters disabled)."""
+    if view.role == "ref":
+        return []
+    key = "critic.model" if view.role == "critic" else "actor_rollout_ref.model"
+    model = cfg.critic.model if view.role == "critic" else cfg.actor_rollout_ref.model
+    rank, path = model.lora_rank, model.lora_adapter_path
+    problems = []
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        problems.append(f"{key}.lora_rank={rank!r}: the LoRA rank is an integer >= 0 (0 = off, e.g. 16)")
+        return problems
+    if not (rank > 0 or path):
+        return problems
+    what = f"{key}.lora_rank={rank}" if rank > 0 else f"{key}.lora_adapter_path={path!r}"
+    if view.megatron:
+        problems.append(f"{view.role}: {what}: LoRA on the megatron strategy is {NOT} (verl's Megatron LoRA, "
+                        f"{key}.lora.*, is not implemented): use {view.prefix}.strategy=fsdp, or set {key}.lora_rank=0")
+    return problems
+
+
+def lora_adapter_problems(cfg: Any) -> List[str]:
+    """On the machine that trains: each lora_adapter_path is a PEFT adapter dir (nothing is downloaded)."""
+    sections = [("actor_rollout_ref.model", cfg.actor_rollout_ref.model)]
+    if roles.critic_enabled(cfg):
+        sections.append(("critic.model", cfg.critic.model))
+    return [f"{key}.lora_adapter_path={model.lora_adapter_path!r} holds no adapter_config.json: give a PEFT adapter "
+            "dir (e.g. a checkpoint's actor/lora_adapter); nothing is downloaded"
+            for key, model in sections
+            if model.lora_adapter_path and not os.path.isfile(os.path.join(str(model.lora_adapter_path),
+                                                                           "adapter_config.json"))]
 
 
 def _remove_padding_blocker(cfg: Any, role: str) -> Optional[str]:
@@ -266,6 +303,23 @@ def verl_problems(cfg: Any) -> List[str]:
     return problems
 
 
+def _ref_in_actor_warnings(cfg: Any) -> List[str]:
+    """With LoRA the ref is the actor's engine with its adapters disabled (as in verl): the ref's own
+    engine settings build nothing. Its log-prob micro-batch and token budget still cut its pass."""
+    if not (roles.ref_enabled(cfg) and roles.ref_in_actor(cfg)):
+        return []
+    ref, prefix = cfg.actor_rollout_ref.ref, "actor_rollout_ref.ref"
+    changed = [f"{prefix}.strategy"] if ref.strategy is not None else []
+    changed += _changed(ref.fsdp_config, schema.FSDPConfig, f"{prefix}.fsdp_config")
+    if ref.use_torch_compile != cfg.actor_rollout_ref.actor.use_torch_compile:
+        changed.append(f"{prefix}.use_torch_compile")
+    if not changed:
+        return []
+    return [f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: with LoRA "
+            "(actor_rollout_ref.model.lora_rank > 0 or lora_adapter_path) the ref is the actor with its adapters "
+            "disabled, not a model of its own (as in verl); the actor's engine settings apply"]
+
+
 def _changed(section: Any, cls: type, prefix: str, skip: tuple = ()) -> List[str]:
     """Dotted keys of a section whose value differs from the schema's default."""
     default = cls()
@@ -314,6 +368,7 @@ def verl_warnings(cfg: Any) -> List[str]:
                         "(set trainer.resume_mode=resume_path to resume from it)")
     warnings += _offload_warnings(views)
     warnings += _log_prob_memory_warnings(cfg, views)
+    warnings += _ref_in_actor_warnings(cfg)
     for view in views:
         warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)
     warnings += _checkpoint_warnings(cfg)

@@ -66,7 +66,7 @@ class TrainWorker(ActorRolloutRefWorker):
                                  threads)
         model_cfg, actor_cfg = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
         self.actor = self._make_engine(model_cfg, actor_cfg, actor_cfg.optim, "actor")
-        if roles.ref_enabled(cfg):
+        if roles.ref_enabled(cfg) and not roles.ref_in_actor(cfg):  # with LoRA: the actor, adapters disabled
             self.ref = self._make_engine(model_cfg, cfg.actor_rollout_ref.ref, None, "ref")
 
     def ready(self) -> bool:

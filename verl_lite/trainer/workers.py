@@ -11,6 +11,7 @@ flattened with `OmegaConf.to_container`) or a DictConfig is accepted too and con
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections import defaultdict
@@ -33,6 +34,8 @@ LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/
 # The per-rank micro-batch when every micro-batch size a pass reads is null (the schema's comments on
 # ppo_micro_batch_size_per_gpu and log_prob_micro_batch_size_per_gpu say so).
 FALLBACK_MICRO_BATCH = 64
+# the model section's LoRA settings (engine/lora.py)
+LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path")
 
 
 def micro_batch_size(*settings: Optional[int]) -> int:
@@ -184,7 +187,7 @@ class ActorRolloutRefWorker(EngineWorker):
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
         self.actor = self._make_engine(model_cfg, actor_cfg, actor_cfg.optim, "actor")
         self.ref = None
-        if roles.ref_enabled(cfg):
+        if roles.ref_enabled(cfg) and not roles.ref_in_actor(cfg):
             self.ref = self._make_engine(model_cfg, cfg.actor_rollout_ref.ref, None, "ref")
         # Sampling draws from torch's generator: the ranks of one model-parallel group (one data-parallel
         # rank) get the same prompts and must draw the same responses, or the TP/PP ranks would score and
@@ -230,12 +233,15 @@ class ActorRolloutRefWorker(EngineWorker):
         return out
 
     def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False,
-                   micro: Optional[int] = None) -> Dict[str, Any]:
+                   micro: Optional[int] = None, budget_role: Optional[str] = None) -> Dict[str, Any]:
+        """`budget_role`: whose token budget cuts the micro-batches (the ref's, for the ref pass run on the
+        actor's engine with LoRA); the engine's role by default."""
         section = self.cfg.actor_rollout_ref
         micro = micro_batch_size(micro, section.rollout.log_prob_micro_batch_size_per_gpu,
                                  section.actor.ppo_micro_batch_size_per_gpu)
         engine.eval_mode()
-        parts = self._micro_batches(engine, batch, int(micro), self._token_budget(engine.role, training=False))
+        parts = self._micro_batches(engine, batch, int(micro),
+                                    self._token_budget(budget_role or engine.role, training=False))
         with self.phases.phase("forward", engine.role):
             outs = engine.forward_backward(parts.parts, None, forward_only=True,
                                            calculate_entropy=entropy)
@@ -248,12 +254,15 @@ class ActorRolloutRefWorker(EngineWorker):
         return self._log_probs(self.actor, batch, "old_log_probs", entropy=True)
 
     def compute_ref_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        micro = self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
+        if self.ref is None and roles.ref_enabled(self.cfg) and roles.ref_in_actor(self.cfg):
+            with self.actor.disable_adapter():  # LoRA: the ref is the base model (verl's ref in the actor)
+                return self._log_probs(self.actor, batch, "ref_log_prob", micro=micro, budget_role="ref")
         if self.ref is None:
             raise RuntimeError("compute_ref_log_prob called but no ref model was built (the ref runs only with "
                                "actor_rollout_ref.actor.use_kl_loss=True or algorithm.use_kl_in_reward=True)")
         # the ref's own micro-batch when set (verl's ref.log_prob_micro_batch_size_per_gpu), else the actor's
-        return self._log_probs(self.ref, batch, "ref_log_prob",
-                               micro=self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu)
+        return self._log_probs(self.ref, batch, "ref_log_prob", micro=micro)
 
     def update_actor(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
         """PPO update of the actor on this rank's shard. Optional `meta` keys:
@@ -326,6 +335,8 @@ class CriticWorker(EngineWorker):
         critic = cfg.critic
         # An empty critic.model.path means the actor's model (roles.model_path reads it the same way).
         model_cfg = critic.model if roles.model_path(cfg, "critic") == critic.model.path else cfg.actor_rollout_ref.model
+        if model_cfg is not critic.model:  # the critic's LoRA is critic.model's own, as in verl, not the actor's
+            model_cfg = dataclasses.replace(model_cfg, **{k: getattr(critic.model, k) for k in LORA_KEYS})
         self.critic = self._make_engine(model_cfg, critic, critic.optim, "critic")
 
     def _main_engine(self):

@@ -191,3 +191,18 @@ class ModelConfig:
     # Chunk of the pure-torch GDN (linear_attention) rule, used where flash-linear-attention is not
     # installed (CPU): null = by sequence length (16 up to 128 tokens); 64 = transformers' own.
     linear_attention_chunk_size: Optional[int] = None
+    # LoRA rank: > 0 trains low-rank adapters (PEFT) instead of the whole model, 0 = off (verl's default).
+    # fsdp strategy only (megatron refuses it). The ref is then this model with its adapters disabled
+    # (no second model), and the rollout gets the merged weights. The critic reads critic.model's own.
+    lora_rank: int = 0
+    # LoRA scaling numerator: the adapter's update is scaled by lora_alpha / lora_rank.
+    lora_alpha: int = 16
+    # The layers that get adapters: "all-linear" (every nn.Linear but the output head) or a list of
+    # module names (e.g. [q_proj,v_proj]; PEFT's target_modules).
+    target_modules: Any = "all-linear"
+    # Module names (or a regex) kept without adapters; null = none (PEFT's exclude_modules).
+    exclude_modules: Any = None
+    # A saved PEFT adapter dir (adapter_config.json, adapter_model.safetensors; e.g. a checkpoint's
+    # actor/lora_adapter) to continue training from; its own rank, alpha and targets apply. Turns LoRA on
+    # even with lora_rank 0, as verl's trainer reads it. null = a fresh adapter when lora_rank > 0.
+    lora_adapter_path: Optional[str] = None
