@@ -76,6 +76,7 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "critic.strategy": STRATEGIES + (None,),
     "trainer.device": DEVICES,
     "algorithm.adv_estimator": ADV_ESTIMATORS,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": POLICY_LOSS_MODES,
     "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
     "critic.loss_agg_mode": LOSS_AGG_MODES,
     "actor_rollout_ref.actor.kl_loss_type": KL_LOSS_TYPES,
@@ -85,6 +86,11 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
     "critic.optim.lr_scheduler_type": ("constant", "cosine"),
     "async_training.stale_policy": ("drop", "reweight"),
+}
+# verl's values of a setting that verl_lite refuses with a reason (what is missing) instead of the list
+REFUSED_CHOICES: Dict[str, Dict[str, str]] = {
+    "algorithm.adv_estimator": REFUSED_ADV_ESTIMATORS,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": REFUSED_POLICY_LOSSES,
 }
 # List settings whose every element must be one of these.
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
@@ -184,6 +190,9 @@ def choice_problems(values: Dict[str, Any]) -> List[str]:
             continue
         if key.endswith(".strategy") and str(value).lower() in LEGACY_STRATEGIES:
             problems.append(migration_message(key, value))
+            continue
+        if value in REFUSED_CHOICES.get(key, {}):
+            problems.append(f"{key}={value} is not supported by verl_lite: {REFUSED_CHOICES[key][value]}")
             continue
         problems.append(f"{key}={value!r} is not supported: choose one of {_shown(allowed)}{_closest(value, allowed)}")
     for key, allowed in LIST_CHOICES.items():

@@ -98,6 +98,11 @@ INSTEAD: List[Tuple[str, str]] = [
      "(backend=naive); remove it"),
     ("*.rollout.checkpoint_engine*", f"{NOT}: of verl's checkpoint-engine settings verl_lite reads backend "
                                      "(naive) and update_weights_bucket_megabytes; remove it"),
+    ("actor_rollout_ref.actor.calculate_sum_pi_squared", f"the sum of squared token probabilities over the vocabulary "
+                                                         f"is {YET}: it feeds algorithm.adv_estimator="
+                                                         "optimal_token_baseline, which is refused; remove it"),
+    ("algorithm.gdpo_reward_*", f"per-component rewards (GDPO) are {YET}: the reward keeps one score per response; "
+                                "use algorithm.adv_estimator=grpo and remove it"),
     ("algorithm.filter_groups*", f"dynamic sampling (DAPO's filter_groups) is {YET}: remove it"),
     ("algorithm.rollout_correction*", f"rollout/training mismatch correction (importance sampling or rejection on rollout "
                                       f"log-probs) is {YET}: remove it; old log-probs come from the actor (the vllm "

@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 
 from verl_lite import device as devices
 from verl_lite.config import roles, schema
-from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS,
+from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, RAY_RUNTIME_ENV_KEYS,
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
 from verl_lite.decisions import optimizer_overrides, packing_mode
@@ -81,10 +81,6 @@ def _actor_problems(cfg: Any) -> List[str]:
     if actor.shuffle:
         problems.append(f"{prefix}.shuffle=True: shuffling between PPO epochs is {YET} (mini-batches keep their "
                         "order); set it to False")
-    mode = actor.policy_loss.loss_mode
-    if mode not in POLICY_LOSS_MODES:
-        problems.append(f"{prefix}.policy_loss.loss_mode={mode!r} is {NOT}: choose one of "
-                        f"{', '.join(POLICY_LOSS_MODES)}")
     problems += _checkpoint_problems(actor.checkpoint, f"{prefix}.checkpoint")
     ref = cfg.actor_rollout_ref.ref
     for key, value in (("actor_rollout_ref.ref.log_prob_micro_batch_size", ref.log_prob_micro_batch_size),
@@ -224,14 +220,7 @@ def verl_warnings(cfg: Any) -> List[str]:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: the KL penalty "
                             "in the reward is off (algorithm.use_kl_in_reward=False)")
     actor = cfg.actor_rollout_ref.actor
-    if actor.policy_loss.loss_mode in ("gspo", "geo_mean"):
-        default = schema.ActorConfig()
-        changed = [f"actor_rollout_ref.actor.{k}" for k in ("loss_agg_mode", "clip_ratio_c")
-                   if getattr(actor, k) != getattr(default, k)]
-        if changed:
-            warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect with "
-                            f"policy_loss.loss_mode={actor.policy_loss.loss_mode} (as in verl: it aggregates its own "
-                            "way and has no dual clip)")
+    warnings += loss_setting_warnings(actor)
     if not actor.use_kl_loss:
         default = schema.ActorConfig()
         changed = [f"actor_rollout_ref.actor.{k}" for k in ("kl_loss_coef", "kl_loss_type")
@@ -315,3 +304,36 @@ def _offload_warnings(views: List[RoleView]) -> List[str]:
                 warnings.append(f"{', '.join(idle)}=True {'has' if len(idle) == 1 else 'have'} no effect: the ref "
                                 "model keeps no gradients or optimizer state (param_offload moves its parameters)")
     return warnings
+
+
+# settings each policy loss does not read (as in verl), and the loss's own settings -> the losses reading them
+_LOSS_IGNORES = {
+    "gspo": ("loss_agg_mode", "clip_ratio_c"), "geo_mean": ("loss_agg_mode", "clip_ratio_c"),
+    "sapo": ("loss_agg_mode", "clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+    "gpg": ("clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+    "clip_cov": ("clip_ratio_c",), "cispo": ("clip_ratio_c",),
+    "kl_cov": ("clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+    "dro": ("clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+}
+_LOSS_OWN = {"tau_pos": ("sapo",), "tau_neg": ("sapo",), "policy_loss.clip_cov_ratio": ("clip_cov",),
+             "policy_loss.clip_cov_lb": ("clip_cov",), "policy_loss.clip_cov_ub": ("clip_cov",),
+             "policy_loss.kl_cov_ratio": ("kl_cov",), "policy_loss.ppo_kl_coef": ("kl_cov",),
+             "policy_loss.dro_beta": ("dro",)}
+
+
+def loss_setting_warnings(actor: Any) -> List[str]:
+    """A changed actor setting that the chosen policy loss does not read (verl ignores it too)."""
+    mode, default = actor.policy_loss.loss_mode, schema.ActorConfig()
+
+    def get(section: Any, dotted: str) -> Any:
+        for part in dotted.split("."):
+            section = getattr(section, part)
+        return section
+
+    unread = [k for k in _LOSS_IGNORES.get(mode, ()) if get(actor, k) != get(default, k)]
+    unread += [k for k, modes in _LOSS_OWN.items() if mode not in modes and get(actor, k) != get(default, k)]
+    if not unread:
+        return []
+    keys = ", ".join(f"actor_rollout_ref.actor.{k}" for k in unread)
+    return [f"{keys} {'has' if len(unread) == 1 else 'have'} no effect with policy_loss.loss_mode={mode} (as in "
+            "verl: the loss does not read it)"]
