@@ -196,14 +196,16 @@ def register_policy_loss(name: str, unused: Tuple[str, ...] = (),
 
 
 def policy_loss_options(actor) -> Dict[str, Any]:
-    """The settings beyond the clip ratios that verl's losses read from the actor config, by the names
-    the losses take: actor.tau_pos/tau_neg (sapo) and actor.policy_loss.clip_cov_ratio/clip_cov_lb/
-    clip_cov_ub (clip_cov), kl_cov_ratio/ppo_kl_coef (kl_cov), dro_beta (dro)."""
+    """The settings beyond the clip ratios that the chosen loss (actor.policy_loss.loss_mode) reads, by the
+    names it takes: actor.tau_pos/tau_neg (sapo), actor.policy_loss.clip_cov_ratio/clip_cov_lb/clip_cov_ub
+    (clip_cov), kl_cov_ratio/ppo_kl_coef (kl_cov), dro_beta (dro)."""
     pl = actor.policy_loss
-    return {"tau_pos": float(actor.tau_pos), "tau_neg": float(actor.tau_neg),
-            "clip_cov_ratio": float(pl.clip_cov_ratio), "clip_cov_lb": float(pl.clip_cov_lb),
-            "clip_cov_ub": float(pl.clip_cov_ub), "kl_cov_ratio": float(pl.kl_cov_ratio),
-            "ppo_kl_coef": float(pl.ppo_kl_coef), "dro_beta": None if pl.dro_beta is None else float(pl.dro_beta)}
+    sources = {"tau_pos": lambda: float(actor.tau_pos), "tau_neg": lambda: float(actor.tau_neg),
+               "clip_cov_ratio": lambda: float(pl.clip_cov_ratio), "clip_cov_lb": lambda: float(pl.clip_cov_lb),
+               "clip_cov_ub": lambda: float(pl.clip_cov_ub), "kl_cov_ratio": lambda: float(pl.kl_cov_ratio),
+               "ppo_kl_coef": lambda: float(pl.ppo_kl_coef),
+               "dro_beta": lambda: None if pl.dro_beta is None else float(pl.dro_beta)}
+    return {name: sources[name]() for name in READS.get(pl.loss_mode, ()) if name in sources}
 
 
 def compute_policy_loss(loss_mode: str, old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
