@@ -262,6 +262,9 @@ def test_the_loss_and_estimator_settings_are_range_checked_where_their_loss_read
     sapo = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
                         "actor_rollout_ref.actor.tau_neg=0"])
     assert any(p.startswith("actor_rollout_ref.actor.tau_neg=0") for p in collect_problems(sapo, for_training=False))
+    passk = load_config(["trainer.device=cpu", "algorithm.adv_estimator=grpo_passk", "actor_rollout_ref.rollout.n=1"])
+    assert any(p.startswith("algorithm.adv_estimator=grpo_passk with actor_rollout_ref.rollout.n=1")
+               for p in collect_problems(passk, for_training=False))
     rpp = load_config(["trainer.device=cpu", "algorithm.adv_estimator=reinforce_plus_plus", "algorithm.gamma=1.5"])
     assert any(p.startswith("algorithm.gamma=1.5") for p in collect_problems(rpp, for_training=False))
 

@@ -108,6 +108,10 @@ def _run_problems(cfg: Any) -> List[str]:
     if str(algo.kl_penalty).removesuffix("+") not in KL_PENALTIES:
         problems.append(f"algorithm.kl_penalty={algo.kl_penalty!r} is {NOT}: choose one of {', '.join(KL_PENALTIES)} "
                         "(each may end in '+'; verl's full needs the whole distribution)")
+    if algo.adv_estimator == "grpo_passk" and int(cfg.actor_rollout_ref.rollout.n) < 2:
+        problems.append(f"algorithm.adv_estimator=grpo_passk with actor_rollout_ref.rollout.n="
+                        f"{cfg.actor_rollout_ref.rollout.n}: Pass@k compares each prompt's best and second-best "
+                        "responses (verl raises on a group of one); set actor_rollout_ref.rollout.n >= 2")
     if cfg.algorithm.use_kl_in_reward and cfg.async_training.enable:
         problems.append(f"algorithm.use_kl_in_reward=True with async_training.enable=True is {YET}: the fully-async "
                         "trainer builds no ref model; use actor_rollout_ref.actor.use_kl_loss=True")
