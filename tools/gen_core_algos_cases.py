@@ -89,13 +89,18 @@ def estimator_inputs():
     cases.append(("all-zero-rewards", dict(rewards=torch.zeros(B, R), mask=mask, index=index,
                                            values=torch.zeros(B, R), reward_baselines=torch.zeros(B), gamma=1.0,
                                            lam=1.0, norm_adv_by_std_in_grpo=True)))
-    pairs = ["p", "p", "q", "q", "r", "r", "s", "s"]  # groups of two only (grpo_passk's minimum)
-    g = torch.Generator().manual_seed(7)
-    outcome = torch.zeros(B, R)
-    outcome[:, 0] = torch.randint(0, 2, (B,), generator=g).float()
-    cases.append(("pairs", dict(rewards=outcome * mask, mask=mask, index=pairs, values=torch.randn(B, R, generator=g),
-                                reward_baselines=torch.full((B,), 0.5), gamma=1.0, lam=1.0,
-                                norm_adv_by_std_in_grpo=True)))
+    # groups of two and more only (grpo_passk's minimum), in an order that interleaves them
+    groups = ["p", "p", "q", "q", "p", "r", "r", "q"]
+    for seed in SEEDS:
+        g = torch.Generator().manual_seed(7 + seed)
+        lengths = [int(x) for x in torch.randint(1, R + 1, (B,), generator=g)]
+        mask = mask_of(lengths, R)
+        outcome = torch.zeros(B, R)
+        outcome[:, 0] = torch.randint(0, 3, (B,), generator=g).float()
+        cases.append((f"pairs{seed}", dict(rewards=outcome * mask, mask=mask, index=groups,
+                                           values=torch.randn(B, R, generator=g) * mask,
+                                           reward_baselines=torch.full((B,), 0.5), gamma=1.0, lam=1.0,
+                                           norm_adv_by_std_in_grpo=seed != 2)))
     return cases
 
 
