@@ -252,6 +252,16 @@ def test_a_loss_setting_the_chosen_loss_does_not_read_is_warned_about():
     assert not [w for w in collect_warnings(clip_cov) if "no effect with policy_loss.loss_mode" in w]
 
 
+def test_an_algorithm_setting_the_chosen_estimator_does_not_read_is_warned_about():
+    cfg = load_config(["trainer.device=cpu", "algorithm.adv_estimator=rloo", "algorithm.norm_adv_by_std_in_grpo=False",
+                       "algorithm.gamma=0.9"])
+    said = [w for w in collect_warnings(cfg) if "no effect with algorithm.adv_estimator=rloo" in w]
+    assert said == ["algorithm.norm_adv_by_std_in_grpo, algorithm.gamma have no effect with algorithm.adv_estimator="
+                    "rloo (as in verl: the estimator does not read it)"]
+    rpp = load_config(["trainer.device=cpu", "algorithm.adv_estimator=reinforce_plus_plus", "algorithm.gamma=0.9"])
+    assert not [w for w in collect_warnings(rpp) if "no effect with algorithm.adv_estimator" in w]
+
+
 def test_the_loss_and_estimator_settings_are_range_checked_where_their_loss_reads_them():
     dro = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.policy_loss.loss_mode=dro"])
     assert any(p.startswith("actor_rollout_ref.actor.policy_loss.dro_beta=None: must be a finite number > 0")

@@ -217,6 +217,7 @@ def verl_warnings(cfg: Any) -> List[str]:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: fully-async "
                             "training is off (async_training.enable=False)")
     algo = cfg.algorithm
+    warnings += estimator_setting_warnings(algo)
     if not algo.use_kl_in_reward:
         changed = _changed(algo.kl_ctrl, schema.KLControlConfig, "algorithm.kl_ctrl")
         changed += ["algorithm.kl_penalty"] if algo.kl_penalty != schema.AlgorithmConfig().kl_penalty else []
@@ -341,3 +342,20 @@ def loss_setting_warnings(actor: Any) -> List[str]:
     keys = ", ".join(f"actor_rollout_ref.actor.{k}" for k in unread)
     return [f"{keys} {'has' if len(unread) == 1 else 'have'} no effect with policy_loss.loss_mode={mode} (as in "
             "verl: the loss does not read it)"]
+
+
+# algorithm settings -> the estimators that read them (verl's compute_advantage passes them only there)
+_ESTIMATOR_READS = {"norm_adv_by_std_in_grpo": ("grpo", "grpo_vectorized", "grpo_passk"),
+                    "gamma": ("gae", "reinforce_plus_plus"), "lam": ("gae",)}
+
+
+def estimator_setting_warnings(algo: Any) -> List[str]:
+    """A changed algorithm setting that the chosen advantage estimator does not read."""
+    default = schema.AlgorithmConfig()
+    unread = [k for k, readers in _ESTIMATOR_READS.items()
+              if algo.adv_estimator not in readers and getattr(algo, k) != getattr(default, k)]
+    if not unread:
+        return []
+    keys = ", ".join(f"algorithm.{k}" for k in unread)
+    return [f"{keys} {'has' if len(unread) == 1 else 'have'} no effect with algorithm.adv_estimator="
+            f"{algo.adv_estimator} (as in verl: the estimator does not read it)"]
