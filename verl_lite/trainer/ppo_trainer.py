@@ -3,7 +3,8 @@
 The driver holds the data, the reward function and the metrics; workers (Ray actors) hold the
 models. One step:
   prompts -> rollout (n samples each) -> rewards -> old log-probs [-> ref log-probs] [-> values]
-  -> advantages (GRPO by prompt uid, or GAE) [-> critic update] -> actor update -> weight sync.
+  -> advantages (algorithm.adv_estimator, trainer/algos/advantages.py) [-> critic update] -> actor update
+  -> weight sync.
 """
 
 from __future__ import annotations
