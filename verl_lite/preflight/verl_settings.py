@@ -326,17 +326,30 @@ _LOSS_OWN = {"tau_pos": ("sapo",), "tau_neg": ("sapo",), "policy_loss.clip_cov_r
              "policy_loss.dro_beta": ("dro",)}
 
 
+def _plain(section: Any) -> Any:
+    """A config section as plain values, without reading its fields one by one: a key only compared with its
+    default for a warning is not one the run acts on (tests/py/test_read_tracking.py tells the two apart)."""
+    from omegaconf import OmegaConf  # a composed config has loaded it; importing the preflight does not
+
+    if OmegaConf.is_config(section):
+        return OmegaConf.to_container(section, resolve=True)
+    if dataclasses.is_dataclass(section):
+        return {k: _plain(v) for k, v in vars(section).items()}
+    return section
+
+
+def _dotted(values: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        values = values[part]
+    return values
+
+
 def loss_setting_warnings(actor: Any) -> List[str]:
     """A changed actor setting that the chosen policy loss does not read (verl ignores it too)."""
-    mode, default = actor.policy_loss.loss_mode, schema.ActorConfig()
-
-    def get(section: Any, dotted: str) -> Any:
-        for part in dotted.split("."):
-            section = getattr(section, part)
-        return section
-
-    unread = [k for k in _LOSS_IGNORES.get(mode, ()) if get(actor, k) != get(default, k)]
-    unread += [k for k, modes in _LOSS_OWN.items() if mode not in modes and get(actor, k) != get(default, k)]
+    mode = actor.policy_loss.loss_mode
+    values, default = _plain(actor), _plain(schema.ActorConfig())
+    unread = [k for k in _LOSS_IGNORES.get(mode, ()) if _dotted(values, k) != _dotted(default, k)]
+    unread += [k for k, modes in _LOSS_OWN.items() if mode not in modes and _dotted(values, k) != _dotted(default, k)]
     if not unread:
         return []
     keys = ", ".join(f"actor_rollout_ref.actor.{k}" for k in unread)
@@ -351,9 +364,9 @@ _ESTIMATOR_READS = {"norm_adv_by_std_in_grpo": ("grpo", "grpo_vectorized", "grpo
 
 def estimator_setting_warnings(algo: Any) -> List[str]:
     """A changed algorithm setting that the chosen advantage estimator does not read."""
-    default = schema.AlgorithmConfig()
+    values, default = _plain(algo), _plain(schema.AlgorithmConfig())
     unread = [k for k, readers in _ESTIMATOR_READS.items()
-              if algo.adv_estimator not in readers and getattr(algo, k) != getattr(default, k)]
+              if algo.adv_estimator not in readers and values[k] != default[k]]
     if not unread:
         return []
     keys = ", ".join(f"algorithm.{k}" for k in unread)
