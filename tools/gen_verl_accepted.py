@@ -58,6 +58,8 @@ REVIEWED = [
     ("algorithm.rollout_correction.bypass_mode", None,
      "old log-probs are recomputed by the actor, as verl_lite does (True would take the rollout's)"),
     ("actor_rollout_ref.model.mtp.enable", None, "no multi-token prediction head"),
+    ("actor_rollout_ref.actor.calculate_sum_pi_squared", [False],
+     "no sum of squared token probabilities is computed (only optimal_token_baseline reads it), as in verl_lite"),
     ("reward.reward_model.enable_resource_pool", None, "no reward model, so no pool of its own"),
     # the settings of a feature at verl's default, where the feature's own switch is refused when on
     # (above: profiler.enable, global_profiler.steps, rollout_is/rollout_rs, mtp.enable, distillation.enabled):

@@ -816,11 +816,14 @@ def test_an_async_run_without_a_rollout_pool_of_its_own_is_rejected_by_the_check
 # ---------------------------------------------------------------------------- runs that cannot learn
 
 
-def test_grpo_with_one_response_per_prompt_gets_a_warning_that_nothing_is_learned(capsys):
+def test_grpo_with_one_response_per_prompt_gets_a_warning_that_it_has_no_baseline(capsys):
     warnings = preflight.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]))
     assert len(warnings) == 1 and warnings[0].startswith(
-        "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1: each group holds one response, so every "
-        "advantage is 0")
+        "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1: each group holds one response, so there is "
+        "no group baseline: each advantage is the response's own score")
+    (loo,) = preflight.collect_warnings(load_config(["algorithm.adv_estimator=rloo_vectorized",
+                                                     "actor_rollout_ref.rollout.n=1"]))
+    assert "so every advantage is 0 and the policy does not learn" in loo
     assert check.main(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1"]) == 0
     assert "verl_lite.check: warning: algorithm.adv_estimator=grpo with" in capsys.readouterr().err
     assert preflight.collect_warnings(load_config(["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1", "algorithm.adv_estimator=gae"])) == []
@@ -838,8 +841,8 @@ def test_critic_settings_without_a_critic_get_a_warning_naming_the_estimator():
 
 
 def test_the_shipped_tiny_job_has_no_warnings_and_grpo_with_one_response_is_warned_about():
-    # The bare default is verl's: PPO (gae) with a critic and rollout.n=1, which learns; GRPO with
-    # n=1 cannot (each group holds one response) and gets the warning.
+    # The bare default is verl's: PPO (gae) with a critic and rollout.n=1; GRPO with n=1 has no
+    # group baseline (each group holds one response) and gets the warning.
     assert preflight.collect_warnings(load_config([])) == []
     assert [w.split(":")[0] for w in preflight.collect_warnings(load_config(["algorithm.adv_estimator=grpo"]))] == [
         "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1"]

@@ -236,7 +236,7 @@ def test_the_old_mindspeed_section_points_at_the_megatron_section():
         ("actor_rollout_ref.actor.strategy=fsdp_turbo", "fsdp, megatron"),
         ("critic.strategy=deepspeed", "fsdp, megatron, null"),
         ("trainer.device=tpu", "auto, cuda, npu, cpu"),
-        ("algorithm.adv_estimator=rloo", "grpo, gae"),
+        ("algorithm.adv_estimator=reinforce", "gae, grpo, grpo_vectorized, grpo_passk, rloo"),
         ("actor_rollout_ref.actor.loss_agg_mode=mean", "token-mean, token-sum"),
         ("critic.loss_agg_mode=mean", "token-mean, token-sum"),
         ("actor_rollout_ref.actor.kl_loss_type=k9", "kl, k1, abs, mse, k2, low_var_kl, k3, kl+, k1+"),
@@ -248,6 +248,16 @@ def test_enum_like_settings_reject_other_values_and_list_the_allowed_ones(overri
     key, value = override.split("=")
     (problem,) = problems_of(override)
     assert problem.startswith(f"{key}={value!r} is not supported: choose one of {allowed}")
+
+
+@pytest.mark.parametrize("override, why", [
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "it trains on the rollout's own log-probs"),
+    ("algorithm.adv_estimator=gdpo", "it normalises each reward component"),
+    ("algorithm.adv_estimator=optimal_token_baseline", "it needs sum_pi_squared"),
+])
+def test_verls_values_that_need_what_verl_lite_lacks_are_refused_with_what_is_missing(override, why):
+    (problem,) = problems_of(override)
+    assert problem.startswith(f"{override} is not supported by verl_lite: {why}")
 
 
 def test_every_kl_name_the_loss_accepts_is_accepted_by_the_config_too():

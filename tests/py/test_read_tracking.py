@@ -126,9 +126,17 @@ def _set_keys(overrides):
     return [line.lstrip("+").split("=", 1)[0] for line in overrides]
 
 
-@pytest.mark.parametrize("kind", ["grpo", "ppo"])
+# verl's other estimators and losses, with the settings only their loss reads
+ALGOS = [
+    "algorithm.adv_estimator=rloo", "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+    "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.1", "actor_rollout_ref.actor.policy_loss.clip_cov_lb=-1.0",
+    "actor_rollout_ref.actor.policy_loss.clip_cov_ub=4.0",
+]
+
+
+@pytest.mark.parametrize("kind", ["grpo", "ppo", "algos"])
 def test_every_key_a_run_sets_is_read_by_the_preflight_or_the_run(data_dir, tmp_path, kind):
-    overrides = base(data_dir, tmp_path / kind) + (GRPO if kind == "grpo" else PPO)
+    overrides = base(data_dir, tmp_path / kind) + {"grpo": GRPO, "ppo": PPO, "algos": ALGOS}[kind]
     reads = _run_tracked(overrides)
     unread = [key for key in _set_keys(overrides) if not reads.was_read(key)]
     assert unread == [], f"set but never read (accepted and ignored): {unread}"
@@ -229,7 +237,7 @@ def test_every_key_verls_passing_example_runs_set_is_set_in_a_tracked_run_or_sho
     from verl_lite.config.compose import parse_override
     from test_verl_corpus import EXPECTED
 
-    tracked = set(_set_keys(base("d", tmp_path) + GRPO + PPO + MEGATRON + VLLM))
+    tracked = set(_set_keys(base("d", tmp_path) + GRPO + PPO + ALGOS + MEGATRON + VLLM))
     runs = json.loads((Path(__file__).parent / "verl_corpus" / "runs.json").read_text())
     missing = {}
     for run in runs:

@@ -5,6 +5,7 @@ the reward (algorithm.use_kl_in_reward with kl_ctrl) and the policy loss modes r
 from __future__ import annotations
 
 import pytest
+import torch
 
 from test_trainer import read_metrics, run_training, tiny_overrides
 
@@ -65,3 +66,65 @@ def test_the_ref_scores_with_its_own_log_prob_micro_batch(data_dir, tmp_path, mo
                                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
                                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=5"))
     assert 5 in sizes and 16 in sizes  # the ref pass in micro-batches of 5, the actor's in 16
+
+
+def _recording(monkeypatch, name):
+    """Wrap the registered estimator `name` so each call's inputs are kept (in-process workers)."""
+    from verl_lite.trainer.algos import advantages
+
+    calls = []
+    original = advantages.ADV_ESTIMATORS[name]
+
+    def recorded(**kwargs):
+        out = original(**kwargs)
+        calls.append(dict(kwargs, advantages=out[0]))
+        return out
+
+    monkeypatch.setitem(advantages.ADV_ESTIMATORS, name, recorded)
+    return calls
+
+
+@pytest.mark.parametrize("estimator,loss,metrics", [
+    ("rloo", "cispo", {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}),
+    ("reinforce_plus_plus_baseline", "kl_cov", {"actor/ppo_kl"}),
+    ("gpg", "gpg", set()),
+])
+def test_an_estimator_and_a_loss_by_verls_names_train_and_report_verls_metrics(data_dir, tmp_path, monkeypatch,
+                                                                              estimator, loss, metrics):
+    calls = _recording(monkeypatch, estimator)
+    out = tmp_path / estimator
+    run_training(tiny_overrides(data_dir, out, 2, f"algorithm.adv_estimator={estimator}",
+                                f"actor_rollout_ref.actor.policy_loss.loss_mode={loss}",
+                                "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.1"))
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2] and all(r["actor/grad_norm"] > 0 for r in rows)
+    assert len(calls) == 2 and all(len(c["index"]) == 64 for c in calls)  # once a step, 8 prompts x n 8
+    reported = {k for k in rows[0] if k in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")}
+    assert reported == metrics  # the loss's own metrics, as verl names them (gpg reports none)
+
+
+def test_remax_subtracts_the_reward_of_a_greedy_response_to_each_prompt(data_dir, tmp_path, monkeypatch):
+    calls = _recording(monkeypatch, "remax")
+    samplings = []
+    from verl_lite.trainer import workers
+
+    generate = workers.ActorRolloutRefWorker.generate_sequences
+
+    def recording(self, prompts, response_length, sampling, **kwargs):
+        samplings.append((len(prompts["input_ids"]), bool(sampling.get("do_sample", True))))
+        return generate(self, prompts, response_length, sampling, **kwargs)
+
+    monkeypatch.setattr(workers.ActorRolloutRefWorker, "generate_sequences", recording)
+    out = tmp_path / "remax"
+    run_training(tiny_overrides(data_dir, out, 2, "algorithm.adv_estimator=remax", "trainer.test_freq=-1",
+                                "trainer.val_before_train=False"))
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2] and all(r["timing_s/gen_baseline"] > 0 for r in rows)
+    assert samplings == [(64, True), (8, False)] * 2  # each step: n samples per prompt, then one greedy per prompt
+    for call in calls:
+        base = call["reward_baselines"]
+        assert base.shape == (64,)
+        assert all(len(set(base[i:i + 8].tolist())) == 1 for i in range(0, 64, 8))  # one baseline per prompt
+        # the first token's advantage: the response's whole reward minus its prompt's greedy reward
+        score = (call["token_level_rewards"] * call["response_mask"]).sum(-1)
+        assert torch.allclose(call["advantages"][:, 0], score - base)

@@ -51,8 +51,6 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
 
 @pytest.mark.parametrize("line, fragment", [
     ("actor_rollout_ref.actor.shuffle=True", "shuffling between PPO epochs is not supported by verl_lite yet"),
-    ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
-     "policy_loss.loss_mode='clip_cov' is not supported by verl_lite: choose one of vanilla, gspo, geo_mean"),
     ("actor_rollout_ref.actor.checkpoint.async_save=True", "asynchronous saving is not supported by verl_lite yet"),
     ("actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.hybrid_engine=False: not supported by verl_lite in "
                                               "synchronous training"),
@@ -237,6 +235,46 @@ def test_loss_agg_mode_and_dual_clip_have_no_effect_with_gspo_and_geo_mean_and_s
     assert said and "actor_rollout_ref.actor.loss_agg_mode, actor_rollout_ref.actor.clip_ratio_c" in said[0], said
     vanilla = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum"])
     assert not [w for w in collect_warnings(vanilla) if "no effect with policy_loss.loss_mode" in w]
+
+
+def test_a_loss_setting_the_chosen_loss_does_not_read_is_warned_about():
+    cfg = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
+                       "actor_rollout_ref.actor.tau_pos=2.0", "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.01",
+                       "actor_rollout_ref.actor.clip_ratio_high=0.28"])
+    said = [w for w in collect_warnings(cfg) if "no effect with policy_loss.loss_mode=sapo" in w]
+    assert len(said) == 1 and said[0].startswith("actor_rollout_ref.actor.clip_ratio_high, "
+                                                 "actor_rollout_ref.actor.policy_loss.kl_cov_ratio have no effect"), said
+    assert "tau_pos" not in said[0]  # sapo reads it
+    clip_cov = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+                            "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.01"])
+    assert not [w for w in collect_warnings(clip_cov) if "no effect with policy_loss.loss_mode" in w]
+
+
+def test_an_algorithm_setting_the_chosen_estimator_does_not_read_is_warned_about():
+    cfg = load_config(["trainer.device=cpu", "algorithm.adv_estimator=rloo", "algorithm.norm_adv_by_std_in_grpo=False",
+                       "algorithm.gamma=0.9"])
+    said = [w for w in collect_warnings(cfg) if "no effect with algorithm.adv_estimator=rloo" in w]
+    assert said == ["algorithm.norm_adv_by_std_in_grpo, algorithm.gamma have no effect with algorithm.adv_estimator="
+                    "rloo (as in verl: the estimator does not read it)"]
+    rpp = load_config(["trainer.device=cpu", "algorithm.adv_estimator=reinforce_plus_plus", "algorithm.gamma=0.9"])
+    assert not [w for w in collect_warnings(rpp) if "no effect with algorithm.adv_estimator" in w]
+
+
+def test_the_loss_and_estimator_settings_are_range_checked_where_their_loss_reads_them():
+    dro = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.policy_loss.loss_mode=dro"])
+    assert any(p.startswith("actor_rollout_ref.actor.policy_loss.dro_beta=None: must be a finite number > 0")
+               for p in collect_problems(dro, for_training=False))
+    ok = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.policy_loss.loss_mode=dro",
+                      "actor_rollout_ref.actor.policy_loss.dro_beta=0.1"])
+    assert not [p for p in collect_problems(ok, for_training=False) if "dro_beta" in p]
+    sapo = load_config(["trainer.device=cpu", "actor_rollout_ref.actor.policy_loss.loss_mode=sapo",
+                        "actor_rollout_ref.actor.tau_neg=0"])
+    assert any(p.startswith("actor_rollout_ref.actor.tau_neg=0") for p in collect_problems(sapo, for_training=False))
+    passk = load_config(["trainer.device=cpu", "algorithm.adv_estimator=grpo_passk", "actor_rollout_ref.rollout.n=1"])
+    assert any(p.startswith("algorithm.adv_estimator=grpo_passk with actor_rollout_ref.rollout.n=1")
+               for p in collect_problems(passk, for_training=False))
+    rpp = load_config(["trainer.device=cpu", "algorithm.adv_estimator=reinforce_plus_plus", "algorithm.gamma=1.5"])
+    assert any(p.startswith("algorithm.gamma=1.5") for p in collect_problems(rpp, for_training=False))
 
 
 def test_run_without_the_preflight_still_refuses_a_verl_setting_it_would_ignore(tmp_path):

@@ -43,9 +43,30 @@ KL_LOSS_TYPES = tuple(KL_TYPES) + tuple(f"{name}+" for name in KL_TYPES)
 KL_PENALTIES = tuple(KL_TYPES)
 # algorithm.kl_ctrl.type: a fixed KL coefficient or verl's adaptive controller
 KL_CTRL_TYPES = ("fixed", "adaptive")
-# actor_rollout_ref.actor.policy_loss.loss_mode: PPO's clipped loss, GSPO's sequence-level ratio, GMPO's
-# geometric mean (trainer/core_algos.py registers one function under each)
-POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean")
+# actor_rollout_ref.actor.policy_loss.loss_mode: verl's registered losses that verl_lite runs
+# (trainer/core_algos.py and trainer/algos/policy_losses.py register one function under each)
+POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean", "dppo_tv", "dppo_kl", "sapo", "gpg", "clip_cov", "kl_cov", "dro",
+                     "cispo")
+# verl's losses that need what verl_lite lacks: name -> what is missing
+REFUSED_POLICY_LOSSES = {
+    "bypass_mode": "it trains on the rollout's own log-probs with algorithm.rollout_correction's importance weights "
+                   "and rejection (verl's bypass mode), which verl_lite does not have: use loss_mode=vanilla "
+                   "(old log-probs are recomputed by the actor)",
+}
+# algorithm.adv_estimator: verl's registered estimators that verl_lite runs (trainer/algos/advantages.py)
+ADV_ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo",
+                  "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg", "remax")
+# verl's estimators that need what verl_lite lacks: name -> what is missing
+REFUSED_ADV_ESTIMATORS = {
+    "optimal_token_baseline": "it needs sum_pi_squared (the sum of squared token probabilities over the vocabulary, "
+                              "verl's actor.calculate_sum_pi_squared) from the actor's log-prob pass, which verl_lite's "
+                              "engines do not compute: use grpo or rloo",
+    "tir_optimal_token_baseline": "it needs sum_pi_squared from the actor's log-prob pass "
+                                  "(actor.calculate_sum_pi_squared), which verl_lite's engines do not compute, and "
+                                  "multi-turn rollouts: use grpo or rloo",
+    "gdpo": "it normalises each reward component (algorithm.gdpo_reward_keys) separately, and verl_lite's reward "
+            "keeps one score per response: use grpo",
+}
 
 # Dotted key -> allowed values. None in a tuple means null is allowed (ref/critic inherit the
 # actor's strategy when null).
@@ -54,7 +75,8 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "actor_rollout_ref.ref.strategy": STRATEGIES + (None,),
     "critic.strategy": STRATEGIES + (None,),
     "trainer.device": DEVICES,
-    "algorithm.adv_estimator": ("grpo", "gae"),
+    "algorithm.adv_estimator": ADV_ESTIMATORS,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": POLICY_LOSS_MODES,
     "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,
     "critic.loss_agg_mode": LOSS_AGG_MODES,
     "actor_rollout_ref.actor.kl_loss_type": KL_LOSS_TYPES,
@@ -64,6 +86,11 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
     "critic.optim.lr_scheduler_type": ("constant", "cosine"),
     "async_training.stale_policy": ("drop", "reweight"),
+}
+# verl's values of a setting that verl_lite refuses with a reason (what is missing) instead of the list
+REFUSED_CHOICES: Dict[str, Dict[str, str]] = {
+    "algorithm.adv_estimator": REFUSED_ADV_ESTIMATORS,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": REFUSED_POLICY_LOSSES,
 }
 # List settings whose every element must be one of these.
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
@@ -163,6 +190,9 @@ def choice_problems(values: Dict[str, Any]) -> List[str]:
             continue
         if key.endswith(".strategy") and str(value).lower() in LEGACY_STRATEGIES:
             problems.append(migration_message(key, value))
+            continue
+        if value in REFUSED_CHOICES.get(key, {}):
+            problems.append(f"{key}={value} is not supported by verl_lite: {REFUSED_CHOICES[key][value]}")
             continue
         problems.append(f"{key}={value!r} is not supported: choose one of {_shown(allowed)}{_closest(value, allowed)}")
     for key, allowed in LIST_CHOICES.items():

@@ -115,6 +115,11 @@ INSTEAD: List[Tuple[str, str]] = [
     ("algorithm.filter_groups.max_inflight_gen_batches",
      f"{NOT}: verl's streaming refill of single prompts in flight (its V1 replay buffer); dynamic sampling here "
      "generates one batch of data.gen_batch_size prompts at a time, as verl's DAPO recipe does; remove it"),
+    ("actor_rollout_ref.actor.calculate_sum_pi_squared", f"the sum of squared token probabilities over the vocabulary "
+                                                         f"is {YET}: it feeds algorithm.adv_estimator="
+                                                         "optimal_token_baseline, which is refused; remove it"),
+    ("algorithm.gdpo_reward_*", f"per-component rewards (GDPO) are {YET}: the reward keeps one score per response; "
+                                "use algorithm.adv_estimator=grpo and remove it"),
     ("algorithm.rollout_correction*", f"rollout/training mismatch correction (importance sampling or rejection on rollout "
                                       f"log-probs) is {YET}: remove it; old log-probs come from the actor (the vllm "
                                       "rollout reports the gap as training/rollout_probs_diff_*)"),

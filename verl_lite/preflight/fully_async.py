@@ -54,4 +54,8 @@ def fully_async_problems(cfg: Any) -> List[str]:
         problems.append("async training updates the actor (and a ref for the KL loss) only; a critic "
                         f"(algorithm.adv_estimator={cfg.algorithm.adv_estimator}, critic.enable={cfg.critic.enable}) "
                         "is not supported yet: use algorithm.adv_estimator=grpo or async_training.enable=False")
+    if cfg.algorithm.adv_estimator == "remax":
+        problems.append("algorithm.adv_estimator=remax is not supported with async_training.enable=True: its greedy "
+                        "baseline generation runs in the synchronous trainer only; use grpo or rloo, or "
+                        "async_training.enable=False")
     return problems

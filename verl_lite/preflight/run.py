@@ -143,15 +143,22 @@ def _nodes_elsewhere(device: str, for_training: bool) -> bool:
     return device != "cpu" and not for_training
 
 
+# the estimators whose baseline is the mean of the prompt's other responses (rollout.n of them)
+_GROUP_BASELINES = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg", "reinforce_plus_plus_baseline")
+
+
 def collect_warnings(cfg: Any) -> List[str]:
     """Settings that are valid but make a run that cannot learn, or that nothing reads in this run."""
     warnings = []
     algo, rollout = cfg.algorithm, cfg.actor_rollout_ref.rollout
-    if algo.adv_estimator == "grpo" and int(rollout.n) == 1:
+    if int(rollout.n) == 1 and algo.adv_estimator in _GROUP_BASELINES:
+        what = ("every advantage is 0 and the policy does not learn" if algo.adv_estimator == "rloo_vectorized" else
+                "there is no group baseline: each advantage is the response's own score (a group of one has mean "
+                "0, std 1), plain REINFORCE")
         warnings.append(
-            "algorithm.adv_estimator=grpo with actor_rollout_ref.rollout.n=1: each group holds one response, so "
-            "every advantage is 0 and the policy does not learn; set actor_rollout_ref.rollout.n >= 2 (verl's GRPO "
-            "scripts use 5-8), or algorithm.adv_estimator=gae to train a critic")
+            f"algorithm.adv_estimator={algo.adv_estimator} with actor_rollout_ref.rollout.n=1: each group holds one "
+            f"response, so {what}; set actor_rollout_ref.rollout.n >= 2 (verl's GRPO scripts use 5-8), or "
+            "algorithm.adv_estimator=gae to train a critic")
     if not roles.critic_enabled(cfg):
         from omegaconf import OmegaConf  # a composed config has loaded it; importing the preflight does not
 

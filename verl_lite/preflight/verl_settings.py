@@ -17,7 +17,7 @@ from typing import Any, List, Optional
 
 from verl_lite import device as devices
 from verl_lite.config import roles, schema
-from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, POLICY_LOSS_MODES, RAY_RUNTIME_ENV_KEYS,
+from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, RAY_RUNTIME_ENV_KEYS,
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
 from verl_lite.decisions import optimizer_overrides, packing_mode, ulysses
@@ -185,10 +185,6 @@ def _actor_problems(cfg: Any) -> List[str]:
     if actor.shuffle:
         problems.append(f"{prefix}.shuffle=True: shuffling between PPO epochs is {YET} (mini-batches keep their "
                         "order); set it to False")
-    mode = actor.policy_loss.loss_mode
-    if mode not in POLICY_LOSS_MODES:
-        problems.append(f"{prefix}.policy_loss.loss_mode={mode!r} is {NOT}: choose one of "
-                        f"{', '.join(POLICY_LOSS_MODES)}")
     problems += _checkpoint_problems(actor.checkpoint, f"{prefix}.checkpoint")
     ref = cfg.actor_rollout_ref.ref
     for key, value in (("actor_rollout_ref.ref.log_prob_micro_batch_size", ref.log_prob_micro_batch_size),
@@ -216,6 +212,10 @@ def _run_problems(cfg: Any) -> List[str]:
     if str(algo.kl_penalty).removesuffix("+") not in KL_PENALTIES:
         problems.append(f"algorithm.kl_penalty={algo.kl_penalty!r} is {NOT}: choose one of {', '.join(KL_PENALTIES)} "
                         "(each may end in '+'; verl's full needs the whole distribution)")
+    if algo.adv_estimator == "grpo_passk" and int(cfg.actor_rollout_ref.rollout.n) < 2:
+        problems.append(f"algorithm.adv_estimator=grpo_passk with actor_rollout_ref.rollout.n="
+                        f"{cfg.actor_rollout_ref.rollout.n}: Pass@k compares each prompt's best and second-best "
+                        "responses (verl raises on a group of one); set actor_rollout_ref.rollout.n >= 2")
     if cfg.algorithm.use_kl_in_reward and cfg.async_training.enable:
         problems.append(f"algorithm.use_kl_in_reward=True with async_training.enable=True is {YET}: the fully-async "
                         "trainer builds no ref model; use actor_rollout_ref.actor.use_kl_loss=True")
@@ -337,6 +337,7 @@ def verl_warnings(cfg: Any) -> List[str]:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: fully-async "
                             "training is off (async_training.enable=False)")
     algo = cfg.algorithm
+    warnings += estimator_setting_warnings(algo)
     if not algo.use_kl_in_reward:
         changed = _changed(algo.kl_ctrl, schema.KLControlConfig, "algorithm.kl_ctrl")
         changed += ["algorithm.kl_penalty"] if algo.kl_penalty != schema.AlgorithmConfig().kl_penalty else []
@@ -344,14 +345,7 @@ def verl_warnings(cfg: Any) -> List[str]:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: the KL penalty "
                             "in the reward is off (algorithm.use_kl_in_reward=False)")
     actor = cfg.actor_rollout_ref.actor
-    if actor.policy_loss.loss_mode in ("gspo", "geo_mean"):
-        default = schema.ActorConfig()
-        changed = [f"actor_rollout_ref.actor.{k}" for k in ("loss_agg_mode", "clip_ratio_c")
-                   if getattr(actor, k) != getattr(default, k)]
-        if changed:
-            warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect with "
-                            f"policy_loss.loss_mode={actor.policy_loss.loss_mode} (as in verl: it aggregates its own "
-                            "way and has no dual clip)")
+    warnings += loss_setting_warnings(actor)
     if not actor.use_kl_loss:
         default = schema.ActorConfig()
         changed = [f"actor_rollout_ref.actor.{k}" for k in ("kl_loss_coef", "kl_loss_type")
@@ -458,3 +452,66 @@ def _offload_warnings(views: List[RoleView]) -> List[str]:
                 warnings.append(f"{', '.join(idle)}=True {'has' if len(idle) == 1 else 'have'} no effect: the ref "
                                 "model keeps no gradients or optimizer state (param_offload moves its parameters)")
     return warnings
+
+
+# settings each policy loss does not read (as in verl), and the loss's own settings -> the losses reading them
+_LOSS_IGNORES = {
+    "gspo": ("loss_agg_mode", "clip_ratio_c"), "geo_mean": ("loss_agg_mode", "clip_ratio_c"),
+    "sapo": ("loss_agg_mode", "clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+    "gpg": ("clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+    "clip_cov": ("clip_ratio_c",), "cispo": ("clip_ratio_c",),
+    "kl_cov": ("clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+    "dro": ("clip_ratio_c", "clip_ratio", "clip_ratio_low", "clip_ratio_high"),
+}
+_LOSS_OWN = {"tau_pos": ("sapo",), "tau_neg": ("sapo",), "policy_loss.clip_cov_ratio": ("clip_cov",),
+             "policy_loss.clip_cov_lb": ("clip_cov",), "policy_loss.clip_cov_ub": ("clip_cov",),
+             "policy_loss.kl_cov_ratio": ("kl_cov",), "policy_loss.ppo_kl_coef": ("kl_cov",),
+             "policy_loss.dro_beta": ("dro",)}
+
+
+def _plain(section: Any) -> Any:
+    """A config section as plain values, without reading its fields one by one: a key only compared with its
+    default for a warning is not one the run acts on (tests/py/test_read_tracking.py tells the two apart)."""
+    from omegaconf import OmegaConf  # a composed config has loaded it; importing the preflight does not
+
+    if OmegaConf.is_config(section):
+        return OmegaConf.to_container(section, resolve=True)
+    if dataclasses.is_dataclass(section):
+        return {k: _plain(v) for k, v in vars(section).items()}
+    return section
+
+
+def _dotted(values: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        values = values[part]
+    return values
+
+
+def loss_setting_warnings(actor: Any) -> List[str]:
+    """A changed actor setting that the chosen policy loss does not read (verl ignores it too)."""
+    mode = actor.policy_loss.loss_mode
+    values, default = _plain(actor), _plain(schema.ActorConfig())
+    unread = [k for k in _LOSS_IGNORES.get(mode, ()) if _dotted(values, k) != _dotted(default, k)]
+    unread += [k for k, modes in _LOSS_OWN.items() if mode not in modes and _dotted(values, k) != _dotted(default, k)]
+    if not unread:
+        return []
+    keys = ", ".join(f"actor_rollout_ref.actor.{k}" for k in unread)
+    return [f"{keys} {'has' if len(unread) == 1 else 'have'} no effect with policy_loss.loss_mode={mode} (as in "
+            "verl: the loss does not read it)"]
+
+
+# algorithm settings -> the estimators that read them (verl's compute_advantage passes them only there)
+_ESTIMATOR_READS = {"norm_adv_by_std_in_grpo": ("grpo", "grpo_vectorized", "grpo_passk"),
+                    "gamma": ("gae", "reinforce_plus_plus"), "lam": ("gae",)}
+
+
+def estimator_setting_warnings(algo: Any) -> List[str]:
+    """A changed algorithm setting that the chosen advantage estimator does not read."""
+    values, default = _plain(algo), _plain(schema.AlgorithmConfig())
+    unread = [k for k, readers in _ESTIMATOR_READS.items()
+              if algo.adv_estimator not in readers and values[k] != default[k]]
+    if not unread:
+        return []
+    keys = ", ".join(f"algorithm.{k}" for k in unread)
+    return [f"{keys} {'has' if len(unread) == 1 else 'have'} no effect with algorithm.adv_estimator="
+            f"{algo.adv_estimator} (as in verl: the estimator does not read it)"]

@@ -32,6 +32,7 @@ from verl_lite.decisions import async_pools
 from verl_lite.decisions.layout import train_world
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos
+from verl_lite.trainer.algos import advantages
 from verl_lite.trainer.async_buffer import ChunkBuffer
 from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
 from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
@@ -262,8 +263,7 @@ class AsyncTrainer(StepLoop):
             train_batch["ref_log_prob"] = self.train_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
         timing["old_log_prob"] = time.perf_counter() - t
         rewards = batch["token_level_scores"]
-        adv, ret = core_algos.compute_grpo_outcome_advantage(
-            rewards, mask, batch["uid"], norm_adv_by_std_in_grpo=bool(cfg.algorithm.norm_adv_by_std_in_grpo))
+        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, batch["uid"])
         metrics: Dict[str, Any] = {}
         rows = torch.tensor([g["reweight"] for g in groups for _ in range(g["data"]["response_mask"].shape[0])])
         if rows.any():

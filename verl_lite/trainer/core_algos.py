@@ -14,11 +14,11 @@ its `agg_loss` as `dp_size`).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Dict, Hashable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from verl_lite.config.choices import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSS_MODES
+from verl_lite.config.choices import KL_TYPES, LOSS_AGG_MODES
 
 
 # ---------------------------------------------------------------------------- masked statistics
@@ -173,35 +173,62 @@ def agg_loss(
 # actor.policy_loss.loss_mode -> the loss, as verl's `register_policy_loss` / `get_policy_loss_fn`.
 # Every loss takes (old_log_prob, log_prob, advantages, response_mask, clip_ratio_low, clip_ratio_high)
 # and keyword arguments of `compute_policy_loss`; the settings a loss does not use (as in verl, where
-# GSPO and GMPO ignore loss_agg_mode) are declared with its registration, not dropped unseen.
+# GSPO and GMPO ignore loss_agg_mode) are declared with its registration, not dropped unseen, and so are
+# the further settings it reads from `options` (SAPO's tau_pos/tau_neg, Clip-Cov's clip_cov_ratio, ...).
+# It returns {"pg_loss": ..., <verl's metric name without "actor/">: ...}.
 PolicyLoss = Callable[..., Dict[str, torch.Tensor]]
 POLICY_LOSSES: Dict[str, PolicyLoss] = {}
 UNUSED_SETTINGS: Dict[str, Tuple[str, ...]] = {}
+READS: Dict[str, Tuple[str, ...]] = {}
 
 
-def register_policy_loss(name: str, unused: Tuple[str, ...] = ()) -> Callable[[PolicyLoss], PolicyLoss]:
+def register_policy_loss(name: str, unused: Tuple[str, ...] = (),
+                         reads: Tuple[str, ...] = ()) -> Callable[[PolicyLoss], PolicyLoss]:
     """Register a policy loss under `name` (a user's own loss too; a name taken twice is refused).
-    `unused`: the keyword arguments of `compute_policy_loss` that this loss does not read."""
+    `unused`: the keyword arguments of `compute_policy_loss` that this loss does not read; `reads`: the
+    names in `compute_policy_loss`'s `options` it takes as keyword arguments (see `policy_loss_options`)."""
     def register(fn: PolicyLoss) -> PolicyLoss:
         if name in POLICY_LOSSES:
             raise ValueError(f"policy loss {name!r} is registered twice ({POLICY_LOSSES[name].__name__}, {fn.__name__})")
-        POLICY_LOSSES[name], UNUSED_SETTINGS[name] = fn, tuple(unused)
+        POLICY_LOSSES[name], UNUSED_SETTINGS[name], READS[name] = fn, tuple(unused), tuple(reads)
         return fn
     return register
+
+
+def policy_loss_options(actor) -> Dict[str, Any]:
+    """The settings beyond the clip ratios that the chosen loss (actor.policy_loss.loss_mode) reads, by the
+    names it takes: actor.tau_pos/tau_neg (sapo), actor.policy_loss.clip_cov_ratio/clip_cov_lb/clip_cov_ub
+    (clip_cov), kl_cov_ratio/ppo_kl_coef (kl_cov), dro_beta (dro)."""
+    pl = actor.policy_loss
+    sources = {"tau_pos": lambda: float(actor.tau_pos), "tau_neg": lambda: float(actor.tau_neg),
+               "clip_cov_ratio": lambda: float(pl.clip_cov_ratio), "clip_cov_lb": lambda: float(pl.clip_cov_lb),
+               "clip_cov_ub": lambda: float(pl.clip_cov_ub), "kl_cov_ratio": lambda: float(pl.kl_cov_ratio),
+               "ppo_kl_coef": lambda: float(pl.ppo_kl_coef),
+               "dro_beta": lambda: None if pl.dro_beta is None else float(pl.dro_beta)}
+    return {name: sources[name]() for name in READS.get(pl.loss_mode, ()) if name in sources}
 
 
 def compute_policy_loss(loss_mode: str, old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                         response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
                         clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
                         global_batch_size: Optional[int] = None,
-                        global_token_num: Optional[int] = None) -> Dict[str, torch.Tensor]:
-    """The policy loss registered as `actor.policy_loss.loss_mode` (vanilla, gspo, geo_mean: verl's names)."""
+                        global_token_num: Optional[int] = None,
+                        options: Optional[Mapping[str, Any]] = None) -> Dict[str, torch.Tensor]:
+    """The policy loss registered as `actor.policy_loss.loss_mode` (verl's names). `options`: the further
+    settings some losses read (`policy_loss_options(actor)`); a loss reading one that is absent uses its
+    own default, which is verl's."""
     if loss_mode not in POLICY_LOSSES:
+        from verl_lite.config.choices import REFUSED_POLICY_LOSSES
+
+        if loss_mode in REFUSED_POLICY_LOSSES:
+            raise ValueError(f"policy_loss.loss_mode={loss_mode!r} is not supported by verl_lite: "
+                             f"{REFUSED_POLICY_LOSSES[loss_mode]}")
         raise ValueError(f"policy_loss.loss_mode={loss_mode!r} is not supported: choose one of {', '.join(POLICY_LOSSES)}")
     settings = {"clip_ratio_c": clip_ratio_c, "loss_agg_mode": loss_agg_mode, "global_batch_size": global_batch_size,
                 "global_token_num": global_token_num}
     for name in UNUSED_SETTINGS[loss_mode]:
         del settings[name]
+    settings.update({name: options[name] for name in READS[loss_mode] if options is not None and name in options})
     return POLICY_LOSSES[loss_mode](old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
                                     clip_ratio_high, **settings)
 
@@ -441,3 +468,7 @@ def compute_value_loss(
     vf_loss = 0.5 * agg_loss(per_token, response_mask, loss_agg_mode, global_batch_size, global_token_num)
     vf_clipfrac = masked_mean(torch.gt(err_clipped, err_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac
+
+
+# verl's further losses (dppo_tv, dppo_kl, sapo, gpg, clip_cov, kl_cov, dro, cispo) register themselves here.
+from verl_lite.trainer.algos import policy_losses as _more_policy_losses  # noqa: E402,F401  (registers on import)

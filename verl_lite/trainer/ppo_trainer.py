@@ -3,7 +3,8 @@
 The driver holds the data, the reward function and the metrics; workers (Ray actors) hold the
 models. One step:
   prompts -> rollout (n samples each) -> rewards -> old log-probs [-> ref log-probs] [-> values]
-  -> advantages (GRPO by prompt uid, or GAE) [-> critic update] -> actor update -> weight sync.
+  -> advantages (algorithm.adv_estimator, trainer/algos/advantages.py) [-> critic update] -> actor update
+  -> weight sync.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
+from verl_lite.trainer.algos import advantages
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.workers import LOSS_METRICS
@@ -61,6 +63,15 @@ def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
 # Per-row Python values stay on the driver (reward, advantages by uid); workers get tensors only.
 LIST_KEYS = ("uid", "data_source", "ground_truth", "extra_info")
 PROMPT_KEYS = ("input_ids", "attention_mask")
+
+
+def _prompts_of(gen: Batch) -> Batch:
+    """The prompt rows a generation batch was made from (left-padded ids, their mask, the list keys),
+    as _prompt_batch built them; under dynamic sampling the batch that was kept."""
+    width = gen["prompts"].shape[1]
+    prompts: Batch = {"input_ids": gen["prompts"], "attention_mask": gen["attention_mask"][:, :width]}
+    prompts.update({k: gen[k] for k in LIST_KEYS})
+    return prompts
 
 
 def _tensors(batch: Batch, keys: Optional[Sequence[str]] = None) -> Batch:
@@ -285,12 +296,13 @@ class PPOTrainer(StepLoop):
             rewards, kl_metrics = core_algos.apply_kl_penalty(
                 rewards, gen["old_log_probs"], gen["ref_log_prob"], mask, self.kl_ctrl_in_reward,
                 cfg.algorithm.kl_penalty)
-        if cfg.algorithm.adv_estimator == "grpo":
-            adv, ret = core_algos.compute_grpo_outcome_advantage(
-                rewards, mask, gen["uid"], norm_adv_by_std_in_grpo=bool(cfg.algorithm.norm_adv_by_std_in_grpo))
-        else:
-            adv, ret = core_algos.compute_gae_advantage_return(rewards, gen["values"], mask,
-                                                               float(cfg.algorithm.gamma), float(cfg.algorithm.lam))
+        baselines = None
+        if cfg.algorithm.adv_estimator == "remax":
+            t = time.perf_counter()
+            baselines = self._greedy_rewards(_prompts_of(gen), sampling)
+            timing["gen_baseline"] = time.perf_counter() - t
+        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, gen["uid"], values=gen.get("values"),
+                                                reward_baselines=baselines)
         gen["advantages"], gen["returns"] = adv, ret
         metrics: Dict[str, Any] = dict(kl_metrics)
         metrics.update(sampling_metrics)
@@ -341,6 +353,22 @@ class PPOTrainer(StepLoop):
         metrics["sample"] = gen["_texts"][0]
         return metrics
 
+    def _greedy_rewards(self, prompts: Batch, sampling: Dict[str, Any]) -> torch.Tensor:
+        """remax's baseline, as verl's trainer makes it: the score of one greedy response per prompt (same
+        policy, same reward), repeated over that prompt's rollout.n responses. (B,)"""
+        n = int(self.cfg.actor_rollout_ref.rollout.n)
+        firsts = list(range(0, len(prompts["uid"]), n))
+        dp = self.actor_wg.dp_size
+        rows = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // dp) * dp)]  # a multiple of the DP size
+        picked = select(prompts, rows)
+        greedy = self.actor_wg.dp_call("generate_sequences", _tensors(picked, PROMPT_KEYS),
+                                       int(self.cfg.data.max_response_length), dict(sampling, do_sample=False))
+        greedy.pop("timing_s")
+        for k in LIST_KEYS:
+            greedy[k] = picked[k]
+        scores = self._score(greedy).sum(-1)[:len(firsts)]
+        return scores.repeat_interleave(n)
+
     def _num_mini(self, mini_prompts: int) -> int:
         bs = int(self.cfg.data.train_batch_size)
         return max(1, bs // int(mini_prompts))
@@ -387,7 +415,7 @@ class PPOTrainer(StepLoop):
             with self.during("validating before step", 1):
                 m = self.validate()
             self.tracking.log(m, 0)
-        desc = "GRPO" if self.cfg.algorithm.adv_estimator == "grpo" else "PPO"
+        desc = "PPO" if self.cfg.algorithm.adv_estimator == "gae" else self.cfg.algorithm.adv_estimator.upper()
         bar = tqdm(total=self.total_steps, initial=self.global_step, desc=desc, disable=not progress,
                    dynamic_ncols=True, unit="step")
         try:

@@ -280,16 +280,18 @@ class ActorRolloutRefWorker(EngineWorker):
                              f"{meta['num_mini_batches']} mini-batches and ppo_epochs={actor.ppo_epochs} "
                              f"(send old_log_probs instead)")
 
+        options = core_algos.policy_loss_options(actor)
+
         def make_loss(gtok: int, gseq: int):
             def loss_fn(out, mb):
                 mask = mb["response_mask"].float()
                 old = out["log_probs"].detach() if on_policy else mb["old_log_probs"]
                 pg = core_algos.compute_policy_loss(
                     actor.policy_loss.loss_mode, old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
-                    mode, global_batch_size=gseq, global_token_num=gtok)
+                    mode, global_batch_size=gseq, global_token_num=gtok, options=options)
                 loss = pg["pg_loss"]
-                metrics = {"actor/pg_loss": pg["pg_loss"].item(), "actor/pg_clipfrac": pg["pg_clipfrac"].item(),
-                           "actor/ppo_kl": pg["ppo_kl"].item(), "actor/pg_clipfrac_lower": pg["pg_clipfrac_lower"].item()}
+                # the loss's own metrics, verl's names (gpg reports none, kl_cov only ppo_kl)
+                metrics = {f"actor/{k}": v.item() for k, v in pg.items()}
                 if on_policy:
                     metrics["actor/entropy"] = core_algos.masked_mean(out["entropy"].detach(), mask).item()
                 if actor.entropy_coeff != 0:

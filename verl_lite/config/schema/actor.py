@@ -13,11 +13,29 @@ from verl_lite.config.schema.engine import FSDPConfig, MegatronConfig, ModelConf
 
 @dataclass
 class PolicyLossConfig:
-    # vanilla: PPO's clipped ratio per token with dual clip (clip_ratio_low/high/c); gspo: the
-    # sequence-level ratio exp(mean log-ratio) per response, clipped (GSPO; verl uses clip ratios of
-    # about 3e-4/4e-4 for it); geo_mean: GMPO, the geometric mean of token ratios clipped in log space.
-    # verl's other modes (clip_cov, kl_cov, gpg, ...) are refused.
+    # The policy loss, by verl's registered name: vanilla (PPO's clipped ratio per token with dual clip:
+    # clip_ratio_low/high/c), gspo (sequence-level ratio, clipped; verl uses clip ratios of about 3e-4/4e-4
+    # for it), geo_mean (GMPO: geometric mean of token ratios clipped in log space), dppo_tv / dppo_kl
+    # (DPPO: drop tokens whose probability moved past clip_ratio_low/high, ratio truncated at clip_ratio_c),
+    # sapo (a sigmoid gate, actor.tau_pos/tau_neg), gpg (plain -A * log-prob), clip_cov / kl_cov (cut the
+    # gradient of, or add a KL penalty to, the tokens of highest covariance), dro (quadratic log-ratio
+    # penalty, dro_beta), cispo (clipped ratio as a weight of the log-prob gradient). verl's bypass_mode
+    # (rollout correction) is refused. A loss reads only its own settings below.
     loss_mode: str = "vanilla"
+    # clip_cov: share of the response tokens whose gradient is cut (at least one), drawn at random among
+    # the unclipped tokens whose covariance lies in (clip_cov_lb, clip_cov_ub); must be > 0.
+    clip_cov_ratio: float = 0.0002
+    # clip_cov: lower bound of the covariance of a token that may be cut.
+    clip_cov_lb: float = 1.0
+    # clip_cov: upper bound of the covariance of a token that may be cut.
+    clip_cov_ub: float = 5.0
+    # kl_cov: share of the response tokens (at least one) of largest covariance that get the KL penalty;
+    # must be > 0.
+    kl_cov_ratio: float = 0.0002
+    # kl_cov: weight of the penalty |log-ratio| on those tokens.
+    ppo_kl_coef: float = 0.1
+    # dro: beta of the penalty beta / 2 * log-ratio^2; loss_mode=dro needs it set > 0.
+    dro_beta: Optional[float] = None
 
 
 @dataclass
@@ -74,12 +92,18 @@ class ActorConfig:
     # Upper clip epsilon (ratio <= 1 + clip_ratio_high; DAPO's clip-higher uses 0.28); null = clip_ratio.
     clip_ratio_high: Optional[float] = None
     # Dual-clip constant: for negative advantages the loss is capped at -A * clip_ratio_c; must be > 1.
+    # The dppo losses truncate the importance ratio at it instead.
     clip_ratio_c: float = 3.0
+    # SAPO (policy_loss.loss_mode=sapo): temperature of the gate sigmoid(tau * (ratio - 1)) * 4 / tau for
+    # tokens with a positive advantage.
+    tau_pos: float = 1.0
+    # SAPO: the gate's temperature for tokens with a zero or negative advantage.
+    tau_neg: float = 1.05
     # How the per-token policy, entropy and KL losses become one number: mean or sum over all tokens,
     # or per sequence first; normalised by global counts over DP ranks.
     loss_agg_mode: str = "token-mean"
-    # The policy loss: policy_loss.loss_mode = vanilla (PPO clip with dual clip), gspo (sequence-level
-    # ratio) or geo_mean (GMPO); other verl modes are refused. `policy_loss=<mode>` (older verl) is the same.
+    # The policy loss: policy_loss.loss_mode (vanilla, gspo, geo_mean, dppo_tv, dppo_kl, sapo, gpg, clip_cov,
+    # kl_cov, dro, cispo) and its settings. `policy_loss=<mode>` (older verl) sets loss_mode.
     policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
     # Entropy bonus: loss -= entropy_coeff * entropy (aggregated by loss_agg_mode); 0 = off.
     entropy_coeff: float = 0.0

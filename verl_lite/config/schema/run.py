@@ -150,12 +150,19 @@ class CriticConfig:
 
 @dataclass
 class AlgorithmConfig:
-    # Advantage estimator: grpo normalises each reward within its prompt's group of rollout.n responses;
-    # gae uses a critic (built when critic.enable is null). verl's default is gae.
+    # Advantage estimator, by verl's registered name: gae uses a critic (built when critic.enable is null;
+    # verl's default); the others need none: grpo (and grpo_vectorized) normalise each score within its
+    # prompt's group of rollout.n responses, grpo_passk rewards only each group's best (best - second),
+    # rloo / rloo_vectorized subtract the mean of the other responses, opo a length-weighted group mean,
+    # reinforce_plus_plus whitens discounted returns (gamma), reinforce_plus_plus_baseline whitens
+    # score - group mean, gpg scales score - group mean by batch / non-zero scores, remax subtracts the
+    # reward of a greedy response to the prompt (one more generation per step). verl's
+    # optimal_token_baseline, tir_optimal_token_baseline and gdpo are refused (docs say why).
     adv_estimator: str = "gae"
-    # GRPO: divide by the group's reward std; False = only subtract the group mean (Dr. GRPO).
+    # grpo, grpo_vectorized, grpo_passk: divide by the group's reward std; False = only subtract the group
+    # mean (Dr. GRPO).
     norm_adv_by_std_in_grpo: bool = True
-    # GAE discount factor (adv_estimator=gae).
+    # Discount factor of gae and reinforce_plus_plus.
     gamma: float = 1.0
     # GAE lambda, the bias/variance trade-off (adv_estimator=gae).
     lam: float = 1.0

@@ -1,0 +1,267 @@
+"""verl's advantage estimators, registered under `algorithm.adv_estimator` names, and the trainer's call.
+
+Each estimator is defined as verl defines it (`verl/trainer/ppo/core_algos.py`) and returns
+(advantages, returns), both (B, R). Inputs, as verl's `ray_trainer.compute_advantage` gives them:
+token_level_rewards and response_mask (B, R); `index` the prompt uid of each response (responses of
+one prompt form a group); `config` the algorithm section (gamma, norm_adv_by_std_in_grpo, ...);
+`reward_baselines` (B,) the greedy response's reward for remax; `values` (B, R) for gae.
+tests/py/test_verl_core_algos_table.py compares every estimator with verl's own on a committed table.
+
+A user's own estimator registers with `@register_adv_est("name")` and receives the same keywords.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+
+import torch
+
+from verl_lite.config.choices import REFUSED_ADV_ESTIMATORS
+from verl_lite.trainer import core_algos
+from verl_lite.trainer.core_algos import masked_whiten
+
+AdvEstimator = Callable[..., Tuple[torch.Tensor, torch.Tensor]]
+ADV_ESTIMATORS: Dict[str, AdvEstimator] = {}
+
+
+def register_adv_est(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Register an advantage estimator under `name` (a user's own too; a name taken twice is refused)."""
+    def register(fn: AdvEstimator) -> AdvEstimator:
+        if name in ADV_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice "
+                             f"({ADV_ESTIMATORS[name].__name__}, {fn.__name__})")
+        ADV_ESTIMATORS[name] = fn
+        return fn
+    return register
+
+
+def get_adv_estimator_fn(name: str) -> AdvEstimator:
+    """The estimator registered as `name`; verl's estimators verl_lite cannot feed are refused with why."""
+    if name in ADV_ESTIMATORS:
+        return ADV_ESTIMATORS[name]
+    if name in REFUSED_ADV_ESTIMATORS:
+        raise ValueError(f"algorithm.adv_estimator={name!r} is not supported by verl_lite: {REFUSED_ADV_ESTIMATORS[name]}")
+    raise ValueError(f"algorithm.adv_estimator={name!r} is not supported: choose one of {', '.join(ADV_ESTIMATORS)}")
+
+
+def _groups(index: Sequence[Hashable], batch: int) -> Dict[Hashable, List[int]]:
+    """Row numbers of each prompt uid, in order of first appearance."""
+    if len(index) != batch:
+        raise ValueError(f"index has {len(index)} uids but token_level_rewards has {batch} rows; "
+                         "give one uid per response")
+    # A tensor's elements hash by identity: compare uids as Python values.
+    uids = index.tolist() if hasattr(index, "tolist") else list(index)
+    groups: Dict[Hashable, List[int]] = defaultdict(list)
+    for i, uid in enumerate(uids):
+        groups[uid].append(i)
+    return groups
+
+
+def _group_ids(index: Sequence[Hashable], batch: int) -> torch.Tensor:
+    """(B,) long: the group number 0..G-1 of each response."""
+    group_of = {}
+    for g, rows in enumerate(_groups(index, batch).values()):
+        for i in rows:
+            group_of[i] = g
+    return torch.tensor([group_of[i] for i in range(batch)], dtype=torch.long)
+
+
+def _reward_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Sum of the masked rewards from each position to the end of the response (undiscounted)."""
+    return (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+
+
+register_adv_est("gae")(core_algos.compute_gae_advantage_return)
+register_adv_est("grpo")(core_algos.compute_grpo_outcome_advantage)
+
+
+@register_adv_est("grpo_vectorized")
+def compute_grpo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                              index: Sequence[Hashable], epsilon: float = 1e-6,
+                                              norm_adv_by_std_in_grpo: bool = True, **_: Any):
+    """GRPO's advantage with per-group sums instead of a loop (verl's grpo_vectorized): the group's
+    unbiased std is taken in float32 as sqrt(max(var, 0)); a group of one gets mean 0, std 1."""
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _group_ids(index, scores.shape[0])
+        flat = scores.to(torch.float32)
+        size = int(g.max()) + 1
+        count = torch.zeros(size).index_add_(0, g, torch.ones_like(flat))
+        mean = torch.zeros(size).index_add_(0, g, flat) / count.clamp_min(1.0)
+        centred = flat - mean[g]
+        var = torch.zeros(size).index_add_(0, g, centred * centred) / (count - 1.0).clamp_min(1.0)
+        std = torch.sqrt(var.clamp(min=0.0))
+        single = count <= 1.0
+        mean, std = mean.masked_fill(single, 0.0), std.masked_fill(single, 1.0)
+        centred = scores - mean[g]
+        scalars = centred / (std[g] + epsilon) if norm_adv_by_std_in_grpo else centred
+        advantages = scalars.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est("grpo_passk")
+def compute_grpo_passk_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                         index: Sequence[Hashable], epsilon: float = 1e-6, config: Any = None,
+                                         **_: Any):
+    """Pass@k (https://arxiv.org/abs/2503.19595): only each group's best response gets an advantage,
+    best - second best (over the group's std + epsilon with config.norm_adv_by_std_in_grpo).
+    Every group needs at least 2 responses (rollout.n >= 2)."""
+    norm = bool(getattr(config, "norm_adv_by_std_in_grpo", True)) if config is not None else True
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        advantages = torch.zeros_like(scores)
+        for uid, rows in _groups(index, scores.shape[0]).items():
+            group = scores[rows]
+            if group.numel() < 2:
+                raise ValueError(f"grpo_passk needs at least 2 responses per prompt, got {group.numel()} for "
+                                 f"prompt {uid!r}: set actor_rollout_ref.rollout.n >= 2")
+            top, top_idx = torch.topk(group, 2)
+            gap = top[0] - top[1]
+            advantages[rows[int(top_idx[0])]] = gap / (group.std() + epsilon) if norm else gap
+        advantages = advantages.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def _group_means(scores: torch.Tensor, index: Sequence[Hashable]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(B,) mean score of each response's group (0 for a group of one) and (B,) group sizes."""
+    means, sizes = torch.zeros_like(scores), torch.zeros_like(scores)
+    for rows in _groups(index, scores.shape[0]).values():
+        means[rows] = scores[rows].mean() if len(rows) > 1 else 0.0
+        sizes[rows] = float(len(rows))
+    return means, sizes
+
+
+@register_adv_est("reinforce_plus_plus_baseline")
+def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards: torch.Tensor,
+                                                           response_mask: torch.Tensor, index: Sequence[Hashable],
+                                                           **_: Any):
+    """REINFORCE++ with a baseline (https://arxiv.org/abs/2501.03262): score minus its group's mean
+    (0 for a group of one), on every response token, then whitened over the batch's tokens."""
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        means, _ = _group_means(scores, index)
+        centred = (scores - means).unsqueeze(-1).tile([1, token_level_rewards.shape[-1]]) * response_mask
+        advantages = masked_whiten(centred, response_mask) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est("rloo")
+def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                   index: Sequence[Hashable], **_: Any):
+    """RLOO (https://arxiv.org/abs/2402.14740): score minus the mean of the other responses of its
+    group, written as (score - group mean) * n / (n - 1); a group of one keeps its score."""
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        means, sizes = _group_means(scores, index)
+        scale = sizes / (sizes - 1).clamp(min=1)
+        loo = scores * scale - means * scale
+        scores = torch.where(sizes > 1, loo, scores)
+        advantages = scores.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est("rloo_vectorized")
+def compute_rloo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                              index: Sequence[Hashable], **_: Any):
+    """RLOO from per-group sums (verl's rloo_vectorized): (n * score - group sum) / (n - 1); unlike
+    rloo, a group of one gets 0."""
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = _group_ids(index, scores.shape[0])
+        count = torch.bincount(g)[g].to(scores.dtype)
+        total = torch.bincount(g, weights=scores)[g]
+        adv = (count * scores - total) / (count - 1).clamp_min(1) * (count > 1)
+        advantages = adv.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est("opo")
+def compute_opo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                  index: Sequence[Hashable], **_: Any):
+    """OPO (https://arxiv.org/abs/2505.23585): score minus its group's length-weighted mean score
+    (sum of len * score / sum of len, response lengths from the mask); a group of one keeps its score."""
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        lengths = response_mask.sum(dim=-1)
+        baseline = torch.zeros_like(scores)
+        for rows in _groups(index, scores.shape[0]).values():
+            if len(rows) > 1:
+                baseline[rows] = (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()
+        advantages = (scores - baseline).unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+@register_adv_est("reinforce_plus_plus")
+def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                                  config: Any = None, **_: Any):
+    """REINFORCE++ (https://arxiv.org/abs/2501.03262): the discounted return (algorithm.gamma) from
+    each response token, masked positions carrying the running return through, whitened over the batch."""
+    if config is None:
+        raise ValueError("reinforce_plus_plus needs the algorithm config (its gamma)")
+    gamma = float(config.gamma)
+    with torch.no_grad():
+        returns = torch.zeros_like(token_level_rewards)
+        running = torch.zeros_like(token_level_rewards[:, 0])
+        for t in reversed(range(token_level_rewards.shape[1])):
+            m = response_mask[:, t]
+            new_running = token_level_rewards[:, t] + gamma * running
+            returns[:, t] = new_running * m
+            running = new_running * m + running * (1 - m)
+        advantages = masked_whiten(returns, response_mask) * response_mask
+    return advantages, returns
+
+
+@register_adv_est("remax")
+def compute_remax_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                    reward_baselines: Optional[torch.Tensor] = None, **_: Any):
+    """ReMax (https://arxiv.org/abs/2310.10505): the reward-to-go of each token minus the reward of
+    the prompt's greedy response (`reward_baselines`, (B,)); returns are the reward-to-go."""
+    if reward_baselines is None:
+        raise ValueError("remax needs reward_baselines: the reward of a greedy response to each prompt")
+    with torch.no_grad():
+        returns = _reward_to_go(token_level_rewards, response_mask)
+        advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
+    return advantages, returns
+
+
+@register_adv_est("gpg")
+def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                  index: Sequence[Hashable], f_norm: float = 1.0, **_: Any):
+    """GPG (https://arxiv.org/abs/2504.02546): alpha * (score - group mean) / f_norm, where
+    alpha = batch size / number of non-zero scores (at least 1); a group of one has mean 0."""
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        alpha = scores.shape[0] / torch.count_nonzero(scores).clamp(min=1)
+        means, _ = _group_means(scores, index)
+        advantages = (alpha * (scores - means) / f_norm).unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+# ---------------------------------------------------------------------------- the trainer's call
+
+
+def compute_advantage(algorithm: Any, token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                      index: Sequence[Hashable], values: Optional[torch.Tensor] = None,
+                      reward_baselines: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Advantages and returns of `algorithm.adv_estimator`, given the inputs verl's compute_advantage gives.
+
+    gae: values, gamma, lam. grpo and grpo_vectorized: index, norm_adv_by_std_in_grpo (verl's trainer
+    passes the latter only to grpo and grpo_vectorized always normalises; here it applies to both, so
+    the setting is never ignored). Every other estimator: token_level_rewards, response_mask, config
+    (the algorithm section), index, and reward_baselines when given.
+    """
+    name = str(algorithm.adv_estimator)
+    fn = get_adv_estimator_fn(name)
+    if name == "gae":
+        if values is None:
+            raise ValueError("algorithm.adv_estimator=gae needs the critic's values")
+        return fn(token_level_rewards, values, response_mask, float(algorithm.gamma), float(algorithm.lam))
+    if name in ("grpo", "grpo_vectorized"):
+        return fn(token_level_rewards, response_mask, index,
+                  norm_adv_by_std_in_grpo=bool(algorithm.norm_adv_by_std_in_grpo))
+    kwargs: Dict[str, Any] = {"token_level_rewards": token_level_rewards, "response_mask": response_mask,
+                              "config": algorithm, "index": index}
+    if reward_baselines is not None:
+        kwargs["reward_baselines"] = reward_baselines
+    return fn(**kwargs)
