@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from verl_lite.trainer import core_algos as ca
+from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (registers verl's further losses)
 
 
 def t(rows):

@@ -94,7 +94,8 @@ def test_a_step_changes_the_adapters_and_leaves_every_base_weight_bit_identical(
 def test_ref_log_probs_with_the_adapters_disabled_equal_the_base_models(trained):
     from verl_lite.engine.fsdp import TorchLMEngine
 
-    base = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), RefConfig(use_torch_compile=False), None, "cpu", "ref")
+    ref_config = RefConfig(use_torch_compile=False, ulysses_sequence_parallel_size=1)  # a lone section: no interpolation
+    base = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), ref_config, None, "cpu", "ref")
     base.initialize()  # the same init seed: the LoRA model's base weights
     with trained.disable_adapter():
         ref = log_probs(trained)

@@ -341,16 +341,23 @@ def test_the_schema_default_is_auto_and_the_summary_says_packed_or_padded_per_ro
     assert [x.strip() for x in lines if "batches" in x][0] == "batches     : padded (use_remove_padding=False)"
 
 
-def test_the_ref_is_refused_only_when_its_engine_differs_from_the_actors():
+def test_the_ref_is_refused_only_when_its_engine_differs_from_the_actors(write_model):
+    """A linear-attention model the torch engine cannot pack (MiniMax; it packs Qwen3.5's GDN layers):
+    the ref shares the actor's model section, so the reason is said once, unless the ref's engine differs."""
     from verl_lite.preflight.run import collect_problems
     from verl_lite.config import load_config
 
-    def found(*lines):
-        return collect_problems(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.use_kl_loss=True",
-                                             "actor_rollout_ref.model.use_remove_padding=True", *lines]),
-                                for_training=False)
+    path = write_model({"architectures": ["MiniMaxForCausalLM"], "model_type": "minimax",
+                        "layer_types": ["linear_attention", "full_attention"]})
 
-    assert [p.split(":")[0] for p in found()] == ["actor"]  # fsdp actor and ref, Qwen3.5: said once
+    def found(*lines):
+        problems = collect_problems(load_config(["trainer.device=cpu", "actor_rollout_ref.actor.use_kl_loss=True",
+                                                 f"actor_rollout_ref.model.path={path}",
+                                                 "actor_rollout_ref.model.use_remove_padding=True", *lines]),
+                                    for_training=False)
+        return [p for p in problems if "use_remove_padding" in p]
+
+    assert [p.split(":")[0] for p in found()] == ["actor"]  # fsdp actor and ref: said once
     assert found("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.ref.strategy=megatron") == []
     (problem,) = found("actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.ref.strategy=fsdp")
-    assert problem.startswith("ref: actor_rollout_ref.model.use_remove_padding=True: remove-padding for Gated DeltaNet")
+    assert problem.startswith("ref: actor_rollout_ref.model.use_remove_padding=True: remove-padding on the torch engine")

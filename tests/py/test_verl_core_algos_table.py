@@ -19,7 +19,7 @@ import torch
 from verl_lite.config.choices import (ADV_ESTIMATORS, POLICY_LOSS_MODES, REFUSED_ADV_ESTIMATORS,
                                       REFUSED_POLICY_LOSSES)
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.algos import advantages
+from verl_lite.trainer.algos import advantages, policy_losses  # noqa: F401  (policy_losses registers on import)
 
 TABLE = json.loads((Path(__file__).parent / "data" / "core_algos_cases.json").read_text())
 ATOL = RTOL = 1e-6

@@ -15,7 +15,7 @@ from verl_lite.config.shapes import expert_count, model_shape, text_config
 from verl_lite.decisions import bridge_choice, optimizer_overrides, packing_mode
 from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
-from verl_lite.engine import fsdp_policy
+from verl_lite.decisions import fsdp_settings
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.preflight.bridge import choose_role_bridge
 from verl_lite.preflight.roles import RoleView, role_view, world_size
@@ -54,8 +54,8 @@ def summarize(cfg: Any) -> str:
         lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
         lines.append(f"  batches     : {packing_mode.role_decision(cfg, role, device).why}")
-        if layout.strategy == "fsdp":  # mesh, dtypes, offload policy, prefetch, wrap (engine/fsdp_policy.py)
-            lines += fsdp_policy.summary_lines(view.section.fsdp_config, role, device, world_size(cfg))
+        if layout.strategy == "fsdp":  # mesh, dtypes, offload policy, prefetch, wrap (engine/fsdp_settings.py)
+            lines += fsdp_settings.summary_lines(view.section.fsdp_config, role, device, world_size(cfg))
         if layout.strategy == "megatron":
             lines += _bridge_lines(cfg, view)
             optim_line = optimizer_overrides.summary_line(cfg, role, device)  # override_optimizer_config

@@ -21,11 +21,11 @@ from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, RAY_RUNTIME_E
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
 from verl_lite.decisions import optimizer_overrides, packing_mode, ulysses
-from verl_lite.engine import fsdp_policy
+from verl_lite.decisions import fsdp_settings
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.reward.registry import reward_manager_problems
-from verl_lite.trainer.dynamic_sampling import filter_groups_problems
+from verl_lite.decisions.dynamic_sampling import filter_groups_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
 
 
@@ -59,9 +59,9 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
         problems.append(f"{role}: {prefix}.megatron.dist_checkpointing_path={section.megatron.dist_checkpointing_path!r}: "
                         f"loading a Megatron dist checkpoint is {YET}; point the model path at the HF model and "
                         "leave it null")
-    # fsdp_config's dtypes, mesh and wrap policy (engine/fsdp_policy.py); megatron reads none of them
-    fsdp_problems = (fsdp_policy.megatron_problems(section.fsdp_config, prefix) if megatron
-                     else fsdp_policy.problems(section.fsdp_config, prefix, world_size(cfg)))
+    # fsdp_config's dtypes, mesh and wrap policy (engine/fsdp_settings.py); megatron reads none of them
+    fsdp_problems = (fsdp_settings.megatron_problems(section.fsdp_config, prefix) if megatron
+                     else fsdp_settings.problems(section.fsdp_config, prefix, world_size(cfg)))
     problems += [f"{role}: {p}" for p in fsdp_problems]
     problems += lora_problems(cfg, view)
     problems += token_budget_problems(cfg, role)
@@ -311,8 +311,13 @@ def _ref_in_actor_warnings(cfg: Any) -> List[str]:
     ref, prefix = cfg.actor_rollout_ref.ref, "actor_rollout_ref.ref"
     changed = [f"{prefix}.strategy"] if ref.strategy is not None else []
     changed += _changed(ref.fsdp_config, schema.FSDPConfig, f"{prefix}.fsdp_config")
-    if ref.use_torch_compile != cfg.actor_rollout_ref.actor.use_torch_compile:
-        changed.append(f"{prefix}.use_torch_compile")
+    actor = cfg.actor_rollout_ref.actor
+    for key in ("use_torch_compile", "ulysses_sequence_parallel_size"):  # they follow the actor's unless set
+        if getattr(ref, key) != getattr(actor, key):
+            changed.append(f"{prefix}.{key}")
+    default = schema.RefConfig()
+    changed += [f"{prefix}.{key}" for key in ("entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size",
+                                              "entropy_checkpointing") if getattr(ref, key) != getattr(default, key)]
     if not changed:
         return []
     return [f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: with LoRA "
@@ -419,7 +424,7 @@ def _checkpoint_warnings(cfg: Any) -> List[str]:
 
 def _shards_one_rank(fsdp_config: Any, role: str, device: Optional[str]) -> bool:
     try:
-        return fsdp_policy.shards_one_rank(fsdp_config, role, device or "cpu")
+        return fsdp_settings.shards_one_rank(fsdp_config, role, device or "cpu")
     except ValueError:  # a bad dtype: refused by verl_problems
         return False
 
@@ -435,7 +440,7 @@ def _offload_warnings(views: List[RoleView]) -> List[str]:
             "param_offload", "optimizer_offload")
         on = [f"{prefix}.{engine}.{n}" for n in names if getattr(getattr(section, engine), n)]
         policy = (not view.megatron and view.device not in (None, "cpu")
-                  and fsdp_policy.cpu_offload(section.fsdp_config, role, view.device))
+                  and fsdp_settings.cpu_offload(section.fsdp_config, role, view.device))
         held = [key for key in on if role != "ref" or key.endswith(".param_offload")] if policy else []
         if held:  # FSDP2's CPUOffloadPolicy already holds them on the host (verl turns the flags off)
             why = (f"{prefix}.fsdp_config.offload_policy=True" if section.fsdp_config.offload_policy

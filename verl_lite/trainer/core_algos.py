@@ -469,6 +469,3 @@ def compute_value_loss(
     vf_clipfrac = masked_mean(torch.gt(err_clipped, err_unclipped).float(), response_mask)
     return vf_loss, vf_clipfrac
 
-
-# verl's further losses (dppo_tv, dppo_kl, sapo, gpg, clip_cov, kl_cov, dro, cispo) register themselves here.
-from verl_lite.trainer.algos import policy_losses as _more_policy_losses  # noqa: E402,F401  (registers on import)

@@ -61,12 +61,12 @@ class OffloadPolicy:
     def of(cls, section: Any, strategy: str, role: str = "actor", device: str = "cpu") -> "OffloadPolicy":
         """From a role's section (ActorConfig, RefConfig, CriticConfig) and its strategy. On fsdp, FSDP2's
         CPU offload policy (offload_policy, and the ref's on a device) turns both flags off, as verl
-        (engine/fsdp_policy.py: phase_offload)."""
+        (decisions/fsdp_settings.py: phase_offload)."""
         if strategy == "megatron":
             m = section.megatron
             param = bool(m.param_offload)
             return cls(param=param, grad=param or bool(m.grad_offload), optimizer=bool(m.optimizer_offload))
-        from verl_lite.engine.fsdp_policy import phase_offload
+        from verl_lite.decisions.fsdp_settings import phase_offload
 
         param, optimizer = phase_offload(section.fsdp_config, role, device)
         return cls(param=param, grad=param, optimizer=optimizer)

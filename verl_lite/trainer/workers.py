@@ -26,6 +26,7 @@ from verl_lite.device import DIST_BACKENDS
 from verl_lite.registry import ROLLOUTS, load_engine
 from verl_lite.rollout.metrics import RolloutGap
 from verl_lite.trainer import core_algos, dynamic_batch
+from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (verl's further losses register into core_algos)
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 
 logger = logging.getLogger(__name__)

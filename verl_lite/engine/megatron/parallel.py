@@ -61,6 +61,11 @@ def init_groups(sizes: Dict[str, Any], role: str, prefix: str) -> None:
     `prefix`: the role's megatron section (e.g. actor_rollout_ref.actor.megatron), for the message."""
     from megatron.core import parallel_state as mpu
 
+    if mpu.model_parallel_is_initialized() and not _groups_alive(mpu):
+        # their process group was destroyed since (e.g. by a vLLM engine's shutdown in this process): the
+        # groups are stale and every use would fail; they are built again on the current group
+        logger.info("%s: megatron's model parallel groups belong to a destroyed process group: rebuilding them", role)
+        mpu.destroy_model_parallel()
     if mpu.model_parallel_is_initialized():
         have = dict(
             tensor_model_parallel_size=mpu.get_tensor_model_parallel_world_size(),
@@ -81,6 +86,17 @@ def init_groups(sizes: Dict[str, Any], role: str, prefix: str) -> None:
     if problem:
         raise ValueError(f"{role}: world size {world} {problem}; change the parallel sizes or the number of devices")
     mpu.initialize_model_parallel(**sizes)
+
+
+def _groups_alive(mpu: Any) -> bool:
+    """Whether megatron's model parallel groups are still registered with torch.distributed."""
+    if not torch.distributed.is_initialized():
+        return False
+    try:
+        torch.distributed.get_rank(group=mpu.get_pipeline_model_parallel_group())
+    except (ValueError, RuntimeError):
+        return False
+    return True
 
 
 def seed(compute_device: str, value: int) -> None:
