@@ -256,9 +256,9 @@ def _run_problems(cfg: Any) -> List[str]:
                         "custom_reward_function.path reward")
     problems += reward_manager_problems(cfg)  # reward_model.reward_manager and reward_kwargs
     problems += filter_groups_problems(cfg)  # algorithm.filter_groups and data.gen_batch_size
-    if cfg.trainer.log_val_generations:
-        problems.append(f"trainer.log_val_generations={cfg.trainer.log_val_generations}: logging validation "
-                        f"samples is {YET}; set it to 0")
+    if int(cfg.trainer.log_val_generations) < 0:
+        problems.append(f"trainer.log_val_generations={cfg.trainer.log_val_generations}: the number of validation "
+                        "samples to log must be >= 0 (0 logs none)")
     return problems
 
 

@@ -28,6 +28,7 @@ from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, pro
 from verl_lite.trainer.algos import advantages
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
+from verl_lite.trainer.tracking import val_generations
 from verl_lite.trainer.workers import LOSS_METRICS
 
 logger = logging.getLogger(__name__)
@@ -389,10 +390,12 @@ class PPOTrainer(StepLoop):
         for k in LIST_KEYS:
             gen[k] = batch[k]
         scores = self._score(gen).sum(-1)
+        metrics = val_generations(self.tokenizer, gen, gen["_texts"], scores.tolist(),
+                                  int(self.cfg.trainer.log_val_generations))
         out: Dict[str, List[float]] = defaultdict(list)
         for ds, s in zip(gen["data_source"], scores.tolist()):
             out[ds].append(s)
-        metrics = {f"val/test_score/{ds}": float(np.mean(v)) for ds, v in out.items()}
+        metrics.update({f"val/test_score/{ds}": float(np.mean(v)) for ds, v in out.items()})
         metrics["val/score"] = float(scores.mean())
         return metrics
 

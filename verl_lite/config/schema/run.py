@@ -265,8 +265,9 @@ class TrainerConfig:
     # Metric backends: console lines, jsonl (default_local_dir/metrics.jsonl), tensorboard, wandb;
     # a single string is taken as a one-element list.
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
-    # verl: validation samples to log to the trackers at each validation. Not supported by verl_lite
-    # yet: a value other than 0 is refused.
+    # Validation samples (input, output, score) to log at each validation, chosen as verl chooses
+    # them (sorted by input, shuffled with seed 42, the first N): a table on the console, a
+    # val/generations list in the step's metrics.jsonl row, tensorboard text, a wandb table. 0 = none.
     log_val_generations: int = 0
     # Nodes of the training pool; ranks = nnodes * n_gpus_per_node, one worker each.
     nnodes: int = 1
