@@ -317,7 +317,8 @@ DEFAULT_DIFFERENCES = {
     "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",
     "data.seed": "a fixed seed, so a resumed run keeps its prompt order (verl: null = unseeded)",
     "data.return_raw_chat": "False, so data.apply_chat_template=False (prompt text encoded as is) needs no second "
-                            "line; True (verl's) templates the messages as verl's rollout servers do",
+                            "line; verl never reads the key (its raw_prompt is always kept), so both values run "
+                            "as verl's",
     "actor_rollout_ref.model.path": "a shipped tiny config; nothing is downloaded",
     "actor_rollout_ref.model.use_remove_padding": ("null = auto: packed where the engine packs natively (torch engine: "
                                                    "attention-only models and Qwen3.5 / Qwen3-Next GDN models; Megatron: "

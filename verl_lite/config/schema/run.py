@@ -52,10 +52,12 @@ class DataConfig:
     shuffle: bool = True
     # Seed of the prompt shuffle (data.shuffle).
     seed: int = 1
-    # verl: hand the rollout the untemplated chat messages, which its servers template (verl's default
-    # True). verl_lite templates the prompt once (data.apply_chat_template) for generation and training
-    # alike: True generates the same tokens as verl, and is refused with data.apply_chat_template=False
-    # (the prompt text encoded as is, which verl's servers would template).
+    # verl's key, taken for its scripts; either value behaves as verl's. verl (pinned commit) stores it
+    # but never reads it: its dataset always keeps the chat messages as raw_prompt, read by its agent
+    # loop (which templates them) and reward-model scoring (not supported here), never passed to a
+    # reward function (compute_score gets data_source, solution_str, ground_truth, extra_info, as
+    # here). verl_lite templates the prompt once (data.apply_chat_template): the same tokens. True
+    # is refused with data.apply_chat_template=False (the prompt text encoded as is, untemplated).
     return_raw_chat: bool = False
     # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
     # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
