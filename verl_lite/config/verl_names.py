@@ -141,7 +141,9 @@ INSTEAD: List[Tuple[str, str]] = [
                                      "megatron.* settings"),
     ("*.fsdp_config.turbo_config*", f"verl's FSDP-turbo engine is {NOT}: use strategy=fsdp2 (FSDP2)"),
     ("distillation*", f"on-policy distillation is {YET}"),
-    ("*profiler*", f"profiling is {YET}: leave the profiler off"),
+    ("*profiler*", f"this profiler setting is {YET}: verl_lite profiles with global_profiler.tool=torch, "
+                   "global_profiler.steps and save_path, and actor_rollout_ref.actor.profiler / critic.profiler "
+                   "(enable, all_ranks, ranks, tool_config.torch.contents); leave the line out"),
     ("hydra.*", f"Hydra's own settings are {NOT}: verl_lite composes its own schema; leave the line out"),
 ]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from verl_lite.config.schema.actor import ActorRolloutRefConfig, CheckpointConfig
+from verl_lite.config.schema.actor import ActorRolloutRefConfig, CheckpointConfig, ProfilerConfig
 from verl_lite.config.schema.engine import FSDPConfig, MegatronConfig, ModelConfig, OptimConfig
 
 
@@ -118,6 +118,8 @@ class CriticConfig:
     model: ModelConfig = field(default_factory=lambda: ModelConfig(path=""))
     # What the critic's checkpoints save and load (as actor_rollout_ref.actor.checkpoint).
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # torch.profiler on the critic's workers in the profiled steps (as actor_rollout_ref.actor.profiler).
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     # Prompts per critic mini-batch, one optimizer step each; null = actor.ppo_mini_batch_size.
     ppo_mini_batch_size: Optional[int] = None
     # verl's deprecated global micro batch. Not supported: a value is refused (set
@@ -347,6 +349,19 @@ class RayInitConfig:
 
 
 @dataclass
+class GlobalProfilerConfig:
+    # The profiler: torch (torch.profiler, cpu and cuda). null = none. verl's npu (torch_npu's
+    # profiler), nsys (needs the run started under Nsight Systems) and torch_memory are refused.
+    tool: Optional[str] = None
+    # The training steps to profile (1-based), e.g. [1, 3]; null = none. Each role whose
+    # <role>.profiler.enable is True records one trace per profiled step and rank.
+    steps: Optional[List[int]] = None
+    # Directory of the traces: <role>_step<N>_rank<R>.json.gz (chrome trace format; open in
+    # https://ui.perfetto.dev or chrome://tracing).
+    save_path: str = "outputs/profile"
+
+
+@dataclass
 class VerlLiteConfig:
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
@@ -357,3 +372,5 @@ class VerlLiteConfig:
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    # Which steps to profile, with which tool, and where the traces go (verl's global_profiler).
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
