@@ -67,6 +67,10 @@ def base(data_dir, out):
         "trainer.resume_mode=disable", "trainer.max_actor_ckpt_to_keep=1", "trainer.seed=5", "trainer.ray=false",
         "trainer.ray_timeout_s=30", "trainer.plot_rewards=false",
         "reward_model.enable=False", "reward_model.reward_manager=naive",
+        "actor_rollout_ref.rollout.mode=async", "actor_rollout_ref.actor.grad_clip=1.0",
+        "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={out}/profile",
+        "actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.actor.profiler.all_ranks=False",
+        "actor_rollout_ref.actor.profiler.ranks=[0]", "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cpu]",
     ]
 
 
@@ -108,6 +112,8 @@ PPO = [
     "critic.checkpoint.save_contents=[model,optimizer,extra]", "actor_rollout_ref.nccl_timeout=300",
     "actor_rollout_ref.model.use_fused_kernels=True", "critic.model.use_fused_kernels=False",
     "critic.model.enable_activation_offload=True",
+    "critic.profiler.enable=True", "critic.profiler.all_ranks=True", "critic.profiler.ranks=[]",
+    "critic.profiler.tool_config.torch.contents=[cpu,shapes]",
 ]
 
 
@@ -219,6 +225,9 @@ SHOWN_ELSEWHERE = {
                                           "test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_adapter"),
     "actor_rollout_ref.model.lora_alpha": ("test_lora",
                                            "test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_adapter"),
+    # extra HF config fields: tie_word_embeddings=False through override_config unties the embeddings
+    "actor_rollout_ref.model.override_config": ("test_fsdp_policy",
+                                                "test_the_wrap_targets_are_verls_fsdp2_ones_layers_and_untied_embeddings"),
     # verl's LoRA scripts' load_format=safetensors: vLLM loads the model dir's weights (needs weights on disk)
     "actor_rollout_ref.rollout.load_format": ("test_lora_vllm",
                                               "test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step"),

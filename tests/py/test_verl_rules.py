@@ -55,7 +55,7 @@ def test_offload_of_a_role_that_does_not_run_is_not_refused():
     ("actor_rollout_ref.hybrid_engine=False", "actor_rollout_ref.hybrid_engine=False: not supported by verl_lite in "
                                               "synchronous training"),
     ("reward_model.enable=True", "reward models are not supported by verl_lite yet"),
-    ("trainer.log_val_generations=5", "logging validation samples is not supported by verl_lite yet"),
+    ("trainer.log_val_generations=-1", "the number of validation samples to log must be >= 0"),
     ("algorithm.kl_penalty=full", "algorithm.kl_penalty='full' is not supported by verl_lite"),
     ("actor_rollout_ref.ref.log_prob_micro_batch_size=3", "verl's deprecated global micro-batch is not supported"),
 ])

@@ -141,7 +141,9 @@ INSTEAD: List[Tuple[str, str]] = [
                                      "megatron.* settings"),
     ("*.fsdp_config.turbo_config*", f"verl's FSDP-turbo engine is {NOT}: use strategy=fsdp2 (FSDP2)"),
     ("distillation*", f"on-policy distillation is {YET}"),
-    ("*profiler*", f"profiling is {YET}: leave the profiler off"),
+    ("*profiler*", f"this profiler setting is {YET}: verl_lite profiles with global_profiler.tool=torch, "
+                   "global_profiler.steps and save_path, and actor_rollout_ref.actor.profiler / critic.profiler "
+                   "(enable, all_ranks, ranks, tool_config.torch.contents); leave the line out"),
     ("hydra.*", f"Hydra's own settings are {NOT}: verl_lite composes its own schema; leave the line out"),
 ]
 
@@ -317,7 +319,8 @@ DEFAULT_DIFFERENCES = {
     "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",
     "data.seed": "a fixed seed, so a resumed run keeps its prompt order (verl: null = unseeded)",
     "data.return_raw_chat": "False, so data.apply_chat_template=False (prompt text encoded as is) needs no second "
-                            "line; True (verl's) templates the messages as verl's rollout servers do",
+                            "line; verl never reads the key (its raw_prompt is always kept), so both values run "
+                            "as verl's",
     "actor_rollout_ref.model.path": "a shipped tiny config; nothing is downloaded",
     "actor_rollout_ref.model.use_remove_padding": ("null = auto: packed where the engine packs natively (torch engine: "
                                                    "attention-only models and Qwen3.5 / Qwen3-Next GDN models; Megatron: "

@@ -26,6 +26,7 @@ from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_bud
 from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.reward.registry import reward_manager_problems
 from verl_lite.decisions.dynamic_sampling import filter_groups_problems
+from verl_lite.decisions.profiling import profiler_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
 
 
@@ -255,10 +256,11 @@ def _run_problems(cfg: Any) -> List[str]:
         problems.append(f"reward_model.enable=True: reward models are {YET}: use a rule-based or "
                         "custom_reward_function.path reward")
     problems += reward_manager_problems(cfg)  # reward_model.reward_manager and reward_kwargs
+    problems += profiler_problems(cfg)  # global_profiler and <role>.profiler
     problems += filter_groups_problems(cfg)  # algorithm.filter_groups and data.gen_batch_size
-    if cfg.trainer.log_val_generations:
-        problems.append(f"trainer.log_val_generations={cfg.trainer.log_val_generations}: logging validation "
-                        f"samples is {YET}; set it to 0")
+    if int(cfg.trainer.log_val_generations) < 0:
+        problems.append(f"trainer.log_val_generations={cfg.trainer.log_val_generations}: the number of validation "
+                        "samples to log must be >= 0 (0 logs none)")
     return problems
 
 

@@ -36,6 +36,7 @@ from verl_lite.registry import ROLLOUTS
 from verl_lite.reward.manager import score_responses
 from verl_lite.reward.registry import build_reward_manager
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, OVERLONG_KEYS
+from verl_lite.trainer.tracking import val_generations
 from verl_lite.rollout.hf import position_ids_from
 from verl_lite.trainer.workers import ActorRolloutRefWorker, EngineWorker
 
@@ -342,11 +343,13 @@ class RolloutWorker:
                                         self.response_length, val_kwargs)
         out.update(data_source=[e.data_source for e in rep], ground_truth=[e.ground_truth for e in rep],
                    extra_info=[e.extra_info for e in rep])
-        scores = self._score(out).sum(-1).tolist()
+        token_scores, texts, _ = score_responses(self.tokenizer, self.reward_fn, out)
+        scores = token_scores.sum(-1).tolist()
+        metrics = val_generations(self.tokenizer, out, texts, scores, int(self.cfg.trainer.log_val_generations))
         by_source: Dict[str, List[float]] = defaultdict(list)
         for ds, s in zip(out["data_source"], scores):
             by_source[ds].append(s)
-        metrics = {f"val/test_score/{ds}": sum(v) / len(v) for ds, v in by_source.items()}
+        metrics.update({f"val/test_score/{ds}": sum(v) / len(v) for ds, v in by_source.items()})
         metrics["val/score"] = sum(scores) / len(scores)
         metrics["val/weight_version"] = version
         return metrics

@@ -28,6 +28,8 @@ from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, pro
 from verl_lite.trainer.algos import advantages
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
+from verl_lite.trainer.profiling import is_profiled_step
+from verl_lite.trainer.tracking import val_generations
 from verl_lite.trainer.workers import LOSS_METRICS
 
 logger = logging.getLogger(__name__)
@@ -389,10 +391,12 @@ class PPOTrainer(StepLoop):
         for k in LIST_KEYS:
             gen[k] = batch[k]
         scores = self._score(gen).sum(-1)
+        metrics = val_generations(self.tokenizer, gen, gen["_texts"], scores.tolist(),
+                                  int(self.cfg.trainer.log_val_generations))
         out: Dict[str, List[float]] = defaultdict(list)
         for ds, s in zip(gen["data_source"], scores.tolist()):
             out[ds].append(s)
-        metrics = {f"val/test_score/{ds}": float(np.mean(v)) for ds, v in out.items()}
+        metrics.update({f"val/test_score/{ds}": float(np.mean(v)) for ds, v in out.items()})
         metrics["val/score"] = float(scores.mean())
         return metrics
 
@@ -425,12 +429,22 @@ class PPOTrainer(StepLoop):
         self.finish_stop()
         return self.history
 
+    def _profile(self, profiled: bool, method: str, *args: Any) -> None:
+        """global_profiler: start or stop the workers' recording of a profiled step."""
+        if profiled:
+            for wg in (self.actor_wg, self.critic_wg):
+                if wg is not None:
+                    wg.call_all(method, *args)
+
     def _loop(self, bar) -> None:
         t = self.cfg.trainer
         while self.global_step < self.total_steps and not self.stop.requested:
             try:
                 with self.during("at step", self.global_step + 1):
+                    profiled = is_profiled_step(self.cfg, self.global_step + 1)
+                    self._profile(profiled, "start_profile", self.global_step + 1)
                     metrics = self.step()
+                    self._profile(profiled, "stop_profile")
             except EpochsExhausted as e:  # dynamic sampling drew more prompts per step than total_steps counted
                 logger.info("the training data ran out after %d epochs (trainer.total_epochs) at step %d of %d: dynamic "
                             "sampling draws more than train_batch_size prompts a step; stopping as verl's DAPO "

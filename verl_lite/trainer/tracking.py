@@ -1,6 +1,11 @@
 """Per-step metrics: console lines (key=value), a JSONL file, tensorboard and wandb when asked.
 
 Every backend is an object with `log(metrics, step)` and `close()`; unknown names are an error.
+Validation samples (trainer.log_val_generations) travel in the metrics under GENERATIONS_KEY as
+(input, output, score) triples, chosen by `pick_generations` as verl chooses them; each backend
+writes them as verl's ValidationGenerationsLogger does for its kind (tensorboard: a text entry,
+wandb: a table that grows by a row per validation), the console as a table and jsonl as a list of
+{input, output, score} records in the step's row.
 wandb runs as verl's does (project = trainer.project_name, run name = trainer.experiment_name,
 the resolved config attached); its files go under the run's output dir, and WANDB_MODE=offline
 writes the run there with no network (`wandb sync` uploads it later).
@@ -12,11 +17,76 @@ import json
 import logging
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from verl_lite.config.choices import LOGGERS
 
 logger = logging.getLogger(__name__)
+
+
+GENERATIONS_KEY = "val/generations"
+# Characters of an input or output the console table shows (the jsonl row keeps the whole text).
+CONSOLE_TEXT_CHARS = 120
+VAL_GENERATIONS_SEED = 42  # verl's fixed seed for the shuffle
+
+
+def pick_generations(inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float],
+                     n: int) -> List[Tuple[str, str, float]]:
+    """verl's `_maybe_log_val_generations` choice: the (input, output, score) triples sorted by input,
+    shuffled by numpy's RandomState(42), the first `n` (none when n is 0)."""
+    import numpy as np
+
+    if n <= 0:
+        return []
+    if not len(inputs) == len(outputs) == len(scores):
+        raise ValueError(f"validation samples differ in length: {len(inputs)} inputs, {len(outputs)} outputs, "
+                         f"{len(scores)} scores")
+    samples = sorted(zip(inputs, outputs, [float(s) for s in scores]), key=lambda x: x[0])
+    np.random.RandomState(VAL_GENERATIONS_SEED).shuffle(samples)
+    return [tuple(x) for x in samples[:n]]
+
+
+def val_generations(tokenizer: Any, gen: Mapping[str, Any], outputs: Sequence[str], scores: Sequence[float],
+                    n: int) -> Dict[str, Any]:
+    """{GENERATIONS_KEY: the n samples to log} of a scored validation batch (`gen` has the left-padded
+    `prompts` and the `attention_mask` of prompt + response), or {} when n is 0. Inputs are decoded
+    as verl decodes them: the prompt tokens without special tokens."""
+    if n <= 0:
+        return {}
+    width = gen["prompts"].shape[1]
+    prompt_mask = gen["attention_mask"][:, :width].tolist()
+    inputs = [tokenizer.decode([t for t, keep in zip(ids, m) if keep], skip_special_tokens=True)
+              for ids, m in zip(gen["prompts"].tolist(), prompt_mask)]
+    return {GENERATIONS_KEY: pick_generations(inputs, outputs, scores, n)}
+
+
+def _split(metrics: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[str, str, float]]]:
+    """(the metrics without the validation samples, the samples)."""
+    rest = {k: v for k, v in metrics.items() if k != GENERATIONS_KEY}
+    return rest, list(metrics.get(GENERATIONS_KEY) or ())
+
+
+def _cell(text: str) -> str:
+    text = repr(text)[1:-1]  # newlines shown as \n, so a row stays one line
+    return text if len(text) <= CONSOLE_TEXT_CHARS else text[:CONSOLE_TEXT_CHARS - 3] + "..."
+
+
+def generations_table(samples: Sequence[Tuple[str, str, float]], step: int) -> str:
+    """The samples as a plain-text table: step, input, output, score (verl's columns)."""
+    rows = [("step", "input", "output", "score")] + [(str(step), _cell(i), _cell(o), _fmt(float(s)))
+                                                     for i, o, s in samples]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    lines = [" | ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def generations_markdown(samples: Sequence[Tuple[str, str, float]], step: int) -> str:
+    """verl's tensorboard text for the samples: a heading per sample with its input, output and score."""
+    parts = [f"**Generation Results - Step {step}**\n\n"]
+    for k, (i, o, s) in enumerate(samples, 1):
+        parts.append(f"### Sample {k}\n**Input:** {i}\n\n**Output:** {o}\n\n**Score:** {s}\n\n---\n\n")
+    return "".join(parts)
 
 
 def _fmt(v: Any) -> str:
@@ -30,8 +100,11 @@ class ConsoleLogger:
         self.keys = list(keys)
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
+        metrics, samples = _split(metrics)
         shown = {k: metrics[k] for k in self.keys if k in metrics} if self.keys else metrics
         logger.info("step:%d - %s", step, " - ".join(f"{k}:{_fmt(v)}" for k, v in shown.items()))
+        if samples:
+            logger.info("validation generations at step %d:\n%s", step, generations_table(samples, step))
 
     def close(self) -> None:
         pass
@@ -44,9 +117,12 @@ class JsonlLogger:
         self.f = open(path, "a", encoding="utf-8")
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
+        metrics, samples = _split(metrics)
         row = {"step": step}
         for k, v in metrics.items():
             row[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        if samples:
+            row[GENERATIONS_KEY] = [{"input": i, "output": o, "score": s} for i, o, s in samples]
         self.f.write(json.dumps(row) + "\n")
         self.f.flush()
 
@@ -92,9 +168,13 @@ class TensorboardLogger:
         self.writer = SummaryWriter(log_dir)
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
+        metrics, samples = _split(metrics)
         for k, v in metrics.items():
             if isinstance(v, (int, float)):
                 self.writer.add_scalar(k, v, step)
+        if samples:
+            self.writer.add_text(GENERATIONS_KEY, generations_markdown(samples, step), step)
+            self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
@@ -108,10 +188,20 @@ class WandbLogger:
             raise ImportError("trainer.logger has wandb but the wandb package is missing "
                               "(pip install wandb, or drop it from trainer.logger)") from e
         os.makedirs(out_dir, exist_ok=True)
+        self.wandb = wandb
         self.run = wandb.init(project=project, name=experiment, config=dict(config or {}), dir=out_dir)
+        self.rows: List[List[Any]] = []  # verl's validation table: one row per validation, all kept
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
-        self.run.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+        metrics, samples = _split(metrics)
+        row = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        if samples:
+            # verl's columns: step, then input_i, output_i, score_i per sample; a new Table each time
+            # (a logged wandb Table cannot take more rows: wandb issue 2981)
+            columns = ["step"] + [f"{c}_{k}" for k in range(1, len(samples) + 1) for c in ("input", "output", "score")]
+            self.rows.append([step] + [x for sample in samples for x in sample])
+            row[GENERATIONS_KEY] = self.wandb.Table(columns=columns, data=list(self.rows))
+        self.run.log(row, step=step)
 
     def close(self) -> None:
         self.run.finish()

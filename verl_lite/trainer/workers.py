@@ -89,6 +89,23 @@ class EngineWorker:
     def ready(self) -> bool:
         return True
 
+    # The profiled role and its profiler section (actor: the actor, its rollout and ref; critic).
+    PROFILED_ROLE = "actor"
+
+    def start_profile(self, step: int) -> None:
+        """Start recording step `step` when this role and rank are profiled (trainer/profiling.py)."""
+        from verl_lite.trainer.profiling import StepProfiler
+
+        section = roles.section(self.cfg, self.PROFILED_ROLE).profiler
+        self._profiler = StepProfiler(self.PROFILED_ROLE, section, self.cfg.global_profiler.save_path, self.rank,
+                                      self.device)
+        self._profiler.start(step)
+
+    def stop_profile(self) -> Optional[str]:
+        """Stop the recording start_profile began and write its trace; the trace's path, or None."""
+        profiler = getattr(self, "_profiler", None)
+        return profiler.stop() if profiler is not None else None
+
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
         cls = load_engine(self.cfg, role, self.device)
         engine = cls(model_cfg, engine_cfg, optim_cfg, self.device, role)
@@ -328,6 +345,8 @@ class ActorRolloutRefWorker(EngineWorker):
 
 
 class CriticWorker(EngineWorker):
+    PROFILED_ROLE = "critic"
+
     def _nccl_timeout(self, cfg: VerlLiteConfig) -> int:
         return int(cfg.critic.nccl_timeout)
 

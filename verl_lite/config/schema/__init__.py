@@ -9,15 +9,17 @@ trainer, Ray, the whole config); the comment above each field is its documentati
 """
 
 from verl_lite.config.schema.actor import (ActorConfig, ActorRolloutRefConfig, CheckpointConfig, CheckpointEngineConfig,
-                                           PolicyLossConfig, RefConfig, RolloutConfig)
+                                           PolicyLossConfig, ProfilerConfig, ProfilerToolConfig, RefConfig, RolloutConfig,
+                                           TorchProfilerToolConfig)
 from verl_lite.config.schema.engine import FSDPConfig, MegatronConfig, ModelConfig, OptimConfig
 from verl_lite.config.schema.run import (AlgorithmConfig, AsyncTrainingConfig, CriticConfig, CustomRewardFunctionConfig,
-                                         DataConfig, KLControlConfig, RayInitConfig, RewardModelConfig, TrainerConfig,
+                                         DataConfig, GlobalProfilerConfig, KLControlConfig, RayInitConfig, RewardModelConfig, TrainerConfig,
                                          VerlLiteConfig)
 
 __all__ = [
     "ActorConfig", "ActorRolloutRefConfig", "AlgorithmConfig", "AsyncTrainingConfig", "CheckpointConfig",
     "CheckpointEngineConfig", "CriticConfig", "CustomRewardFunctionConfig", "DataConfig", "FSDPConfig",
-    "KLControlConfig", "MegatronConfig", "ModelConfig", "OptimConfig", "PolicyLossConfig", "RayInitConfig",
-    "RefConfig", "RewardModelConfig", "RolloutConfig", "TrainerConfig", "VerlLiteConfig",
+    "GlobalProfilerConfig", "KLControlConfig", "MegatronConfig", "ModelConfig", "OptimConfig", "PolicyLossConfig",
+    "ProfilerConfig", "ProfilerToolConfig", "RayInitConfig", "RefConfig", "RewardModelConfig", "RolloutConfig",
+    "TorchProfilerToolConfig", "TrainerConfig", "VerlLiteConfig",
 ]

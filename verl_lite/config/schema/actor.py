@@ -39,6 +39,31 @@ class PolicyLossConfig:
 
 
 @dataclass
+class TorchProfilerToolConfig:
+    # What torch.profiler records besides CPU activity (verl's names): cuda (kernels), memory,
+    # shapes, stack; [] = everything (cuda on a CUDA device only).
+    contents: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ProfilerToolConfig:
+    # The torch profiler's settings (global_profiler.tool=torch).
+    torch: TorchProfilerToolConfig = field(default_factory=TorchProfilerToolConfig)
+
+
+@dataclass
+class ProfilerConfig:
+    # Profile this role's workers in the steps global_profiler.steps lists (global_profiler.tool=torch):
+    # one trace per step and rank under global_profiler.save_path.
+    enable: bool = False
+    # Profile every rank of the role; False = the ranks listed in ranks.
+    all_ranks: bool = False
+    # The role's ranks to profile when all_ranks is False (verl's default [] with enable=True: rank 0).
+    ranks: List[int] = field(default_factory=list)
+    tool_config: ProfilerToolConfig = field(default_factory=ProfilerToolConfig)
+
+
+@dataclass
 class CheckpointConfig:
     # What each checkpoint of the role holds (verl's names): model (the weights in the engine's own
     # files and layout), optimizer (its state), extra (LR schedule and RNG state), hf_model (an HF model
@@ -144,6 +169,9 @@ class ActorConfig:
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     # What the actor's checkpoints save and load (verl's checkpoint section).
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # torch.profiler on the actor's workers (their generation, log-probs and updates) in the
+    # profiled steps; see global_profiler.
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
 
 
 def _ref_megatron() -> MegatronConfig:

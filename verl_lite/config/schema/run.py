@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from verl_lite.config.schema.actor import ActorRolloutRefConfig, CheckpointConfig
+from verl_lite.config.schema.actor import ActorRolloutRefConfig, CheckpointConfig, ProfilerConfig
 from verl_lite.config.schema.engine import FSDPConfig, MegatronConfig, ModelConfig, OptimConfig
 
 
@@ -52,10 +52,12 @@ class DataConfig:
     shuffle: bool = True
     # Seed of the prompt shuffle (data.shuffle).
     seed: int = 1
-    # verl: hand the rollout the untemplated chat messages, which its servers template (verl's default
-    # True). verl_lite templates the prompt once (data.apply_chat_template) for generation and training
-    # alike: True generates the same tokens as verl, and is refused with data.apply_chat_template=False
-    # (the prompt text encoded as is, which verl's servers would template).
+    # verl's key, taken for its scripts; either value behaves as verl's. verl (pinned commit) stores it
+    # but never reads it: its dataset always keeps the chat messages as raw_prompt, read by its agent
+    # loop (which templates them) and reward-model scoring (not supported here), never passed to a
+    # reward function (compute_score gets data_source, solution_str, ground_truth, extra_info, as
+    # here). verl_lite templates the prompt once (data.apply_chat_template): the same tokens. True
+    # is refused with data.apply_chat_template=False (the prompt text encoded as is, untemplated).
     return_raw_chat: bool = False
     # True: each prompt goes through the tokenizer's chat template (with a generation prompt), as
     # verl does. False: the prompt's message contents (or a plain-string prompt) are encoded as
@@ -116,6 +118,8 @@ class CriticConfig:
     model: ModelConfig = field(default_factory=lambda: ModelConfig(path=""))
     # What the critic's checkpoints save and load (as actor_rollout_ref.actor.checkpoint).
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # torch.profiler on the critic's workers in the profiled steps (as actor_rollout_ref.actor.profiler).
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     # Prompts per critic mini-batch, one optimizer step each; null = actor.ppo_mini_batch_size.
     ppo_mini_batch_size: Optional[int] = None
     # verl's deprecated global micro batch. Not supported: a value is refused (set
@@ -265,8 +269,9 @@ class TrainerConfig:
     # Metric backends: console lines, jsonl (default_local_dir/metrics.jsonl), tensorboard, wandb;
     # a single string is taken as a one-element list.
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
-    # verl: validation samples to log to the trackers at each validation. Not supported by verl_lite
-    # yet: a value other than 0 is refused.
+    # Validation samples (input, output, score) to log at each validation, chosen as verl chooses
+    # them (sorted by input, shuffled with seed 42, the first N): a table on the console, a
+    # val/generations list in the step's metrics.jsonl row, tensorboard text, a wandb table. 0 = none.
     log_val_generations: int = 0
     # Nodes of the training pool; ranks = nnodes * n_gpus_per_node, one worker each.
     nnodes: int = 1
@@ -344,6 +349,19 @@ class RayInitConfig:
 
 
 @dataclass
+class GlobalProfilerConfig:
+    # The profiler: torch (torch.profiler, cpu and cuda). null = none. verl's npu (torch_npu's
+    # profiler), nsys (needs the run started under Nsight Systems) and torch_memory are refused.
+    tool: Optional[str] = None
+    # The training steps to profile (1-based), e.g. [1, 3]; null = none. Each role whose
+    # <role>.profiler.enable is True records one trace per profiled step and rank.
+    steps: Optional[List[int]] = None
+    # Directory of the traces: <role>_step<N>_rank<R>.json.gz (chrome trace format; open in
+    # https://ui.perfetto.dev or chrome://tracing).
+    save_path: str = "outputs/profile"
+
+
+@dataclass
 class VerlLiteConfig:
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
@@ -354,3 +372,5 @@ class VerlLiteConfig:
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+    # Which steps to profile, with which tool, and where the traces go (verl's global_profiler).
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
