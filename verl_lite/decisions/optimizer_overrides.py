@@ -46,7 +46,7 @@ OPTIMIZER_CONFIG_FIELDS = (
 # fields the engine sets from verl_lite's own keys (<section> is the role's prefix)
 OWN = {
     "lr": "<section>.optim.lr",
-    "min_lr": "<section>.optim.min_lr_ratio (min_lr = lr * min_lr_ratio)",
+    "min_lr": "<section>.optim.min_lr",
     "weight_decay": "<section>.optim.weight_decay",
     "decoupled_weight_decay": "<section>.optim.weight_decay (always decoupled, AdamW-style)",
     "adam_beta1": "<section>.optim.betas",
@@ -56,7 +56,7 @@ OWN = {
     "fp16": "<section>.megatron.dtype (the engine's training dtype)",
     "params_dtype": "<section>.megatron.dtype (the engine's training dtype)",
     "use_distributed_optimizer": "<section>.megatron.use_distributed_optimizer",
-    "optimizer": "no key: the Megatron engine's optimizer is megatron's Adam",
+    "optimizer": "<section>.optim.optimizer (adam)",
     "timers": "no key: megatron's timers are a callable, which a config line cannot give",
 }
 # fields that cannot act in verl_lite's Megatron engine, refused with the reason
