@@ -18,7 +18,7 @@ import importlib.util
 import logging
 import math
 import sys
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -95,20 +95,11 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
     return OptimizerConfig(**kwargs)
 
 
-def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
-                    use_distributed_optimizer: bool, role: str) -> Tuple[Any, Any]:
-    """(megatron-core optimizer over the model chunks, its OptimizerParamScheduler), with the
-    schedule's arguments as verl's get_megatron_optimizer_param_scheduler derives them: the decay
-    spans lr_decay_steps (null: total_training_steps), a non-positive lr_warmup_steps takes
-    lr_warmup_steps_ratio of the decay steps."""
-    from megatron.core.optimizer import get_megatron_optimizer
-    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
-
-    problems = lr_schedule.optimizer_problem(optim.optimizer, "megatron", "optim")
-    if problems:
-        raise ValueError(f"{role}: {problems[0]}")
-    config = optimizer_config(model, optim, dtype, use_distributed_optimizer, role)
-    optimizer = get_megatron_optimizer(config, model)
+def scheduler_kwargs(optim: OptimConfig, role: str = "megatron") -> Dict[str, Any]:
+    """megatron-core OptimizerParamScheduler's arguments (all but the optimizer), derived from `optim`
+    as verl's get_megatron_optimizer_param_scheduler does: the decay spans lr_decay_steps (null:
+    total_training_steps), a non-positive lr_warmup_steps takes lr_warmup_steps_ratio of the decay steps,
+    weight decay ramps from weight_decay to weight_decay over total_training_steps."""
     total = int(optim.total_training_steps)
     decay_steps = total if optim.lr_decay_steps is None else int(optim.lr_decay_steps)
     warmup = int(optim.lr_warmup_steps)
@@ -121,11 +112,10 @@ def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
                          f"decay {decay_steps} (optim.lr_decay_steps={optim.lr_decay_steps}, "
                          f"total_training_steps={total}): set optim.lr_decay_steps above the warm-up")
     weight_decay = float(optim.weight_decay)
-    scheduler = OptimizerParamScheduler(
-        optimizer,
+    return dict(
         init_lr=float(optim.lr_warmup_init),
         max_lr=float(optim.lr),
-        min_lr=config.min_lr,
+        min_lr=float(optim.min_lr),
         lr_warmup_steps=warmup,
         lr_decay_steps=decay_steps,
         lr_decay_style=optim.lr_decay_style,
@@ -139,7 +129,21 @@ def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
         wsd_decay_steps=optim.lr_wsd_decay_steps,
         lr_wsd_decay_style=optim.lr_wsd_decay_style,
     )
-    return optimizer, scheduler
+
+
+def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
+                    use_distributed_optimizer: bool, role: str) -> Tuple[Any, Any]:
+    """(megatron-core optimizer over the model chunks, its OptimizerParamScheduler)."""
+    from megatron.core.optimizer import get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    problems = lr_schedule.optimizer_problem(optim.optimizer, "megatron", "optim")
+    if problems:
+        raise ValueError(f"{role}: {problems[0]}")
+    kwargs = scheduler_kwargs(optim, role)
+    config = optimizer_config(model, optim, dtype, use_distributed_optimizer, role)
+    optimizer = get_megatron_optimizer(config, model)
+    return optimizer, OptimizerParamScheduler(optimizer, **kwargs)
 
 
 def clipped_step(optimizer: Any, clip: float, role: str) -> float:
