@@ -13,6 +13,10 @@ from typing import Any, Dict, List, Optional
 class OptimConfig:
     # Peak learning rate (reached after warm-up).
     lr: float = 1e-6
+    # Weight decay (decoupled except with fsdp's Adam).
+    weight_decay: float = 0.01
+    # Adam's beta1 and beta2.
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
     # The optimizer, as verl names it; null = the strategy's default (verl's: AdamW on fsdp, adam on
     # megatron). fsdp: AdamW (torch.optim.AdamW, decoupled weight decay) or Adam (torch.optim.Adam,
     # weight decay added to the gradient), built from optimizer_impl. megatron: adam (megatron-core's
@@ -21,10 +25,6 @@ class OptimConfig:
     # fsdp: the module the optimizer class is taken from, as verl's build_optimizer does; torch.optim
     # only (verl's torchao / bitsandbytes optimizers are refused). Not read on megatron.
     optimizer_impl: str = "torch.optim"
-    # Weight decay (decoupled except with fsdp's Adam).
-    weight_decay: float = 0.01
-    # Adam's beta1 and beta2.
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
     # Linear warm-up length in training steps (the LR schedule steps once per update). 0 or negative =
     # use lr_warmup_steps_ratio (as verl; with the ratio's 0.0, no warm-up).
     lr_warmup_steps: int = -1
