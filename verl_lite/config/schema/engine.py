@@ -72,8 +72,9 @@ class OptimConfig:
     # optimizer (optimizer_cpu_offload, optimizer_offload_fraction, overlap_cpu_optimizer_d2h_h2d) acts on
     # cuda/npu and has no effect on cpu (Adam's state is in host memory there); use_precision_aware_optimizer
     # needs Transformer Engine on the workers and is refused on cpu. A field verl_lite sets from its own key
-    # (lr, min_lr, weight_decay, betas, clip_grad, dtype, use_distributed_optimizer) is refused naming that
-    # key, an unknown field naming the valid ones; the fsdp strategy refuses the section. Open: `+key=value`.
+    # (optimizer, lr, min_lr, weight_decay, betas, clip_grad, dtype, use_distributed_optimizer) is refused
+    # naming that key, an unknown field naming the valid ones. The fsdp strategy refuses the section (verl
+    # passes it to the torch optimizer there; verl_lite does not yet).
     override_optimizer_config: Dict[str, Any] = field(default_factory=dict)
 
 
