@@ -55,6 +55,25 @@ def test_the_fsdp_optimizer_names_build_torchs_classes():
     assert adam.param_groups[0]["weight_decay"] == 0.1 and adam.param_groups[0]["betas"] == (0.8, 0.9)
 
 
+@pytest.mark.parametrize("name", ["AdamW", "Adam"])
+def test_the_torch_keyword_table_is_the_installed_torchs(name):
+    import inspect
+
+    from verl_lite.decisions.optimizer_overrides import TORCH_OPTIMIZER_KWARGS, TORCH_OWN
+
+    keywords = set(inspect.signature(getattr(torch.optim, name)).parameters) - {"params"}
+    assert set(TORCH_OPTIMIZER_KWARGS[name]) == keywords - set(TORCH_OWN)
+
+
+def test_override_optimizer_config_on_fsdp_reaches_the_torch_optimizer_and_is_checked():
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    optimizer = build_optimizer(params, OptimConfig(override_optimizer_config={"eps": 1e-5, "amsgrad": True}))
+    assert optimizer.param_groups[0]["eps"] == 1e-5 and optimizer.param_groups[0]["amsgrad"] is True
+    problems = _problems(f"+{A}.override_optimizer_config.eps=1e-5", f"+{A}.override_optimizer_config.betas=[0.5,0.6]")
+    assert problems == [f"actor: {A}.override_optimizer_config.betas=[0.5, 0.6]: verl_lite sets torch.optim.AdamW's "
+                        f"betas itself: set {A}.betas instead and remove this line"], problems
+
+
 def _problems(*lines):
     cfg, composed = compose_config(["trainer.device=cpu", "actor_rollout_ref.model.path=tiny-qwen3", *lines])
     assert composed == []

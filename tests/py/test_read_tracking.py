@@ -27,6 +27,7 @@ FSDP_OPTIM = [
     "actor_rollout_ref.actor.optim.optimizer=AdamW", "actor_rollout_ref.actor.optim.optimizer_impl=torch.optim",
     "actor_rollout_ref.actor.optim.num_cycles=0.75", "actor_rollout_ref.actor.optim.zero_indexed_step=False",
     "actor_rollout_ref.actor.optim.warmup_style=cosine",
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.eps=1e-7",
 ]
 MEGATRON_OPTIM = [
     "actor_rollout_ref.actor.optim.optimizer=adam", "actor_rollout_ref.actor.optim.lr_decay_style=cosine",

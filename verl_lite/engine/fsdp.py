@@ -106,13 +106,15 @@ def make_lr_lambda(optim: OptimConfig, total_steps: int):
 
 def build_optimizer(params, optim: OptimConfig) -> torch.optim.Optimizer:
     """The optimizer class `optim.optimizer` of `optim.optimizer_impl` (torch.optim), as verl's
-    build_optimizer makes it: lr and weight_decay, betas for Adam-family names."""
+    build_optimizer makes it: lr, weight_decay, betas, and override_optimizer_config's keyword arguments
+    (checked by the preflight, decisions/optimizer_overrides.torch_problems)."""
     name = optim.optimizer or "AdamW"
     if optim.optimizer_impl != "torch.optim" or name not in TORCH_OPTIMIZERS:
         raise ValueError(f"optim.optimizer={name!r} of optim.optimizer_impl={optim.optimizer_impl!r}: the fsdp "
                          f"engine builds {', '.join(TORCH_OPTIMIZERS)} of torch.optim")
     cls = getattr(torch.optim, name)
-    return cls(params, lr=float(optim.lr), betas=tuple(optim.betas), weight_decay=float(optim.weight_decay))
+    extra = dict(optim.override_optimizer_config or {})
+    return cls(params, lr=float(optim.lr), betas=tuple(optim.betas), weight_decay=float(optim.weight_decay), **extra)
 
 
 class TorchLMEngine(BaseEngine):

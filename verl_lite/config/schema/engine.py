@@ -73,8 +73,9 @@ class OptimConfig:
     # cuda/npu and has no effect on cpu (Adam's state is in host memory there); use_precision_aware_optimizer
     # needs Transformer Engine on the workers and is refused on cpu. A field verl_lite sets from its own key
     # (optimizer, lr, min_lr, weight_decay, betas, clip_grad, dtype, use_distributed_optimizer) is refused
-    # naming that key, an unknown field naming the valid ones. The fsdp strategy refuses the section (verl
-    # passes it to the torch optimizer there; verl_lite does not yet).
+    # naming that key, an unknown field naming the valid ones. fsdp strategy: keyword arguments of the
+    # torch optimizer (eps, amsgrad, foreach, fused, ...), as verl's build_optimizer passes them; lr, betas
+    # and weight_decay are refused naming their optim keys, other names with the optimizer's keywords.
     override_optimizer_config: Dict[str, Any] = field(default_factory=dict)
 
 
