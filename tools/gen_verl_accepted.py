@@ -47,8 +47,6 @@ REVIEWED = [
     ("critic.*.entropy_checkpointing", [False], "the critic computes no entropy"),
     ("*.fsdp_config.strategy", ["fsdp", "fsdp2"],
      "verl_lite's torch engine is FSDP2 (fully_shard); verl's FSDP1 (fsdp) runs on it too"),
-    ("*.optim.optimizer", ["AdamW", "adam"],
-     "Adam with decoupled weight decay: torch AdamW on fsdp, megatron-core's Adam on megatron, as verl_lite builds"),
     ("*.profiler.enable", None, "the profiler is off"),
     ("distillation.enabled", None, "no distillation"),
     ("algorithm.rollout_correction.rollout_is", None, "no importance-sampling correction of rollout log-probs"),

@@ -174,11 +174,12 @@ def test_a_field_verl_lite_sets_itself_is_refused_naming_its_setting(field, sett
                                              f"set {setting} instead and remove this line"]
 
 
-def test_the_section_is_refused_on_the_fsdp_strategy():
+def test_a_megatron_field_on_the_fsdp_strategy_is_refused_with_the_torch_optimizers_keywords():
     cfg = load_config(["trainer.device=cpu", f"+{A}.adam_eps=1e-6"])
     (problem,) = [p for p in collect_problems(cfg, for_training=False) if "optim" in p]
-    assert problem.startswith(f"actor: {A}={{'adam_eps': 1e-06}}: megatron-core OptimizerConfig overrides act on the "
-                              "megatron strategy only (actor_rollout_ref.actor.strategy=fsdp")
+    assert problem.startswith(f"actor: {A}.adam_eps=1e-06: torch.optim.AdamW (the fsdp strategy's optimizer) takes "
+                              "no keyword 'adam_eps'; its keywords are: eps, amsgrad")
+    assert "megatron-core OptimizerConfig fields act on the megatron strategy only" in problem
 
 
 def test_the_critics_section_is_checked_like_the_actors():

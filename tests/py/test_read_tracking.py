@@ -21,6 +21,22 @@ def data_dir(copy_task_data):
     return copy_task_data(n_train=64, n_val=8)
 
 
+# the fsdp strategy's own optim keys (verl's FSDPOptimizerConfig); the megatron run sets MEGATRON_OPTIM instead
+FSDP_OPTIM = [
+    "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine", "actor_rollout_ref.actor.optim.min_lr_ratio=0.1",
+    "actor_rollout_ref.actor.optim.optimizer=AdamW", "actor_rollout_ref.actor.optim.optimizer_impl=torch.optim",
+    "actor_rollout_ref.actor.optim.num_cycles=0.75", "actor_rollout_ref.actor.optim.zero_indexed_step=False",
+    "actor_rollout_ref.actor.optim.warmup_style=cosine",
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.eps=1e-7",
+]
+MEGATRON_OPTIM = [
+    "actor_rollout_ref.actor.optim.optimizer=adam", "actor_rollout_ref.actor.optim.lr_decay_style=cosine",
+    "actor_rollout_ref.actor.optim.lr_decay_steps=3", "actor_rollout_ref.actor.optim.min_lr=1e-4",
+    "actor_rollout_ref.actor.optim.lr_warmup_init=1e-4", "actor_rollout_ref.actor.optim.weight_decay_incr_style=linear",
+    "actor_rollout_ref.actor.optim.lr_wsd_decay_style=cosine", "actor_rollout_ref.actor.optim.lr_wsd_decay_steps=null",
+]
+
+
 def base(data_dir, out):
     return [
         f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
@@ -35,9 +51,9 @@ def base(data_dir, out):
         "actor_rollout_ref.model.linear_attention_chunk_size=8",
         "actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.optim.lr=2e-3",
         "actor_rollout_ref.actor.optim.weight_decay=0.0", "actor_rollout_ref.actor.optim.betas=[0.9,0.99]",
-        "actor_rollout_ref.actor.optim.lr_warmup_steps=1", "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine",
-        "actor_rollout_ref.actor.optim.min_lr_ratio=0.1", "actor_rollout_ref.actor.optim.clip_grad=0.5",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=1", "actor_rollout_ref.actor.optim.clip_grad=0.5",
         "actor_rollout_ref.actor.optim.total_training_steps=2", "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0",
+        *FSDP_OPTIM,
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096",
         "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.shuffle=False",
@@ -103,7 +119,7 @@ PPO = [
     "algorithm.use_kl_in_reward=True", "algorithm.kl_penalty=low_var_kl", "algorithm.kl_ctrl.type=adaptive",
     "algorithm.kl_ctrl.kl_coef=0.01", "algorithm.kl_ctrl.horizon=100", "algorithm.kl_ctrl.target_kl=0.05",
     "actor_rollout_ref.actor.policy_loss.loss_mode=geo_mean",
-    "critic.enable=True", "critic.strategy=fsdp", "critic.optim.lr=1e-3", "critic.model.path=tiny-qwen3_5",
+    "critic.enable=True", "critic.strategy=fsdp", "critic.optim.lr=1e-3", "critic.optim.optimizer=Adam", "critic.model.path=tiny-qwen3_5",
     "critic.model.init_seed=4", "critic.ppo_mini_batch_size=4", "critic.ppo_micro_batch_size_per_gpu=8",
     "critic.use_dynamic_bsz=True", "critic.ppo_epochs=1", "critic.cliprange_value=0.3",
     "critic.loss_agg_mode=token-mean", "critic.fsdp_config.param_offload=True", "critic.fsdp_config.model_dtype=fp32", "critic.fsdp_config.optimizer_offload=True", "trainer.critic_warmup=1",
@@ -181,9 +197,9 @@ MEGATRON = [
 @pytest.mark.megatron
 def test_every_key_a_megatron_run_sets_is_read(data_dir, tmp_path):
     overrides = [o for o in base(data_dir, tmp_path / "m") if "fsdp_config" not in o and "actor.strategy" not in o
-                 and "model.path" not in o and "gradient_checkpointing" not in o]
+                 and "model.path" not in o and "gradient_checkpointing" not in o and o not in FSDP_OPTIM]
     overrides += [o for o in GRPO if "fsdp" not in o and "ref.strategy" not in o and "activation_offload" not in o]
-    overrides += MEGATRON
+    overrides += MEGATRON + MEGATRON_OPTIM
     reads = _run_tracked(overrides)
     unread = [key for key in _set_keys(overrides) if key != "model_engine" and not reads.was_read(key)]
     assert unread == [], f"set but never read (accepted and ignored): {unread}"

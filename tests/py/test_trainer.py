@@ -149,6 +149,7 @@ def test_the_lr_schedule_spans_the_run_when_optim_total_training_steps_is_unset(
                                 "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.5",
                                 "actor_rollout_ref.actor.optim.min_lr_ratio=0.0"))
     lrs = [r["actor/lr"] for r in read_metrics(out) if "actor/lr" in r]
-    # the LR after each step's scheduler step: warm-up over 2 of the 4 steps (lr/2 at step 1, full lr
-    # after it), then cosine from lr to 0 over the other 2 (lr, lr/2, 0); unfilled (-1), all four were lr
-    assert lrs == pytest.approx([2e-3, 2e-3, 1e-3, 0.0], abs=1e-12), lrs
+    # the LR after each step's scheduler step, as verl's schedule gives it: warm-up over 2 of the 4
+    # steps (lr/2 after step 1), then cosine from lr to 0 over the other 2 (lr, lr/2, 0); unfilled (-1),
+    # there would be no warm-up and all four would be lr
+    assert lrs == pytest.approx([1e-3, 2e-3, 1e-3, 0.0], abs=1e-12), lrs

@@ -47,8 +47,8 @@ FRAGMENT = {
     "actor_rollout_ref.rollout.expert_parallel_size": "spreads the experts over every rank",
     # `+` on a key verl's config has too (verl: "Could not append to config. An item is already at ...")
     "actor_rollout_ref.actor.fsdp_config.model_dtype": "it already exists",
-    # megatron-core OptimizerConfig overrides on an fsdp role: they would change nothing
-    "actor_rollout_ref.actor.optim.override_optimizer_config": "act on the megatron strategy only",
+    # a megatron-core OptimizerConfig field on an fsdp role: not a keyword of the torch optimizer
+    "actor_rollout_ref.actor.optim.override_optimizer_config.offload_fraction": "act on the megatron strategy only",
 }
 
 

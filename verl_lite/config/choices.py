@@ -18,6 +18,11 @@ ROLLOUT_MODES = ("async", "sync")
 # What an engine computes: log-probs (actor, ref) or values (critic); the registry's first key.
 MODEL_TYPES = ("language_model", "value_model")
 DEVICES = ("auto", "cuda", "npu", "cpu")
+# megatron-core 0.16's OptimizerParamScheduler styles (optim.lr_decay_style, weight_decay_incr_style,
+# lr_wsd_decay_style: the megatron strategy's LR schedule)
+LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
+WD_INCR_STYLES = ("constant", "linear", "cosine")
+WSD_DECAY_STYLES = ("exponential", "linear", "cosine", "minus_sqrt")
 DEVICE_ALIASES = {"gpu": "cuda"}
 LOSS_AGG_MODES = (
     "token-mean",
@@ -83,8 +88,9 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "actor_rollout_ref.rollout.name": ROLLOUT_NAMES,
     "trainer.resume_mode": ("disable", "auto", "resume_path"),
     "data.truncation": ("error", "left", "right"),
-    "actor_rollout_ref.actor.optim.lr_scheduler_type": ("constant", "cosine"),
-    "critic.optim.lr_scheduler_type": ("constant", "cosine"),
+    **{f"{section}.optim.{name}": values for section in ("actor_rollout_ref.actor", "critic")
+       for name, values in (("lr_scheduler_type", ("constant", "cosine")), ("lr_decay_style", LR_DECAY_STYLES),
+                            ("weight_decay_incr_style", WD_INCR_STYLES), ("lr_wsd_decay_style", WSD_DECAY_STYLES))},
     "async_training.stale_policy": ("drop", "reweight"),
 }
 # verl's values of a setting that verl_lite refuses with a reason (what is missing) instead of the list

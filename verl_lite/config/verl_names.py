@@ -314,6 +314,9 @@ def value_problem(key: str, value: object) -> Optional[str]:
 # Keys in both verl and verl_lite whose defaults differ, and why (docs/config.md lists them; a test
 # fails when a default differs from verl's without a reason here).
 DEFAULT_DIFFERENCES = {
+    **{f"{section}.optim.optimizer": "null = the strategy's verl default (AdamW on fsdp, adam on megatron): one "
+                                     "section serves both of verl's optimizer configs"
+       for section in ("actor_rollout_ref.actor", "critic")},
     "data.train_files": "a local tiny data set (verl_lite trains a tiny model out of the box)",
     "data.val_files": "the tiny data set's validation split",
     "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",

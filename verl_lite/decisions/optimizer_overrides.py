@@ -3,7 +3,8 @@
 (`engine/megatron/optim.py`), as verl's `init_megatron_optim_config` merges them.
 
 What is checked here, before anything starts (no torch or megatron import):
-- the section is Megatron's: on the fsdp strategy it is refused as a whole;
+- on the fsdp strategy the section is the torch optimizer's keyword arguments, as verl's build_optimizer
+  passes them (`torch_problems`: its keywords, lr / betas / weight_decay refused naming their keys);
 - every key is a field of megatron-core 0.16's OptimizerConfig (`OPTIMIZER_CONFIG_FIELDS`, checked
   against the installed megatron-core by tests/py/test_optimizer_overrides.py; the engine checks
   again against the megatron-core the workers import);
@@ -46,7 +47,7 @@ OPTIMIZER_CONFIG_FIELDS = (
 # fields the engine sets from verl_lite's own keys (<section> is the role's prefix)
 OWN = {
     "lr": "<section>.optim.lr",
-    "min_lr": "<section>.optim.min_lr_ratio (min_lr = lr * min_lr_ratio)",
+    "min_lr": "<section>.optim.min_lr",
     "weight_decay": "<section>.optim.weight_decay",
     "decoupled_weight_decay": "<section>.optim.weight_decay (always decoupled, AdamW-style)",
     "adam_beta1": "<section>.optim.betas",
@@ -56,7 +57,7 @@ OWN = {
     "fp16": "<section>.megatron.dtype (the engine's training dtype)",
     "params_dtype": "<section>.megatron.dtype (the engine's training dtype)",
     "use_distributed_optimizer": "<section>.megatron.use_distributed_optimizer",
-    "optimizer": "no key: the Megatron engine's optimizer is megatron's Adam",
+    "optimizer": "<section>.optim.optimizer (adam)",
     "timers": "no key: megatron's timers are a callable, which a config line cannot give",
 }
 # fields that cannot act in verl_lite's Megatron engine, refused with the reason
@@ -84,6 +85,16 @@ DTYPE_FIELDS = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_a
 DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16"}
 ROLES_WITH_OPTIM = ("actor", "critic")
+# fsdp strategy: verl's build_optimizer passes the section to the torch optimizer as keyword arguments.
+# torch 2.13's keywords of the classes the fsdp engine builds (inspect.signature; checked against the
+# installed torch by tests/py/test_lr_schedule.py), less params and the ones set from verl_lite's keys.
+TORCH_OPTIMIZER_KWARGS = {
+    "AdamW": ("eps", "amsgrad", "maximize", "foreach", "capturable", "differentiable", "fused"),
+    "Adam": ("eps", "amsgrad", "foreach", "maximize", "capturable", "differentiable", "fused",
+             "decoupled_weight_decay"),
+}
+TORCH_OWN = {"lr": "<section>.optim.lr", "betas": "<section>.optim.betas",
+             "weight_decay": "<section>.optim.weight_decay"}
 
 
 def _key(prefix: str, name: str) -> str:
@@ -121,6 +132,24 @@ def field_problems(items: Dict[str, Any], prefix: str, fields: tuple = OPTIMIZER
     return problems
 
 
+def torch_problems(items: Dict[str, Any], prefix: str, optimizer: str) -> List[str]:
+    """fsdp: keys that are not keyword arguments of torch.optim.<optimizer>, or that verl_lite sets itself."""
+    valid = TORCH_OPTIMIZER_KWARGS.get(optimizer)
+    if valid is None:  # an optimizer name the engine does not build: refused by decisions/lr_schedule.py
+        return []
+    problems = []
+    for name, value in items.items():
+        key = _key(prefix, name)
+        if name in TORCH_OWN:
+            problems.append(f"{key}={value!r}: verl_lite sets torch.optim.{optimizer}'s {name} itself: set "
+                            f"{TORCH_OWN[name].replace('<section>', prefix)} instead and remove this line")
+        elif name not in valid:
+            problems.append(f"{key}={value!r}: torch.optim.{optimizer} (the fsdp strategy's optimizer) takes no "
+                            f"keyword {name!r}; its keywords are: {', '.join(valid)} (megatron-core OptimizerConfig "
+                            "fields act on the megatron strategy only)")
+    return problems
+
+
 def _on(items: Dict[str, Any], name: str) -> bool:
     return bool(items.get(name, False)) and str(items.get(name)).lower() != "false"
 
@@ -135,9 +164,7 @@ def role_problems(cfg: Any, role: str, strategy: str, device: str) -> List[str]:
     if not items:
         return []
     if strategy != "megatron":
-        return [f"{role}: {prefix}.optim.override_optimizer_config={items!r}: megatron-core OptimizerConfig "
-                f"overrides act on the megatron strategy only ({prefix}.strategy={strategy}: torch AdamW with "
-                f"{prefix}.optim.lr, weight_decay, betas and clip_grad); remove them or use the megatron strategy"]
+        return [f"{role}: {p}" for p in torch_problems(items, prefix, section.optim.optimizer or "AdamW")]
     problems = [f"{role}: {p}" for p in field_problems(items, prefix)]
     aware = _on(items, PRECISION_AWARE)
     if aware and device == "cpu":

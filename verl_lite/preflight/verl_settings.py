@@ -20,8 +20,7 @@ from verl_lite.config import roles, schema
 from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, RAY_RUNTIME_ENV_KEYS,
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
-from verl_lite.decisions import optimizer_overrides, packing_mode, ulysses
-from verl_lite.decisions import fsdp_settings
+from verl_lite.decisions import fsdp_settings, lr_schedule, optimizer_overrides, packing_mode, ulysses
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.reward.registry import reward_manager_problems
@@ -68,6 +67,7 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     problems += token_budget_problems(cfg, role)
     problems += _ulysses_problems(cfg, view)
     problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
+    problems += lr_schedule.role_problems(cfg, role, view.strategy)
     problems += torch_compile_problems(view)
     problems += memory_knob_problems(cfg, view)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"

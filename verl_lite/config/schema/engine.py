@@ -11,22 +11,55 @@ from typing import Any, Dict, List, Optional
 
 @dataclass
 class OptimConfig:
-    # Peak learning rate (reached after warm-up). Adam with decoupled weight decay: torch AdamW on fsdp,
-    # megatron's Adam on megatron.
+    # Peak learning rate (reached after warm-up).
     lr: float = 1e-6
-    # Decoupled (AdamW-style) weight decay.
+    # Weight decay (decoupled except with fsdp's Adam).
     weight_decay: float = 0.01
     # Adam's beta1 and beta2.
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-    # Linear warm-up length in training steps (the LR schedule steps once per update). Negative = use
-    # lr_warmup_steps_ratio; 0 = no warm-up.
+    # The optimizer, as verl names it; null = the strategy's default (verl's: AdamW on fsdp, adam on
+    # megatron). fsdp: AdamW (torch.optim.AdamW, decoupled weight decay) or Adam (torch.optim.Adam,
+    # weight decay added to the gradient), built from optimizer_impl. megatron: adam (megatron-core's
+    # Adam, decoupled weight decay). Other names are refused with this list.
+    optimizer: Optional[str] = None
+    # fsdp: the module the optimizer class is taken from, as verl's build_optimizer does; torch.optim
+    # only (verl's torchao / bitsandbytes optimizers are refused). Not read on megatron.
+    optimizer_impl: str = "torch.optim"
+    # Linear warm-up length in training steps (the LR schedule steps once per update). 0 or negative =
+    # use lr_warmup_steps_ratio (as verl; with the ratio's 0.0, no warm-up).
     lr_warmup_steps: int = -1
-    # Warm-up as a fraction of optim.total_training_steps, used when lr_warmup_steps is negative.
+    # Warm-up as a fraction of the schedule, used when lr_warmup_steps is not positive: of
+    # optim.total_training_steps on fsdp, of lr_decay_steps on megatron (as verl).
     lr_warmup_steps_ratio: float = 0.0
-    # LR after warm-up: constant, or cosine decay to min_lr_ratio * lr at optim.total_training_steps.
+    # fsdp: LR after warm-up (verl's get_constant_schedule_with_warmup / get_cosine_schedule_with_warmup):
+    # constant, or cosine decay to min_lr_ratio * lr at optim.total_training_steps. On megatron set
+    # lr_decay_style instead (refused there unless constant).
     lr_scheduler_type: str = "constant"
-    # cosine: the final learning rate as a fraction of lr.
+    # fsdp: verl's deprecated spelling of lr_scheduler_type (constant or cosine); when set it wins.
+    warmup_style: Optional[str] = None
+    # fsdp cosine: the final learning rate as a fraction of lr. On megatron set min_lr instead.
     min_lr_ratio: float = 0.0
+    # fsdp cosine: the number of cosine waves over the decay (0.5 = half a wave, lr down to the minimum).
+    num_cycles: float = 0.5
+    # fsdp: the schedule counts steps from 0 (True, verl's default) or from 1 (False: the first update
+    # already runs at step 1 of the warm-up).
+    zero_indexed_step: bool = True
+    # megatron: the LR the warm-up starts from (megatron-core OptimizerParamScheduler init_lr).
+    lr_warmup_init: float = 0.0
+    # megatron: steps over which the LR decays to min_lr; null = optim.total_training_steps (as verl).
+    lr_decay_steps: Optional[int] = None
+    # megatron: the decay after warm-up, megatron-core's OptimizerParamScheduler styles: constant, linear,
+    # cosine, inverse-square-root, WSD (warm-up, stable, then lr_wsd_decay_style over lr_wsd_decay_steps).
+    lr_decay_style: str = "constant"
+    # megatron: the LR the decay ends at (absolute; fsdp's cosine takes min_lr_ratio).
+    min_lr: float = 0.0
+    # megatron: the weight-decay ramp style of OptimizerParamScheduler (constant, linear, cosine); verl
+    # ramps from weight_decay to weight_decay, so every style keeps it constant.
+    weight_decay_incr_style: str = "constant"
+    # megatron, lr_decay_style=WSD: the final decay's shape: exponential, linear, cosine, minus_sqrt.
+    lr_wsd_decay_style: str = "exponential"
+    # megatron, lr_decay_style=WSD: the length of the final decay in steps (needed by WSD).
+    lr_wsd_decay_steps: Optional[int] = None
     # Clip of the global gradient L2 norm at each optimizer step, on fsdp and megatron; 0 = no clipping.
     # The one clip setting, as in verl 0.9's engines (the role's grad_clip is not read).
     clip_grad: float = 1.0
@@ -39,8 +72,10 @@ class OptimConfig:
     # optimizer (optimizer_cpu_offload, optimizer_offload_fraction, overlap_cpu_optimizer_d2h_h2d) acts on
     # cuda/npu and has no effect on cpu (Adam's state is in host memory there); use_precision_aware_optimizer
     # needs Transformer Engine on the workers and is refused on cpu. A field verl_lite sets from its own key
-    # (lr, min_lr, weight_decay, betas, clip_grad, dtype, use_distributed_optimizer) is refused naming that
-    # key, an unknown field naming the valid ones; the fsdp strategy refuses the section. Open: `+key=value`.
+    # (optimizer, lr, min_lr, weight_decay, betas, clip_grad, dtype, use_distributed_optimizer) is refused
+    # naming that key, an unknown field naming the valid ones. fsdp strategy: keyword arguments of the
+    # torch optimizer (eps, amsgrad, foreach, fused, ...), as verl's build_optimizer passes them; lr, betas
+    # and weight_decay are refused naming their optim keys, other names with the optimizer's keywords.
     override_optimizer_config: Dict[str, Any] = field(default_factory=dict)
 
 

@@ -18,11 +18,11 @@ import importlib.util
 import logging
 import math
 import sys
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 
-from verl_lite.decisions import optimizer_overrides
+from verl_lite.decisions import lr_schedule, optimizer_overrides
 from verl_lite.config.schema import OptimConfig
 
 logger = logging.getLogger(__name__)
@@ -73,9 +73,9 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
         logger.info("%s: %s left out on cpu: megatron's CPU optimizer offload would move Adam's state to host "
                     "memory, where this engine keeps it already", role, ", ".join(left_out))
     kwargs = dict(
-        optimizer="adam",
+        optimizer=optim.optimizer or lr_schedule.DEFAULT_OPTIMIZER["megatron"],
         lr=lr,
-        min_lr=lr * float(optim.min_lr_ratio),
+        min_lr=float(optim.min_lr),
         weight_decay=weight_decay,
         adam_beta1=float(betas[0]),
         adam_beta2=float(betas[1]),
@@ -95,38 +95,55 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
     return OptimizerConfig(**kwargs)
 
 
+def scheduler_kwargs(optim: OptimConfig, role: str = "megatron") -> Dict[str, Any]:
+    """megatron-core OptimizerParamScheduler's arguments (all but the optimizer), derived from `optim`
+    as verl's get_megatron_optimizer_param_scheduler does: the decay spans lr_decay_steps (null:
+    total_training_steps), a non-positive lr_warmup_steps takes lr_warmup_steps_ratio of the decay steps,
+    weight decay ramps from weight_decay to weight_decay over total_training_steps."""
+    total = int(optim.total_training_steps)
+    decay_steps = total if optim.lr_decay_steps is None else int(optim.lr_decay_steps)
+    warmup = int(optim.lr_warmup_steps)
+    if warmup <= 0:
+        warmup = int(float(optim.lr_warmup_steps_ratio) * decay_steps)
+    if decay_steps <= 0 and warmup == 0 and optim.lr_decay_style == "constant":
+        decay_steps = 1  # a constant LR without warm-up has no length (an engine built outside a run)
+    if decay_steps <= 0 or warmup >= decay_steps:
+        raise ValueError(f"{role}: megatron-core's LR schedule needs 0 <= warm-up < decay steps; got warm-up {warmup}, "
+                         f"decay {decay_steps} (optim.lr_decay_steps={optim.lr_decay_steps}, "
+                         f"total_training_steps={total}): set optim.lr_decay_steps above the warm-up")
+    weight_decay = float(optim.weight_decay)
+    return dict(
+        init_lr=float(optim.lr_warmup_init),
+        max_lr=float(optim.lr),
+        min_lr=float(optim.min_lr),
+        lr_warmup_steps=warmup,
+        lr_decay_steps=decay_steps,
+        lr_decay_style=optim.lr_decay_style,
+        start_wd=weight_decay,
+        end_wd=weight_decay,
+        wd_incr_steps=total,
+        wd_incr_style=optim.weight_decay_incr_style,
+        # verl: use_checkpoint_opt_param_scheduler=False, so the config's values win over a checkpoint's
+        use_checkpoint_opt_param_scheduler=False,
+        override_opt_param_scheduler=True,
+        wsd_decay_steps=optim.lr_wsd_decay_steps,
+        lr_wsd_decay_style=optim.lr_wsd_decay_style,
+    )
+
+
 def build_optimizer(model: List[Any], optim: OptimConfig, dtype: torch.dtype,
                     use_distributed_optimizer: bool, role: str) -> Tuple[Any, Any]:
-    """(megatron Adam optimizer over the model chunks, OptimizerParamScheduler): linear warm-up
-    (explicit steps win over the ratio), then constant or cosine decay to `lr * min_lr_ratio`."""
+    """(megatron-core optimizer over the model chunks, its OptimizerParamScheduler)."""
     from megatron.core.optimizer import get_megatron_optimizer
     from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
+    problems = lr_schedule.optimizer_problem(optim.optimizer, "megatron", "optim")
+    if problems:
+        raise ValueError(f"{role}: {problems[0]}")
+    kwargs = scheduler_kwargs(optim, role)
     config = optimizer_config(model, optim, dtype, use_distributed_optimizer, role)
-    lr, weight_decay = float(optim.lr), float(optim.weight_decay)
     optimizer = get_megatron_optimizer(config, model)
-    total = int(optim.total_training_steps)
-    warmup = int(optim.lr_warmup_steps)
-    if warmup < 0:
-        warmup = int(float(optim.lr_warmup_steps_ratio) * max(total, 0))
-    style = optim.lr_scheduler_type
-    decay_steps = max(total, warmup + 1, 1)
-    if style == "cosine" and total <= 0:
-        raise ValueError("optim.lr_scheduler_type=cosine needs optim.total_training_steps > 0")
-    scheduler = OptimizerParamScheduler(
-        optimizer,
-        init_lr=0.0 if warmup > 0 else lr,
-        max_lr=lr,
-        min_lr=config.min_lr,
-        lr_warmup_steps=warmup,
-        lr_decay_steps=decay_steps,
-        lr_decay_style=style,
-        start_wd=weight_decay,
-        end_wd=weight_decay,
-        wd_incr_steps=decay_steps,
-        wd_incr_style="constant",
-    )
-    return optimizer, scheduler
+    return optimizer, OptimizerParamScheduler(optimizer, **kwargs)
 
 
 def clipped_step(optimizer: Any, clip: float, role: str) -> float:
