@@ -25,7 +25,7 @@ from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
-from verl_lite.trainer.algos import advantages
+from verl_lite.trainer.algos import advantages, rollout_correction
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.workers import LOSS_METRICS
@@ -272,7 +272,10 @@ class PPOTrainer(StepLoop):
         # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
         # The KL in the reward needs the old log-probs before the update, so it always scores them.
         kl_in_reward = self.kl_ctrl_in_reward is not None
-        on_policy = num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
+        # Rollout correction weighs / rejects by old vs rollout log-probs, so it scores the old ones too.
+        correction = cfg.algorithm.rollout_correction
+        on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
+                     and not rollout_correction.active(correction))
         use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
         def generate(fetches: int) -> Batch:
             return self._generate_and_score(self._next_prompts(fetches), sampling, not on_policy,
@@ -296,6 +299,13 @@ class PPOTrainer(StepLoop):
             rewards, kl_metrics = core_algos.apply_kl_penalty(
                 rewards, gen["old_log_probs"], gen["ref_log_prob"], mask, self.kl_ctrl_in_reward,
                 cfg.algorithm.kl_penalty)
+        correction_metrics: Dict[str, float] = {}
+        if "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
+            correction_metrics = rollout_correction.apply_to_batch(correction, gen)
+            mask = gen["response_mask"].float()
+        elif rollout_correction.active(correction):
+            raise RuntimeError("algorithm.rollout_correction is set but the rollout returned no rollout_log_probs: "
+                               "set actor_rollout_ref.rollout.calculate_log_probs=True")
         baselines = None
         if cfg.algorithm.adv_estimator == "remax":
             t = time.perf_counter()
@@ -305,6 +315,7 @@ class PPOTrainer(StepLoop):
                                                 reward_baselines=baselines)
         gen["advantages"], gen["returns"] = adv, ret
         metrics: Dict[str, Any] = dict(kl_metrics)
+        metrics.update(correction_metrics)
         metrics.update(sampling_metrics)
         metrics.update(reward_extra_metrics(gen))
         train_batch = _tensors(gen)

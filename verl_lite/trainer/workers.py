@@ -288,7 +288,8 @@ class ActorRolloutRefWorker(EngineWorker):
                 old = out["log_probs"].detach() if on_policy else mb["old_log_probs"]
                 pg = core_algos.compute_policy_loss(
                     actor.policy_loss.loss_mode, old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
-                    mode, global_batch_size=gseq, global_token_num=gtok, options=options)
+                    mode, global_batch_size=gseq, global_token_num=gtok, options=options,
+                    rollout_is_weights=mb.get("rollout_is_weights"))
                 loss = pg["pg_loss"]
                 # the loss's own metrics, verl's names (gpg reports none, kl_cov only ppo_kl)
                 metrics = {f"actor/{k}": v.item() for k, v in pg.items()}

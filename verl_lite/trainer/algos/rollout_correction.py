@@ -323,3 +323,42 @@ def apply_to_batch(rc: Any, batch: Dict[str, Any]) -> Dict[str, float]:
     if weights is not None:
         batch["rollout_is_weights"] = weights
     return metrics
+
+
+def rollout_correction_problems(cfg: Any) -> List[str]:
+    """What algorithm.rollout_correction cannot do in this config (preflight)."""
+    from verl_lite.config.verl_names import NOT, YET
+    from verl_lite.trainer.core_algos import IS_WEIGHTED_LOSSES
+
+    rc, rollout = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.rollout
+    prefix = "algorithm.rollout_correction"
+    problems = []
+    if rc.bypass_mode:
+        problems.append(f"{prefix}.bypass_mode=True (old log-probs = the rollout's, verl's bypass_mode loss) is {YET}: "
+                        "set it to False; the actor recomputes the old log-probs and rollout_is / rollout_rs correct "
+                        "against them (verl's decoupled mode)")
+    if rc.loss_type != "ppo_clip":
+        problems.append(f"{prefix}.loss_type={rc.loss_type!r} is {YET}: it chooses the bypass-mode loss, and "
+                        "bypass_mode is not supported; remove it (ppo_clip)")
+    try:
+        validate(rc)
+    except ValueError as e:
+        problems.append(str(e))
+    if not active(rc):
+        return problems
+    if cfg.async_training.enable:
+        problems.append(f"{prefix}.rollout_is / rollout_rs with async_training.enable=True is {YET}: the fully-async "
+                        "trainer corrects staleness with async_training.stale_policy; use the synchronous trainer")
+    if rollout.name == "hf" and rollout.calculate_log_probs is not True:
+        problems.append(f"{prefix} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=True "
+                        "(the hf rollout returns them only when asked)")
+    elif rollout.calculate_log_probs is False:
+        problems.append(f"{prefix} needs the rollout's log-probs: actor_rollout_ref.rollout.calculate_log_probs=False "
+                        "turns them off; set it to True (or null)")
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if rc.rollout_is is not None and loss_mode not in IS_WEIGHTED_LOSSES:
+        problems.append(f"{prefix}.rollout_is={rc.rollout_is} with actor_rollout_ref.actor.policy_loss.loss_mode="
+                        f"{loss_mode!r} is {NOT}: the importance weights multiply the loss of "
+                        f"{', '.join(IS_WEIGHTED_LOSSES)}; use one of those, or rollout_is=null (rollout_rs works "
+                        "with every loss)")
+    return problems
