@@ -300,6 +300,7 @@ class PPOTrainer(StepLoop):
                 rewards, gen["old_log_probs"], gen["ref_log_prob"], mask, self.kl_ctrl_in_reward,
                 cfg.algorithm.kl_penalty)
         correction_metrics: Dict[str, float] = {}
+        generated_mask = mask  # response lengths are the generated ones (verl's, from the attention mask)
         if "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
             correction_metrics = rollout_correction.apply_to_batch(correction, gen)
             mask = gen["response_mask"].float()
@@ -342,7 +343,7 @@ class PPOTrainer(StepLoop):
         timing["update_actor"] = time.perf_counter() - t
         timing["step"] = time.perf_counter() - t0
         scores = gen["token_level_scores"].sum(-1)  # verl's critic/score: before the KL penalty
-        resp_len = mask.sum(-1)
+        resp_len = generated_mask.sum(-1)
         total_tokens = int(gen["attention_mask"].sum())
         metrics.update({
             "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
