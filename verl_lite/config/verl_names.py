@@ -349,8 +349,7 @@ DEFAULT_DIFFERENCES = {
                                        "the disk used (verl's default null keeps every critic checkpoint); set it "
                                        "to null to keep them all",
     "actor_rollout_ref.rollout.calculate_log_probs": "null = follows the rollout: the vllm rollout returns them "
-                                                     "(verl's True), the hf rollout (the default) has none, so True "
-                                                     "is refused there",
+                                                     "(verl's True), the hf rollout (the default) only with True",
     "actor_rollout_ref.actor.megatron.dtype": "null = what the engine trains in on the target device (float32 on cpu, "
                                               "bfloat16 on cuda and npu, verl's value there)",
     "actor_rollout_ref.ref.megatron.dtype": "as the actor's",
