@@ -9,7 +9,9 @@ Inputs (float32, B responses x R tokens): ragged response masks (an empty row in
 regimes of log-probs (small noise, extreme ratios beyond the +-20 safety bound, all equal), each
 setting of rollout_is / threshold / batch normalisation and each rollout_rs option with thresholds.
 Each case records its inputs and verl's outputs: the IS weights, the response mask after rejection
-and the metrics under verl's names (or the error verl raises).
+and the metrics under verl's names (or the error verl raises). Bypass cases run verl's
+`compute_policy_loss_bypass_mode` (old log-probs = the rollout's; loss_type ppo_clip / reinforce)
+with advantages and record its loss, the gradient with respect to log_prob and its metrics.
 """
 
 from __future__ import annotations
@@ -76,15 +78,54 @@ def inputs(regime: str, seed: int):
     return old.float(), rollout.float(), mask
 
 
+BYPASS = [
+    {"loss_type": "ppo_clip"},
+    {"loss_type": "ppo_clip", "rollout_rs": "token_k1", "rollout_rs_threshold": "0.8_1.25"},
+    {"loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": 1.2},
+    {"loss_type": "reinforce", "rollout_is": "sequence", "rollout_is_threshold": 2.0, "rollout_rs": "seq_mean_k3",
+     "rollout_rs_threshold": 0.01},
+    {"loss_type": "reinforce"},
+]
+AGG = ("token-mean", "seq-mean-token-mean")
+
+
+def bypass_cases(old, rollout, mask, name):
+    from verl.trainer.ppo.core_algos import compute_policy_loss_bypass_mode
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.workers.config import ActorConfig, PolicyLossConfig
+
+    g = torch.Generator().manual_seed(7)
+    adv = (torch.randn(B, 1, generator=g).expand(B, R) * mask).contiguous()
+    out = []
+    for setting in BYPASS:
+        for mode in AGG:
+            rc = RolloutCorrectionConfig(**{"rollout_is": None, **setting, "bypass_mode": True})
+            pl = PolicyLossConfig(loss_mode="bypass_mode")
+            object.__setattr__(pl, "rollout_correction", rc)
+            config = ActorConfig(strategy="fsdp", ppo_mini_batch_size=1, ppo_micro_batch_size_per_gpu=1, rollout_n=1,
+                                 clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0,
+                                 loss_agg_mode=mode, policy_loss=pl)
+            log_prob = old.clone().requires_grad_(True)  # the current policy
+            loss, metrics = compute_policy_loss_bypass_mode(rollout.clone(), log_prob, adv.clone(), mask.clone(),
+                                                            loss_agg_mode=mode, config=config)
+            loss.backward()
+            out.append({"inputs": name, "bypass": setting, "loss_agg_mode": mode, "advantages": rows(adv),
+                        "pg_loss": f32(float(loss)), "grad": rows(log_prob.grad),
+                        "metrics": {k: f32(float(v)) for k, v in sorted(metrics.items())}})
+    return out
+
+
 def main() -> None:
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
 
-    cases, tables = [], {}
+    cases, tables, bypass = [], {}, []
     for regime in ("small", "extreme", "equal"):
         for seed in ((0, 1) if regime == "small" else (0,)):
             old, rollout, mask = inputs(regime, seed)
             name = f"{regime}/{seed}"
             tables[name] = {"old_log_prob": rows(old), "rollout_log_prob": rows(rollout), "response_mask": rows(mask)}
+            if regime == "small":
+                bypass += bypass_cases(old, rollout, mask, name)
             for setting in SETTINGS:
                 case = {"inputs": name, "setting": setting}
                 kw = {"rollout_is": None, "rollout_is_threshold": 2.0, "rollout_is_batch_normalize": False,
@@ -100,8 +141,8 @@ def main() -> None:
                     case["mask"] = rows(new_mask)
                     case["metrics"] = {k: f32(v) for k, v in sorted(metrics.items())}
                 cases.append(case)
-    OUT.write_text(json.dumps({"B": B, "R": R, "inputs": tables, "cases": cases}, separators=(",", ":")) + "\n")
-    print(f"wrote {len(cases)} cases to {OUT} ({OUT.stat().st_size} bytes)")
+    OUT.write_text(json.dumps({"B": B, "R": R, "inputs": tables, "cases": cases, "bypass": bypass}, separators=(",", ":")) + "\n")
+    print(f"wrote {len(cases)} cases, {len(bypass)} bypass cases to {OUT} ({OUT.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ def _record_vanilla(monkeypatch):
         return original(*args, **kwargs)
 
     monkeypatch.setitem(core_algos.POLICY_LOSSES, "vanilla", recorded)  # the registry the actor reads
+    monkeypatch.setattr(core_algos, "compute_policy_loss_vanilla", recorded)  # bypass mode's ppo_clip calls it
     return calls
 
 
@@ -73,3 +74,31 @@ def test_rejected_tokens_leave_the_mask_the_actor_trains_on(data_dir, tmp_path, 
     generated = row["response_length/mean"] * row["perf/num_sequences"]
     assert trained == pytest.approx(generated * (1 - rejected), abs=0.5)
     assert all(c["weights"] is None for c in calls)  # rollout_is=null: no weights
+
+
+@pytest.mark.parametrize("loss_type", ["ppo_clip", "reinforce"])
+def test_bypass_mode_trains_against_the_rollouts_log_probs_without_scoring_old_ones(data_dir, tmp_path, monkeypatch,
+                                                                                   loss_type):
+    from verl_lite.trainer import workers
+
+    def no_scoring(self, batch):
+        raise AssertionError("bypass mode scored old log-probs")
+
+    monkeypatch.setattr(workers.ActorRolloutRefWorker, "compute_log_prob", no_scoring)  # in-process workers
+    calls = _record_vanilla(monkeypatch)
+    out = tmp_path / loss_type
+    run_training(tiny_overrides(data_dir, out, 2, *HF_LOG_PROBS, "algorithm.rollout_correction.bypass_mode=True",
+                                f"algorithm.rollout_correction.loss_type={loss_type}",
+                                "algorithm.rollout_correction.rollout_is=token",
+                                "algorithm.rollout_correction.rollout_rs=token_k3",
+                                "algorithm.rollout_correction.rollout_rs_threshold=0.5"))
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2] and all(r["actor/grad_norm"] > 0 for r in rows)
+    for r in rows:  # measured in the update, current policy vs rollout (verl's names)
+        assert {"rollout_corr/kl", "rollout_corr/rollout_is_mean", "rollout_corr/rollout_rs_masked_fraction",
+                "actor/ppo_kl"} <= set(r)
+    # averaged over the update's micro-batches: the policy moves off the rollout's after the first one
+    assert all(abs(r["rollout_corr/kl"]) < 0.1 for r in rows) and rows[0]["rollout_corr/kl"] != 0.0
+    # ppo_clip trains the vanilla loss (weights None: the ratio is the correction); reinforce does not
+    assert (len(calls) > 0) == (loss_type == "ppo_clip")
+    assert all(c["weights"] is None for c in calls)

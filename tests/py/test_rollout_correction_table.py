@@ -70,3 +70,28 @@ def test_equals_verl(i):
             assert metrics[k] == v or (math.isnan(v) and math.isnan(metrics[k])), f"{k} {tag}"
         else:
             close(metrics[k], v, f"{k} {tag}")
+
+
+def test_table_has_bypass_cases_of_both_loss_types():
+    assert {c["bypass"]["loss_type"] for c in TABLE["bypass"]} == {"ppo_clip", "reinforce"}
+
+
+@pytest.mark.parametrize("i", range(len(TABLE["bypass"])))
+def test_bypass_loss_equals_verl(i):
+    case = TABLE["bypass"][i]
+    inp = TABLE["inputs"][case["inputs"]]
+    current, rollout, mask = (torch.tensor(inp[k], dtype=torch.float32)
+                              for k in ("old_log_prob", "rollout_log_prob", "response_mask"))
+    rc = config(dict(case["bypass"], bypass_mode=True))
+    log_prob = current.clone().requires_grad_(True)
+    pg, metrics = rollout_correction.bypass_policy_loss(rc, rollout, log_prob, torch.tensor(case["advantages"]), mask,
+                                                        0.2, 0.28, 3.0, case["loss_agg_mode"])
+    pg["pg_loss"].backward()
+    tag = f"{case['bypass']} {case['loss_agg_mode']}"
+    close(pg["pg_loss"].detach(), case["pg_loss"], f"pg_loss {tag}")
+    close(log_prob.grad, case["grad"], f"grad {tag}")
+    ours = {f"actor/{k}": v.item() for k, v in pg.items() if k != "pg_loss"}
+    ours.update(metrics)
+    assert sorted(ours) == sorted(case["metrics"]), f"metric names {tag}"
+    for k, v in case["metrics"].items():
+        close(ours[k], v, f"{k} {tag}")

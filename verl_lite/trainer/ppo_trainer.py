@@ -272,13 +272,16 @@ class PPOTrainer(StepLoop):
         # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
         # The KL in the reward needs the old log-probs before the update, so it always scores them.
         kl_in_reward = self.kl_ctrl_in_reward is not None
-        # Rollout correction weighs / rejects by old vs rollout log-probs, so it scores the old ones too.
+        # Rollout correction weighs / rejects by old vs rollout log-probs, so it scores the old ones too;
+        # its bypass mode takes the rollout's log-probs as the old ones and scores none.
         correction = cfg.algorithm.rollout_correction
+        bypass = bool(correction.bypass_mode)
         on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
-                     and not rollout_correction.active(correction))
+                     and not rollout_correction.active(correction) and not bypass)
+        score_old = not on_policy and not bypass
         use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
         def generate(fetches: int) -> Batch:
-            return self._generate_and_score(self._next_prompts(fetches), sampling, not on_policy,
+            return self._generate_and_score(self._next_prompts(fetches), sampling, score_old,
                                             use_kl or kl_in_reward, timing)
 
         if self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
@@ -286,7 +289,12 @@ class PPOTrainer(StepLoop):
         else:  # DAPO's dynamic sampling: rounds of gen_batch_size prompts until enough varied groups
             gen, sampling_metrics = self.dynamic.collect(lambda _round: generate(1))
         entropy = None
-        if not on_policy:
+        if bypass:
+            if "rollout_log_probs" not in gen:
+                raise RuntimeError("algorithm.rollout_correction.bypass_mode=True needs the rollout's log-probs: set "
+                                   "actor_rollout_ref.rollout.calculate_log_probs=True")
+            gen["old_log_probs"] = gen["rollout_log_probs"]
+        if score_old:
             entropy = core_algos.masked_mean(gen.pop("entropy"), gen["response_mask"].float()).item()
         if self.critic_wg is not None:
             t = time.perf_counter()
@@ -301,10 +309,10 @@ class PPOTrainer(StepLoop):
                 cfg.algorithm.kl_penalty)
         correction_metrics: Dict[str, float] = {}
         generated_mask = mask  # response lengths are the generated ones (verl's, from the attention mask)
-        if "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
+        if not bypass and "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
             correction_metrics = rollout_correction.apply_to_batch(correction, gen)
             mask = gen["response_mask"].float()
-        elif rollout_correction.active(correction):
+        elif rollout_correction.active(correction) and not bypass:
             raise RuntimeError("algorithm.rollout_correction is set but the rollout returned no rollout_log_probs: "
                                "set actor_rollout_ref.rollout.calculate_log_probs=True")
         baselines = None

@@ -20,8 +20,8 @@ class PolicyLossConfig:
     # sapo (a sigmoid gate, actor.tau_pos/tau_neg), gpg (plain -A * log-prob), clip_cov / kl_cov (cut the
     # gradient of, or add a KL penalty to, the tokens of highest covariance), dro (quadratic log-ratio
     # penalty, dro_beta), cispo (clipped ratio as a weight of the log-prob gradient). verl's bypass_mode
-    # (rollout correction's bypass mode) is refused; algorithm.rollout_correction.rollout_is weights
-    # the vanilla and gspo losses. A loss reads only its own settings below.
+    # is chosen by algorithm.rollout_correction.bypass_mode (named here, it is refused);
+    # algorithm.rollout_correction.rollout_is weights the vanilla and gspo losses. A loss reads only its own settings below.
     loss_mode: str = "vanilla"
     # clip_cov: share of the response tokens whose gradient is cut (at least one), drawn at random among
     # the unclipped tokens whose covariance lies in (clip_cov_lb, clip_cov_ub); must be > 0.

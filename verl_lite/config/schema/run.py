@@ -150,7 +150,7 @@ class CriticConfig:
 
 @dataclass
 class RolloutCorrectionConfig:
-    # verl's rollout correction (decoupled mode, synchronous trainer), for the gap between the policy
+    # verl's rollout correction (synchronous trainer), for the gap between the policy
     # that sampled (the rollout's own log-probs: rollout.calculate_log_probs=True) and the actor's old
     # log-probs. Importance weights old/rollout multiply the per-token policy loss: null = none, token
     # (one weight per token), sequence (the product over the response). Metrics rollout_corr/*.
@@ -168,10 +168,13 @@ class RolloutCorrectionConfig:
     # The rejection bounds, one for all criteria or one per criterion (comma-separated): "L_U" ratio
     # bounds for *_k1 (one number U means 1/U_U), one upper bound for k2/k3. Required with rollout_rs.
     rollout_rs_threshold: Any = None
-    # verl's bypass mode (old log-probs = the rollout's, loss_mode bypass_mode): not supported, True is
-    # refused; the actor recomputes the old log-probs (decoupled mode).
+    # verl's bypass mode: the rollout's log-probs are the old ones (no old log-prob pass), and the actor
+    # measures the weights and the rejection per micro-batch between the current policy and the
+    # rollout's, training loss_type in place of policy_loss.loss_mode (which must be vanilla). False =
+    # decoupled mode: the actor recomputes the old log-probs and the correction is made against them.
     bypass_mode: bool = False
-    # The bypass-mode loss (ppo_clip or reinforce); only read with bypass_mode, so only ppo_clip is accepted.
+    # The bypass-mode loss: ppo_clip (PPO's clipped loss against the rollout log-probs on the kept
+    # tokens; the ratio is the correction, no weights) or reinforce (-A * w * log-prob).
     loss_type: str = "ppo_clip"
 
 

@@ -27,6 +27,7 @@ from verl_lite.trainer.core_algos import masked_mean, masked_sum
 
 SAFETY_BOUND = 20.0
 IS_LEVELS = ("token", "sequence")
+LOSS_TYPES = ("ppo_clip", "reinforce")
 RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3", "seq_mean_k1",
               "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3")
 
@@ -325,6 +326,31 @@ def apply_to_batch(rc: Any, batch: Dict[str, Any]) -> Dict[str, float]:
     return metrics
 
 
+def bypass_policy_loss(rc: Any, rollout_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                       response_mask: torch.Tensor, clip_ratio_low: float, clip_ratio_high: float,
+                       clip_ratio_c: float, loss_agg_mode: str, global_batch_size: Optional[int] = None,
+                       global_token_num: Optional[int] = None) -> Tuple[Dict[str, torch.Tensor], Dict[str, float]]:
+    """verl's bypass mode (`compute_policy_loss_bypass_mode`): the rollout's log-probs are the old ones;
+    the weights and the rejection are measured per micro-batch between the current policy and the
+    rollout's, then loss_type=ppo_clip trains PPO's clipped loss against the rollout log-probs on the
+    kept tokens (no weights: the ratio is the correction), reinforce trains -A * w * log_prob.
+    Returns ({"pg_loss", <verl's metric names without "actor/">}, rollout_corr/* metrics)."""
+    from verl_lite.trainer.core_algos import agg_loss, compute_policy_loss_vanilla
+
+    with torch.no_grad():
+        weights, mask, metrics = compute(rc, log_prob.detach(), rollout_log_prob, response_mask)
+    if rc.loss_type == "reinforce":
+        pg_losses = -advantages * log_prob * (weights if weights is not None else 1.0)
+        pg = {"pg_loss": agg_loss(pg_losses, mask, loss_agg_mode, global_batch_size, global_token_num),
+              "ppo_kl": masked_mean(-(log_prob - rollout_log_prob), mask)}
+    elif rc.loss_type == "ppo_clip":
+        pg = compute_policy_loss_vanilla(rollout_log_prob, log_prob, advantages, mask, clip_ratio_low, clip_ratio_high,
+                                         clip_ratio_c, loss_agg_mode, global_batch_size, global_token_num)
+    else:
+        raise ValueError(f"algorithm.rollout_correction.loss_type={rc.loss_type!r}: choose ppo_clip or reinforce")
+    return pg, metrics
+
+
 def rollout_correction_problems(cfg: Any) -> List[str]:
     """What algorithm.rollout_correction cannot do in this config (preflight)."""
     from verl_lite.config.verl_names import NOT, YET
@@ -333,21 +359,24 @@ def rollout_correction_problems(cfg: Any) -> List[str]:
     rc, rollout = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.rollout
     prefix = "algorithm.rollout_correction"
     problems = []
-    if rc.bypass_mode:
-        problems.append(f"{prefix}.bypass_mode=True (old log-probs = the rollout's, verl's bypass_mode loss) is {YET}: "
-                        "set it to False; the actor recomputes the old log-probs and rollout_is / rollout_rs correct "
-                        "against them (verl's decoupled mode)")
-    if rc.loss_type != "ppo_clip":
-        problems.append(f"{prefix}.loss_type={rc.loss_type!r} is {YET}: it chooses the bypass-mode loss, and "
-                        "bypass_mode is not supported; remove it (ppo_clip)")
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if rc.loss_type not in LOSS_TYPES:
+        problems.append(f"{prefix}.loss_type={rc.loss_type!r}: choose one of {', '.join(LOSS_TYPES)} (the bypass-mode loss)")
+    if rc.bypass_mode and loss_mode != "vanilla":
+        problems.append(f"{prefix}.bypass_mode=True with actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is "
+                        f"{NOT}: bypass mode trains its own loss ({prefix}.loss_type: ppo_clip or reinforce) in place "
+                        "of the configured one, as verl does; set loss_mode=vanilla")
+    if rc.bypass_mode and rc.rollout_is_batch_normalize:
+        problems.append(f"{prefix}.rollout_is_batch_normalize=True with bypass_mode=True is {YET}: verl normalises the "
+                        "weights over the data-parallel ranks in every micro-batch; set it to False, or bypass_mode=False")
     try:
         validate(rc)
     except ValueError as e:
         problems.append(str(e))
-    if not active(rc):
+    if not (active(rc) or rc.bypass_mode):
         return problems
     if cfg.async_training.enable:
-        problems.append(f"{prefix}.rollout_is / rollout_rs with async_training.enable=True is {YET}: the fully-async "
+        problems.append(f"{prefix} (rollout_is / rollout_rs / bypass_mode) with async_training.enable=True is {YET}: the fully-async "
                         "trainer corrects staleness with async_training.stale_policy; use the synchronous trainer")
     if rollout.name == "hf" and rollout.calculate_log_probs is not True:
         problems.append(f"{prefix} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=True "
@@ -355,8 +384,7 @@ def rollout_correction_problems(cfg: Any) -> List[str]:
     elif rollout.calculate_log_probs is False:
         problems.append(f"{prefix} needs the rollout's log-probs: actor_rollout_ref.rollout.calculate_log_probs=False "
                         "turns them off; set it to True (or null)")
-    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
-    if rc.rollout_is is not None and loss_mode not in IS_WEIGHTED_LOSSES:
+    if rc.rollout_is is not None and not rc.bypass_mode and loss_mode not in IS_WEIGHTED_LOSSES:
         problems.append(f"{prefix}.rollout_is={rc.rollout_is} with actor_rollout_ref.actor.policy_loss.loss_mode="
                         f"{loss_mode!r} is {NOT}: the importance weights multiply the loss of "
                         f"{', '.join(IS_WEIGHTED_LOSSES)}; use one of those, or rollout_is=null (rollout_rs works "
