@@ -251,7 +251,7 @@ def test_enum_like_settings_reject_other_values_and_list_the_allowed_ones(overri
 
 
 @pytest.mark.parametrize("override, why", [
-    ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "set that (with loss_mode=vanilla)"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "verl sets it itself with algorithm.rollout_correction"),
     ("algorithm.adv_estimator=gdpo", "it normalises each reward component"),
     ("algorithm.adv_estimator=optimal_token_baseline", "it needs sum_pi_squared"),
 ])
