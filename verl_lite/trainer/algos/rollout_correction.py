@@ -9,10 +9,12 @@ As `verl/trainer/ppo/rollout_corr_helper.py` defines it, tensors (B, R):
   (per token, or per sequence for sequence weights). The weights multiply the per-token policy loss.
 - rollout_rs: comma-separated criteria, each on k1 = -log r, k2 = (log r)^2 / 2 or k3 = r - 1 - log r
   (log r clamped to +-20) per token (token_k*) or per response as its sum / mean / max (seq_sum_k*,
-  seq_mean_k*, seq_max_k*); k1 keeps lower <= value... on log-bounds log(L) <= k1 <= log(U), k2/k3 keep
+  seq_mean_k*, seq_max_k*); k1 passes within log-bounds log(L) <= k1 <= log(U), k2/k3 pass at
   value <= U. A failing token (or every token of a failing response) leaves the response mask.
 - metrics: rollout_corr/<verl's names>, IS and RS statistics plus the off-policy diagnostics
   (kl, k3_kl, ppl, chi2), computed on the mask before rejection.
+- bypass mode (`bypass_policy_loss`): the same, per micro-batch, between the current policy and the
+  rollout's log-probs, which are the old ones; then verl's ppo_clip or reinforce loss.
 tests/py/test_rollout_correction_table.py compares all of it with verl's own functions.
 """
 
@@ -77,7 +79,10 @@ def parse_rs(rollout_rs: Any, threshold: Any) -> List[Tuple[str, Optional[float]
                          "(e.g. '0.5_2.0' for a *_k1 option, 0.01 for k2/k3)")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float, str)):
         raise ValueError(f"algorithm.rollout_correction.rollout_rs_threshold={threshold!r}: give a number or string")
-    specs = [str(threshold)] if not isinstance(threshold, str) else [p.strip() for p in threshold.split(",") if p.strip()]
+    if isinstance(threshold, str):
+        specs = [p.strip() for p in threshold.split(",") if p.strip()]
+    else:
+        specs = [str(threshold)]
     if len(specs) not in (1, len(options)):
         raise ValueError(f"algorithm.rollout_correction.rollout_rs_threshold={threshold!r}: give one threshold for "
                          f"all options or one per option ({len(options)}: {', '.join(options)})")
@@ -107,7 +112,8 @@ def validate(rc: Any) -> None:
     """Refuse bad settings before a run starts (the same checks the step makes)."""
     if rc.rollout_is is not None:
         if rc.rollout_is not in IS_LEVELS:
-            raise ValueError(f"algorithm.rollout_correction.rollout_is={rc.rollout_is!r}: choose null, token or sequence")
+            raise ValueError(f"algorithm.rollout_correction.rollout_is={rc.rollout_is!r}: choose null, token or "
+                             "sequence")
         parse_is_threshold(rc.rollout_is_threshold)
     if rc.rollout_rs is not None:
         parse_rs(rc.rollout_rs, rc.rollout_rs_threshold)
@@ -361,14 +367,16 @@ def rollout_correction_problems(cfg: Any) -> List[str]:
     problems = []
     loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
     if rc.loss_type not in LOSS_TYPES:
-        problems.append(f"{prefix}.loss_type={rc.loss_type!r}: choose one of {', '.join(LOSS_TYPES)} (the bypass-mode loss)")
+        problems.append(f"{prefix}.loss_type={rc.loss_type!r}: choose one of {', '.join(LOSS_TYPES)} "
+                        "(the bypass-mode loss)")
     if rc.bypass_mode and loss_mode != "vanilla":
-        problems.append(f"{prefix}.bypass_mode=True with actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is "
-                        f"{NOT}: bypass mode trains its own loss ({prefix}.loss_type: ppo_clip or reinforce) in place "
-                        "of the configured one, as verl does; set loss_mode=vanilla")
+        problems.append(f"{prefix}.bypass_mode=True with actor_rollout_ref.actor.policy_loss.loss_mode="
+                        f"{loss_mode!r} is {NOT}: bypass mode trains its own loss ({prefix}.loss_type: ppo_clip "
+                        "or reinforce) in place of the configured one, as verl does; set loss_mode=vanilla")
     if rc.bypass_mode and rc.rollout_is_batch_normalize:
-        problems.append(f"{prefix}.rollout_is_batch_normalize=True with bypass_mode=True is {YET}: verl normalises the "
-                        "weights over the data-parallel ranks in every micro-batch; set it to False, or bypass_mode=False")
+        problems.append(f"{prefix}.rollout_is_batch_normalize=True with bypass_mode=True is {YET}: verl "
+                        "normalises the weights over the data-parallel ranks in every micro-batch; set it to False, "
+                        "or bypass_mode=False")
     try:
         validate(rc)
     except ValueError as e:
@@ -376,13 +384,16 @@ def rollout_correction_problems(cfg: Any) -> List[str]:
     if not (active(rc) or rc.bypass_mode):
         return problems
     if cfg.async_training.enable:
-        problems.append(f"{prefix} (rollout_is / rollout_rs / bypass_mode) with async_training.enable=True is {YET}: the fully-async "
-                        "trainer corrects staleness with async_training.stale_policy; use the synchronous trainer")
+        problems.append(f"{prefix} (rollout_is / rollout_rs / bypass_mode) with async_training.enable=True is "
+                        f"{YET}: the fully-async trainer corrects staleness with async_training.stale_policy; use "
+                        "the synchronous trainer")
     if rollout.name == "hf" and rollout.calculate_log_probs is not True:
-        problems.append(f"{prefix} needs the rollout's log-probs: set actor_rollout_ref.rollout.calculate_log_probs=True "
-                        "(the hf rollout returns them only when asked)")
+        problems.append(f"{prefix} needs the rollout's log-probs: set "
+                        "actor_rollout_ref.rollout.calculate_log_probs=True (the hf rollout returns them only when "
+                        "asked)")
     elif rollout.calculate_log_probs is False:
-        problems.append(f"{prefix} needs the rollout's log-probs: actor_rollout_ref.rollout.calculate_log_probs=False "
+        problems.append(f"{prefix} needs the rollout's log-probs: "
+                        "actor_rollout_ref.rollout.calculate_log_probs=False "
                         "turns them off; set it to True (or null)")
     if rc.rollout_is is not None and not rc.bypass_mode and loss_mode not in IS_WEIGHTED_LOSSES:
         problems.append(f"{prefix}.rollout_is={rc.rollout_is} with actor_rollout_ref.actor.policy_loss.loss_mode="
