@@ -251,7 +251,7 @@ def test_enum_like_settings_reject_other_values_and_list_the_allowed_ones(overri
 
 
 @pytest.mark.parametrize("override, why", [
-    ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "it trains on the rollout's own log-probs"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "verl sets it itself with algorithm.rollout_correction"),
     ("algorithm.adv_estimator=gdpo", "it normalises each reward component"),
     ("algorithm.adv_estimator=optimal_token_baseline", "it needs sum_pi_squared"),
 ])
@@ -543,7 +543,7 @@ def test_verl_lines_whose_value_is_what_verl_lite_does_are_taken():
     ("actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=my.backend", "custom checkpoint-engine backends"),
     ("critic.forward_max_token_len_per_gpu=4096", "the value pass uses critic.ppo_max_token_len_per_gpu"),
     ("algorithm.filter_groups.max_inflight_gen_batches=2", "verl's streaming refill of single prompts"),
-    ("algorithm.rollout_correction.rollout_is=token", "rollout/training mismatch correction"),
+    ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn rollouts and tools"),
     ("actor_rollout_ref.actor.fsdp_config.dtype=float16", "the compute dtype is <role>.fsdp_config.mixed_precision"),
 ])
 def test_verl_keys_verl_lite_lacks_are_refused_by_name_with_what_to_use_instead(line, fragment):

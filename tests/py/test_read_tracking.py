@@ -72,7 +72,7 @@ def base(data_dir, out):
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
         "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True", "actor_rollout_ref.rollout.micro_batch_size=16",
-        "actor_rollout_ref.rollout.val_kwargs.n=2", "actor_rollout_ref.rollout.calculate_log_probs=False",
+        "actor_rollout_ref.rollout.val_kwargs.n=2", "actor_rollout_ref.rollout.calculate_log_probs=True",
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096",
         "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra]",
         "actor_rollout_ref.actor.checkpoint.strict=True",
@@ -112,6 +112,11 @@ GRPO = [
     "actor_rollout_ref.actor.entropy_checkpointing=True", "actor_rollout_ref.ref.entropy_from_logits_with_chunking=True",
     "actor_rollout_ref.ref.entropy_from_logits_chunk_size=7", "actor_rollout_ref.ref.entropy_checkpointing=True",
     "actor_rollout_ref.model.enable_activation_offload=True", "actor_rollout_ref.model.fused_kernel_options.impl_backend=torch",
+    # rollout correction against the hf rollout's own log-probs
+    "algorithm.rollout_correction.rollout_is=sequence", "algorithm.rollout_correction.rollout_is_threshold=5.0",
+    "algorithm.rollout_correction.rollout_is_batch_normalize=True", "algorithm.rollout_correction.rollout_rs=seq_mean_k3",
+    "algorithm.rollout_correction.rollout_rs_threshold=10.0", "algorithm.rollout_correction.bypass_mode=False",
+    "algorithm.rollout_correction.loss_type=ppo_clip",
 ]
 PPO = [
     "algorithm.adv_estimator=gae", "algorithm.gamma=0.99", "algorithm.lam=0.95",

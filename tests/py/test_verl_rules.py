@@ -133,10 +133,40 @@ def test_settings_of_features_that_are_off_are_warned_about():
     assert not any("async_training" in w for w in collect_warnings(load_config(["trainer.device=cpu"])))
 
 
-def test_rollout_log_probs_are_taken_from_the_vllm_rollout_and_refused_from_the_hf_one():
-    (problem,) = problems("actor_rollout_ref.rollout.calculate_log_probs=True", "actor_rollout_ref.rollout.name=hf")
-    assert "rollout log-probs from the hf rollout are not supported by verl_lite yet" in problem
+def test_rollout_log_probs_are_taken_from_both_rollouts_and_rollout_correction_asks_for_them():
+    assert problems("actor_rollout_ref.rollout.calculate_log_probs=True", "actor_rollout_ref.rollout.name=hf") == []
     assert problems("actor_rollout_ref.rollout.calculate_log_probs=True", "actor_rollout_ref.rollout.name=vllm") == []
+    (problem,) = problems("algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.name=hf")
+    assert "set actor_rollout_ref.rollout.calculate_log_probs=True" in problem
+    assert problems("algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.name=hf",
+                    "actor_rollout_ref.rollout.calculate_log_probs=True") == []
+
+
+def test_rollout_correction_settings_it_cannot_honour_are_refused_by_name():
+    hf = ("actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.calculate_log_probs=True")
+    (problem,) = problems("algorithm.rollout_correction.bypass_mode=True", "actor_rollout_ref.rollout.name=hf")
+    assert "set actor_rollout_ref.rollout.calculate_log_probs=True" in problem
+    assert problems("algorithm.rollout_correction.bypass_mode=True", *hf) == []
+    (problem,) = problems("algorithm.rollout_correction.bypass_mode=True",
+                          "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", *hf)
+    assert "loss_mode='gspo' is not supported" in problem and "set loss_mode=vanilla" in problem
+    (problem,) = problems("algorithm.rollout_correction.bypass_mode=True", "algorithm.rollout_correction.rollout_is=token",
+                          "algorithm.rollout_correction.rollout_is_batch_normalize=True", *hf)
+    assert "rollout_is_batch_normalize=True with bypass_mode=True is not supported" in problem
+    (problem,) = problems("algorithm.rollout_correction.loss_type=pg", *hf)
+    assert "choose one of ppo_clip, reinforce" in problem
+    (problem,) = problems("algorithm.rollout_correction.rollout_rs=token_k1",
+                          "algorithm.rollout_correction.rollout_rs_threshold=2.0", "async_training.enable=True", *hf)
+    assert "async_training.enable=True is not supported" in problem
+    (problem,) = problems("algorithm.rollout_correction.rollout_is=token",
+                          "actor_rollout_ref.actor.policy_loss.loss_mode=cispo", *hf)
+    assert "loss_mode='cispo' is not supported" in problem and "vanilla" in problem
+    assert problems("algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+                    "actor_rollout_ref.actor.policy_loss.loss_mode=cispo", *hf) == []
+    (problem,) = problems("algorithm.rollout_correction.rollout_rs=token_k2", *hf)
+    assert "rollout_rs_threshold is null" in problem
+    (problem,) = problems("algorithm.rollout_correction.rollout_is=tokens", *hf)
+    assert "choose null, token or sequence" in problem
 
 
 def test_a_megatron_dtype_is_taken_when_it_is_what_the_engine_trains_in_and_refused_otherwise():

@@ -54,9 +54,8 @@ POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean", "dppo_tv", "dppo_kl", "sapo"
                      "cispo")
 # verl's losses that need what verl_lite lacks: name -> what is missing
 REFUSED_POLICY_LOSSES = {
-    "bypass_mode": "it trains on the rollout's own log-probs with algorithm.rollout_correction's importance weights "
-                   "and rejection (verl's bypass mode), which verl_lite does not have: use loss_mode=vanilla "
-                   "(old log-probs are recomputed by the actor)",
+    "bypass_mode": "verl sets it itself with algorithm.rollout_correction.bypass_mode=True; set that (with "
+                   "loss_mode=vanilla) instead of naming the loss",
 }
 # algorithm.adv_estimator: verl's registered estimators that verl_lite runs (trainer/algos/advantages.py)
 ADV_ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo",

@@ -120,9 +120,6 @@ INSTEAD: List[Tuple[str, str]] = [
                                                          "optimal_token_baseline, which is refused; remove it"),
     ("algorithm.gdpo_reward_*", f"per-component rewards (GDPO) are {YET}: the reward keeps one score per response; "
                                 "use algorithm.adv_estimator=grpo and remove it"),
-    ("algorithm.rollout_correction*", f"rollout/training mismatch correction (importance sampling or rejection on rollout "
-                                      f"log-probs) is {YET}: remove it; old log-probs come from the actor (the vllm "
-                                      "rollout reports the gap as training/rollout_probs_diff_*)"),
     ("actor_rollout_ref.model.mtp*", f"multi-token prediction (MTP) is {YET}: remove it"),
     ("actor_rollout_ref.rollout.multi_turn*", f"multi-turn rollouts and tools are {YET}: each "
                                               "prompt gets one response"),
@@ -358,8 +355,7 @@ DEFAULT_DIFFERENCES = {
                                        "the disk used (verl's default null keeps every critic checkpoint); set it "
                                        "to null to keep them all",
     "actor_rollout_ref.rollout.calculate_log_probs": "null = follows the rollout: the vllm rollout returns them "
-                                                     "(verl's True), the hf rollout (the default) has none, so True "
-                                                     "is refused there",
+                                                     "(verl's True), the hf rollout (the default) only with True",
     "actor_rollout_ref.actor.megatron.dtype": "null = what the engine trains in on the target device (float32 on cpu, "
                                               "bfloat16 on cuda and npu, verl's value there)",
     "actor_rollout_ref.ref.megatron.dtype": "as the actor's",

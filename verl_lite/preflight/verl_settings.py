@@ -26,6 +26,7 @@ from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.reward.registry import reward_manager_problems
 from verl_lite.decisions.dynamic_sampling import filter_groups_problems
 from verl_lite.decisions.profiling import profiler_problems
+from verl_lite.decisions.rollout_correction import rollout_correction_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
 
 
@@ -228,9 +229,6 @@ def _run_problems(cfg: Any) -> List[str]:
         problems.append(f"actor_rollout_ref.hybrid_engine=True with async_training.enable=True is {NOT}: "
                         "fully-async training puts the rollout on a pool of its own; set it to False")
     rollout = cfg.actor_rollout_ref.rollout
-    if rollout.calculate_log_probs and rollout.name == "hf":
-        problems.append(f"actor_rollout_ref.rollout.calculate_log_probs=True: rollout log-probs from the hf rollout are "
-                        f"{YET} (the vllm rollout returns them); set it to False or use actor_rollout_ref.rollout.name=vllm")
     if rollout.mode not in ROLLOUT_MODES:
         problems.append(f"actor_rollout_ref.rollout.mode={rollout.mode!r} is {NOT}: choose async (verl's only mode; "
                         "verl_lite generates single-turn responses inside the actor's worker, sampling as verl's "
@@ -258,6 +256,7 @@ def _run_problems(cfg: Any) -> List[str]:
     problems += reward_manager_problems(cfg)  # reward_model.reward_manager and reward_kwargs
     problems += profiler_problems(cfg)  # global_profiler and <role>.profiler
     problems += filter_groups_problems(cfg)  # algorithm.filter_groups and data.gen_batch_size
+    problems += rollout_correction_problems(cfg)  # algorithm.rollout_correction
     if int(cfg.trainer.log_val_generations) < 0:
         problems.append(f"trainer.log_val_generations={cfg.trainer.log_val_generations}: the number of validation "
                         "samples to log must be >= 0 (0 logs none)")

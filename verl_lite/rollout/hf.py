@@ -1,7 +1,10 @@
 """The `hf` rollout: batched sampling with transformers' generate (KV cache), on CPU or GPU.
 
 It holds its own copy of the policy and receives the trained weights as (HF name, tensor) pairs
-from the engine's export, the same path a vLLM rollout takes.
+from the engine's export, the same path a vLLM rollout takes. With rollout.calculate_log_probs=True
+it returns the sampled tokens' log-probs as `rollout_log_probs` (B x response_length, 0 after the
+response), taken from generate's processed scores (after temperature, top-k and top-p, as the vllm
+rollout's `processed_logprobs`) by transformers' compute_transition_scores.
 """
 
 from __future__ import annotations
@@ -78,7 +81,14 @@ class HFRollout:
             top_k = int(sampling.get("top_k", -1))
             kwargs.update(temperature=float(sampling.get("temperature", 1.0)),
                           top_p=float(sampling.get("top_p", 1.0)), top_k=top_k if top_k > 0 else 0)
-        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        log_probs_on = self.config.calculate_log_probs is True
+        out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs,
+                                  **({"output_scores": True, "return_dict_in_generate": True} if log_probs_on else {}))
+        token_log_probs = None
+        if log_probs_on:
+            token_log_probs = self.model.compute_transition_scores(out.sequences, out.scores,
+                                                                   normalize_logits=True).float().cpu()
+            out = out.sequences
         responses = out[:, input_ids.shape[1]:].cpu()
         if responses.shape[1] < response_length:
             responses = F.pad(responses, (0, response_length - responses.shape[1]), value=self.tokenizer.pad_token_id)
@@ -86,6 +96,10 @@ class HFRollout:
         responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, self.tokenizer.pad_token_id))
         full_mask = torch.cat([prompts["attention_mask"], response_mask], dim=1)
         result = dict(prompts)
+        if token_log_probs is not None:
+            token_log_probs = F.pad(token_log_probs, (0, response_length - token_log_probs.shape[1]))
+            result["rollout_log_probs"] = torch.where(response_mask.bool(), token_log_probs,
+                                                      torch.zeros_like(token_log_probs))
         result.update(
             prompts=prompts["input_ids"],
             responses=responses,

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Sequence, T
 import torch
 
 from verl_lite.config.choices import KL_TYPES, LOSS_AGG_MODES
+from verl_lite.decisions.rollout_correction import IS_WEIGHTED_LOSSES
 
 
 # ---------------------------------------------------------------------------- masked statistics
@@ -213,10 +214,12 @@ def compute_policy_loss(loss_mode: str, old_log_prob: torch.Tensor, log_prob: to
                         clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
                         global_batch_size: Optional[int] = None,
                         global_token_num: Optional[int] = None,
-                        options: Optional[Mapping[str, Any]] = None) -> Dict[str, torch.Tensor]:
+                        options: Optional[Mapping[str, Any]] = None,
+                        rollout_is_weights: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
     """The policy loss registered as `actor.policy_loss.loss_mode` (verl's names). `options`: the further
     settings some losses read (`policy_loss_options(actor)`); a loss reading one that is absent uses its
-    own default, which is verl's."""
+    own default, which is verl's. `rollout_is_weights` (B, R): algorithm.rollout_correction's importance
+    weights, multiplied into the per-token loss by the losses that take them (IS_WEIGHTED_LOSSES)."""
     if loss_mode not in POLICY_LOSSES:
         from verl_lite.config.choices import REFUSED_POLICY_LOSSES
 
@@ -229,8 +232,15 @@ def compute_policy_loss(loss_mode: str, old_log_prob: torch.Tensor, log_prob: to
     for name in UNUSED_SETTINGS[loss_mode]:
         del settings[name]
     settings.update({name: options[name] for name in READS[loss_mode] if options is not None and name in options})
+    if rollout_is_weights is not None:
+        if loss_mode not in IS_WEIGHTED_LOSSES:
+            raise ValueError(f"algorithm.rollout_correction.rollout_is with policy_loss.loss_mode={loss_mode!r} is not "
+                             f"supported: use one of {', '.join(IS_WEIGHTED_LOSSES)}, or rollout_is=null")
+        settings["rollout_is_weights"] = rollout_is_weights
     return POLICY_LOSSES[loss_mode](old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
                                     clip_ratio_high, **settings)
+
+
 
 
 @register_policy_loss("vanilla")
@@ -245,6 +255,7 @@ def compute_policy_loss_vanilla(
     loss_agg_mode: str = "token-mean",
     global_batch_size: Optional[int] = None,
     global_token_num: Optional[int] = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
 ) -> Dict[str, torch.Tensor]:
     """PPO clipped surrogate with dual clip (https://arxiv.org/abs/1912.09729), tensors (B, R).
 
@@ -272,6 +283,8 @@ def compute_policy_loss_vanilla(
     pg_clipfrac_lower = masked_mean(torch.gt(clip_max, dual_bound).float() * (advantages < 0).float(), response_mask)
 
     pg_losses = torch.where(advantages < 0, dual_clipped, clip_max)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, global_batch_size, global_token_num)
     return {"pg_loss": pg_loss, "pg_clipfrac": pg_clipfrac, "ppo_kl": ppo_kl, "pg_clipfrac_lower": pg_clipfrac_lower}
 
@@ -286,6 +299,7 @@ def compute_policy_loss_gspo(
     clip_ratio_high: float = 0.2,
     global_batch_size: Optional[int] = None,
     global_token_num: Optional[int] = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
 ) -> Dict[str, torch.Tensor]:
     """GSPO (https://arxiv.org/abs/2507.18071), as verl's `compute_policy_loss_gspo`, tensors (B, R).
 
@@ -302,6 +316,8 @@ def compute_policy_loss_gspo(
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
     pg_losses = torch.maximum(unclipped, clipped)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
     pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean", global_batch_size, global_token_num)
     return {
         "pg_loss": pg_loss,

@@ -25,7 +25,7 @@ from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
-from verl_lite.trainer.algos import advantages
+from verl_lite.trainer.algos import advantages, rollout_correction
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.profiling import is_profiled_step
@@ -274,10 +274,16 @@ class PPOTrainer(StepLoop):
         # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
         # The KL in the reward needs the old log-probs before the update, so it always scores them.
         kl_in_reward = self.kl_ctrl_in_reward is not None
-        on_policy = num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
+        # Rollout correction weighs / rejects by old vs rollout log-probs, so it scores the old ones too;
+        # its bypass mode takes the rollout's log-probs as the old ones and scores none.
+        correction = cfg.algorithm.rollout_correction
+        bypass = bool(correction.bypass_mode)
+        on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
+                     and not rollout_correction.active(correction) and not bypass)
+        score_old = not on_policy and not bypass
         use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
         def generate(fetches: int) -> Batch:
-            return self._generate_and_score(self._next_prompts(fetches), sampling, not on_policy,
+            return self._generate_and_score(self._next_prompts(fetches), sampling, score_old,
                                             use_kl or kl_in_reward, timing)
 
         if self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
@@ -285,7 +291,12 @@ class PPOTrainer(StepLoop):
         else:  # DAPO's dynamic sampling: rounds of gen_batch_size prompts until enough varied groups
             gen, sampling_metrics = self.dynamic.collect(lambda _round: generate(1))
         entropy = None
-        if not on_policy:
+        if bypass:
+            if "rollout_log_probs" not in gen:
+                raise RuntimeError("algorithm.rollout_correction.bypass_mode=True needs the rollout's log-probs: set "
+                                   "actor_rollout_ref.rollout.calculate_log_probs=True")
+            gen["old_log_probs"] = gen["rollout_log_probs"]
+        if score_old:
             entropy = core_algos.masked_mean(gen.pop("entropy"), gen["response_mask"].float()).item()
         if self.critic_wg is not None:
             t = time.perf_counter()
@@ -298,6 +309,14 @@ class PPOTrainer(StepLoop):
             rewards, kl_metrics = core_algos.apply_kl_penalty(
                 rewards, gen["old_log_probs"], gen["ref_log_prob"], mask, self.kl_ctrl_in_reward,
                 cfg.algorithm.kl_penalty)
+        correction_metrics: Dict[str, float] = {}
+        generated_mask = mask  # response lengths are the generated ones (verl's, from the attention mask)
+        if not bypass and "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
+            correction_metrics = rollout_correction.apply_to_batch(correction, gen)
+            mask = gen["response_mask"].float()
+        elif rollout_correction.active(correction) and not bypass:
+            raise RuntimeError("algorithm.rollout_correction is set but the rollout returned no rollout_log_probs: "
+                               "set actor_rollout_ref.rollout.calculate_log_probs=True")
         baselines = None
         if cfg.algorithm.adv_estimator == "remax":
             t = time.perf_counter()
@@ -307,6 +326,7 @@ class PPOTrainer(StepLoop):
                                                 reward_baselines=baselines)
         gen["advantages"], gen["returns"] = adv, ret
         metrics: Dict[str, Any] = dict(kl_metrics)
+        metrics.update(correction_metrics)
         metrics.update(sampling_metrics)
         metrics.update(reward_extra_metrics(gen))
         train_batch = _tensors(gen)
@@ -333,7 +353,7 @@ class PPOTrainer(StepLoop):
         timing["update_actor"] = time.perf_counter() - t
         timing["step"] = time.perf_counter() - t0
         scores = gen["token_level_scores"].sum(-1)  # verl's critic/score: before the KL penalty
-        resp_len = mask.sum(-1)
+        resp_len = generated_mask.sum(-1)
         total_tokens = int(gen["attention_mask"].sum())
         metrics.update({
             "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),

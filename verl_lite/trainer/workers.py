@@ -27,6 +27,7 @@ from verl_lite.registry import ROLLOUTS, load_engine
 from verl_lite.rollout.metrics import RolloutGap
 from verl_lite.trainer import core_algos, dynamic_batch
 from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (verl's further losses register into core_algos)
+from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 
 logger = logging.getLogger(__name__)
@@ -299,17 +300,26 @@ class ActorRolloutRefWorker(EngineWorker):
                              f"(send old_log_probs instead)")
 
         options = core_algos.policy_loss_options(actor)
+        correction = self.cfg.algorithm.rollout_correction
 
         def make_loss(gtok: int, gseq: int):
             def loss_fn(out, mb):
                 mask = mb["response_mask"].float()
                 old = out["log_probs"].detach() if on_policy else mb["old_log_probs"]
-                pg = core_algos.compute_policy_loss(
-                    actor.policy_loss.loss_mode, old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c,
-                    mode, global_batch_size=gseq, global_token_num=gtok, options=options)
+                correction_metrics = {}
+                if correction.bypass_mode:  # old = the rollout's log-probs; verl's bypass-mode loss
+                    pg, correction_metrics = rollout_correction.bypass_policy_loss(
+                        correction, old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c, mode,
+                        global_batch_size=gseq, global_token_num=gtok)
+                else:
+                    pg = core_algos.compute_policy_loss(
+                        actor.policy_loss.loss_mode, old, out["log_probs"], mb["advantages"], mask, low, high,
+                        actor.clip_ratio_c, mode, global_batch_size=gseq, global_token_num=gtok, options=options,
+                        rollout_is_weights=mb.get("rollout_is_weights"))
                 loss = pg["pg_loss"]
                 # the loss's own metrics, verl's names (gpg reports none, kl_cov only ppo_kl)
                 metrics = {f"actor/{k}": v.item() for k, v in pg.items()}
+                metrics.update(correction_metrics)
                 if on_policy:
                     metrics["actor/entropy"] = core_algos.masked_mean(out["entropy"].detach(), mask).item()
                 if actor.entropy_coeff != 0:

@@ -20,7 +20,8 @@ class PolicyLossConfig:
     # sapo (a sigmoid gate, actor.tau_pos/tau_neg), gpg (plain -A * log-prob), clip_cov / kl_cov (cut the
     # gradient of, or add a KL penalty to, the tokens of highest covariance), dro (quadratic log-ratio
     # penalty, dro_beta), cispo (clipped ratio as a weight of the log-prob gradient). verl's bypass_mode
-    # (rollout correction) is refused. A loss reads only its own settings below.
+    # is chosen by algorithm.rollout_correction.bypass_mode (named here, it is refused);
+    # algorithm.rollout_correction.rollout_is weights the vanilla and gspo losses. A loss reads only its own settings below.
     loss_mode: str = "vanilla"
     # clip_cov: share of the response tokens whose gradient is cut (at least one), drawn at random among
     # the unclipped tokens whose covariance lies in (clip_cov_lb, clip_cov_ub); must be > 0.
@@ -293,9 +294,10 @@ class RolloutConfig:
     # vllm: how the engine loads its first weights (dummy = random, then the actor's at the first
     # sync; auto = from model.path). The hf rollout builds from model.path.
     load_format: str = "dummy"
-    # verl: the rollout returns the sampled tokens' log-probs. null = what the rollout does: the vllm
-    # rollout returns them unless False (they feed the training/rollout_probs_diff metrics), the hf
-    # rollout does not (True is refused there).
+    # verl: the rollout returns the sampled tokens' log-probs (rollout_log_probs; they feed the
+    # training/rollout_probs_diff and rollout_corr/* metrics and algorithm.rollout_correction). null =
+    # what the rollout does: the vllm rollout returns them unless False, the hf rollout only with True
+    # (from generate's scores after temperature, top-k and top-p).
     calculate_log_probs: Optional[bool] = None
     # vllm: sequences the engine schedules at once.
     max_num_seqs: int = 256

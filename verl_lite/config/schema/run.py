@@ -153,6 +153,36 @@ class CriticConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    # verl's rollout correction (synchronous trainer), for the gap between the policy
+    # that sampled (the rollout's own log-probs: rollout.calculate_log_probs=True) and the actor's old
+    # log-probs. Importance weights old/rollout multiply the per-token policy loss: null = none, token
+    # (one weight per token), sequence (the product over the response). Metrics rollout_corr/*.
+    rollout_is: Optional[str] = None
+    # A number U truncates the weights at U (TIS); a "L_U" string (e.g. "0.5_5.0") zeroes weights
+    # outside [L, U] (IcePop).
+    rollout_is_threshold: Any = 2.0
+    # Divide the weights by their batch mean (per token, or per sequence with rollout_is=sequence).
+    rollout_is_batch_normalize: bool = False
+    # Rejection: comma-separated criteria on k1 = -log r, k2 = (log r)^2/2 or k3 = r - 1 - log r
+    # (r = old/rollout), per token (token_k1/k2/k3) or per response (seq_sum_k1/k2/k3,
+    # seq_mean_k1/k2/k3, seq_max_k2/k3); a failing token, or all tokens of a failing response, leave
+    # the response mask. null = no rejection.
+    rollout_rs: Optional[str] = None
+    # The rejection bounds, one for all criteria or one per criterion (comma-separated): "L_U" ratio
+    # bounds for *_k1 (one number U means 1/U_U), one upper bound for k2/k3. Required with rollout_rs.
+    rollout_rs_threshold: Any = None
+    # verl's bypass mode: the rollout's log-probs are the old ones (no old log-prob pass), and the actor
+    # measures the weights and the rejection per micro-batch between the current policy and the
+    # rollout's, training loss_type in place of policy_loss.loss_mode (which must be vanilla). False =
+    # decoupled mode: the actor recomputes the old log-probs and the correction is made against them.
+    bypass_mode: bool = False
+    # The bypass-mode loss: ppo_clip (PPO's clipped loss against the rollout log-probs on the kept
+    # tokens; the ratio is the correction, no weights) or reinforce (-A * w * log-prob).
+    loss_type: str = "ppo_clip"
+
+
+@dataclass
 class AlgorithmConfig:
     # Advantage estimator, by verl's registered name: gae uses a critic (built when critic.enable is null;
     # verl's default); the others need none: grpo (and grpo_vectorized) normalise each score within its
@@ -179,6 +209,7 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 @dataclass
