@@ -186,12 +186,14 @@ class RolloutWorker:
     def _apply_pending(self, in_flight: bool) -> bool:
         if in_flight and not self.partial:
             return False
-        with self._slot:
-            pending, self._pending = self._pending, None
-        if pending is None:
-            return False
-        weights, version = pending
+        # the model lock first: a second caller (validation and the generation loop run in their own
+        # threads) waits until the weights it did not take are loaded, and then sees their version
         with self._model:  # the version changes with the weights, as the generation loop reads it
+            with self._slot:
+                pending, self._pending = self._pending, None
+            if pending is None:
+                return False
+            weights, version = pending
             self.rollout.update_weights(weights.items(), version)
             self.version = version
         self.stats_["syncs"] += 1
