@@ -193,6 +193,7 @@ def test_the_critic_checkpoints_its_decoder_stack_when_asked():
     assert engine.module.model.is_gradient_checkpointing
 
 
+@pytest.mark.gpu  # a device test: it may skip on a CPU machine (tests/py/conftest.py)
 def test_activation_offload_moves_saved_activations_but_not_parameters():
     from verl_lite.engine.activations import ActivationOffload
 
