@@ -17,11 +17,12 @@ from verl_lite.config.sections import as_section
 B, T, R = 4, 10, 4
 
 
-def make_batch():
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 48, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    return dict(input_ids=ids, attention_mask=mask, position_ids=torch.arange(T).expand(B, T),
+def make_batch(seed: int = 0, length: int = T):
+    """B random full-length rows of `length` tokens, the last R of them the response."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 48, (B, length), generator=g)
+    mask = torch.ones(B, length, dtype=torch.long)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=torch.arange(length).expand(B, length),
                 responses=ids[:, -R:], response_mask=mask[:, -R:])
 
 

@@ -10,22 +10,15 @@ import json
 import pytest
 import torch
 
+from test_engine_config import make_batch as engine_batch, nll_loss
+
 from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, OptimConfig, RefConfig
 
-B, T, R = 4, 12, 4
+B, T, R = 4, 12, 4  # B and R as test_engine_config's batches, longer rows
 
 
 def make_batch(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 48, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    return dict(input_ids=ids, attention_mask=mask, position_ids=torch.arange(T).expand(B, T),
-                responses=ids[:, -R:], response_mask=mask[:, -R:])
-
-
-def nll_loss(outputs, batch):
-    mask = batch["response_mask"].float()
-    return -(outputs["log_probs"] * mask).sum() / mask.sum(), {}
+    return engine_batch(seed, length=T)
 
 
 def lora_engine(tmp_path=None, **model):
