@@ -1,0 +1,332 @@
+"""Qwen3-VL dense and MoE on the Megatron engine (CPU, fp32, gloo), with images: logits against
+transformers' Qwen3VL(Moe)ForConditionalGeneration at TP=1, TP=2 (sequence parallel), PP=2 and
+(MoE) EP=2; the export loading strictly into transformers, HF -> Megatron -> HF bitwise (vision
+tower included); a VL batch through forward + loss + backward that trains the vision tower; a
+micro-batch whose pixel inputs were dropped is refused; the interleaved 3-D rotary layout against
+transformers' own.
+
+The tiny models are built in code from transformers' config classes (random init, seeded); the
+layouts run in one spawn of two gloo processes (`_scenario`), the tests read what they recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+SEED = 5
+DENSE, MOE = "qwen3_vl", "qwen3_vl_moe"
+IMAGE, VSTART, VEND = 500, 502, 503
+PATCH, TEMPORAL, MERGE = 4, 2, 2
+R = 4
+# (model, TP, PP, EP) run by the two ranks, in this order
+LAYOUTS = [
+    (DENSE, 1, 1, 1), (DENSE, 2, 1, 1), (DENSE, 1, 2, 1),
+    (MOE, 1, 1, 1), (MOE, 2, 1, 1), (MOE, 1, 2, 1), (MOE, 1, 1, 2),
+]
+
+
+def tiny_config(kind: str, deepstack=(0, 1)):
+    """A Qwen3-VL(-MoE)-shaped config: 4 text layers, a 2-block vision tower with DeepStack."""
+    from transformers import Qwen3VLConfig, Qwen3VLMoeConfig
+
+    text = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=512, pad_token_id=0,
+                rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3],
+                                     mrope_interleaved=True))
+    vision = dict(depth=2, hidden_size=32, num_heads=2, intermediate_size=64, patch_size=PATCH,
+                  temporal_patch_size=TEMPORAL, spatial_merge_size=MERGE, out_hidden_size=64,
+                  num_position_embeddings=16, deepstack_visual_indexes=list(deepstack))
+    ids = dict(image_token_id=IMAGE, video_token_id=501, vision_start_token_id=VSTART, vision_end_token_id=VEND,
+               tie_word_embeddings=False)
+    if kind == MOE:
+        text.update(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+        return Qwen3VLMoeConfig(text_config=text, vision_config=vision, architectures=[
+            "Qwen3VLMoeForConditionalGeneration"], **ids)
+    return Qwen3VLConfig(text_config=text, vision_config=vision, architectures=["Qwen3VLForConditionalGeneration"],
+                         **ids)
+
+
+def _hf_class(kind):
+    from transformers import Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration
+
+    return Qwen3VLMoeForConditionalGeneration if kind == MOE else Qwen3VLForConditionalGeneration
+
+
+def make_vl_batch(hf_model, seed: int = 0):
+    """Three left-padded rows: two with an image each (grids 1x4x4 and 1x4x8 patches, 4 and 8 image
+    tokens), one text-only; 3-D positions from the HF model's own get_rope_index, per-sample
+    `multi_modal_inputs` as the processor gives them."""
+    g = torch.Generator().manual_seed(seed)
+    grids = [torch.tensor([[1, 4, 4]]), None, torch.tensor([[1, 4, 8]])]
+    rows = []
+    for grid in grids:
+        text = torch.randint(3, 400, (5,), generator=g).tolist()
+        image = [] if grid is None else [VSTART] + [IMAGE] * int(grid.prod() // MERGE ** 2) + [VEND]
+        rows.append(text[:2] + image + text[2:] + torch.randint(3, 400, (R,), generator=g).tolist())
+    width = max(len(r) for r in rows) + 1
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    mask[1, -1] = 0  # a response that ended early
+    ids[1, -1] = 0
+    mm_inputs = []
+    for grid in grids:
+        if grid is None:
+            mm_inputs.append(None)
+            continue
+        patches = int(grid.prod())
+        pixels = torch.randn(patches, 3 * TEMPORAL * PATCH * PATCH, generator=g)
+        mm_inputs.append({"pixel_values": pixels, "image_grid_thw": grid})
+    types = (ids == IMAGE).int()
+    image_grid = torch.cat([g_ for g_ in grids if g_ is not None])
+    with torch.no_grad():
+        pos, _ = hf_model.model.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=image_grid,
+                                               attention_mask=mask)
+    return dict(input_ids=ids, attention_mask=mask, position_ids=pos.transpose(0, 1).contiguous(),
+                responses=ids[:, -R:], response_mask=mask[:, -R:], multi_modal_inputs=mm_inputs)
+
+
+def hf_logits(hf_model, batch):
+    rows = [m for m in batch["multi_modal_inputs"] if m]
+    with torch.no_grad():
+        return hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        position_ids=batch["position_ids"].transpose(0, 1),
+                        pixel_values=torch.cat([m["pixel_values"] for m in rows]),
+                        image_grid_thw=torch.cat([m["image_grid_thw"] for m in rows])).logits
+
+
+def response_log_probs(logits, batch):
+    r = batch["responses"].shape[1]
+    return torch.log_softmax(logits[:, -r - 1: -1].float(), -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def _sections(path, tp=1, pp=1, ep=1):
+    from omegaconf import OmegaConf
+
+    from verl_lite.config.schema import VerlLiteConfig
+
+    cfg = OmegaConf.structured(VerlLiteConfig)
+    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
+    model.path, model.init_seed = path, SEED
+    actor.strategy = "megatron"
+    actor.megatron.tensor_model_parallel_size = tp
+    actor.megatron.pipeline_model_parallel_size = pp
+    actor.megatron.expert_model_parallel_size = ep
+    return model, actor
+
+
+def _engine_logits(engine, batch):
+    """Full-vocabulary logits through megatron's schedule (gathered over TP, on every stage)."""
+    from megatron.core import parallel_state as mpu
+    from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
+
+    from verl_lite.engine.megatron import batch as megatron_batch
+
+    def logits_of(output, item, with_entropy):
+        return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
+
+    tp = mpu.get_tensor_model_parallel_world_size()
+    item = megatron_batch.prepare_batch(batch, torch.device("cpu"), 0, 0, multiple=tp)
+    item["visual"] = engine.bridge.visual_inputs(batch, torch.device("cpu"))
+    logits = megatron_batch.run_schedule(engine.model, [item], logits_of, None, True, False)[0]["logits"]
+    return logits[:, logits.shape[1] - batch["input_ids"].shape[1]:]
+
+
+def _nll(outputs, mb):
+    mask = mb["response_mask"].float()
+    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
+    return loss, {"loss": loss.item()}
+
+
+def _check_layout(rec, refs, paths, kind, tp, pp, ep):
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+
+    key = f"{kind}:tp{tp}pp{pp}ep{ep}"
+    config, hf_model, state, batch = refs[kind]
+    model, actor = _sections(paths[kind], tp, pp, ep)
+    engine = MegatronLMEngine(model, actor, None, "cpu", "actor")  # forward only
+    engine.initialize()
+    valid = batch["attention_mask"].bool()
+    rec[f"{key}:logits_diff"] = (_engine_logits(engine, batch)[valid] - hf_logits(hf_model, batch)[valid]).abs().max().item()
+    rec[f"{key}:sp"] = bool(engine.tf_config.sequence_parallel)
+    log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    resp = batch["response_mask"].bool()
+    rec[f"{key}:log_prob_diff"] = (log_probs - response_log_probs(hf_logits(hf_model, batch), batch))[resp].abs().max().item()
+    exported = dict(engine.export_hf_weights())
+    fresh = _hf_class(kind)(config).eval()
+    result = fresh.load_state_dict(exported, strict=True)
+    rec[f"{key}:strict"] = (list(result.missing_keys), list(result.unexpected_keys))
+    rec[f"{key}:names"] = (sorted(set(state) - set(exported)), sorted(set(exported) - set(state)))
+    rec[f"{key}:not_bitwise"] = sorted(k for k in state if k in exported and not torch.equal(exported[k], state[k]))
+    rec[f"{key}:vision_on_stage"] = [hasattr(getattr(c, "module", c), "vision") for c in engine.model]
+    return engine
+
+
+def _phase_dropped_pixels(rec, engine, batch):
+    """A micro-batch whose multi_modal_inputs were dropped (the image tokens stay) is refused."""
+    dropped = dict(batch)
+    dropped.pop("multi_modal_inputs")
+    try:
+        engine.forward_backward([dropped], forward_only=True)
+        rec["dropped"] = "no error"
+    except ValueError as e:
+        rec["dropped"] = str(e)
+
+
+def _phase_training(rec, paths, refs):
+    """forward + loss + backward of the VL batch on the MoE model at EP=2: the vision tower gets
+    gradients, the loss falls, and log-probs without the images differ (the pixels reach the loss)."""
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+
+    _, _, _, batch = refs[MOE]
+    model, actor = _sections(paths[MOE], 1, 1, 2)
+    actor.optim.lr = 1e-2
+    engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+    engine.initialize()
+    engine.train_mode()
+    losses, vision_grads = [], []
+    for _ in range(3):
+        engine.optimizer_zero_grad()
+        losses.append(engine.forward_backward([batch], _nll)[0]["metrics"]["loss"])
+        chunk = getattr(engine.model[0], "module", engine.model[0])
+        vision_grads.append(sum(float(p.main_grad.abs().sum()) for p in chunk.vision.parameters()))
+        engine.optimizer_step()
+    rec["train_losses"] = losses
+    rec["vision_grad_sums"] = vision_grads
+    engine.eval_mode()
+    with_images = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
+    blank = dict(batch)
+    blank["multi_modal_inputs"] = [None if m is None else {"pixel_values": torch.zeros_like(m["pixel_values"]),
+                                                          "image_grid_thw": m["image_grid_thw"]}
+                                   for m in batch["multi_modal_inputs"]]
+    without = engine.forward_backward([blank], forward_only=True)[0]["log_probs"]
+    rec["pixels_change_log_probs"] = (with_images - without).abs().max().item()
+
+
+def _scenario(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    from megatron.core import parallel_state as mpu
+
+    from verl_lite.engine.megatron.hf import random_hf_state
+
+    rec = {}
+    try:
+        refs, paths = {}, {}
+        for kind in (DENSE, MOE):
+            config = tiny_config(kind)
+            path = os.path.join(out_dir, f"rank{rank}", kind)
+            config.save_pretrained(path)
+            paths[kind] = path
+            state = random_hf_state(_hf_class(kind), config, SEED).__self__
+            hf_model = _hf_class(kind)(config).eval()
+            hf_model.load_state_dict(state, strict=True)
+            refs[kind] = (config, hf_model, state, make_vl_batch(hf_model))
+        for kind, tp, pp, ep in LAYOUTS:
+            engine = _check_layout(rec, refs, paths, kind, tp, pp, ep)
+            if (kind, tp, pp, ep) == (DENSE, 1, 1, 1):
+                _phase_dropped_pixels(rec, engine, refs[DENSE][3])
+            mpu.destroy_model_parallel()
+        _phase_training(rec, paths, refs)
+        mpu.destroy_model_parallel()
+    except Exception:
+        rec["error"] = traceback.format_exc()
+    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.fixture(scope="module")
+def run(spawn_ranks):
+    return spawn_ranks(_scenario, "qwen3_vl_megatron")
+
+
+def _keys(kind):
+    return [f"{k}:tp{tp}pp{pp}ep{ep}" for k, tp, pp, ep in LAYOUTS if k == kind]
+
+
+@pytest.mark.parametrize("kind", [DENSE, MOE])
+def test_vl_logits_equal_transformers_at_tp_pp_ep_2(run, kind):
+    for rec in run:
+        diffs = {k: rec[f"{k}:logits_diff"] for k in _keys(kind)}
+        assert len(diffs) == (3 if kind == DENSE else 4)
+        assert max(diffs.values()) < 1e-5, diffs
+        lp = {k: rec[f"{k}:log_prob_diff"] for k in _keys(kind)}
+        assert max(lp.values()) < 1e-5, lp
+        assert rec[f"{kind}:tp2pp1ep1:sp"]  # TP=2 ran with sequence parallelism (the hooks' sliced path)
+
+
+@pytest.mark.parametrize("kind", [DENSE, MOE])
+def test_the_export_loads_strictly_and_the_round_trip_is_bitwise_vision_tower_included(run, kind):
+    for rec in run:
+        for key in _keys(kind):
+            assert rec[f"{key}:strict"] == ([], []), key
+            assert rec[f"{key}:names"] == ([], []), (key, rec[f"{key}:names"])
+            assert rec[f"{key}:not_bitwise"] == [], (key, rec[f"{key}:not_bitwise"])
+
+
+def test_the_vision_tower_sits_on_the_first_pipeline_stage_only(run):
+    stages = [rec[f"{DENSE}:tp1pp2ep1:vision_on_stage"] for rec in run]
+    assert stages == [[True], [False]], stages
+
+
+def test_a_micro_batch_whose_pixel_inputs_were_dropped_is_refused(run):
+    for rec in run:
+        assert "multi_modal_inputs" in rec["dropped"] and "image tokens" in rec["dropped"], rec["dropped"]
+
+
+def test_a_vl_batch_trains_through_forward_loss_backward_and_the_pixels_reach_the_loss(run):
+    for rec in run:
+        assert all(g > 0 for g in rec["vision_grad_sums"]), rec["vision_grad_sums"]
+        assert rec["train_losses"][-1] < rec["train_losses"][0], rec["train_losses"]
+        assert rec["pixels_change_log_probs"] > 1e-3, rec["pixels_change_log_probs"]
+
+
+def test_the_interleaved_mrope_layout_is_transformers_own():
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
+
+    from verl_lite.engine.megatron.bridges.qwen3_vl import InterleavedMRoPE
+
+    text = tiny_config(DENSE).text_config
+    pos = torch.randint(0, 50, (3, 2, 7))
+    cos, sin = Qwen3VLTextRotaryEmbedding(text)(torch.zeros(1, dtype=torch.float32), pos)
+    emb = InterleavedMRoPE(16, 10000.0, [2, 3, 3])(pos.transpose(0, 1))  # (B, 3, L) as the batch carries
+    assert emb.shape == (7, 2, 1, 16)
+    assert torch.allclose(emb[:, :, 0].transpose(0, 1).cos(), cos, atol=1e-6)
+    assert torch.allclose(emb[:, :, 0].transpose(0, 1).sin(), sin, atol=1e-6)
+    # megatron's own (contiguous sections) differs: the layout is what is being checked
+    contiguous = torch.cat([m[i % 3] for i, m in enumerate(
+        (pos[..., None].float() * InterleavedMRoPE(16, 10000.0, [2, 3, 3]).inv_freq).split([2, 3, 3], -1))], -1)
+    assert not torch.allclose(torch.cat([contiguous, contiguous], -1).cos(), cos)
+
+
+def _fake_chunk(pre_process, layer_numbers):
+    layers = [SimpleNamespace(layer_number=n) for n in layer_numbers]
+    return SimpleNamespace(pre_process=pre_process, decoder=SimpleNamespace(layers=layers))
+
+
+def test_deepstack_layers_off_the_first_pipeline_stage_are_refused_naming_the_fix():
+    from verl_lite.engine.megatron.bridges import UnsupportedModelError, bridge_for
+
+    bridge = bridge_for(tiny_config(MOE, deepstack=(0, 1, 1)).to_dict())  # three DeepStack layers
+    tf = SimpleNamespace(kv_channels=16, params_dtype=torch.float32, sequence_parallel=False)
+    with pytest.raises(UnsupportedModelError, match="whose first stage has at least 3 layers"):
+        bridge.finish_chunk(_fake_chunk(False, [3, 4]), tf)  # stage 2 of PP=2 holds layer 2
+    with pytest.raises(UnsupportedModelError, match=r"DeepStack layers \[2\]"):
+        bridge.finish_chunk(_fake_chunk(True, [1, 2]), tf)
+
+
+def test_the_registry_builds_qwen3_vl_bridges_from_config_json_dicts():
+    from verl_lite.engine.megatron.bridges import bridge_for
+    from verl_lite.engine.megatron.bridges.qwen3_vl import Qwen3VLBridge, Qwen3VLMoeBridge
+
+    assert type(bridge_for(tiny_config(DENSE).to_dict())) is Qwen3VLBridge
+    moe = bridge_for(tiny_config(MOE).to_dict())
+    assert type(moe) is Qwen3VLMoeBridge and moe.has_vision
+    kwargs = moe.transformer_config_kwargs()
+    assert (kwargs["num_moe_experts"], kwargs["moe_router_topk"], kwargs["moe_ffn_hidden_size"]) == (4, 2, 32)
