@@ -195,21 +195,13 @@ class MegatronLMEngine(BaseEngine):
         """model.use_remove_padding for this engine (decisions/packing_mode.py: null = auto): packed where
         the attention and the GDN kernel take packed input; an explicit True that cannot be honoured
         raises with the reason."""
-        if self.bridge is not None and self.bridge.has_vision:
-            # image embeddings and 3-D rotary positions go through padded micro-batches only
-            if self.model_config.use_remove_padding:
-                raise ValueError(f"{self.role}: model.use_remove_padding=True cannot run here: the Megatron "
-                                 f"vision-language bridge {type(self.bridge).__name__} takes padded micro-batches only "
-                                 f"(set actor_rollout_ref.model.use_remove_padding=False, or leave it null)")
-            self.remove_padding = False
-            logger.info("%s: micro-batches padded (vision-language model)", self.role)
-            return
         te = None
         if self.compute_device == "cuda" and self.external is None:
             te = megatron_model.transformer_engine_attention() is not None
         decision = packing_mode.decide_megatron(
             self.model_config.use_remove_padding, self.device, gdn_kernel, self.transformer_overrides(),
-            external=self.external is not None, te_installed=te)
+            external=self.external is not None, te_installed=te,
+            vision=self.bridge is not None and self.bridge.has_vision)
         if decision.refusal:
             raise ValueError(f"{self.role}: model.use_remove_padding=True cannot run here: {decision.refusal}")
         self.remove_padding = decision.packed
