@@ -330,3 +330,69 @@ def test_the_registry_builds_qwen3_vl_bridges_from_config_json_dicts():
     assert type(moe) is Qwen3VLMoeBridge and moe.has_vision
     kwargs = moe.transformer_config_kwargs()
     assert (kwargs["num_moe_experts"], kwargs["moe_router_topk"], kwargs["moe_ffn_hidden_size"]) == (4, 2, 32)
+
+
+# A Qwen3-VL-30B-A3B-shaped config.json in the layout its checkpoints carry (written by transformers
+# 4.57: `rope_scaling`, `rope_theta` and `num_experts` in text_config).
+QWEN3_VL_30B_A3B = {
+    "architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe", "image_token_id": 151655,
+    "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "tie_word_embeddings": False,
+    "text_config": {"model_type": "qwen3_vl_moe_text", "attention_bias": False, "decoder_sparse_step": 1,
+                    "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
+                    "max_position_embeddings": 262144, "mlp_only_layers": [], "moe_intermediate_size": 768,
+                    "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8,
+                    "num_hidden_layers": 48, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+                    "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
+                    "rope_theta": 5000000, "vocab_size": 151936},
+    "vision_config": {"model_type": "qwen3_vl_moe", "deepstack_visual_indexes": [8, 16, 24], "depth": 27,
+                      "hidden_act": "gelu_pytorch_tanh", "hidden_size": 1152, "in_channels": 3,
+                      "intermediate_size": 4304, "num_heads": 16, "num_position_embeddings": 2304,
+                      "out_hidden_size": 2048, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2},
+}
+
+
+def test_the_check_accepts_a_real_qwen3_vl_moe_config_json_naming_the_bridge_and_the_replicated_tower(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    model = tmp_path / "Qwen3-VL-30B-A3B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_VL_30B_A3B))
+    env = dict(os.environ, HOME=str(tmp_path), PYTHON=sys.executable, CHECK="1", HF_MODEL_PATH=str(model))
+    check = subprocess.run(["bash", "examples/ascend/run_qwen3_vl_30b_a3b_fully_async.sh"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    out = check.stdout
+    assert "(the model's config.json)" in out
+    assert "bridge      : verl_lite registry (Qwen3VLMoeForConditionalGeneration)" in out
+    assert "vision tower: 27 blocks, replicated on every TP rank (not tensor-parallel), on the first pipeline stage " \
+           "with the DeepStack layers 0..2" in out
+    assert "batches     : padded (auto): a vision-language model" in out
+
+
+def test_deepstack_layers_need_the_first_pipeline_stage_in_the_preflight_arithmetic():
+    from verl_lite.decisions.layout import deepstack_stage_problem, first_stage_layers
+
+    assert first_stage_layers(48, 2, None) == 24 and first_stage_layers(48, 4, 4) == 3
+    assert first_stage_layers(48, 4, 4, first_stage=2) == 2
+    assert deepstack_stage_problem(3, 48, 4, 4, None, "p") is None
+    problem = deepstack_stage_problem(3, 48, 4, 8, None, "actor_rollout_ref.actor.megatron")
+    assert "puts 1 layer(s) there" in problem and "num_layers_in_first_pipeline_stage >= 3" in problem
+    assert deepstack_stage_problem(3, 4, 1, None, None, "p") is None  # one stage holds them all
+
+
+def test_the_padded_only_decision_names_exactly_the_vision_bridges():
+    from verl_lite.decisions.packing_mode import VISION_BRIDGED, decide_megatron
+    from verl_lite.registry import BRIDGES
+
+    vision = set()
+    for (architecture, *_rest) in BRIDGES.keys():
+        bridge = BRIDGES.load(architecture)
+        if getattr(bridge, "has_vision", False):
+            vision.update(bridge.model_types)
+    assert vision == set(VISION_BRIDGED)
+    assert decide_megatron(True, "npu", None, {}, vision=True).refusal
+    assert not decide_megatron(None, "npu", None, {}, vision=True).packed
+    assert decide_megatron(None, "npu", None, {}, vision=True, external=True).packed  # Megatron-Bridge's own
