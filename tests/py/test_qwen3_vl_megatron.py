@@ -180,6 +180,30 @@ def _phase_dropped_pixels(rec, engine, batch):
         rec["dropped"] = str(e)
 
 
+def _vision_grads(engine):
+    chunk = getattr(engine.model[0], "module", engine.model[0])
+    return {name: p.main_grad.detach().clone() for name, p in chunk.vision.named_parameters()}
+
+
+def _phase_tp2_vision_grads(rec, paths, refs):
+    """The vision tower's gradients of one backward at TP=2 with sequence parallelism (each rank
+    back-propagates its part of the sequence; finalize_model_grads sums them over TP)."""
+    from megatron.core import parallel_state as mpu
+
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+
+    _, _, _, batch = refs[MOE]
+    model, actor = _sections(paths[MOE], 2, 1, 1)
+    engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+    engine.initialize()
+    engine.train_mode()
+    engine.optimizer_zero_grad()
+    engine.forward_backward([batch], _nll)  # the schedule runs finalize_model_grads
+    rec["tp2_sp"] = bool(engine.tf_config.sequence_parallel)
+    rec["tp2_vision_grads"] = _vision_grads(engine)
+    mpu.destroy_model_parallel()
+
+
 def _phase_training(rec, paths, refs):
     """forward + loss + backward of the VL batch on the MoE model at EP=2: the vision tower gets
     gradients, the loss falls, and log-probs without the images differ (the pixels reach the loss)."""
@@ -195,6 +219,8 @@ def _phase_training(rec, paths, refs):
     for _ in range(3):
         engine.optimizer_zero_grad()
         losses.append(engine.forward_backward([batch], _nll)[0]["metrics"]["loss"])
+        if not vision_grads:
+            rec["ep2_vision_grads"] = _vision_grads(engine)
         chunk = getattr(engine.model[0], "module", engine.model[0])
         vision_grads.append(sum(float(p.main_grad.abs().sum()) for p in chunk.vision.parameters()))
         engine.optimizer_step()
@@ -234,6 +260,7 @@ def _scenario(rank, world, port, out_dir):
             if (kind, tp, pp, ep) == (DENSE, 1, 1, 1):
                 _phase_dropped_pixels(rec, engine, refs[DENSE][3])
             mpu.destroy_model_parallel()
+        _phase_tp2_vision_grads(rec, paths, refs)
         _phase_training(rec, paths, refs)
         mpu.destroy_model_parallel()
     except Exception:
@@ -285,6 +312,15 @@ def test_a_vl_batch_trains_through_forward_loss_backward_and_the_pixels_reach_th
         assert all(g > 0 for g in rec["vision_grad_sums"]), rec["vision_grad_sums"]
         assert rec["train_losses"][-1] < rec["train_losses"][0], rec["train_losses"]
         assert rec["pixels_change_log_probs"] > 1e-3, rec["pixels_change_log_probs"]
+
+
+def test_vision_grads_at_tp2_with_sequence_parallelism_equal_those_without_tp(run):
+    for rec in run:
+        assert rec["tp2_sp"]
+        tp2, ep2 = rec["tp2_vision_grads"], rec["ep2_vision_grads"]
+        assert set(tp2) == set(ep2) and tp2
+        worst = max(((tp2[k] - ep2[k]).abs().max() / ep2[k].abs().max().clamp(min=1e-12)).item() for k in tp2)
+        assert worst < 1e-4, worst
 
 
 def test_the_interleaved_mrope_layout_is_transformers_own():
