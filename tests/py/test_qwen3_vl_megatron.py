@@ -204,6 +204,35 @@ def _phase_tp2_vision_grads(rec, paths, refs):
     mpu.destroy_model_parallel()
 
 
+def _phase_recompute_under_pp2(rec, paths, refs):
+    """Two micro-batches through the 1F1B schedule at PP=2 (stage 1 runs forward 2 before backward 1),
+    with and without full recompute: the re-run DeepStack layers read their own micro-batch's features,
+    so the grads agree."""
+    from megatron.core import parallel_state as mpu
+
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+
+    _, hf_model, _, first = refs[DENSE]
+    second = make_vl_batch(hf_model, seed=1)
+    for recompute in (False, True):
+        model, actor = _sections(paths[DENSE], 1, 2, 1)
+        if recompute:
+            actor.megatron.override_transformer_config = {
+                "recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+        engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
+        engine.initialize()
+        engine.train_mode()
+        engine.optimizer_zero_grad()
+        engine.forward_backward([first, second], _nll)
+        chunk = getattr(engine.model[0], "module", engine.model[0])
+        grads = {n: p.main_grad.detach().clone() for n, p in chunk.named_parameters()}
+        rec[f"pp2_grads:recompute={recompute}"] = grads
+        if recompute and hasattr(chunk, "deepstack"):
+            rec["pp2_recompute_rerun_layers"] = chunk.deepstack.rerun_layers
+            rec["pp2_recompute_left_queued"] = len(chunk.deepstack.pending)
+        mpu.destroy_model_parallel()
+
+
 def _phase_training(rec, paths, refs):
     """forward + loss + backward of the VL batch on the MoE model at EP=2: the vision tower gets
     gradients, the loss falls, and log-probs without the images differ (the pixels reach the loss)."""
@@ -261,6 +290,7 @@ def _scenario(rank, world, port, out_dir):
                 _phase_dropped_pixels(rec, engine, refs[DENSE][3])
             mpu.destroy_model_parallel()
         _phase_tp2_vision_grads(rec, paths, refs)
+        _phase_recompute_under_pp2(rec, paths, refs)
         _phase_training(rec, paths, refs)
         mpu.destroy_model_parallel()
     except Exception:
@@ -321,6 +351,17 @@ def test_vision_grads_at_tp2_with_sequence_parallelism_equal_those_without_tp(ru
         assert set(tp2) == set(ep2) and tp2
         worst = max(((tp2[k] - ep2[k]).abs().max() / ep2[k].abs().max().clamp(min=1e-12)).item() for k in tp2)
         assert worst < 1e-4, worst
+
+
+def test_full_recompute_under_the_pipeline_schedule_gives_the_same_grads(run):
+    first_stage = run[0]
+    assert first_stage["pp2_recompute_rerun_layers"] == 2 and first_stage["pp2_recompute_left_queued"] == 0
+    for rec in run:
+        plain, recomputed = rec["pp2_grads:recompute=False"], rec["pp2_grads:recompute=True"]
+        assert set(plain) == set(recomputed)
+        worst = {k: ((plain[k] - recomputed[k]).abs().max() / plain[k].abs().max().clamp(min=1e-12)).item()
+                 for k in plain}
+        assert max(worst.values()) < 1e-5, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
 
 
 def test_the_interleaved_mrope_layout_is_transformers_own():

@@ -311,6 +311,10 @@ class MegatronLMEngine(BaseEngine):
             prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), 0, pad_id, multiple=multiple)
                         for mb in micro_batches]
             if self.bridge is not None and self.bridge.has_vision:
+                for chunk in self.model:  # nothing of an earlier (failed) run stays queued
+                    store = getattr(megatron_model.unwrap(chunk), "deepstack", None)
+                    if store is not None:
+                        store.reset()
                 for item, mb in zip(prepared, micro_batches):
                     item["visual"] = self.bridge.visual_inputs(mb, self._torch_device())
         return megatron_batch.run_schedule(self.model, prepared, self._postprocess, loss_fn, forward_only,

@@ -20,8 +20,9 @@ What megatron-core 0.16 lacks, and what is added here (on every device, not a CP
 - GPTModel has no vision tower and no DeepStack: the vision tower is transformers' own module
   (`Qwen3VL(Moe)VisionModel`), held by the chunk of the first pipeline stage, REPLICATED on every
   tensor-parallel rank (not tensor-parallel); forward hooks put its outputs into the embedding
-  output and the DeepStack layers' outputs (sequence-parallel aware). The DeepStack layers must
-  sit on the first pipeline stage (refused otherwise). With sequence parallelism each TP rank
+  output and the DeepStack layers' outputs (sequence-parallel aware; with full recompute under a
+  pipeline schedule each re-run reads its own micro-batch's features: `DeepStackFeatures`). The
+  DeepStack layers must sit on the first pipeline stage (refused otherwise). With sequence parallelism each TP rank
   back-propagates only its part of the sequence into the tower, so its weights are marked
   `sequence_parallel` and megatron's finalize_model_grads sums their grads over TP.
 
@@ -32,9 +33,10 @@ Weights: `model.visual.*` as they are (megatron names `vision.*`), the text mode
 
 from __future__ import annotations
 
+import collections
 import importlib
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import torch
 
@@ -130,6 +132,76 @@ def visual_inputs(micro_batch: Dict[str, Any], device: torch.device) -> Optional
     if not pixels:
         return None
     return {"pixel_values": torch.cat(pixels).to(device), "image_grid_thw": torch.cat(grids).to(device)}
+
+
+class _LeafGradsIntoFeatures(torch.autograd.Function):
+    """Identity on the embedding output whose backward hands the grads that the re-run DeepStack
+    layers left on `leaves` (detached copies of the features) to the features themselves, and so to
+    the vision tower: the re-runs' own backward must not reach into the tower's graph, which the main
+    backward walks once, after the decoder layers."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: torch.Tensor, leaves: List[torch.Tensor], *features: torch.Tensor) -> torch.Tensor:
+        ctx.leaves = leaves
+        return hidden.clone()  # not a view: megatron may write into the embedding output
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        grads = [leaf.grad for leaf in ctx.leaves]
+        ctx.leaves = None
+        return (grad, None, *grads)
+
+
+class DeepStackFeatures:
+    """The DeepStack features of the micro-batches in flight on a first-stage chunk.
+
+    The layer hooks read the features of the micro-batch whose forward runs now (`current`). With
+    full activation recompute megatron re-runs the layers, hooks included, inside the backward, and
+    under a pipeline schedule (1F1B) the first stage has by then run the forwards of later
+    micro-batches. Backwards come in the order of the forwards, so with recompute each training
+    forward's features are also queued as detached leaves; a re-run inside the backward adds the
+    oldest micro-batch's leaves, which is released once the `rerun_layers` DeepStack layers megatron
+    re-runs have all read it, and `_LeafGradsIntoFeatures` carries the leaves' grads to the tower."""
+
+    def __init__(self, rerun_layers: int):
+        self.rerun_layers = rerun_layers
+        self.current: Optional[List[torch.Tensor]] = None
+        self.pending: Deque[List[torch.Tensor]] = collections.deque()
+        self._read: set = set()
+
+    @classmethod
+    def for_config(cls, tf_config: Any, deepstack: int) -> "DeepStackFeatures":
+        """megatron re-runs every layer (recompute_method uniform) or the first recompute_num_layers of
+        the chunk (block) under recompute_granularity full; none otherwise."""
+        if getattr(tf_config, "recompute_granularity", None) != "full":
+            return cls(0)
+        if getattr(tf_config, "recompute_method", None) == "block":
+            return cls(min(deepstack, int(getattr(tf_config, "recompute_num_layers", 0) or 0)))
+        return cls(deepstack)
+
+    def put(self, features: Optional[List[torch.Tensor]], output: torch.Tensor) -> torch.Tensor:
+        """Hold this forward's features; returns the embedding output (wrapped when re-runs will read leaves)."""
+        self.current = features
+        if not (self.rerun_layers and features and torch.is_grad_enabled()):
+            return output
+        leaves = [f.detach().requires_grad_(f.requires_grad) for f in features]
+        self.pending.append(leaves)
+        return _LeafGradsIntoFeatures.apply(output, leaves, *features)
+
+    def get(self, index: int) -> Optional[List[torch.Tensor]]:
+        if self.rerun_layers and self.pending and torch._C._current_graph_task_id() != -1:  # a re-run in backward
+            features = self.pending[0]
+            self._read.add(index)
+            if len(self._read) >= self.rerun_layers:
+                self.pending.popleft()
+                self._read = set()
+            return features
+        return self.current
+
+    def reset(self) -> None:
+        self.current = None
+        self.pending.clear()
+        self._read = set()
 
 
 class Qwen3VLBridge(Qwen3_5Weights, ModelBridge):
@@ -282,6 +354,7 @@ class Qwen3VLBridge(Qwen3_5Weights, ModelBridge):
             for param in vision.parameters():
                 param.sequence_parallel = True  # grads summed over TP by finalize_model_grads
         module.vision = vision
+        module.deepstack = DeepStackFeatures.for_config(tf_config, deep)
         module.embedding.register_forward_hook(self._embedding_hook(module), with_kwargs=True)
         for layer in module.decoder.layers:
             index = int(layer.layer_number) - 1
@@ -297,8 +370,8 @@ class Qwen3VLBridge(Qwen3_5Weights, ModelBridge):
             mask = ids == image_token  # [b, s]
             count = int(mask.sum())
             inputs = module.visual_inputs
-            module.deepstack_features = None
             if inputs is None:
+                module.deepstack.put(None, output)
                 if count:
                     raise ValueError(
                         f"the micro-batch has {count} image tokens (image_token_id={image_token}) but no pixel inputs: "
@@ -319,15 +392,15 @@ class Qwen3VLBridge(Qwen3_5Weights, ModelBridge):
                 return _local_part(full.view(b, s, -1).transpose(0, 1), sp)
 
             local_mask = _local_part(mask.t(), sp).unsqueeze(-1)
-            module.deepstack_features = [seq_first(f) for f in result.deepstack_features]
-            return torch.where(local_mask, seq_first(embeds), output).contiguous()  # megatron's router views it
+            output = torch.where(local_mask, seq_first(embeds), output).contiguous()  # megatron's router views it
+            return module.deepstack.put([seq_first(f) for f in result.deepstack_features], output)
 
         return hook
 
     @staticmethod
     def _deepstack_hook(module: Any, index: int) -> Callable[..., Any]:
         def hook(layer: Any, args: Any, output: Any) -> Any:
-            features = getattr(module, "deepstack_features", None)
+            features = module.deepstack.get(index)
             if not features:
                 return output
             hidden = output[0] if isinstance(output, tuple) else output
