@@ -95,6 +95,7 @@ def test_an_unregistered_architecture_is_refused_listing_the_registered_ones():
     text = str(caught.value)
     assert "model_type 'llama' (architectures ['LlamaForCausalLM']) cannot be built" in text
     assert ("Model bridges are registered for: Qwen3ForCausalLM, Qwen3ForTokenClassification, "
+            "Qwen3VLForConditionalGeneration, Qwen3VLMoeForConditionalGeneration, "
             "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, "
             "Qwen3_5MoeForConditionalGeneration") in text
 

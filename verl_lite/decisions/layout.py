@@ -45,3 +45,26 @@ def moe_sequence_parallel_problem(experts: Optional[int], tp: int, sequence_para
             f"sequence parallelism (megatron-core's MoE layer refuses TP > 1 without it): set "
             f"{prefix}.sequence_parallel=True (verl's default), or {prefix}.tensor_model_parallel_size=1 and split "
             f"the experts with {prefix}.expert_model_parallel_size")
+
+
+def first_stage_layers(num_layers: int, pp: int, vpp: Optional[int], first_stage: Optional[int] = None) -> int:
+    """Decoder layers in the model chunk of the first pipeline stage (virtual stage 0 of PP rank 0):
+    override_transformer_config.num_layers_in_first_pipeline_stage when set, else megatron's even split."""
+    if first_stage:
+        return int(first_stage)
+    return num_layers // max(1, pp * (int(vpp) if vpp and int(vpp) > 1 else 1))
+
+
+def deepstack_stage_problem(deepstack: int, num_layers: int, pp: int, vpp: Optional[int],
+                            first_stage: Optional[int], prefix: str) -> Optional[str]:
+    """Qwen3-VL adds DeepStack visual features after decoder layers 0 .. deepstack-1, on the first pipeline
+    stage with the vision tower (engine/megatron/bridges/qwen3_vl.py refuses them elsewhere)."""
+    if not deepstack or pp <= 1:
+        return None
+    held = first_stage_layers(num_layers, pp, vpp, first_stage)
+    if held >= deepstack:
+        return None
+    return (f"the model adds DeepStack visual features after decoder layers 0..{deepstack - 1}, which must sit on the "
+            f"first pipeline stage with the vision tower, but {prefix}.pipeline_model_parallel_size={pp}"
+            f"{f' (virtual {vpp})' if vpp else ''} puts {held} layer(s) there: lower the pipeline size or set "
+            f"{prefix}.override_transformer_config.num_layers_in_first_pipeline_stage >= {deepstack}")

@@ -60,6 +60,10 @@ class Decision:
     refusal: Optional[str] = None
 
 
+# model_types whose verl_lite Megatron bridge builds the vision tower (engine/megatron/bridges/qwen3_vl.py)
+VISION_BRIDGED = ("qwen3_vl", "qwen3_vl_moe")
+
+
 def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not: str) -> Decision:
     if setting is False:
         return Decision(False, "padded (use_remove_padding=False)")
@@ -88,12 +92,17 @@ def decide_torch(setting: Any, problem: Optional[str], gdn: bool = False) -> Dec
 
 
 def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
-                    external: bool = False, te_installed: Optional[bool] = None) -> Decision:
+                    external: bool = False, te_installed: Optional[bool] = None, vision: bool = False) -> Decision:
     """The Megatron engines. `gdn_kernel`: "fla" | "ascend" | "torch" for a model with GDN layers, None
     for an attention-only model. `external`: the model is built by Megatron-Bridge / mbridge.
     `te_installed`: whether Transformer Engine imports (cuda with verl_lite's own layer specs); None =
-    not known here (the preflight): assumed, and the engine decides on the node."""
+    not known here (the preflight): assumed, and the engine decides on the node. `vision`: a
+    vision-language model through verl_lite's own bridge (padded only)."""
     setting = tri_state(setting)
+    if vision and not external:
+        return _finish(setting, False, False, "", "a vision-language model on verl_lite's Megatron bridge takes padded "
+                       "micro-batches only (image embeddings and 3-D rotary positions are placed in the padded "
+                       "layout); set use_remove_padding=False or leave it null")
     if device == "cpu":
         if external:
             return _finish(setting, False, False, "", "a Megatron-Bridge / mbridge model on cpu has no packed "
@@ -145,4 +154,5 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
     kernel = None
     if gdn:
         kernel = bridge_choice.gdn_kernel(device, overrides, bridge_choice.installed_here()["fla"])
-    return decide_megatron(setting, device, kernel, overrides, external=external)
+    vision = shape is not None and bool(shape.hf.get("vision_config")) and shape.hf.get("model_type") in VISION_BRIDGED
+    return decide_megatron(setting, device, kernel, overrides, external=external, vision=vision)

@@ -11,6 +11,8 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.config import roles
 from verl_lite.decisions import bridge_choice
+from verl_lite.decisions.layout import deepstack_stage_problem
+from verl_lite.decisions.packing_mode import VISION_BRIDGED
 from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.models import read_hf_config, resolve_model_dir
@@ -50,10 +52,30 @@ def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool
             if k in overrides
         ]
     try:
-        choose_role_bridge(cfg, role, device, view.hf, installed, registered, nodes_elsewhere)
+        choice = choose_role_bridge(cfg, role, device, view.hf, installed, registered, nodes_elsewhere)
     except bridge_choice.BridgeRefusal as e:
         problems.append(f"{role}: {e}")
+        return problems
+    tower = vision_tower(view.hf) if choice.kind == bridge_choice.VERL_LITE else None
+    if tower is not None:
+        megatron = view.section.megatron
+        text = view.hf.get("text_config") or {}
+        problem = deepstack_stage_problem(
+            tower["deepstack"], int(text.get("num_hidden_layers") or 0), int(megatron.pipeline_model_parallel_size),
+            megatron.virtual_pipeline_model_parallel_size,
+            bridge_choice.overrides_of(megatron).get("num_layers_in_first_pipeline_stage"), f"{view.prefix}.megatron")
+        if problem:
+            problems.append(f"{role}: {problem}")
     return problems
+
+
+def vision_tower(hf: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The vision tower verl_lite's Megatron bridge builds for this config.json (None: none), as the
+    summary and the DeepStack rule read it."""
+    if not hf or not hf.get("vision_config") or hf.get("model_type") not in VISION_BRIDGED:
+        return None
+    vision = hf["vision_config"]
+    return {"depth": vision.get("depth"), "deepstack": len(vision.get("deepstack_visual_indexes") or [])}
 
 
 def replicates_kv(cfg: Any, view: RoleView, installed: Dict[str, bool], registered: List[str],

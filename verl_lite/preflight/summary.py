@@ -17,7 +17,7 @@ from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.decisions import fsdp_settings
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
-from verl_lite.preflight.bridge import choose_role_bridge
+from verl_lite.preflight.bridge import choose_role_bridge, vision_tower
 from verl_lite.preflight.roles import RoleView, role_view, world_size
 from verl_lite.preflight.rollout import rollout_summary
 from verl_lite.runtime_env import describe_ray, get_runtime_env, needs_max_connections, query_gpu_capability, uses_megatron
@@ -116,6 +116,11 @@ def _bridge_lines(cfg: Any, view: RoleView) -> List[str]:
                      (("megatron.bridge", "Megatron-Bridge"), ("mbridge", "mbridge"),
                       ("mindspeed_bridge", "MindSpeed-Bridge"), ("fla", "fla")))
     lines = [f"  bridge      : {choice.describe()} (installed here: {here})"]
+    tower = vision_tower(hf) if choice.kind == bridge_choice.VERL_LITE else None
+    if tower is not None:
+        deep = tower["deepstack"]
+        lines.append(f"  vision tower: {tower['depth']} blocks, replicated on every TP rank (not tensor-parallel), on the "
+                     f"first pipeline stage{f' with the DeepStack layers 0..{deep - 1}' if deep else ''}")
     overrides = bridge_choice.overrides_of(view.section.megatron)
     if choice.kind == bridge_choice.VERL_LITE and bridge_choice.mindspeed_bridge_requested(device, overrides):
         lines.append(f"{'':16}(use_ascend_gdn=True on npu: where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge "

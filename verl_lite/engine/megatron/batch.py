@@ -175,6 +175,9 @@ def run_schedule(model: List[Any], prepared: List[Dict[str, Any]], postprocess: 
 
     def forward_step(data_iterator, chunk):
         item = next(data_iterator)
+        target = getattr(chunk, "module", chunk)  # DDP-wrapped when it trains
+        if hasattr(target, "visual_inputs"):  # a vision-language chunk: this micro-batch's images (or None)
+            target.visual_inputs = item.get("visual")
         if item.get("packed_seq_params") is not None:
             output = chunk(item["input_ids"], item["position_ids"], None, packed_seq_params=item["packed_seq_params"])
         else:

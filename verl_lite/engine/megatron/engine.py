@@ -50,7 +50,7 @@ from verl_lite.engine.megatron import memory as megatron_memory
 from verl_lite.engine.megatron import model as megatron_model
 from verl_lite.engine.megatron import optim as megatron_optim
 from verl_lite.engine.megatron import parallel
-from verl_lite.engine.megatron.bridges import Layout, ModelBridge
+from verl_lite.engine.megatron.bridges import Layout, ModelBridge, UnsupportedModelError
 from verl_lite.engine.megatron.bridges import select as bridge_select
 from verl_lite.models import resolve_model_dir
 
@@ -155,6 +155,11 @@ class MegatronLMEngine(BaseEngine):
             self._set_up_chunks(chunks)
             return
         self.bridge = selection.bridge
+        if self.bridge.has_vision and self.model_type == "value_model":
+            raise UnsupportedModelError(
+                f"{self.role}: a critic on the vision-language model {type(self.bridge).__name__} is not supported by "
+                f"verl_lite's Megatron engines yet (use critic.strategy=fsdp, or an estimator without a critic: "
+                f"algorithm.adv_estimator=grpo)")
         self.tf_config = megatron_model.transformer_config(
             self.bridge, self.parallel_sizes(), self.dtype, self.transformer_overrides(),
             self.megatron_config.sequence_parallel, self.compute_device, self.role, device=self.device,
@@ -195,7 +200,8 @@ class MegatronLMEngine(BaseEngine):
             te = megatron_model.transformer_engine_attention() is not None
         decision = packing_mode.decide_megatron(
             self.model_config.use_remove_padding, self.device, gdn_kernel, self.transformer_overrides(),
-            external=self.external is not None, te_installed=te)
+            external=self.external is not None, te_installed=te,
+            vision=self.bridge is not None and self.bridge.has_vision)
         if decision.refusal:
             raise ValueError(f"{self.role}: model.use_remove_padding=True cannot run here: {decision.refusal}")
         self.remove_padding = decision.packed
@@ -237,7 +243,8 @@ class MegatronLMEngine(BaseEngine):
     def _hf_model_class(self) -> Any:
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM
+        own = getattr(self.bridge, "hf_model_class", None)  # a vision-language bridge names its class
+        return own() if callable(own) else AutoModelForCausalLM
 
     def _hf_source(self) -> megatron_hf.HFSource:
         """The HF tensors to start from: the checkpoint's safetensors, else a seeded random init."""
@@ -303,6 +310,13 @@ class MegatronLMEngine(BaseEngine):
             multiple = mpu.get_tensor_model_parallel_world_size() if getattr(self.tf_config, "sequence_parallel", False) else 1
             prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), 0, pad_id, multiple=multiple)
                         for mb in micro_batches]
+            if self.bridge is not None and self.bridge.has_vision:
+                for chunk in self.model:  # nothing of an earlier (failed) run stays queued
+                    store = getattr(megatron_model.unwrap(chunk), "deepstack", None)
+                    if store is not None:
+                        store.reset()
+                for item, mb in zip(prepared, micro_batches):
+                    item["visual"] = self.bridge.visual_inputs(mb, self._torch_device())
         return megatron_batch.run_schedule(self.model, prepared, self._postprocess, loss_fn, forward_only,
                                            calculate_entropy, variable_shapes=variable)
 

@@ -51,7 +51,9 @@ def random_hf_state(model_class: Any, hf_config: Any, seed: int) -> HFSource:
     """Weights of an HF model built from the config with `seed` (the same on every rank)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        hf_model = model_class.from_config(hf_config, dtype=torch.float32)
+        # an Auto class (from_config) or a model class (_from_config: a vision-language bridge names it)
+        build = getattr(model_class, "from_config", None) or model_class._from_config
+        hf_model = build(hf_config, dtype=torch.float32)
     state = {k: v.detach() for k, v in hf_model.state_dict().items()}
     del hf_model
     return state.__getitem__

@@ -149,6 +149,7 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
                 vp_stage=vp_stage,
                 **bridge.gpt_model_kwargs(),
             )
+            bridge.finish_chunk(module, tf_config)
         if module.post_process:
             attach_head(module)
         if module.pre_process:

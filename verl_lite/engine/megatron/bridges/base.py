@@ -169,6 +169,16 @@ class ModelBridge(abc.ABC):
         `vp_stage`: the layer spec, or a block spec (one spec per layer of the chunk)."""
         return self.layer_spec()
 
+    has_vision = False  # the model takes images (a vision tower on the first pipeline stage)
+
+    def finish_chunk(self, module: Any, tf_config: Any) -> None:
+        """Called on each GPTModel chunk right after it is built, before its weights load (a
+        vision-language bridge adds its vision tower and rotary layout here)."""
+
+    def visual_inputs(self, micro_batch: Dict[str, Any], device: torch.device) -> Optional[Dict[str, torch.Tensor]]:
+        """A micro-batch's image inputs for the vision tower (None: a text model, or no images)."""
+        return None
+
     @abc.abstractmethod
     def gpt_model_kwargs(self) -> Dict[str, Any]:
         """GPTModel arguments of the architecture (position embeddings, rotary base, length)."""
