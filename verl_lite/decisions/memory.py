@@ -147,10 +147,9 @@ def total_params(d: ModelDims) -> int:
     return int(body + d.hidden + d.vocab * d.hidden * (1 if d.tied else 2))
 
 
-def padded_vocab(vocab: int, tp: int, multiple: int = 128) -> int:
-    """Megatron's padded vocabulary: a multiple of 128 * TP (make_vocab_size_divisible_by)."""
-    step = multiple * tp
-    return int(math.ceil(vocab / step) * step)
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary as verl_lite's Megatron bridges pad it: a multiple of TP (split evenly)."""
+    return -(-vocab // tp) * tp
 
 
 @dataclass(frozen=True)
@@ -177,29 +176,26 @@ class Layout:
         return max(1, self.world // (self.ep * self.etp * self.pp))
 
 
-def rank_params(d: ModelDims, lay: Layout) -> Tuple[float, float]:
-    """(dense, expert) parameters on the most loaded rank: Megatron: the first or last pipeline stage with
-    its share of layers and an embedding or LM head (both with PP=1), dense split over TP, experts over
-    EP*ETP, norms and routers replicated; fsdp: every parameter / the shard group."""
-    layers = [layer_params(d, i) for i in range(d.layers)]
-    if lay.strategy != "megatron":
-        total = total_params(d)
-        return total / lay.fsdp_shard, 0.0
-    vocab = padded_vocab(d.vocab, lay.tp) * d.hidden / lay.tp
+def stage_params(d: ModelDims, lay: Layout, stage: int) -> Tuple[float, float]:
+    """(dense, expert) parameters on a rank of pipeline stage `stage` (Megatron): its share of the layers,
+    the embedding on the first stage, the final norm and the LM head on the last (tied with PP=1: one
+    matrix); dense weights split over TP, norms and routers replicated, experts split over EP*ETP."""
     per_stage = math.ceil(d.layers / lay.pp)
-    stages = [sum(layers[s:s + per_stage], Params()) for s in range(0, d.layers, per_stage)]
-    best = (0.0, 0.0)
-    for k, stage in enumerate(stages):
-        extra = 0.0
-        if k == 0:
-            extra += vocab
-        if k == len(stages) - 1:
-            extra += d.hidden + (vocab if not (d.tied and len(stages) == 1) else 0)
-        dense = stage.tp / lay.tp + stage.replicated + extra
-        expert = stage.expert / (lay.ep * lay.etp)
-        if dense + expert > sum(best):
-            best = (dense, expert)
-    return best
+    first, last = stage == 0, stage == math.ceil(d.layers / per_stage) - 1
+    block = sum((layer_params(d, i) for i in range(stage * per_stage, min(d.layers, (stage + 1) * per_stage))),
+                Params())
+    vocab = padded_vocab(d.vocab, lay.tp) * d.hidden / lay.tp
+    extra = (vocab if first else 0.0) + ((d.hidden + (0.0 if (d.tied and first) else vocab)) if last else 0.0)
+    return block.tp / lay.tp + block.replicated + extra, block.expert / (lay.ep * lay.etp)
+
+
+def rank_params(d: ModelDims, lay: Layout) -> Tuple[float, float]:
+    """(dense, expert) parameters on the most loaded rank: Megatron's largest pipeline stage
+    (`stage_params`); fsdp: every parameter / the shard group."""
+    if lay.strategy != "megatron":
+        return total_params(d) / lay.fsdp_shard, 0.0
+    stages = [stage_params(d, lay, k) for k in range(math.ceil(d.layers / math.ceil(d.layers / lay.pp)))]
+    return max(stages, key=sum)
 
 
 # ------------------------------------------------------------------------------ model state
@@ -277,6 +273,7 @@ class Pass:
     gdn_kernel: str = "chunked"  # chunked (fla, the Ascend kernel) | torch (the pure-torch rule)
     entropy: bool = False
     fused_logits: bool = False  # chunked log-probs: no full logits
+    fused_norms: bool = True  # False: torch's RMSNorm and rotary embedding (HF, Megatron's local spec), which keep more
     logits_chunk: int = 0  # entropy_from_logits_with_chunking: tokens per chunk of the fp32 temporaries
 
 
@@ -307,6 +304,12 @@ def layer_activation_elems(d: ModelDims, i: int, p: Pass, lay: Layout) -> float:
             # eager/math attention keeps the scores and their softmax: heads x the row's length per token
             e += 2 * d.heads * p.seq_len / t
     e += 2 * h / s  # the MLP's input and norm output
+    if not p.fused_norms:
+        # torch's RMSNorm keeps its fp32 normalised input besides its output (x, x * rsqrt, weight * ...), for
+        # both norms; q/k norms and the rotary embedding keep q and k twice more
+        e += 2 * h / s
+        if d.kinds[i] == "attention":
+            e += (3 * (d.heads + d.kv_heads) * d.head_dim / t) if d.qk_norm else 0
     if d.moe[i]:
         k = d.topk
         e += 2 * d.experts / s  # router logits and probabilities

@@ -77,7 +77,7 @@ def _resident(d: m.ModelDims, r: RolePlan) -> Dict[str, float]:
 
 def _gathered(d: m.ModelDims, r: RolePlan) -> float:
     """fsdp: the unsharded layers (and the separately wrapped LM head) a forward holds at once."""
-    if r.layout.strategy == "megatron" or r.layout.fsdp_shard <= 1 or not r.gathered_layers:
+    if r.layout.strategy == "megatron" or (r.layout.fsdp_shard <= 1 and not r.host_state) or not r.gathered_layers:
         return 0.0
     largest = max(m.layer_params(d, i).total for i in range(d.layers))
     head = d.vocab * d.hidden
@@ -134,16 +134,18 @@ def phases(d: m.ModelDims, plan: StepPlan) -> List[m.Phase]:
         base = dict(others(r.role))
         base.update(asleep)
         fwd = dict(base)
-        fwd[f"{r.role} weights"] = s.weights
+        if not r.host_state:  # under FSDP's CPUOffloadPolicy only the gathered layers come to the device
+            fwd[f"{r.role} weights"] = s.weights
         fwd.update(_activations(d, r, r.forward))
         out.append(m.Phase(f"{r.role} {'values' if r.role == 'critic' else 'log-prob'}", fwd))
         if not r.trains or r.update is None:
             continue
         upd = dict(base)
-        upd[f"{r.role} weights"] = s.weights
-        upd[f"{r.role} grads"] = s.grads
-        if not r.optimizer_offload and not r.host_state:
-            upd[f"{r.role} optimizer"] = s.optimizer
+        if not r.host_state:
+            upd[f"{r.role} weights"] = s.weights
+            upd[f"{r.role} grads"] = s.grads
+            if not r.optimizer_offload:
+                upd[f"{r.role} optimizer"] = s.optimizer
         upd.update(_activations(d, r, r.update))
         out.append(m.Phase(f"{r.role} update", upd))
         if not r.host_state:

@@ -274,6 +274,19 @@ def fixes(cfg: Any, pred: Prediction) -> List[str]:
             new = m.peak(ms.phases(d, plan)).total
             if new <= limit:
                 out.append(f"{what}: {m.gib(new):.1f} GiB")
+    # every role's offload at once (verl's ALL_OFFLOAD)
+    plan = pred.plan
+    names = []
+    for r in pred.plan.roles:
+        prefix = roles.SECTION[r.role] + (".megatron" if r.layout.strategy == "megatron" else ".fsdp_config")
+        keys = ["param_offload"] + (["grad_offload"] if r.trains and r.layout.strategy == "megatron" else []) + \
+            (["optimizer_offload"] if r.trains else [])
+        names += [f"{prefix}.{k}=True" for k in keys if not getattr(r, k)]
+        plan = ms.with_role(plan, r.role, param_offload=True, grad_offload=True, optimizer_offload=r.trains)
+    if len(names) > 1:
+        new = m.peak(ms.phases(d, plan)).total
+        if new <= limit:
+            out.append(f"{', '.join(names)}: {m.gib(new):.1f} GiB")
     ro = pred.plan.rollout
     if ro.name == "vllm":
         for share in (round(ro.share - 0.1, 2), round(ro.share - 0.2, 2)):
