@@ -179,6 +179,37 @@ def test_verls_qwen3_5_runs_are_predicted_to_fit_the_hardware_their_headers_name
     assert not pm.memory_problems(cfg, device)
 
 
+def _qwen3_moe_shapes():
+    with open(HERE / "data" / "qwen3_moe_shapes.json", encoding="utf-8") as f:
+        return json.load(f)["shapes"]
+
+
+# verl's Qwen3 MoE Megatron runs (the headers say "NVIDIA GPUs": verl's usual 80 GB) and their model
+QWEN3_MOE_RUNS = {
+    "grpo_trainer/run_qwen3_30b_a3b_megatron": ("H100-80GB", "Qwen3-30B-A3B"),
+    "grpo_trainer/run_qwen3_30b_a3b_megatron@npu": ("910B", "Qwen3-30B-A3B"),
+    "grpo_trainer/run_qwen3_235b_a22b_megatron": ("H100-80GB", "Qwen3-235B-A22B"),
+    "grpo_trainer/run_qwen3_235b_a22b_megatron@npu": ("910C", "Qwen3-235B-A22B"),
+}
+
+
+def test_the_qwen3_moe_shapes_have_their_model_cards_parameter_counts():
+    counts = {name: m.total_params(m.model_dims(hf)) / 1e9 for name, hf in _qwen3_moe_shapes().items()}
+    print(counts)
+    assert round(counts["Qwen3-30B-A3B"], 1) == 30.5 and round(counts["Qwen3-235B-A22B"]) == 235
+
+
+@pytest.mark.parametrize("name", sorted(QWEN3_MOE_RUNS))
+def test_verls_qwen3_moe_runs_are_predicted_to_fit(name, write_model):
+    device_name, shape = QWEN3_MOE_RUNS[name]
+    path = write_model(_qwen3_moe_shapes()[shape], name=shape)
+    cfg, device = _verl_run(name, f"actor_rollout_ref.model.path={path}", f"trainer.device_name={device_name}")
+    pred = pm.predict(cfg, device)
+    print(f"{name} on {device_name}: peak {pred.peak.name} {m.gib(pred.peak.total):.1f} of "
+          f"{pred.capacity.usable_gib:.1f} GiB")
+    assert m.gib(pred.peak.total) <= pred.capacity.usable_gib and not pm.memory_problems(cfg, device)
+
+
 NO_OFFLOAD = ["actor_rollout_ref.actor.megatron.param_offload=False", "actor_rollout_ref.actor.megatron.grad_offload=False",
               "actor_rollout_ref.actor.megatron.optimizer_offload=False",
               "actor_rollout_ref.ref.megatron.param_offload=False",

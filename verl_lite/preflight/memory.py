@@ -247,7 +247,8 @@ def fixes(cfg: Any, pred: Prediction) -> List[str]:
                 cands.append((f"{prefix}.{key}=True", ms.with_role(pred.plan, r.role, **{field_name: True}, **extra)))
         lay = r.layout
         if lay.strategy == "megatron":
-            if world % (lay.tp * 2 * lay.pp * lay.cp) == 0 and d.heads % (lay.tp * 2) == 0:
+            splits = [d.heads, d.kv_heads] + ([d.gdn_key_heads, d.gdn_value_heads] if "gdn" in d.kinds else [])
+            if world % (lay.tp * 2 * lay.pp * lay.cp) == 0 and all(n % (lay.tp * 2) == 0 for n in splits):
                 cands.append((f"{prefix}.tensor_model_parallel_size={lay.tp * 2}",
                               ms.with_role(pred.plan, r.role, layout=replace(lay, tp=lay.tp * 2))))
             if d.experts and d.experts % (lay.ep * 2) == 0 and world % (lay.ep * 2 * lay.etp * lay.pp) == 0:
