@@ -142,6 +142,8 @@ def test_a_forward_without_backward_keeps_one_layer_and_recompute_keeps_layer_in
     assert forward < recomputed < full / 5
     no_sp = m.activation_bytes(d, lay, m.Pass(tokens=4096, sequences=1, sequence_parallel=False))
     assert no_sp > full
+    padded = m.activation_bytes(d, lay, m.Pass(tokens=4096, sequences=1, moe_load=1.5))  # capacity factor 1.5
+    assert full < padded < 1.5 * full
 
 
 # ------------------------------------------------------------------------------ verl's runs
@@ -336,3 +338,26 @@ def test_the_check_prints_the_memory_table_for_every_phase(run_module):
     phases = [line.split()[0] for line in lines[start + 1:start + 7]]
     assert phases == ["rollout", "weight", "actor", "actor", "actor", "ref"]
     assert sum("<- peak" in line for line in lines) == 1
+
+
+def test_the_memory_settings_on_a_cpu_run_get_a_no_effect_warning_and_no_table():
+    cfg, problems = compose_config(["trainer.device=cpu", "trainer.device_name=H200", "trainer.memory_check=warn"])
+    assert problems == []
+    warnings = [w for w in collect_warnings(cfg) if "memory prediction" in w]
+    assert warnings == ["trainer.device_name=H200, trainer.memory_check=warn: no effect on cpu (the memory prediction "
+                        "is for cuda and npu devices; docs/memory.md)"]
+    assert pm.summary_lines(cfg, "cpu") == ["memory        : not predicted on cpu (host memory)"]
+    cfg, problems = compose_config(["trainer.device_name=H300"])
+    assert problems and "trainer.device_name" in problems[0] and "H200" in problems[0]
+
+
+def test_the_device_is_detected_from_nvidia_smi_where_the_workers_run(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 143771'\necho 'NVIDIA H200, 143771'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert pm.detect("cuda") == ("NVIDIA H200", 143771 / 1024)
+    cfg, device = _verl_run("grpo_trainer/run_qwen3_5_35b_megatron")
+    cap = pm.capacity(cfg, device, for_training=True)
+    assert cap.known and cap.usable_gib == pytest.approx(143771 / 1024 - 1.0) and "detected NVIDIA H200" in cap.source
+    assert not pm.capacity(cfg, device, for_training=False).known  # a laptop checking a cluster's run assumes

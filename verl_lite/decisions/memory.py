@@ -273,6 +273,7 @@ class Pass:
     gdn_kernel: str = "chunked"  # chunked (fla, the Ascend kernel) | torch (the pure-torch rule)
     entropy: bool = False
     fused_logits: bool = False  # chunked log-probs: no full logits
+    moe_load: float = 1.0  # tokens an expert rank holds over its average share (the capacity factor when padded to it)
     fused_norms: bool = True  # False: torch's RMSNorm and rotary embedding (HF, Megatron's local spec), which keep more
     logits_chunk: int = 0  # entropy_from_logits_with_chunking: tokens per chunk of the fp32 temporaries
 
@@ -313,7 +314,7 @@ def layer_activation_elems(d: ModelDims, i: int, p: Pass, lay: Layout) -> float:
     if d.moe[i]:
         k = d.topk
         e += 2 * d.experts / s  # router logits and probabilities
-        e += k * (2 * h + 4 * d.expert_ffn / lay.etp)  # permuted in/out, fc1 out (gate, up), act out
+        e += p.moe_load * k * (2 * h + 4 * d.expert_ffn / lay.etp)  # permuted in/out, fc1 out (gate, up), act out
         if d.shared_ffn:
             e += 4 * d.shared_ffn / t
     else:

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Tuple
 
+from verl_lite import device as devices
 from verl_lite.config import roles
 from verl_lite.config.devices import ASSUMED, DEVICE_MEMORY, RESERVE_GIB, match_device
 from verl_lite.decisions import fsdp_settings, packing_mode
@@ -117,9 +118,11 @@ def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: m.Layout) ->
     tokens, seqs = _micro(cfg, view, update)
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
     act = 4 if device == "cpu" else 2
-    sp, recompute, method, layers = False, "none", "uniform", 0
+    sp, recompute, method, layers, load = False, "none", "uniform", 0, 1.0
     if view.megatron:
         o = override_config(cfg, view.role)
+        if o.get("moe_expert_capacity_factor") and switch(o.get("moe_pad_expert_input_to_capacity", False)):
+            load = float(o["moe_expert_capacity_factor"])  # every expert padded to its capacity
         sp = bool(view.section.megatron.sequence_parallel)
         recompute = str(o.get("recompute_granularity") or "none")
         method = str(o.get("recompute_method") or "uniform")
@@ -142,7 +145,7 @@ def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: m.Layout) ->
                   recompute=recompute if update else "none", recompute_layers=layers, recompute_method=method,
                   microbatches=micro_per_step, flash_attention=device != "cpu", seq_len=longest,
                   gdn_kernel="torch" if device == "cpu" else "chunked", entropy=entropy, fused_logits=fused,
-                  logits_chunk=chunk)
+                  logits_chunk=chunk, moe_load=load)
 
 
 def _role_plan(cfg: Any, view: RoleView, device: str, world: int) -> ms.RolePlan:
@@ -334,7 +337,14 @@ def memory_problems(cfg: Any, device: str, for_training: bool = False) -> List[s
 
 
 def memory_warnings(cfg: Any, device: str) -> List[str]:
-    pred = predict(cfg, device)
+    t = cfg.trainer
+    if device == "cpu":  # host memory: no prediction, so these settings do nothing here
+        set_keys = [f"trainer.{k}={getattr(t, k)}" for k, default in
+                    (("device_name", None), ("device_memory_gib", None), ("memory_check", "refuse"))
+                    if getattr(t, k) != default]
+        return [f"{', '.join(set_keys)}: no effect on cpu (the memory prediction is for cuda and npu devices; "
+                "docs/memory.md)"] if set_keys else []
+    pred = predict(cfg, device, for_training=devices.device_available(device))  # detected where the devices are
     if pred is None:
         return []
     peak, cap = pred.peak, pred.capacity
