@@ -361,3 +361,12 @@ def test_the_device_is_detected_from_nvidia_smi_where_the_workers_run(tmp_path, 
     cap = pm.capacity(cfg, device, for_training=True)
     assert cap.known and cap.usable_gib == pytest.approx(143771 / 1024 - 1.0) and "detected NVIDIA H200" in cap.source
     assert not pm.capacity(cfg, device, for_training=False).known  # a laptop checking a cluster's run assumes
+
+
+def test_a_value_model_holds_a_one_wide_head_instead_of_the_lm_head():
+    d = m.model_dims(_hf("Qwen3.5-35B-A3B"))
+    lay = m.Layout("megatron", 8, tp=2, ep=8)
+    lm, value = m.stage_params(d, lay, 0), m.stage_params(d, lay, 0, lm_head=False)
+    assert lm[0] - value[0] == m.padded_vocab(d.vocab, 2) * d.hidden / 2 - d.hidden and lm[1] == value[1]
+    fsdp = m.Layout("fsdp", 2, fsdp_shard=2)
+    assert m.rank_params(d, fsdp)[0] - m.rank_params(d, fsdp, lm_head=False)[0] == (d.vocab * d.hidden - d.hidden) / 2

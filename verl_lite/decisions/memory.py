@@ -176,25 +176,28 @@ class Layout:
         return max(1, self.world // (self.ep * self.etp * self.pp))
 
 
-def stage_params(d: ModelDims, lay: Layout, stage: int) -> Tuple[float, float]:
+def stage_params(d: ModelDims, lay: Layout, stage: int, lm_head: bool = True) -> Tuple[float, float]:
     """(dense, expert) parameters on a rank of pipeline stage `stage` (Megatron): its share of the layers,
     the embedding on the first stage, the final norm and the LM head on the last (tied with PP=1: one
-    matrix); dense weights split over TP, norms and routers replicated, experts split over EP*ETP."""
+    matrix; a value model's 1-wide head instead); dense weights split over TP, norms and routers replicated,
+    experts split over EP*ETP."""
     per_stage = math.ceil(d.layers / lay.pp)
     first, last = stage == 0, stage == math.ceil(d.layers / per_stage) - 1
     block = sum((layer_params(d, i) for i in range(stage * per_stage, min(d.layers, (stage + 1) * per_stage))),
                 Params())
     vocab = padded_vocab(d.vocab, lay.tp) * d.hidden / lay.tp
-    extra = (vocab if first else 0.0) + ((d.hidden + (0.0 if (d.tied and first) else vocab)) if last else 0.0)
+    head = (0.0 if (d.tied and first) else vocab) if lm_head else d.hidden
+    extra = (vocab if first else 0.0) + ((d.hidden + head) if last else 0.0)
     return block.tp / lay.tp + block.replicated + extra, block.expert / (lay.ep * lay.etp)
 
 
-def rank_params(d: ModelDims, lay: Layout) -> Tuple[float, float]:
+def rank_params(d: ModelDims, lay: Layout, lm_head: bool = True) -> Tuple[float, float]:
     """(dense, expert) parameters on the most loaded rank: Megatron's largest pipeline stage
     (`stage_params`); fsdp: every parameter / the shard group."""
     if lay.strategy != "megatron":
-        return total_params(d) / lay.fsdp_shard, 0.0
-    stages = [stage_params(d, lay, k) for k in range(math.ceil(d.layers / math.ceil(d.layers / lay.pp)))]
+        head = 0.0 if lm_head else (d.hidden - (0 if d.tied else d.vocab * d.hidden))
+        return (total_params(d) + head) / lay.fsdp_shard, 0.0
+    stages = [stage_params(d, lay, k, lm_head) for k in range(math.ceil(d.layers / math.ceil(d.layers / lay.pp)))]
     return max(stages, key=sum)
 
 
@@ -235,11 +238,12 @@ class State:
     optimizer: float
 
 
-def state_bytes(d: ModelDims, lay: Layout, prec: Precision, distributed_optimizer: bool, trains: bool = True) -> State:
+def state_bytes(d: ModelDims, lay: Layout, prec: Precision, distributed_optimizer: bool, trains: bool = True,
+                lm_head: bool = True) -> State:
     """Weights, gradients and optimizer state on the most loaded rank. The distributed optimizer (and
     FSDP, whose gradients and state follow its shards) splits the fp32 state over the data-parallel
     ranks: DP*CP for dense parameters, the expert data-parallel size for experts."""
-    dense, expert = rank_params(d, lay)
+    dense, expert = rank_params(d, lay, lm_head)
     weights = (dense + expert) * prec.weight
     if not trains:
         return State(weights, 0.0, 0.0)

@@ -56,7 +56,7 @@ class StepPlan:
 
 
 def _state(d: m.ModelDims, r: RolePlan) -> m.State:
-    s = m.state_bytes(d, r.layout, r.precision, r.distributed_optimizer, trains=r.trains)
+    s = m.state_bytes(d, r.layout, r.precision, r.distributed_optimizer, trains=r.trains, lm_head=r.lm_head)
     return m.State(s.weights, s.grads, s.optimizer * (1 - r.optimizer_host_share))
 
 
