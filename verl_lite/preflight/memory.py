@@ -88,34 +88,37 @@ def _layout(view: RoleView, world: int) -> m.Layout:
     return m.Layout("fsdp", world, fsdp_shard=shard, sp=lay.sp)
 
 
-def _micro(cfg: Any, view: RoleView, update: bool) -> Tuple[int, int]:
-    """(tokens, sequences) of the role's largest micro-batch in its update or its forward pass."""
+# the micro-batch of a pass whose settings are all null (trainer/workers.py: FALLBACK_MICRO_BATCH)
+FALLBACK_MICRO = 64
+
+
+def _micro(cfg: Any, view: RoleView, update: bool, dp: int) -> Tuple[int, int]:
+    """(tokens, sequences) of the role's largest micro-batch in its update or its forward pass, read in
+    the order the workers read them (trainer/workers.py), at most the rank's share of the step's rows."""
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
     arr = cfg.actor_rollout_ref
-    sec = view.section
     if view.role == "critic":
-        dynamic, budget = sec.use_dynamic_bsz, sec.ppo_max_token_len_per_gpu
-        micro = sec.ppo_micro_batch_size_per_gpu if update else (sec.forward_micro_batch_size_per_gpu
-                                                                 if hasattr(sec, "forward_micro_batch_size_per_gpu")
-                                                                 else None) or sec.ppo_micro_batch_size_per_gpu
-        if not update and hasattr(sec, "forward_max_token_len_per_gpu"):
-            budget = sec.forward_max_token_len_per_gpu or budget
+        c = cfg.critic
+        dynamic, budget, settings = c.use_dynamic_bsz, c.ppo_max_token_len_per_gpu, [c.ppo_micro_batch_size_per_gpu]
     elif update:
-        dynamic, budget, micro = arr.actor.use_dynamic_bsz, arr.actor.ppo_max_token_len_per_gpu, \
-            arr.actor.ppo_micro_batch_size_per_gpu
+        a = arr.actor
+        dynamic, budget = a.use_dynamic_bsz, a.ppo_max_token_len_per_gpu
+        settings = [a.ppo_micro_batch_size_per_gpu, a.ppo_micro_batch_size]
     else:
         src = arr.ref if view.role == "ref" else arr.rollout
         dynamic, budget = src.log_prob_use_dynamic_bsz, src.log_prob_max_token_len_per_gpu
-        micro = src.log_prob_micro_batch_size_per_gpu or arr.actor.ppo_micro_batch_size_per_gpu or 64
+        own = [arr.ref.log_prob_micro_batch_size_per_gpu] if view.role == "ref" else []
+        settings = own + [arr.rollout.log_prob_micro_batch_size_per_gpu, arr.actor.ppo_micro_batch_size_per_gpu]
     if dynamic:
         budget = max(int(budget), longest)
         return budget, max(1, budget // longest)
-    micro = int(micro or 1)
+    rows = int(cfg.data.train_batch_size) * int(arr.rollout.n) // max(1, dp)
+    micro = min(int(next((s for s in settings if s), FALLBACK_MICRO)), max(1, rows))
     return micro * longest, micro
 
 
 def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: m.Layout) -> m.Pass:
-    tokens, seqs = _micro(cfg, view, update)
+    tokens, seqs = _micro(cfg, view, update, lay.dp)
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
     act = 4 if device == "cpu" else 2
     sp, recompute, method, layers, load = False, "none", "uniform", 0, 1.0
