@@ -52,6 +52,7 @@ NPU_35B = (
         "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=5",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=8",
         "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",  # the published script's (64 rows: ~45 GiB of logits)
         f"+{OTC}.use_triton_gdn=False",
         f"+{OTC}.use_ascend_gdn=True",
         f"++{OTC}.attention_backend=flash",

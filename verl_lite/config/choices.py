@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from verl_lite.config.devices import DEVICE_MEMORY
+
 STRATEGIES = ("fsdp", "megatron")
 ROLLOUT_NAMES = ("hf", "vllm")
 # actor_rollout_ref.rollout.mode: verl's only mode (async, its servers) and verl_lite's earlier name
@@ -24,6 +26,9 @@ LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root", "WSD")
 WD_INCR_STYLES = ("constant", "linear", "cosine")
 WSD_DECAY_STYLES = ("exponential", "linear", "cosine", "minus_sqrt")
 DEVICE_ALIASES = {"gpu": "cuda"}
+# trainer.device_name: the accelerators of config/devices.py's memory table; trainer.memory_check's modes
+DEVICE_NAMES = tuple(DEVICE_MEMORY)
+MEMORY_CHECKS = ("refuse", "warn", "off")
 LOSS_AGG_MODES = (
     "token-mean",
     "token-sum",
@@ -79,6 +84,8 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "actor_rollout_ref.ref.strategy": STRATEGIES + (None,),
     "critic.strategy": STRATEGIES + (None,),
     "trainer.device": DEVICES,
+    "trainer.device_name": DEVICE_NAMES + (None,),
+    "trainer.memory_check": MEMORY_CHECKS,
     "algorithm.adv_estimator": ADV_ESTIMATORS,
     "actor_rollout_ref.actor.policy_loss.loss_mode": POLICY_LOSS_MODES,
     "actor_rollout_ref.actor.loss_agg_mode": LOSS_AGG_MODES,

@@ -20,7 +20,7 @@ from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
 from verl_lite.decisions import bridge_choice
 from verl_lite.models import read_hf_config
-from verl_lite.preflight import bridge, data, layout, machine, reward_file, values, verl_settings
+from verl_lite.preflight import bridge, data, layout, machine, memory, reward_file, values, verl_settings
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.roles import role_views
 from verl_lite.preflight.rollout import rollout_engine_problems
@@ -108,6 +108,8 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
     problems += verl_settings.verl_problems(cfg)  # verl settings accepted by the schema but not acted on yet
     if cfg.async_training.enable:
         problems += fully_async_problems(cfg)
+    if not problems:  # the prediction reads a layout and batches the rules above accepted
+        problems += memory.memory_problems(cfg, device, for_training)
     if for_training:
         problems += _training_machine_problems(cfg, device, installed, registered,
                                                config_json.get(cfg.actor_rollout_ref.model.path))
@@ -177,6 +179,8 @@ def collect_warnings(cfg: Any) -> List[str]:
         device = devices.resolve_device(cfg.trainer.device)
     except devices.DeviceError:
         device = None  # collect_problems reports the device
+    if device is not None:
+        warnings += memory.memory_warnings(cfg, device)  # a peak near (or, on an assumed device, over) the limit
     if device in DEVICE_ENV:  # ray_init.runtime_env.env_vars that replace verl_lite's own variables
         warnings += runtime_env_overrides(cfg, device)
     return warnings

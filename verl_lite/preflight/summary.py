@@ -18,6 +18,7 @@ from verl_lite.decisions.switches import switch
 from verl_lite.decisions import fsdp_settings
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.preflight.bridge import choose_role_bridge, vision_tower
+from verl_lite.preflight.memory import summary_lines as memory_lines
 from verl_lite.preflight.roles import RoleView, role_view, world_size
 from verl_lite.preflight.rollout import rollout_summary
 from verl_lite.runtime_env import describe_ray, get_runtime_env, needs_max_connections, query_gpu_capability, uses_megatron
@@ -72,6 +73,7 @@ def summarize(cfg: Any) -> str:
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
     lines.append(rollout_summary(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path)))
+    lines += memory_lines(cfg, device)
     lines.append(f"ray           : {describe_ray(cfg, device)}")
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
     runtime_env = get_runtime_env(cfg, device, gpu_capability=capability)

@@ -310,6 +310,17 @@ class TrainerConfig:
     n_gpus_per_node: int = 1
     # Device to train on: auto probes npu, then cuda, else cpu; gpu (any case) is accepted as cuda.
     device: str = "auto"
+    # The accelerator model, for the check's memory prediction (docs/memory.md): one of the table in
+    # config/devices.py (H100-80GB, H200, H20, A100-80GB, A100-40GB, H800-80GB, 910B, 910B4, 910C).
+    # null = detected where the workers run (nvidia-smi / npu-smi, `check --training`), else assumed
+    # (H100-80GB on cuda, 910B on npu) with a warning instead of a refusal.
+    device_name: Optional[str] = None
+    # Memory per device in GiB that the run may use, for the memory prediction; null = the usable
+    # figure of device_name (or of the detected device). Wins over device_name.
+    device_memory_gib: Optional[float] = None
+    # What the check does when the predicted peak exceeds the device's memory: refuse (the run does not
+    # start), warn, or off (no prediction).
+    memory_check: str = "refuse"
     # Passes over train_files (steps per epoch = prompts // train_batch_size). As in verl, the run
     # ends after this many epochs even when total_training_steps asks for more.
     total_epochs: int = 30
