@@ -3,6 +3,8 @@
 
 Usage:
   python bench/ray_overhead.py                      # 3 rounds x (ray, inproc), 60 steps, 3-token responses
+  python bench/ray_overhead.py --probe              # the driver's and a Ray worker's thread/env settings
+  python bench/ray_overhead.py --modes ray,ray+env --ray-env RAY_enable_worker_prestart=0
   python bench/ray_overhead.py --response-length 16 --rounds 2 --steps 80
 
 Each run is `python -m verl_lite.main` with the main job's overrides (bench/trl_compare.py's: 16
@@ -128,8 +130,10 @@ def steps_done(path: Path) -> int:
 
 def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
     cmd = [sys.executable, "-m", "verl_lite.main"] + verl_lite_overrides(
-        data_dir, run_dir, args.response_length, args.steps, mode == "ray") + list(args.override)
+        data_dir, run_dir, args.response_length, args.steps, mode.startswith("ray")) + list(args.override)
     env = dict(os.environ)
+    if mode == "ray+env":
+        env.update(kv.split("=", 1) for kv in args.ray_env)
     env.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray_overhead_"))
     metrics = Path(run_dir) / "metrics.jsonl"
     os.makedirs(run_dir, exist_ok=True)
@@ -149,7 +153,8 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
     proc.wait()
     log.close()
     if proc.returncode != 0 or len(snaps) != 2:
-        raise RuntimeError(f"{mode} run failed (exit {proc.returncode}); see {run_dir}/run.log")
+        tail = open(Path(run_dir) / "run.log", encoding="utf-8", errors="replace").read()[-2000:]
+        raise RuntimeError(f"{mode} run failed (exit {proc.returncode}); the end of its log:\n{tail}")
     n = args.steps - args.warmup
     a, b = snaps
     rows = []
@@ -233,6 +238,7 @@ def main(argv: List[str]) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--modes", default="ray,inproc")
     p.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for both modes")
+    p.add_argument("--ray-env", nargs="*", default=[], help="NAME=VALUE for the `ray+env` mode (e.g. Ray settings)")
     p.add_argument("--json")
     p.add_argument("--probe", action="store_true", help="only print the driver's and a Ray worker's settings")
     args = p.parse_args(argv)
