@@ -189,8 +189,7 @@ def settings() -> Dict[str, Any]:
     torch.set_num_threads(1)  # as the workers' set-up does (verl_lite.trainer.workers._setup_process)
     out = {"pid": os.getpid(), "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
            "gc_threshold": gc.get_threshold(), "switch_interval": sys.getswitchinterval(), "nice": os.nice(0),
-           "affinity": sorted(os.sched_getaffinity(0)), "threads": len(os.listdir("/proc/self/task")),
-           "flush_denormal": torch.set_flush_denormal(False) and False}
+           "affinity": sorted(os.sched_getaffinity(0)), "threads": len(os.listdir("/proc/self/task"))}
     out.update({k: os.environ.get(k) for k in ENV_KEYS})
     maps = open("/proc/self/maps", encoding="utf-8").read()
     out["libs"] = sorted({os.path.basename(line.split()[-1]) for line in maps.splitlines() if "/" in line and any(

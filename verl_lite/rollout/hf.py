@@ -22,7 +22,6 @@ import logging
 from typing import Any, Dict, Iterable, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from verl_lite.batch import Batch, concat, split_by_size
 from verl_lite.config.schema import ModelConfig, RolloutConfig
