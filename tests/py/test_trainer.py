@@ -63,6 +63,8 @@ def test_grpo_steps_log_metrics_save_a_verified_checkpoint_and_plot(data_dir, tm
     for r in rows:  # 8 prompts x 8 samples, each prompt + response tokens, per second of step on 1 device
         assert r["perf/total_num_tokens"] > 64 * (1 + r["response_length/mean"]) - 1
         assert r["perf/throughput"] == pytest.approx(r["perf/total_num_tokens"] / r["timing_s/step"])
+        # the worker thread's CPU seconds in generation and in the update (with the weight sync)
+        assert r["perf/cpu_s/gen"] > 0 and r["perf/cpu_s/update_actor"] > 0
     assert "val/score" in rows[-1]
     assert verify(str(out / "global_step_3")) is None
     assert (out / "latest_checkpointed_iteration.txt").read_text() == "3"

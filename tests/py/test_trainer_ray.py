@@ -99,7 +99,8 @@ def test_generate_with_log_probs_scores_the_responses_as_compute_log_prob_does(d
     prompts = left_pad([[1, 5, 6, 7], [1, 8, 9]] * 4, tok.pad_token_id)
     sampling = {"temperature": 0.7, "top_k": -1, "top_p": 1.0, "do_sample": True}
     gen = worker.generate_sequences(prompts, 3, sampling, log_probs=True, ref_log_probs=True)
-    assert set(gen["timing_s"]) == {"gen", "old_log_prob"} and gen["timing_s"]["old_log_prob"] > 0
+    assert set(gen["timing_s"]) == {"gen", "old_log_prob", "gen_cpu"} and gen["timing_s"]["old_log_prob"] > 0
+    assert 0 < gen["timing_s"]["gen_cpu"]  # the generating thread's CPU seconds
     scored = dict(gen, temperature=0.7)
     torch.testing.assert_close(gen["old_log_probs"], worker.compute_log_prob(scored)["old_log_probs"])
     torch.testing.assert_close(gen["entropy"], worker.compute_log_prob(scored)["entropy"])

@@ -250,7 +250,9 @@ class PPOTrainer(StepLoop):
         gen = self.actor_wg.dp_call("generate_sequences", _tensors(prompts, PROMPT_KEYS),
                                     int(self.cfg.data.max_response_length), sampling,
                                     log_probs=log_probs, ref_log_probs=ref_log_probs)
-        old_log_prob = gen.pop("timing_s")["old_log_prob"]
+        worker_timing = gen.pop("timing_s")
+        old_log_prob = worker_timing["old_log_prob"]
+        timing["cpu/gen"] = timing.get("cpu/gen", 0.0) + worker_timing.get("gen_cpu", 0.0)
         timing["old_log_prob"] = timing.get("old_log_prob", 0.0) + old_log_prob
         timing["gen"] = timing.get("gen", 0.0) + time.perf_counter() - t - old_log_prob
         for k in LIST_KEYS:
@@ -371,7 +373,8 @@ class PPOTrainer(StepLoop):
         })
         if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
             metrics["actor/entropy"] = entropy
-        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        # the generating thread's CPU seconds (wall time on a shared machine includes waiting for a core)
+        metrics.update({f"perf/cpu_s/{k[4:]}" if k.startswith("cpu/") else f"timing_s/{k}": v for k, v in timing.items()})
         metrics["sample"] = gen["_texts"][0]
         return metrics
 

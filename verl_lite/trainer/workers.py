@@ -233,13 +233,14 @@ class ActorRolloutRefWorker(EngineWorker):
                            log_probs: bool = False, ref_log_probs: bool = False) -> Dict[str, Any]:
         """Sample responses. With `log_probs` / `ref_log_probs` the actor / ref also score them here,
         in the same call, which spares the driver a round trip per pass. `timing_s` holds this rank's
-        seconds for generation (`gen`) and the scoring passes (`old_log_prob`)."""
+        seconds for generation (`gen`) and the scoring passes (`old_log_prob`), and the CPU seconds
+        of the thread that generated (`gen_cpu`: comparable across runs on a loaded machine)."""
         import time
 
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         with self.phases.phase("rollout"):
             out = self.rollout.generate(prompts, response_length, sampling)
-        timing = {"gen": time.perf_counter() - t, "old_log_prob": 0.0}
+        timing = {"gen": time.perf_counter() - t, "old_log_prob": 0.0, "gen_cpu": time.thread_time() - c}
         if log_probs or ref_log_probs:
             t = time.perf_counter()
             scored = dict(out, temperature=float(sampling.get("temperature", 1.0)))
@@ -288,7 +289,11 @@ class ActorRolloutRefWorker(EngineWorker):
         - `on_policy`: the batch is trained once, in one mini-batch (ppo_epochs=1), so the policy that
           sampled it is the one being updated: the old log-probs are this forward's own, detached (as
           verl's dp_actor does), and `batch` needs no `old_log_probs`. `actor/entropy` is measured here.
-        - `sync_weights_version`: push the updated weights to the rollout before returning."""
+        - `sync_weights_version`: push the updated weights to the rollout before returning.
+        `perf/cpu_s/update_actor`: this thread's CPU seconds for the update and the sync."""
+        import time
+
+        cpu = time.thread_time()
         actor = self.cfg.actor_rollout_ref.actor
         low = actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio
         high = actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio
@@ -342,6 +347,7 @@ class ActorRolloutRefWorker(EngineWorker):
         result.update(gap.metrics())
         if meta.get("sync_weights_version") is not None:
             self.sync_rollout_weights(int(meta["sync_weights_version"]))
+        result["perf/cpu_s/update_actor"] = [time.thread_time() - cpu]
         return result
 
     def actor_state_dict(self) -> Dict[str, Any]:
