@@ -119,7 +119,7 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
     if batch < 1:
         return []  # positive_problems names the size
     # verl's fully-async data.train_batch_size=0: a step is ppo_mini_batch_size * require_batches prompts
-    step = ("a step's ppo_mini_batch_size * async_training.require_batches prompts" if streaming(cfg)
+    step = ("actor_rollout_ref.actor.ppo_mini_batch_size * async_training.require_batches" if streaming(cfg)
             else "data.train_batch_size")
     how = (
         f"{world_size(cfg)} devices / TP*PP*CP {layout.model_parallel}"
@@ -128,7 +128,8 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
     )
     sequences = batch * n
     problems = []
-    if sequences % dp:
+    # with train_batch_size=0 a step is whole mini-batches: the mini-batch rule below covers it
+    if sequences % dp and not streaming(cfg):
         problems.append(
             f"{role}: {step} * rollout.n = {batch}*{n} = {sequences} is not divisible by the "
             f"data-parallel size {dp} ({how}): {sequences} % {dp} = {sequences % dp}"
