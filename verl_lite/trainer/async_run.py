@@ -198,7 +198,7 @@ class AsyncTrainer(StepLoop):
         if self.k > 1:
             self.train_wg.call_all("save_model_to_cpu", PUBLISHED)
         # verl's reset_staleness: what was generated with older weights counts against the new budget
-        staleness = ray.get(self.buffer.reset_staleness.remote(sum(1 for _ in self.carry)), timeout=60)
+        staleness = ray.get(self.buffer.reset_staleness.remote(len(self.carry)), timeout=60)
         self.sync_metrics = {"fully_async/count/staleness_samples": staleness, **self._rollouter_idle()}
         return time.perf_counter() - t
 
