@@ -118,6 +118,14 @@ vl_int() {
   return 1
 }
 
+# vl_fraction NAME: the variable NAME must be a number >= 0 (verl's staleness_threshold, e.g. 0.1).
+vl_fraction() {
+  local name=$1 value=${!1:-}
+  [[ $value =~ ^(0|[1-9][0-9]{0,8})(\.[0-9]{1,9})?$ ]] && return 0
+  VL_ERRORS+=("$name must be a number >= 0, got '$value' (e.g. 0.1 or 1: verl's fraction of stale samples)")
+  return 1
+}
+
 vl_nonempty() {
   [[ -n ${!1:-} ]] && return 0
   VL_ERRORS+=("$1 is empty ($2)")
@@ -214,7 +222,7 @@ vl_validate() {
   for name in "${sizes[@]}"; do vl_int "$name" 1 || ok=0; done
   vl_int SAVE_FREQ -1 || ok=0
   vl_int TEST_FREQ -1 || ok=0
-  [[ $ASYNC_TRAINING == True ]] && { vl_int STALENESS_THRESHOLD 0 || ok=0; }
+  [[ $ASYNC_TRAINING == True ]] && { vl_fraction STALENESS_THRESHOLD || ok=0; }
   vl_nonempty HF_MODEL_PATH 'set it to a local model directory' || true
   vl_nonempty TRAIN_FILES 'set it to a parquet file' || true
   vl_nonempty VAL_FILES 'set it to a parquet file' || true

@@ -60,3 +60,14 @@ setup() { common_setup; }
   assert_stderr_has "ROLLOUT_NDEVICES_PER_NODE must be a positive integer, got ''"
   assert_equal "$(stub_calls python3)" 0
 }
+
+@test "STALENESS_THRESHOLD takes verl's fraction and refuses what is not a number >= 0" {
+  run_script ASYNC=1 STALENESS_THRESHOLD=0.1 DEVICE=cpu TRAIN_FILES=/srv/t.parquet VAL_FILES=/srv/v.parquet bash "$STINY"
+  assert_success
+  stub_argv python3 1
+  assert_argv_has "async_training.staleness_threshold=0.1"
+  run_script ASYNC=1 STALENESS_THRESHOLD=-0.5 DEVICE=cpu bash "$STINY"
+  assert_failure 1
+  assert_equal "$stderr" "verl_lite: STALENESS_THRESHOLD must be a number >= 0, got '-0.5' (e.g. 0.1 or 1: verl's fraction of stale samples)"
+  assert_equal "$(stub_calls python3)" 1  # only the first run started python
+}

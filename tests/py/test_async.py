@@ -36,12 +36,13 @@ def tiny_cfg(data_dir, *extra):
 
 
 def test_an_async_config_with_both_pools_set_has_no_problems(data_dir):
-    from verl_lite.decisions.async_pools import queue_capacity_batches
+    from verl_lite.decisions.async_pools import max_required_samples, step_prompts
     from verl_lite.preflight.fully_async import fully_async_problems
 
-    cfg = tiny_cfg(data_dir, "async_training.trigger_parameter_sync_step=4", "async_training.staleness_threshold=2")
+    cfg = tiny_cfg(data_dir, "async_training.trigger_parameter_sync_step=4", "async_training.staleness_threshold=0.5")
     assert fully_async_problems(cfg) == []
-    assert queue_capacity_batches(cfg) == 8  # a queued batch is at most 2 versions of 4 steps old
+    # a version may start its 4 steps' groups plus half as many again
+    assert max_required_samples(cfg) == int(step_prompts(cfg) * 1.5 * 4)
 
 
 def test_async_rules_name_each_bad_setting_and_the_fix(data_dir):
@@ -53,7 +54,7 @@ def test_async_rules_name_each_bad_setting_and_the_fix(data_dir):
     text = "\n".join(fully_async_problems(cfg))
     assert "needs a rollout pool of its own" in text and "n_gpus_per_node=0" in text
     assert "set trainer.ray=true" in text
-    assert "require_batches=2 is not supported yet" in text
+    assert "require_batches=2 with data.train_batch_size=" in text and "set data.train_batch_size=0" in text
     assert "a critic" in text and "adv_estimator=gae" in text
     assert "trigger_parameter_sync_step=0 must be an integer >= 1" in text
     assert "queue_timeout_s=0" in text
@@ -66,7 +67,7 @@ def test_async_rules_name_each_bad_setting_and_the_fix(data_dir):
 # ---------------------------------------------------------------------------- the bounded queue
 
 
-def test_the_queue_counts_chunks_in_generation_against_its_capacity_and_deals_each_prompt_once():
+def test_the_queue_counts_chunks_in_generation_against_its_budget_and_deals_each_prompt_once():
     from verl_lite.trainer.async_buffer import ChunkBuffer
 
     async def scenario():
@@ -78,12 +79,15 @@ def test_the_queue_counts_chunks_in_generation_against_its_capacity_and_deals_ea
         assert await buf.reserve(0.05) is None  # held + generating still fill it
         got = await buf.get(0.1)
         assert got["chunk"] == {"name": "a"} and got["depth_groups"] == 0
-        c = await buf.reserve(0.1)  # taking a chunk made room
+        assert await buf.reserve(0.05) is None  # taking a chunk does not renew this version's budget
+        assert await buf.reset_staleness(0) == 2  # a sync: chunk b, in flight, was started with old weights
+        c = await buf.reserve(0.1)
         await buf.put({"name": "b"}, 2)
         d = buf.depth()
         assert (d["chunks"], d["groups"], d["reserved"]) == (1, 2, 2)
         assert await buf.get(0.05) is not None and await buf.get(0.05) is None
         first_epoch = a["indices"] + b["indices"] + c["indices"]
+        assert await buf.reset_staleness(0) == 2  # chunk c is still in flight
         e = await buf.reserve(0.1)
         assert sorted(first_epoch + e["indices"]) == list(range(8))  # one epoch, no prompt twice
         waiter = asyncio.ensure_future(buf.reserve(5.0))

@@ -523,6 +523,7 @@ def test_a_config_path_other_than_verls_own_is_refused():
     ("actor_rollout_ref.actor.megatron.use_remove_padding=False", "actor_rollout_ref.model.use_remove_padding", False),
     ("rollout.nnodes=2", "actor_rollout_ref.rollout.nnodes", 2),
     ("rollout.n_gpus_per_node=4", "actor_rollout_ref.rollout.n_gpus_per_node", 4),
+    ("rollout.total_rollout_steps=512", "actor_rollout_ref.rollout.total_rollout_steps", 512),
     ("ray_kwargs.ray_init.num_cpus=7", "ray_init.num_cpus", 7),
     ("+ray_kwargs.ray_init.num_gpus=4", "ray_init.extra.num_gpus", 4),
     ("actor_rollout_ref.actor.policy_loss=gspo", "actor_rollout_ref.actor.policy_loss.loss_mode", "gspo"),
@@ -551,10 +552,12 @@ def test_verl_keys_verl_lite_lacks_are_refused_by_name_with_what_to_use_instead(
     assert fragment in problem and "did you mean" not in problem
 
 
-def test_a_float_staleness_threshold_is_verls_fraction_and_is_refused_with_the_meaning_here():
-    (problem,) = problems_of("async_training.staleness_threshold=0.5")
-    assert problem.startswith("async_training.staleness_threshold=0.5: verl's fraction of stale samples is not "
-                              "supported by verl_lite: here it counts the weight versions")
+def test_a_float_staleness_threshold_is_taken_as_verls_fraction():
+    from verl_lite.decisions.async_pools import max_required_samples
+
+    cfg = load_config(["async_training.staleness_threshold=0.5", "async_training.trigger_parameter_sync_step=2",
+                       "data.train_batch_size=8"])
+    assert cfg.async_training.staleness_threshold == 0.5 and max_required_samples(cfg) == int(8 * 1.5 * 2)
 
 
 def test_hints_point_only_at_keys_that_mean_the_same_thing():

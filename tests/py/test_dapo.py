@@ -186,10 +186,12 @@ def test_the_dynamic_sampling_settings_are_checked():
     assert "seq_final_reward with algorithm.use_kl_in_reward=True" in problems_of(
         "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=seq_final_reward",
         "algorithm.use_kl_in_reward=True")[0]
-    refused = problems_of("async_training.enable=True", "data.gen_batch_size=1", "algorithm.filter_groups.enable=True",
+    refused = problems_of("async_training.enable=True", "data.gen_batch_size=4", "algorithm.filter_groups.enable=True",
                           "algorithm.filter_groups.metric=acc")
-    assert "data.gen_batch_size=1 with async_training.enable=True" in refused[0] and "not supported" in refused[0]
+    assert "data.gen_batch_size=4 with async_training.enable=True" in refused[0] and "requires 1" in refused[0]
     assert "supported by the synchronous trainer only" in refused[1]
+    # verl's fully-async trainer requires gen_batch_size=1 (prompts stream one at a time), as here
+    assert not any("gen_batch_size" in p for p in problems_of("async_training.enable=True", "data.gen_batch_size=1"))
 
 
 def test_verls_streaming_refill_setting_is_refused_by_name():

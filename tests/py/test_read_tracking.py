@@ -252,6 +252,16 @@ SHOWN_ELSEWHERE = {
     # verl's LoRA scripts' load_format=safetensors: vLLM loads the model dir's weights (needs weights on disk)
     "actor_rollout_ref.rollout.load_format": ("test_lora_vllm",
                                               "test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step"),
+    # the megatron run sets it (MEGATRON_OPTIM), which this test's tracked lines leave out
+    "actor_rollout_ref.actor.optim.lr_decay_steps": ("test_read_tracking", "test_every_key_a_megatron_run_sets_is_read"),
+    # verl's fully-async keys: a fully-async run of their own (Ray, a rollout pool), checked on what it logs
+    **{key: ("test_async_conventions",
+             "test_a_streaming_run_trains_total_rollout_steps_over_the_step_size_and_logs_verls_metrics")
+       for key in ("actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node",
+                   "actor_rollout_ref.rollout.total_rollout_steps", "async_training.staleness_threshold",
+                   "async_training.trigger_parameter_sync_step", "async_training.require_batches")},
+    "async_training.partial_rollout": ("test_async", "test_without_partial_rollout_new_weights_wait_until_the_chunk_in_"
+                                                     "flight_is_complete"),
 }
 
 

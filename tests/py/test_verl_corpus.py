@@ -34,8 +34,20 @@ FRAGMENT = {
     # `+key=` for keys verl's config already has (verl's Hydra refuses to add them: the run does not compose there)
     "algorithm.filter_groups.enable": "cannot add",
     "algorithm.filter_groups.max_num_gen_batches": "cannot add",
-    # the fully-async scripts' train_batch_size=0 (verl streams samples one prompt at a time)
-    "data.train_batch_size": "must be a positive integer",
+    # train_batch_size=0 where the fully-async trainer config is not composed (its --config-name is refused)
+    "data.train_batch_size": "is verl's fully-async form",
+    # a step's sequences (ppo_mini_batch_size * require_batches prompts with train_batch_size=0) over the DP ranks
+    "actor_rollout_ref.actor.ppo_mini_batch_size": "is not divisible by the data-parallel size",
+    # vLLM's expert parallelism is its own setting here
+    "actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel": "set it with "
+                                                                           "actor_rollout_ref.rollout.expert_parallel_size",
+    # TP above the model's key/value heads (Megatron-Bridge replicates them; the native bridge does not)
+    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": "key/value heads",
+    "actor_rollout_ref.ref.megatron.tensor_model_parallel_size": "key/value heads",
+    # a vLLM data-parallel group of part of the engines, or of fully-async replicas (vLLM engines of their own)
+    "actor_rollout_ref.rollout.data_parallel_size": "actor_rollout_ref.rollout.data_parallel_size=1",
+    # where the fully-async trainer config is not composed (its --config-name is refused)
+    "rollout.total_rollout_steps": "counts the prompts of verl's fully-async rollouter",
     # layouts megatron-core refuses too (world % (EP*ETP*PP) != 0), for actor and ref alike
     "trainer.nnodes": "is not divisible by",
     # token budgets below the longest sequence: verl asserts the same (where verl multiplies the budget by
@@ -82,10 +94,20 @@ def test_each_run_passes_or_each_refused_line_is_refused_by_name(name):
     assert len(set(zip(roles, keys))) == len(keys), f"a key is refused twice: {keys}"
 
 
+# refusals of a size the run leaves at its default, where verl_lite's default differs from verl's
+UNSET = {
+    # the script's command ends at a blank line before trainer.n_gpus_per_node: verl trains on its default
+    # 8 devices, verl_lite on its default 1, which the actor's megatron TP=2 does not divide
+    ("fully_async_policy/geo3k_qwen25vl_7b_megatron_4_4", "trainer.nnodes"),
+}
+
+
 def test_every_refused_key_is_a_key_the_run_sets():
     for name, keys in EXPECTED.items():
         typed = " ".join(status.line_of(RUNS[name]))
         for key in keys:
+            if (name, key) in UNSET:
+                continue
             last = key.rsplit(".", 1)[-1].lstrip("-")
             assert last in typed, f"{name}: {key} is refused but the run does not set it"
 

@@ -13,11 +13,11 @@ def filter_groups_problems(cfg: Any) -> List[str]:
     gen, train = d.gen_batch_size, int(d.train_batch_size)
     problems = []
     if cfg.async_training.enable:
-        if gen is not None:
+        if gen is not None and int(gen) != 1:
             problems.append(f"data.gen_batch_size={gen} with async_training.enable=True: verl's fully-async trainer "
-                            "streams prompts one at a time (it requires 1) and verl_lite's rollout replicas generate "
-                            "chunks of actor_rollout_ref.rollout.micro_batch_size // rollout.n groups instead; this "
-                            "setting is not supported in fully-async mode: remove it")
+                            "streams prompts one at a time and requires 1 (as here: the queue holds prompt groups, a "
+                            "replica generates actor_rollout_ref.rollout.micro_batch_size // rollout.n of them at a "
+                            "time); set it to 1 or remove it")
         if fg.enable:
             problems.append("algorithm.filter_groups.enable=True with async_training.enable=True: dynamic sampling "
                             "is supported by the synchronous trainer only; remove it or set async_training.enable=False")

@@ -38,18 +38,32 @@ def fully_async_problems(cfg: Any) -> List[str]:
         problems.append("async_training.enable=True runs the rollout and training pools as Ray actors: "
                         "set trainer.ray=true")
     for key, value, low in (("trigger_parameter_sync_step", a.trigger_parameter_sync_step, 1),
-                            ("staleness_threshold", a.staleness_threshold, 0),
+                            ("require_batches", a.require_batches, 1),
                             ("rollout_segment_tokens", a.rollout_segment_tokens, 0)):
         if int(value) < low:
             problems.append(f"async_training.{key}={value} must be an integer >= {low}")
+    if not float(a.staleness_threshold) >= 0:  # NaN too
+        problems.append(f"async_training.staleness_threshold={a.staleness_threshold} must be >= 0 (verl's fraction "
+                        "of stale samples: 0 = every version generates exactly what its steps train on)")
+    steps = rollout.total_rollout_steps
+    if steps is not None and int(steps) < 1:
+        problems.append(f"rollout.total_rollout_steps={steps} must be >= 1 (prompts the rollouter generates in the "
+                        "run), or null = every prompt once per trainer.total_epochs")
+    if int(cfg.data.train_batch_size) > 0 and int(a.require_batches) != 1:
+        problems.append(f"async_training.require_batches={a.require_batches} with data.train_batch_size="
+                        f"{cfg.data.train_batch_size}: a step trains on data.train_batch_size prompts; set "
+                        "data.train_batch_size=0 (verl's fully-async form: a step is ppo_mini_batch_size * "
+                        "require_batches prompts) or require_batches=1")
+    if a.use_trainer_do_validate:
+        problems.append("async_training.use_trainer_do_validate=True is not supported by verl_lite: verl runs it on "
+                        "hybrid rollout replicas on the trainer's devices (its dynamic resource scheduling), which "
+                        "verl_lite lacks; validation runs on rollout replica 0 with the newest published weights "
+                        "(verl's path with False): remove it")
     if not float(a.queue_timeout_s) > 0:  # NaN too
         problems.append(f"async_training.queue_timeout_s={a.queue_timeout_s} must be > 0 (seconds the trainer "
                         "waits on an empty queue before it stops with an error)")
     if not float(a.reweight_cap) > 0:  # NaN too
         problems.append(f"async_training.reweight_cap={a.reweight_cap} must be > 0")
-    if int(a.require_batches) != 1:
-        problems.append(f"async_training.require_batches={a.require_batches} is not supported yet: a step trains on "
-                        "data.train_batch_size prompts; set it to 1 and size the step with data.train_batch_size")
     if roles.critic_enabled(cfg):
         problems.append("async training updates the actor (and a ref for the KL loss) only; a critic "
                         f"(algorithm.adv_estimator={cfg.algorithm.adv_estimator}, critic.enable={cfg.critic.enable}) "

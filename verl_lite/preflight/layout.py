@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 from verl_lite.config import roles, schema
 from verl_lite.config.verl_names import NOT
 from verl_lite.config.shapes import expert_count, text_config
+from verl_lite.decisions.async_pools import step_prompts, streaming
 from verl_lite.decisions.layout import heads_problem, moe_sequence_parallel_problem, span_problem
 from verl_lite.preflight.roles import Layout, RoleView, world_size
 
@@ -61,6 +62,16 @@ def positive_problems(cfg: Any) -> List[str]:
             required += [prefix + k for k in MEGATRON_SIZES]
             optional += [prefix + "expert_tensor_parallel_size", prefix + "virtual_pipeline_model_parallel_size"]
     problems = []
+    if cfg.async_training.enable and cfg.data.train_batch_size == 0:
+        required.remove("data.train_batch_size")  # verl's fully-async form: a step is async_pools.step_prompts
+    elif cfg.data.train_batch_size == 0:
+        problems.append("data.train_batch_size=0 is verl's fully-async form (a step of ppo_mini_batch_size * "
+                        "async_training.require_batches prompts): set async_training.enable=True, or a batch >= 1")
+        required.remove("data.train_batch_size")
+    if not cfg.async_training.enable and cfg.actor_rollout_ref.rollout.total_rollout_steps is not None:
+        problems.append(f"rollout.total_rollout_steps={cfg.actor_rollout_ref.rollout.total_rollout_steps} counts the "
+                        "prompts of verl's fully-async rollouter: set async_training.enable=True, or remove it (a "
+                        "synchronous run's length is trainer.total_training_steps or total_epochs)")
     for key in required + optional:
         value = select(cfg, key)
         if value is None and key in optional:
@@ -104,7 +115,12 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
     """verl's batch arithmetic: a step's sequences split over DP ranks and into mini-batches."""
     if layout.dp is None:
         return []
-    batch, n, dp, role = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n, layout.dp, layout.role
+    batch, n, dp, role = step_prompts(cfg), cfg.actor_rollout_ref.rollout.n, layout.dp, layout.role
+    if batch < 1:
+        return []  # positive_problems names the size
+    # verl's fully-async data.train_batch_size=0: a step is ppo_mini_batch_size * require_batches prompts
+    step = ("actor_rollout_ref.actor.ppo_mini_batch_size * async_training.require_batches" if streaming(cfg)
+            else "data.train_batch_size")
     how = (
         f"{world_size(cfg)} devices / TP*PP*CP {layout.model_parallel}"
         if layout.strategy == "megatron"
@@ -112,13 +128,15 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
     )
     sequences = batch * n
     problems = []
-    if sequences % dp:
+    # with train_batch_size=0 a step is whole mini-batches: the mini-batch rule below covers it
+    if sequences % dp and not streaming(cfg):
         problems.append(
-            f"{role}: data.train_batch_size * rollout.n = {batch}*{n} = {sequences} is not divisible by the "
+            f"{role}: {step} * rollout.n = {batch}*{n} = {sequences} is not divisible by the "
             f"data-parallel size {dp} ({how}): {sequences} % {dp} = {sequences % dp}"
         )
     gen = cfg.data.gen_batch_size
-    if role == "actor" and gen and int(gen) > 0 and (int(gen) * n) % dp:  # each generation batch splits over DP
+    # each generation batch splits over DP (in fully-async mode the rollout has a pool of its own)
+    if role == "actor" and gen and int(gen) > 0 and (int(gen) * n) % dp and not cfg.async_training.enable:
         problems.append(f"{role}: data.gen_batch_size * rollout.n = {gen}*{n} = {int(gen) * n} is not divisible by the "
                         f"data-parallel size {dp} ({how}): each generation batch is split over the ranks")
     if role == "ref":
@@ -128,11 +146,11 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
         return problems
     if mini > batch:
         problems.append(
-            f"{role}: {mini_key}={mini} is larger than data.train_batch_size={batch}; lower it to at most {batch}"
+            f"{role}: {mini_key}={mini} is larger than {step}={batch}; lower it to at most {batch}"
         )
     elif sequences % (mini * n):
         problems.append(
-            f"{role}: data.train_batch_size * rollout.n = {sequences} is not divisible by {mini_key} * rollout.n = "
+            f"{role}: {step} * rollout.n = {sequences} is not divisible by {mini_key} * rollout.n = "
             f"{mini}*{n} = {mini * n}: {sequences} % {mini * n} = {sequences % (mini * n)} "
             "(a step must split into whole mini-batches)"
         )

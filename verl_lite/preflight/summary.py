@@ -17,6 +17,7 @@ from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.decisions import fsdp_settings
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
+from verl_lite.decisions.async_pools import step_prompts
 from verl_lite.preflight.bridge import choose_role_bridge, vision_tower
 from verl_lite.preflight.memory import summary_lines as memory_lines
 from verl_lite.preflight.roles import RoleView, role_view, world_size
@@ -29,7 +30,7 @@ def summarize(cfg: Any) -> str:
     """What the run would do: device, layouts, engine classes, repatch dicts, worker env."""
     device = devices.resolve_device(cfg.trainer.device)
     t = cfg.trainer
-    batch, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
+    batch, n = step_prompts(cfg), cfg.actor_rollout_ref.rollout.n
     lines = [
         f"target device : {device} (trainer.device={t.device})",
         f"devices       : {t.nnodes} node(s) x {t.n_gpus_per_node} = {world_size(cfg)}",

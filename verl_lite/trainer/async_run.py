@@ -5,9 +5,12 @@ continuously into a bounded queue while the training pool consumes batches from 
                     ^                                                                      |
                     +------------- weights, version step // trigger_parameter_sync_step ---+
 
-A step takes `data.train_batch_size` prompt groups from the queue. A group generated more than
-`async_training.staleness_threshold` versions ago is dropped (`stale_policy=drop`) or trained on
-with its advantages scaled by the truncated per-token importance weight
+A step takes `async_pools.step_prompts` prompt groups from the queue (data.train_batch_size, or with
+verl's data.train_batch_size=0 ppo_mini_batch_size * require_batches). The rollouter starts at most
+`async_pools.max_required_samples` groups per weight version (verl's staleness budget, counted in the
+ChunkBuffer and reset at each sync). A group more than ceil(staleness_threshold) versions old is
+dropped (`stale_policy=drop`) or trained on with its advantages scaled by the truncated per-token
+importance weight
 min(exp(old_log_prob - rollout_log_prob), reweight_cap) (`stale_policy=reweight`). Old log-probs
 come from the weights last published to the rollouters (a CPU snapshot on the train workers: the
 engine's `snapshot_to_cpu`, kept by `TrainWorker.save_model_to_cpu`), so PPO's clip bounds the drift
@@ -23,6 +26,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import os
 import time
 from typing import Any, Dict, List, Optional
@@ -132,6 +136,12 @@ class RolloutPool:
         self.workers, self.loops = [], []
 
 
+def torch_cat(parts: List[Any]) -> Any:
+    import torch
+
+    return torch.cat([p.reshape(-1) for p in parts])
+
+
 def split_groups(chunk: Dict[str, Any], n: int) -> List[Dict[str, Any]]:
     """A chunk's prompt groups (n rows each) with the oldest weight version that generated them."""
     groups = []
@@ -163,10 +173,15 @@ class AsyncTrainer(StepLoop):
         self.global_step = self.saved_step = int(state.get("global_step", 0))
         self.history: List[Dict[str, Any]] = list(state.get("history", []))
         a = cfg.async_training
-        self.k, self.threshold = int(a.trigger_parameter_sync_step), int(a.staleness_threshold)
+        self.k, self.threshold = int(a.trigger_parameter_sync_step), math.ceil(float(a.staleness_threshold))
+        self.want = async_pools.step_prompts(cfg)
         self.policy = a.stale_policy
         self.carry: collections.deque = collections.deque()
         self.dropped_total = 0
+        self.stale_groups_total = self.stale_rows_total = 0  # verl's fully_async/count/stale_*_processed
+        self.exhausted = False  # the rollouter has produced all its prompts (rollout.total_rollout_steps)
+        self.window: Optional[List[Dict[str, Any]]] = None  # replica stats at the last sync (rollouter idle ratio)
+        self.sync_metrics: Dict[str, float] = {}
         self.idle_s = 0.0
         self.started = time.perf_counter()
 
@@ -182,15 +197,32 @@ class AsyncTrainer(StepLoop):
         self.pool.push(ray.put(weights), version)
         if self.k > 1:
             self.train_wg.call_all("save_model_to_cpu", PUBLISHED)
+        # verl's reset_staleness: what was generated with older weights counts against the new budget
+        staleness = ray.get(self.buffer.reset_staleness.remote(len(self.carry)), timeout=60)
+        self.sync_metrics = {"fully_async/count/staleness_samples": staleness, **self._rollouter_idle()}
         return time.perf_counter() - t
+
+    def _rollouter_idle(self) -> Dict[str, float]:
+        """verl's fully_async/rollouter/idle_ratio over the version that just ended: the share of the
+        replicas' time spent not generating."""
+        stats = self.pool.stats()
+        before, self.window = self.window, stats
+        if before is None:
+            return {}
+        span = sum(s["elapsed_s"] - b["elapsed_s"] for s, b in zip(stats, before))
+        busy = sum(s["gen_s"] - b["gen_s"] for s, b in zip(stats, before))
+        return {"fully_async/rollouter/idle_ratio": max(0.0, 1.0 - busy / span) if span > 0 else 0.0,
+                "fully_async/rollouter/version_time": span / max(len(stats), 1)}
 
     # -- data ------------------------------------------------------------------------------------
 
-    def collect(self) -> Dict[str, Any]:
-        """Wait for train_batch_size fresh groups; drop or mark the stale ones on the way."""
+    def collect(self) -> Optional[Dict[str, Any]]:
+        """Wait for a step's fresh groups; drop or mark the stale ones on the way. None when the
+        rollouter has produced all its prompts and fewer than a step's groups are left (verl's trainer
+        stops there too)."""
         import ray
 
-        want, n = int(self.cfg.data.train_batch_size), int(self.cfg.actor_rollout_ref.rollout.n)
+        want, n = self.want, int(self.cfg.actor_rollout_ref.rollout.n)
         version = self.global_step // self.k
         timeout = float(self.cfg.async_training.queue_timeout_s)
         used: List[Dict[str, Any]] = []
@@ -216,6 +248,12 @@ class AsyncTrainer(StepLoop):
                 if time.monotonic() - last_arrival > timeout:
                     raise QueueTimeout(self._timeout_message(timeout, len(used), want))
                 continue
+            if reply.get("exhausted"):
+                self.exhausted = True
+                self.idle_s += waited
+                logger.info("fully-async: the rollouter has produced all its prompts; %d group(s) left over, fewer "
+                            "than a step's %d", len(used), want)
+                return None
             last_arrival = time.monotonic()
             self.carry.extend(split_groups(reply["chunk"], n))
         self.dropped_total += dropped
@@ -246,6 +284,8 @@ class AsyncTrainer(StepLoop):
         timing: Dict[str, float] = {}
         t0 = time.perf_counter()
         got = self.collect()
+        if got is None:
+            return None
         timing["wait_rollout"] = got["wait_s"]
         groups = got["groups"]
         batch = merge_groups(groups)
@@ -273,7 +313,7 @@ class AsyncTrainer(StepLoop):
             metrics["async/is_weight/mean"] = core_algos.masked_mean(weight[rows], mask[rows]).item()
         train_batch.update(advantages=adv, returns=ret)
         t = time.perf_counter()
-        num_mini = max(1, int(cfg.data.train_batch_size) // int(actor_rollout_ref.actor.ppo_mini_batch_size))
+        num_mini = max(1, self.want // int(actor_rollout_ref.actor.ppo_mini_batch_size))
         dp = self.train_wg.dp_size
         shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
         res = self.train_wg.call_shards("update_actor", shards,
@@ -282,10 +322,13 @@ class AsyncTrainer(StepLoop):
         timing["update_actor"] = time.perf_counter() - t
         fault_point("step")  # crash tests: mid-step, after the update, before the weights are published
         self.global_step += 1
+        self.sync_metrics = {}
         if self.global_step % self.k == 0:
             timing["publish"] = self.publish()
+            timing["param_sync"] = timing["publish"]  # verl's name
         timing["step"] = time.perf_counter() - t0
         staleness = torch.tensor([float(g["staleness"]) for g in groups])
+        metrics.update(self._verl_metrics(groups, got, timing))
         scores, resp_len = rewards.sum(-1), mask.sum(-1)
         metrics.update({
             "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
@@ -306,6 +349,42 @@ class AsyncTrainer(StepLoop):
         metrics.update(self._rollout_perf())
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics
+
+    def _verl_metrics(self, groups: List[Dict[str, Any]], got: Dict[str, Any], timing: Dict[str, float]) -> Dict[str, Any]:
+        """verl's fully-async metric names (fully_async_trainer.py:1036-1046, detach_utils.py:151-158,
+        fully_async_rollouter.py:1170-1185). A trajectory is stale when the newest weights that generated
+        it are older than the published version the step trains at (verl counts by max_global_steps); a
+        partial one was generated by more than one version."""
+        version = (self.global_step - 1) // self.k  # published when this step took its groups
+        v_min = torch_cat([g["data"]["version_min"] for g in groups])
+        v_max = torch_cat([g["data"]["version_max"] for g in groups])
+        stale_rows = version - v_max >= 1
+        self.stale_rows_total += int(stale_rows.sum())
+        self.stale_groups_total += sum(int((version - g["data"]["version_max"] >= 1).any()) for g in groups)
+        span = (v_max - v_min).abs()
+        depth = got["depth"]
+        a = self.cfg.async_training
+        out = {
+            "fully_async/count/stale_trajectory_processed": self.stale_rows_total,
+            "fully_async/count/stale_samples_processed": self.stale_groups_total,
+            "fully_async/count/current_param_version": self.global_step // self.k,
+            "fully_async/count/total_generated_samples": depth["dealt"] - depth["reserved"],
+            "fully_async/count/dropped_stale_samples": self.dropped_total,
+            "fully_async/partial/total_partial_num": int((span > 0).sum()),
+            "fully_async/partial/partial_ratio": float((span > 0).float().mean()),
+            "fully_async/partial/max_partial_span": int(span.max()),
+            "fully_async/total_wait_time": got["wait_s"],
+            "fully_async/trainer/idle_ratio": got["wait_s"] / max(timing["step"], 1e-9),
+            "fully_async/static/required_samples": self.want,
+            "fully_async/static/max_required_samples": depth["budget"],
+            "fully_async/static/max_queue_size": depth["capacity"],
+            "fully_async/static/staleness_threshold": float(a.staleness_threshold),
+            "fully_async/monitor/queue/mq_queue_size": depth["groups"],
+            "fully_async/monitor/active_tasks_size": depth["reserved"],
+            "training/global_step": self.global_step,
+        }
+        out.update(self.sync_metrics)
+        return out
 
     def _rollout_perf(self) -> Dict[str, float]:
         stats = self.pool.stats()
@@ -331,8 +410,16 @@ class AsyncTrainer(StepLoop):
                 while self.global_step < self.total_steps and not self.stop.requested:
                     with self.during("at step", self.global_step + 1):
                         metrics = self.step()
+                    if metrics is None:  # the rollouter's prompts ran out before total_steps (stale drops)
+                        if self.global_step > self.saved_step and t.save_freq > 0:
+                            with self.during("saving the checkpoint of step", self.global_step):
+                                self._save()
+                        break
                     is_last = self.global_step >= self.total_steps
-                    if t.test_freq > 0 and (self.global_step % t.test_freq == 0 or is_last):
+                    # As verl's fully-async trainer: test_freq and save_freq count weight versions (a
+                    # version is trigger_parameter_sync_step steps), checked when one is published.
+                    synced, version = self.global_step % self.k == 0, self.global_step // self.k
+                    if t.test_freq > 0 and ((synced and version % t.test_freq == 0) or is_last):
                         with self.during("validating after step", self.global_step):
                             metrics.update(self.pool.validate())
                     self.tracking.log(metrics, self.global_step)
@@ -341,7 +428,7 @@ class AsyncTrainer(StepLoop):
                     bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}",
                                     stale=f"{metrics['async/staleness/mean']:.1f}", queue=metrics["async/queue_depth"])
                     bar.update(1)
-                    if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
+                    if t.save_freq > 0 and ((synced and version % t.save_freq == 0) or is_last):
                         with self.during("saving the checkpoint of step", self.global_step):
                             self._save()
             finally:
@@ -374,11 +461,14 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
     import ray
 
     cfg, t, d, actor_rollout_ref = job.cfg, job.cfg.trainer, job.cfg.data, job.cfg.actor_rollout_ref
-    batch, n = int(d.train_batch_size), int(actor_rollout_ref.rollout.n)
+    batch, n = async_pools.step_prompts(cfg), int(actor_rollout_ref.rollout.n)
     total = total_steps(cfg, len(job.train_set))
+    streaming = async_pools.streaming(cfg)
+    limit = (async_pools.total_rollout_prompts(cfg, len(job.train_set))
+             if streaming or actor_rollout_ref.rollout.total_rollout_steps is not None else None)
     train_devices, replicas = train_world(cfg), async_pools.rollout_replicas(cfg)
     logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
-                "sync every %d step(s), staleness <= %d (%s)", job.device, t.nnodes, t.n_gpus_per_node,
+                "sync every %d step(s), staleness_threshold %s (%s)", job.device, t.nnodes, t.n_gpus_per_node,
                 actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.nnodes,
                 actor_rollout_ref.rollout.n_gpus_per_node, replicas, actor_rollout_ref.rollout.name,
                 cfg.async_training.trigger_parameter_sync_step, cfg.async_training.staleness_threshold,
@@ -394,10 +484,18 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
             logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are "
                         "skipped)", path, state["global_step"])
         chunk_groups = max(1, min(batch, int(actor_rollout_ref.rollout.micro_batch_size or 256) // n))
-        capacity = max(async_pools.queue_capacity_batches(cfg) * batch, chunk_groups)
+        budget = async_pools.max_required_samples(cfg)  # verl's max_required_samples, also its max_queue_size
         resumed = {"sampler": state["sampler"], "pending": state.get("pending", [])} if state else None
+        # verl deals one prompt at a time over whole epochs (gen_batch_size 1); with a batch, whole batches
+        sampler_batch = 1 if streaming else batch
+        # resumed: verl's rollouter counts the prompts trained on as dealt (fully_async_rollouter.py:712)
+        dealt = int(state.get("global_step", 0)) * batch if state else 0
         buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0).remote(
-            len(job.train_set), batch, int(d.seed), bool(d.shuffle), capacity, chunk_groups, resumed)
+            len(job.train_set), sampler_batch, int(d.seed), bool(d.shuffle), budget, chunk_groups, resumed,
+            budget, limit, dealt)
+        logger.info("fully-async: %d prompt group(s) a step, at most %d started per weight version (verl's "
+                    "max_required_samples), %s prompts in the run, %d step(s)", batch, budget,
+                    "all" if limit is None else limit, total)
         val_examples = job.val_set.examples if job.val_set else []
         pool = RolloutPool(typed_cfg, replicas, job.device, job.threads, job.train_set.examples, val_examples,
                            job.call_timeout_s)

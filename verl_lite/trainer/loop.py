@@ -8,6 +8,8 @@ import contextlib
 import logging
 from typing import Any, Iterator, Optional
 
+from verl_lite.decisions import async_pools
+
 logger = logging.getLogger(__name__)
 
 
@@ -28,7 +30,12 @@ def total_steps(cfg: Any, n_prompts: int) -> int:
     when that is set (verl loops over total_epochs and stops at total_training_steps, whichever
     comes first)."""
     t = cfg.trainer
+    if async_pools.streaming(cfg):  # verl's fully-async data.train_batch_size=0: the rollouter's prompt count
+        return async_pools.total_train_steps(cfg, n_prompts)
     epochs = (n_prompts // int(cfg.data.train_batch_size)) * int(t.total_epochs)
+    cap = cfg.actor_rollout_ref.rollout.total_rollout_steps if cfg.async_training.enable else None
+    if cap is not None:  # fully-async with a batch: the rollouter stops after that many prompts
+        epochs = min(epochs, int(cap) // int(cfg.data.train_batch_size))
     if t.total_training_steps:
         return min(int(t.total_training_steps), epochs)
     return epochs

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Optional
 
 from verl_lite.config import roles, to_dataclass
 from verl_lite.config.compose import ConfigError
+from verl_lite.decisions import async_pools
 from verl_lite.data.dataset import DataError, PromptDataset, as_file_list, expand
 from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.device import resolve_device
@@ -220,10 +221,12 @@ class _Job:
     def _check_fit(self, custom_reward: Optional[str]) -> None:
         """What would otherwise fail only after the models are built: too few prompts for one batch,
         data sources that the default reward cannot score."""
-        bs = int(self.cfg.data.train_batch_size)
+        bs = async_pools.step_prompts(self.cfg)
+        key = ("actor_rollout_ref.actor.ppo_mini_batch_size * async_training.require_batches"
+               if async_pools.streaming(self.cfg) else "data.train_batch_size")
         if bs > len(self.train_set):
-            raise DataError(f"data.train_batch_size={bs} exceeds the {len(self.train_set)} prompts in "
-                            f"data.train_files (lower data.train_batch_size or add data)")
+            raise DataError(f"{key}={bs} exceeds the {len(self.train_set)} prompts in "
+                            f"data.train_files (lower {key} or add data)")
         if custom_reward:
             return
         sets = [("data.train_files", self.train_set)] + ([("data.val_files", self.val_set)] if self.val_set else [])

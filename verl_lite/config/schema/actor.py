@@ -335,6 +335,11 @@ class RolloutConfig:
     nnodes: int = 0
     # Devices per node of that rollout pool; when > 0 the rollout's TP must divide it.
     n_gpus_per_node: int = 0
+    # verl's rollout.total_rollout_steps (fully-async): prompts the rollouter generates in the whole
+    # run (each with rollout.n responses), capped at the prompts times trainer.total_epochs; null = that
+    # product. The run trains total // (ppo_mini_batch_size * require_batches) steps with
+    # data.train_batch_size=0. Fully-async only (refused otherwise).
+    total_rollout_steps: Optional[int] = None
 
 
 @dataclass

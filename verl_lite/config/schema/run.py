@@ -265,21 +265,31 @@ class AsyncTrainingConfig:
     # Fully-async training: replicas on the rollout pool (rollout.nnodes x n_gpus_per_node) generate
     # while the training pool trains; GRPO only, needs trainer.ray.
     enable: bool = False
-    # Weight versions a sample may lag behind before stale_policy applies; the queue holds
-    # staleness_threshold * trigger_parameter_sync_step batches.
-    staleness_threshold: int = 1
+    # verl's freshness control, a fraction >= 0: between two weight syncs the rollouter starts at most
+    # int(required * (1 + staleness_threshold) * trigger_parameter_sync_step) prompt groups, counting
+    # the ones queued or in flight at the sync (required = the prompts of a step), so at most
+    # staleness_threshold * required * trigger_parameter_sync_step groups are generated with weights
+    # older than the trainer's. 0 = each version generates exactly what its steps train on.
+    staleness_threshold: float = 1.0
     # Training steps between weight pushes to the rollout replicas (version = step // this).
     trigger_parameter_sync_step: int = 1
-    # verl: batches of data.train_batch_size per step. verl_lite supports only 1 (the preflight
-    # refuses others).
+    # verl: mini-batches of actor.ppo_mini_batch_size prompts a step takes, with data.train_batch_size=0
+    # (a step then trains on ppo_mini_batch_size * require_batches prompts). With
+    # data.train_batch_size > 0 only 1 (the step is that batch; others are refused).
     require_batches: int = 1
-    # At a weight sync: True cuts the responses in flight and resumes them under the new weights;
+    # At a weight sync: True cuts the responses in flight at the next segment boundary
+    # (rollout_segment_tokens) and resumes them from their partial response under the new weights;
     # False lets the chunk in flight finish first.
     partial_rollout: bool = True
+    # verl: validate on the trainer's devices (hybrid rollout replicas beside the training engine).
+    # Not supported: only False, validation runs on rollout replica 0 (verl's default path).
+    use_trainer_do_validate: bool = False
     # Seconds the trainer waits on an empty rollout queue before it stops with an error.
     queue_timeout_s: float = 600.0
-    # Samples staler than staleness_threshold: drop them, or train on them with advantages scaled by
-    # a truncated importance weight (reweight_cap).
+    # Groups more than ceil(staleness_threshold) weight versions old when trained on (the rollouter's
+    # budget keeps them from arising, except a rollout resumed across several syncs or replicas that
+    # finish out of order): drop them, or train on them with advantages scaled by a truncated
+    # importance weight (reweight_cap).
     stale_policy: str = "drop"
     # New tokens a rollout generates between two looks for new weights; 0 = whole responses (a
     # sync then waits for the responses in flight). Smaller values cut rollouts at a sync sooner.
