@@ -56,8 +56,10 @@ def _events(path: Path) -> list:
 
 
 def _trace_name(worker: str, role: str, step: int) -> str:
-    """verl's build_trace_basename on one process without torch.distributed: no world size, no parallel ranks."""
-    return rf"{re.escape(worker)}_{re.escape(role)}_step{step}_rank0_pid{os.getpid()}_\d{{17}}\.json\.gz"
+    """verl's build_trace_basename: the world size and Megatron's ranks only where this process has them up
+    (an earlier test of the session may have left a process group)."""
+    return (rf"{re.escape(worker)}_{re.escape(role)}_step{step}_rank0(-of-1)?(_tp0-pp0-dp0-cp0)?_pid{os.getpid()}"
+            r"_\d{17}\.json\.gz")
 
 
 def test_one_trace_of_the_profiled_step_holds_every_stage_of_the_actor_workers(data_dir, tmp_path):
@@ -126,8 +128,11 @@ def test_ranks_are_selected_as_verl_selects_them(tmp_path, rank, ranks, all_rank
         sum(range(10))
     written = prof.stop()
     assert bool(written) == records and sorted(os.listdir(tmp_path)) == [os.path.basename(p) for p in written]
-    if records:
-        assert f"_rank{rank}_" in written[0]
+    if records:  # the rank of the file is torch.distributed's where a group is up, as in verl
+        import torch.distributed as dist
+
+        named = dist.get_rank() if dist.is_initialized() else rank
+        assert re.search(rf"_rank{named}(-of-\d+)?_", written[0]), written[0]
 
 
 @pytest.fixture
@@ -169,14 +174,16 @@ def test_npu_tool_asks_torch_npu_profiler_for_verls_mapping_of_tool_config_npu(t
 
 def test_npu_discrete_records_each_stage_in_its_own_directory_cpu_only_by_default(torch_npu_double, tmp_path):
     cfg = _cfg("global_profiler.tool=npu", "global_profiler.steps=[1]", f"global_profiler.save_path={tmp_path}",
-               "critic.profiler.enable=True", "critic.profiler.tool_config.npu.discrete=True", device="npu")
-    prof = WorkerProfiler(cfg, "critic", "critic", 0, "npu")
+               "actor_rollout_ref.actor.profiler.enable=True",
+               "actor_rollout_ref.actor.profiler.tool_config.npu.discrete=True", device="npu")
+    prof = WorkerProfiler(cfg, "actor", "actor_rollout", 0, "npu")
     prof.start(1)
-    for stage in ("critic_compute_values", "critic_update"):
+    for stage in ("ref_compute_log_prob", "actor_update"):
         with prof.stage(stage):
             pass
-    assert prof.stop() == [str(tmp_path / "critic_compute_values"), str(tmp_path / "critic_update")]
-    for stage in ("critic_compute_values", "critic_update"):
+    assert prof.stop() == [str(tmp_path / "ref_compute_log_prob"), str(tmp_path / "actor_update")]
+    assert not (tmp_path / "train").exists()
+    for stage in ("ref_compute_log_prob", "actor_update"):
         (record,) = _npu_records(tmp_path / stage)
         # verl passes contents=[] as it is: CPU activity only, nothing else collected
         assert record["activities"] == ["CPU"] and not record["record_shapes"] and record["analyse"] is True
@@ -220,10 +227,10 @@ def _problems(*lines, device="cpu"):
 
 
 @pytest.mark.parametrize("tool, device, fragment", [
-    ("npu", "cpu", "with trainer.device=cpu: the Ascend profiler (torch_npu.profiler) records NPUs only"),
-    ("npu", "cuda", "with trainer.device=cuda: the Ascend profiler"),
+    ("npu", "cpu", "with trainer.device=cpu is not supported: the Ascend profiler (torch_npu.profiler) records NPUs only"),
+    ("npu", "cuda", "with trainer.device=cuda is not supported: the Ascend profiler"),
     ("torch_memory", "cpu", "torch.cuda.memory's allocation history exists only on CUDA devices"),
-    ("torch_memory", "npu", "with trainer.device=npu: torch.cuda.memory's"),
+    ("torch_memory", "npu", "with trainer.device=npu is not supported: torch.cuda.memory's"),
     ("nsys", "cuda", "run the training command under `nsys profile` yourself"),
     ("precision_debugger", "npu", "msprobe's precision debugger is not supported"),
     ("perf", "cpu", "choose one of torch, npu, torch_memory (or null)"),
@@ -277,7 +284,21 @@ def test_the_ref_and_rollout_sections_may_repeat_the_actors_settings_but_not_dif
     problems = _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=True",
                          "actor_rollout_ref.rollout.profiler.ranks=[0]",
                          "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True")
+    # contents is not set: the rollout's follows the actor's, as in verl
     assert [p.split(" differs")[0] for p in problems] == [
         "actor_rollout_ref.rollout.profiler.ranks=[0]",
-        "actor_rollout_ref.rollout.profiler.tool_config.torch.contents=[]",
         "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True"]
+    (problem,) = _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=False")
+    assert "the rollout's generation runs in the actor's workers" in problem
+    npu = ["global_profiler.tool=npu", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=True",
+           "actor_rollout_ref.actor.profiler.tool_config.npu.level=level1", "actor_rollout_ref.ref.profiler.enable=True"]
+    assert _problems(*npu, "actor_rollout_ref.ref.profiler.tool_config.npu.level=level1", device="npu") == []
+    problems = _problems(*npu, "actor_rollout_ref.ref.profiler.tool_config.npu.level=level2",
+                         "actor_rollout_ref.ref.profiler.tool_config.npu.analysis=False",
+                         "actor_rollout_ref.ref.profiler.tool_config.npu.contents=[npu]",
+                         "actor_rollout_ref.ref.profiler.tool_config.npu.discrete=True", device="npu")
+    assert [p.split(" differs")[0] for p in problems] == [
+        "actor_rollout_ref.ref.profiler.tool_config.npu.contents=['npu']",
+        "actor_rollout_ref.ref.profiler.tool_config.npu.discrete=True",
+        "actor_rollout_ref.ref.profiler.tool_config.npu.level='level2'",
+        "actor_rollout_ref.ref.profiler.tool_config.npu.analysis=False"]

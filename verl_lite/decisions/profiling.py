@@ -56,6 +56,11 @@ def rank_profiled(profiler: Any, rank: int) -> bool:
     return rank in profiler.ranks if profiler.ranks else rank == 0
 
 
+def selected_ranks(profiler: Any) -> Any:
+    """"all", or the sorted ranks rank_profiled selects."""
+    return "all" if profiler.all_ranks else sorted(set(profiler.ranks or [0]))
+
+
 def tool_config(profiler: Any, tool: Optional[str]) -> Any:
     """The role's settings of `tool` (tool_config.torch / .npu), None for a tool without any."""
     return getattr(profiler.tool_config, tool, None) if tool in ("torch", "npu") else None
@@ -91,7 +96,7 @@ def _tool_problems(g: Any, device: str) -> List[str]:
         return [f"global_profiler.tool={g.tool!r}: " + (why or f"choose one of {', '.join(PROFILER_TOOLS)} (or null)")]
     needs = TOOL_DEVICE[g.tool]
     if needs is not None and device != needs:
-        return [f"global_profiler.tool={g.tool!r} with trainer.device={device}: {WHY_DEVICE[g.tool]}"]
+        return [f"global_profiler.tool={g.tool!r} with trainer.device={device} is not supported: {WHY_DEVICE[g.tool]}"]
     depth = g.global_tool_config.torch_memory.stack_depth
     if g.tool == "torch_memory" and depth != TORCH_MEMORY_STACK_DEPTH:
         return [f"global_profiler.global_tool_config.torch_memory.stack_depth={depth}: torch.cuda.memory."
@@ -124,6 +129,10 @@ def _colocated_problems(cfg: Any, role: str) -> List[str]:
     may repeat it, not ask for something else."""
     own, actor = section(cfg, role), section(cfg, "actor")
     name, tool = SECTIONS[role], cfg.global_profiler.tool
+    if role == "rollout" and actor.enable and not own.enable:
+        return [f"{name}.profiler.enable=False with actor_rollout_ref.actor.profiler.enable=True: the rollout's "
+                f"generation runs in the actor's workers and is recorded in their traces (stage generate_sequences); "
+                f"verl_lite cannot leave it out: leave {name}.profiler.enable out (it follows the actor's)"]
     if not own.enable:
         return []
     if not actor.enable:
@@ -131,7 +140,11 @@ def _colocated_problems(cfg: Any, role: str) -> List[str]:
                 f"the actor's workers, which record with the actor's profiler settings (as verl's colocated "
                 f"actor_rollout_ref worker); set actor_rollout_ref.actor.profiler.enable=True (its traces hold the "
                 f"{role}'s stage), or leave {name}.profiler.enable out"]
-    pairs = [("all_ranks", own.all_ranks, actor.all_ranks), ("ranks", list(own.ranks), list(actor.ranks))]
+    pairs = []
+    if selected_ranks(own) != selected_ranks(actor):  # [] and [0] select the same rank
+        key = "all_ranks" if own.all_ranks != actor.all_ranks else "ranks"
+        pairs.append((key, getattr(own, key) if key == "all_ranks" else list(own.ranks),
+                      getattr(actor, key) if key == "all_ranks" else list(actor.ranks)))
     tc, atc = tool_config(own, tool), tool_config(actor, tool)
     if tc is not None:
         for field in ("contents", "discrete", "level", "analysis"):
@@ -140,8 +153,8 @@ def _colocated_problems(cfg: Any, role: str) -> List[str]:
                 pairs.append((f"tool_config.{tool}.{field}",
                               list(mine) if field == "contents" else mine, list(theirs) if field == "contents" else theirs))
     return [f"{name}.profiler.{key}={mine!r} differs from actor_rollout_ref.actor.profiler.{key}={theirs!r}: the "
-            f"{role} runs in the actor's workers, which record it with the actor's settings; set the same value, or "
-            f"leave it out" for key, mine, theirs in pairs if mine != theirs]
+            f"{role} runs in the actor's workers, which record it with the actor's settings (settings of its own "
+            f"are not supported); set the same value, or leave it out" for key, mine, theirs in pairs if mine != theirs]
 
 
 def profiler_problems(cfg: Any, device: str) -> List[str]:

@@ -87,6 +87,33 @@ class ProfilerConfig:
     tool_config: ProfilerToolConfig = field(default_factory=ProfilerToolConfig)
 
 
+def _rollout_profiler() -> ProfilerConfig:
+    """The rollout's profiler follows the actor's unless set (verl's interpolations)."""
+    return _colocated_profiler(enable="${actor_rollout_ref.actor.profiler.enable}")  # type: ignore[arg-type]
+
+
+def _ref_profiler() -> ProfilerConfig:
+    """The ref's profiler: off unless set (verl's default); its other settings follow the actor's, whose
+    workers record the ref (verl's own ref defaults are not read by its colocated worker either)."""
+    return _colocated_profiler(enable=False)
+
+
+def _colocated_profiler(enable: bool) -> ProfilerConfig:
+    actor = "${actor_rollout_ref.actor.profiler."
+    return ProfilerConfig(
+        enable=enable,
+        all_ranks=actor + "all_ranks}",  # type: ignore[arg-type]
+        ranks=actor + "ranks}",  # type: ignore[arg-type]
+        tool_config=ProfilerToolConfig(
+            torch=TorchProfilerToolConfig(contents=actor + "tool_config.torch.contents}",  # type: ignore[arg-type]
+                                          discrete=actor + "tool_config.torch.discrete}"),  # type: ignore[arg-type]
+            npu=NPUProfilerToolConfig(contents=actor + "tool_config.npu.contents}",  # type: ignore[arg-type]
+                                      level=actor + "tool_config.npu.level}",
+                                      analysis=actor + "tool_config.npu.analysis}",  # type: ignore[arg-type]
+                                      discrete=actor + "tool_config.npu.discrete}")),  # type: ignore[arg-type]
+    )
+
+
 @dataclass
 class CheckpointConfig:
     # What each checkpoint of the role holds (verl's names): model (the weights in the engine's own
@@ -238,10 +265,10 @@ class RefConfig:
     # The ref's log-prob pass over token chunks (as actor.entropy_from_logits_with_chunking; verl's ref
     # default is False, not the actor's).
     entropy_from_logits_with_chunking: bool = False
-    # The ref's profiler: the ref runs in the actor's workers and is recorded in their traces (stage
-    # ref_compute_log_prob) with actor_rollout_ref.actor.profiler's settings; set here, they must match
-    # the actor's.
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # The ref's profiler: off unless set (as in verl), its other settings follow actor_rollout_ref.actor.
+    # profiler's. The ref runs in the actor's workers and is recorded in their traces (stage
+    # ref_compute_log_prob) with the actor's settings, so a value set here must match the actor's.
+    profiler: ProfilerConfig = field(default_factory=_ref_profiler)
     # Tokens per chunk of the ref's entropy_from_logits_with_chunking.
     entropy_from_logits_chunk_size: int = 2048
     # As actor.entropy_checkpointing; the ref computes no gradients, so it changes nothing there (verl has it).
@@ -362,10 +389,11 @@ class RolloutConfig:
     nnodes: int = 0
     # Devices per node of that rollout pool; when > 0 the rollout's TP must divide it.
     n_gpus_per_node: int = 0
-    # The rollout's profiler: generation runs in the actor's workers and is recorded in their traces
-    # (stage generate_sequences) with actor_rollout_ref.actor.profiler's settings; set here, they must
-    # match the actor's (verl's rollout-server traces of their own are not supported).
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # The rollout's profiler; every setting follows actor_rollout_ref.actor.profiler's unless set (as in
+    # verl). Generation runs in the actor's workers and is recorded in their traces (stage
+    # generate_sequences) with the actor's settings, so a value set here must match the actor's (verl's
+    # rollout-server traces of their own are not supported).
+    profiler: ProfilerConfig = field(default_factory=_rollout_profiler)
 
 
 @dataclass
