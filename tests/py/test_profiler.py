@@ -302,3 +302,13 @@ def test_the_ref_and_rollout_sections_may_repeat_the_actors_settings_but_not_dif
         "actor_rollout_ref.ref.profiler.tool_config.npu.discrete=True",
         "actor_rollout_ref.ref.profiler.tool_config.npu.level='level2'",
         "actor_rollout_ref.ref.profiler.tool_config.npu.analysis=False"]
+
+
+def test_npu_tool_refuses_a_torch_npu_older_than_2_1_as_verl_does(torch_npu_double, monkeypatch, tmp_path):
+    import torch_npu
+
+    monkeypatch.setattr(torch_npu, "__version__", "2.0.3.post1")
+    cfg = _cfg("global_profiler.tool=npu", "global_profiler.steps=[1]", f"global_profiler.save_path={tmp_path}",
+               "actor_rollout_ref.actor.profiler.enable=True", device="npu")
+    with pytest.raises(RuntimeError, match=r"needs torch_npu>=2.1 \(its mstx_domain_exclude\), found 2.0.3.post1"):
+        WorkerProfiler(cfg, "actor", "actor_rollout", 0, "npu").start(1)

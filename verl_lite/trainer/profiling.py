@@ -111,9 +111,8 @@ class _NpuRecording:
 
     def __init__(self, tc: Any, save_path: str, role: Optional[str]):
         import torch_npu
-        from packaging import version
 
-        if version.parse(torch_npu.__version__) < version.parse("2.1"):
+        if tuple(int(n) for n in re.findall(r"\d+", torch_npu.__version__)[:2]) < (2, 1):
             raise RuntimeError(f"global_profiler.tool=npu needs torch_npu>=2.1 (its mstx_domain_exclude), found "
                                f"{torch_npu.__version__}")
         npu_prof = torch_npu.profiler
