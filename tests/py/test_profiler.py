@@ -103,7 +103,8 @@ def test_continuous_steps_share_one_trace_and_contents_shapes_records_input_shap
 
 
 def test_actor_and_critic_sharing_a_process_share_one_trace_named_after_both(data_dir, tmp_path):
-    traces = _train(data_dir, tmp_path, "algorithm.adv_estimator=gae", "global_profiler.steps=[1]", "critic.ppo_mini_batch_size=2",
+    traces = _train(data_dir, tmp_path, "algorithm.adv_estimator=gae", "global_profiler.steps=[1]",
+                    "critic.ppo_mini_batch_size=2",
                     "actor_rollout_ref.actor.profiler.enable=True", "critic.profiler.enable=True", steps=1)
     (trace,) = traces.iterdir()
     assert re.fullmatch(_trace_name("actor-rollout+value-model", "train", 1), trace.name), trace.name
@@ -208,7 +209,8 @@ def test_torch_memory_records_the_step_and_dumps_a_snapshot_with_torchs_own_argu
 
     monkeypatch.setattr(memory, "_record_memory_history", record)
     monkeypatch.setattr(memory, "_dump_snapshot", dump)
-    cfg = _cfg("global_profiler.tool=torch_memory", "global_profiler.steps=[3]", f"global_profiler.save_path={tmp_path}",
+    cfg = _cfg("global_profiler.tool=torch_memory", "global_profiler.steps=[3]",
+               f"global_profiler.save_path={tmp_path}",
                "global_profiler.global_tool_config.torch_memory.trace_alloc_max_entries=5000",
                "actor_rollout_ref.actor.profiler.enable=True", device="cuda")
     prof = WorkerProfiler(cfg, "actor", "actor_rollout", 0, "cuda")
@@ -227,7 +229,8 @@ def _problems(*lines, device="cpu"):
 
 
 @pytest.mark.parametrize("tool, device, fragment", [
-    ("npu", "cpu", "with trainer.device=cpu is not supported: the Ascend profiler (torch_npu.profiler) records NPUs only"),
+    ("npu", "cpu", "with trainer.device=cpu is not supported: the Ascend profiler (torch_npu.profiler) records "
+                   "NPUs only"),
     ("npu", "cuda", "with trainer.device=cuda is not supported: the Ascend profiler"),
     ("torch_memory", "cpu", "torch.cuda.memory's allocation history exists only on CUDA devices"),
     ("torch_memory", "npu", "with trainer.device=npu is not supported: torch.cuda.memory's"),
