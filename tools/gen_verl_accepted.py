@@ -47,19 +47,18 @@ REVIEWED = [
     ("critic.*.entropy_checkpointing", [False], "the critic computes no entropy"),
     ("*.fsdp_config.strategy", ["fsdp", "fsdp2"],
      "verl_lite's torch engine is FSDP2 (fully_shard); verl's FSDP1 (fsdp) runs on it too"),
-    ("*.profiler.enable", None, "the profiler is off"),
     ("distillation.enabled", None, "no distillation"),
     ("actor_rollout_ref.model.mtp.enable", None, "no multi-token prediction head"),
     ("actor_rollout_ref.actor.calculate_sum_pi_squared", [False],
      "no sum of squared token probabilities is computed (only optimal_token_baseline reads it), as in verl_lite"),
     ("reward.reward_model.enable_resource_pool", None, "no reward model, so no pool of its own"),
     # the settings of a feature at verl's default, where the feature's own switch is refused when on
-    # (above: profiler.enable, global_profiler.steps, mtp.enable, distillation.enabled):
+    # (above: mtp.enable, distillation.enabled; the profiler's switches are in the schema):
     # at its default such a setting asks for nothing, and with the feature on the run is refused anyway
-    ("*.profiler.*", None, "a profiler setting at verl's default, asking for nothing verl_lite's torch "
-                           "profiler does not do"),
-    ("global_profiler.*", None, "a profiler setting at verl's default, asking for nothing verl_lite's torch "
-                                "profiler does not do"),
+    ("*.profiler.*", None, "a profiler setting at verl's default, asking for nothing verl_lite's "
+                           "profilers do not do"),
+    ("global_profiler.*", None, "a profiler setting at verl's default, asking for nothing verl_lite's "
+                                "profilers do not do"),
     ("actor_rollout_ref.model.mtp.*", None, "an MTP setting at verl's default; MTP is off unless mtp.enable "
                                             "(refused when True)"),
     ("distillation.*", None, "a distillation setting at verl's default; distillation is off unless "

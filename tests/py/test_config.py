@@ -65,8 +65,22 @@ def test_tilde_with_a_value_deletes_only_when_the_value_matches():
     assert any("its value is 1, not 2" in p for p in problems_of(f"+{OTC}.a=1", f"~{OTC}.a=2"))
 
 
-def test_plus_on_a_schema_key_whose_value_is_null_sets_it_as_hydra_does():
-    assert load_config(["+critic.strategy=megatron"]).critic.strategy == "megatron"
+def test_plus_on_a_key_whose_value_in_verls_config_is_null_sets_it_as_hydra_does():
+    assert load_config(["+trainer.total_training_steps=5"]).trainer.total_training_steps == 5
+    # critic.strategy is null in verl_lite's schema but fsdp in verl's config: verl's Hydra refuses the line
+    (problem,) = problems_of("+critic.strategy=megatron")
+    assert problem.startswith("cannot add 'critic.strategy': it already exists in verl's config (= 'fsdp')")
+
+
+def test_plus_on_a_key_only_verls_other_trainer_config_has_adds_it():
+    # verl's fsdp trainer (ppo_trainer) has no megatron section: + adds the key there, as verl's Hydra does
+    cfg = load_config([f"+{OTC}.attention_backend=flash"])
+    assert cfg.actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend == "flash"
+    (problem,) = problems_of("--config-name=ppo_megatron_trainer", f"+{OTC}.attention_backend=flash")
+    assert problem.startswith(f"cannot add '{OTC}.attention_backend': it already exists in verl's config (= 'flash')")
+    cfg, problems = compose_config(["--config-name=ppo_megatron_trainer",
+                                    "+actor_rollout_ref.actor.fsdp_config.model_dtype=bfloat16"])
+    assert problems == [] and cfg.actor_rollout_ref.actor.fsdp_config.model_dtype == "bfloat16"
 
 
 def test_quoted_values_stay_strings():
@@ -142,7 +156,7 @@ def test_an_unknown_key_inside_a_mapping_value_is_reported_with_its_full_name():
 
 def test_plus_on_an_existing_key_fails_as_in_hydra_with_both_fixes():
     (problem,) = problems_of("+trainer.nnodes=2")
-    assert "cannot add 'trainer.nnodes': it already exists (= 1)" in problem
+    assert "cannot add 'trainer.nnodes': it already exists in verl's config (= 1)" in problem
     assert "'trainer.nnodes=2'" in problem and "'++trainer.nnodes=2'" in problem
 
 

@@ -87,6 +87,8 @@ def base(data_dir, out):
         "global_profiler.tool=torch", "global_profiler.steps=[2]", f"global_profiler.save_path={out}/profile",
         "actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.actor.profiler.all_ranks=False",
         "actor_rollout_ref.actor.profiler.ranks=[0]", "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cpu]",
+        "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=False", "global_profiler.profile_continuous_steps=False",
+        "actor_rollout_ref.rollout.profiler.enable=True", "actor_rollout_ref.rollout.profiler.ranks=[0]",
     ]
 
 
@@ -117,6 +119,8 @@ GRPO = [
     "algorithm.rollout_correction.rollout_is_batch_normalize=True", "algorithm.rollout_correction.rollout_rs=seq_mean_k3",
     "algorithm.rollout_correction.rollout_rs_threshold=10.0", "algorithm.rollout_correction.bypass_mode=False",
     "algorithm.rollout_correction.loss_type=ppo_clip",
+    "actor_rollout_ref.ref.profiler.enable=True", "actor_rollout_ref.ref.profiler.all_ranks=False",
+    "actor_rollout_ref.ref.profiler.ranks=[0]",
 ]
 PPO = [
     "algorithm.adv_estimator=gae", "algorithm.gamma=0.99", "algorithm.lam=0.95",
@@ -134,7 +138,7 @@ PPO = [
     "actor_rollout_ref.model.use_fused_kernels=True", "critic.model.use_fused_kernels=False",
     "critic.model.enable_activation_offload=True",
     "critic.profiler.enable=True", "critic.profiler.all_ranks=True", "critic.profiler.ranks=[]",
-    "critic.profiler.tool_config.torch.contents=[cpu,shapes]",
+    "critic.profiler.tool_config.torch.contents=[cpu,shapes]", "critic.profiler.tool_config.torch.discrete=True",
 ]
 
 
@@ -262,6 +266,15 @@ SHOWN_ELSEWHERE = {
                    "async_training.trigger_parameter_sync_step", "async_training.require_batches")},
     "async_training.partial_rollout": ("test_async", "test_without_partial_rollout_new_weights_wait_until_the_chunk_in_"
                                                      "flight_is_complete"),
+    # the Ascend profiler's settings (global_profiler.tool=npu needs an NPU): the torch_npu.profiler double
+    **{f"actor_rollout_ref.actor.profiler.tool_config.npu.{key}": (
+        "test_profiler", "test_npu_tool_asks_torch_npu_profiler_for_verls_mapping_of_tool_config_npu")
+       for key in ("contents", "level", "analysis")},
+    "actor_rollout_ref.actor.profiler.tool_config.npu.discrete": (
+        "test_profiler", "test_npu_discrete_records_each_stage_in_its_own_directory_cpu_only_by_default"),
+    **{f"actor_rollout_ref.ref.profiler.tool_config.npu.{key}": (
+        "test_profiler", "test_the_ref_and_rollout_sections_may_repeat_the_actors_settings_but_not_differ")
+       for key in ("contents", "level", "analysis", "discrete")},
 }
 
 

@@ -108,6 +108,13 @@ REFUSED_CHOICES: Dict[str, Dict[str, str]] = {
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 # What a checkpoint holds (verl's names): checkpoint.save_contents / load_contents of actor and critic.
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+# global_profiler.tool values that run (trainer/profiling.py); verl's others are refused with the reason
+PROFILER_TOOLS = ("torch", "npu", "torch_memory")
+# <role>.profiler.tool_config.torch.contents (verl's names)
+TORCH_PROFILER_CONTENTS = ("cuda", "cpu", "memory", "shapes", "stack")
+# <role>.profiler.tool_config.npu.contents and .level (verl's names; torch_npu.profiler.ProfilerLevel)
+NPU_PROFILER_CONTENTS = ("npu", "cpu", "memory", "shapes", "module", "stack")
+NPU_PROFILER_LEVELS = ("level_none", "level0", "level1", "level2")
 # actor_rollout_ref.rollout.checkpoint_engine.backend: verl's checkpoint-engine backends verl_lite runs
 CHECKPOINT_BACKENDS = ("naive",)
 # The public keys of Ray's runtime_env (ray.runtime_env.RuntimeEnv.known_fields without the private

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf import errors as oc_errors
 
 from verl_lite.config import choices, keys, verl_names
+from verl_lite.config.generated import verl_keys
 from verl_lite.config.overrides import Override, OverrideSyntaxError
 from verl_lite.config.overrides import parse as parse_override
 from verl_lite.config.schema import VerlLiteConfig
@@ -68,9 +69,71 @@ def _wrong_type_message(key: str, value: Any, detail: str) -> str:
     return f"{key}={value!r} has the wrong type: expected {expected}{hint}"
 
 
+_UNKNOWN = object()
+
+
+@functools.lru_cache(maxsize=1)
+def _verl_defaults() -> DictConfig:
+    """verl's trainer config at the pinned commit as its defaults (verl_keys.DEFAULTS, nested), so that
+    its interpolations (`${oc.select:global_profiler.tool,null}`) resolve as verl's Hydra resolves them."""
+    tree: Dict[str, Any] = {}
+    for key, value in verl_keys.DEFAULTS.items():
+        node, parents, leaf = tree, key.split(".")[:-1], key.split(".")[-1]
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node.setdefault(leaf, value)
+    return OmegaConf.create(tree)
+
+
+def _in_other_trainer(key: str, megatron: bool) -> bool:
+    """The key's engine section is in verl's other trainer config: `<role>.megatron.*` only in
+    ppo_megatron_trainer, `fsdp_config.*` and the critic's `fsdp.*` only in ppo_trainer."""
+    dotted = f".{key}."
+    if ".megatron." in dotted:
+        return not megatron
+    return megatron and (".fsdp_config." in dotted or key.startswith("critic.fsdp."))
+
+
+def _verl_value(key: str, megatron: bool) -> Any:
+    """What verl's Hydra finds at `key` when it reads a `+key=...` line in its fsdp trainer config
+    (ppo_trainer) or `megatron` one: None where that config lacks the key or holds null, _UNKNOWN where
+    the table cannot tell (a key of the fully-async trainer only)."""
+    if key not in verl_keys.KEYS or _in_other_trainer(key, megatron):
+        return None
+    if key not in verl_keys.DEFAULTS:
+        return {} if any(k.startswith(key + ".") for k in verl_keys.KEYS) else _UNKNOWN  # a section
+    try:
+        return OmegaConf.select(_verl_defaults(), key, throw_on_missing=False)
+    except oc_errors.OmegaConfBaseException:  # an interpolation into what the table lacks
+        return _UNKNOWN
+
+
+def _verl_add_problem(cfg: DictConfig, override: Override) -> Optional[str]:
+    """`+key=value` on a key verl's config already has (not null): verl's Hydra refuses the line ("Could not
+    append to config. An item is already at '<key>'"), so verl_lite does too, whatever its own schema holds.
+    verl's trainer config is its megatron one when the line's config groups made the actor's strategy
+    megatron (--config-name=ppo_megatron_trainer, model_engine=megatron; they apply first)."""
+    key, value, line = override.key, override.value, override.line
+    if isinstance(value, (dict, list)):
+        return None  # Hydra merges a mapping or list into what is there
+    verl = _verl_value(key, OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy") == "megatron")
+    if verl is None or verl is _UNKNOWN:
+        return None
+    shown = OmegaConf.to_container(verl) if isinstance(verl, (DictConfig, ListConfig)) else verl
+    return (f"cannot add {key!r}: it already exists in verl's config (= {shown!r}), where `+` fails (\"An item is "
+            f"already at '{key}'\"); set it with {line[1:]!r} or add-or-replace it with {'+' + line!r}")
+
+
 def _key_problem(cfg: DictConfig, override: Override) -> Optional[str]:
     """Why this override may not touch its key, or None if it may."""
     key, value, line = override.key, override.value, override.line
+    if override.kind == "add" and key in verl_keys.KEYS:
+        problem = _verl_add_problem(cfg, override)  # verl's value decides whether `+` may add it, as in verl's Hydra
+        if problem:
+            return problem
     table = keys.key_table()
     in_schema = key in table
     section = keys.open_section_of(key)
@@ -94,7 +157,7 @@ def _key_problem(cfg: DictConfig, override: Override) -> Optional[str]:
         return None
     if override.kind == "add":
         current = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        if current is not None and not isinstance(value, (dict, list)):
+        if current is not None and not isinstance(value, (dict, list)) and key not in verl_keys.KEYS:
             if not verl_names.is_verl_key(key):
                 return None  # verl's Hydra adds `+key` where its config lacks the key; verl_lite's has it: a set
             return (
@@ -252,6 +315,10 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
             override = parse_override(line)
         except OverrideSyntaxError as e:
             problems.append(str(e))
+            continue
+        problem = _verl_add_problem(cfg, override) if override.kind == "add" else None
+        if problem:  # `+` on a key verl's config has: verl's Hydra refuses the line before reading it
+            problems.append(problem)
             continue
         if verl_names.same_as_verl_lite(override.key, override.value):
             continue  # verl's line asks for what verl_lite does (config/generated/verl_accepted.json)

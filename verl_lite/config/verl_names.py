@@ -168,9 +168,11 @@ INSTEAD: List[Tuple[str, str]] = [
                                      "megatron.* settings"),
     ("*.fsdp_config.turbo_config*", f"verl's FSDP-turbo engine is {NOT}: use strategy=fsdp2 (FSDP2)"),
     ("distillation*", f"on-policy distillation is {YET}"),
-    ("*profiler*", f"this profiler setting is {YET}: verl_lite profiles with global_profiler.tool=torch, "
-                   "global_profiler.steps and save_path, and actor_rollout_ref.actor.profiler / critic.profiler "
-                   "(enable, all_ranks, ranks, tool_config.torch.contents); leave the line out"),
+    ("*profiler*", f"this profiler setting is {YET}: verl_lite profiles with global_profiler.tool (torch, npu, "
+                   "torch_memory), steps, profile_continuous_steps, save_path and global_tool_config.torch_memory, and "
+                   "the <role>.profiler sections of actor, ref, rollout and critic (enable, all_ranks, ranks, "
+                   "tool_config.torch.{contents,discrete}, tool_config.npu.{contents,level,analysis,discrete}); "
+                   "leave the line out"),
     ("hydra.*", f"Hydra's own settings are {NOT}: verl_lite composes its own schema; leave the line out"),
 ]
 
@@ -336,6 +338,12 @@ DEFAULT_DIFFERENCES = {
     **{f"{section}.optim.optimizer": "null = the strategy's verl default (AdamW on fsdp, adam on megatron): one "
                                      "section serves both of verl's optimizer configs"
        for section in ("actor_rollout_ref.actor", "critic")},
+    **{f"actor_rollout_ref.ref.profiler.{key}": "follows actor_rollout_ref.actor.profiler's: the ref runs in the "
+                                                "actor's workers, which record it with the actor's settings (verl's "
+                                                "colocated worker reads the actor's too)"
+       for key in ("all_ranks", "ranks", "tool_config.torch.contents", "tool_config.torch.discrete",
+                   "tool_config.npu.contents", "tool_config.npu.level", "tool_config.npu.analysis",
+                   "tool_config.npu.discrete")},
     "data.train_files": "a local tiny data set (verl_lite trains a tiny model out of the box)",
     "data.val_files": "the tiny data set's validation split",
     "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",

@@ -1,32 +1,166 @@
 """What verl's profiler settings (global_profiler, <role>.profiler) ask for and whether verl_lite can do it:
-the preflight's rules, torch-free (trainer/profiling.py records the traces).
+the preflight's rules and the choices the workers make, torch-free (trainer/profiling.py records).
+
+A worker process records the roles it hosts: the actor's workers the actor, the rollout and the ref
+(as verl's colocated actor_rollout_ref worker, whose profiler is the actor's), the critic's the critic.
+Each hosted role's work is a stage, named as verl names it.
 """
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional, Tuple
 
-# global_profiler.tool values that run; verl's others and why they are refused
-TOOLS = ("torch",)
+from verl_lite.config.choices import NPU_PROFILER_CONTENTS, NPU_PROFILER_LEVELS, PROFILER_TOOLS, TORCH_PROFILER_CONTENTS
+
+# verl's tools verl_lite does not run, and why
 REFUSED_TOOLS = {
-    "npu": "torch_npu's profiler (Ascend) is not supported by verl_lite yet: use global_profiler.tool=torch, "
-           "or leave global_profiler.tool unset",
-    "nsys": "Nsight Systems is not supported by verl_lite: it profiles a run started under `nsys launch` "
-            "(verl's Ray workers with nsight runtime options), which verl_lite does not start; run the training "
-            "command under `nsys profile` yourself, or use global_profiler.tool=torch",
-    "torch_memory": "torch.cuda.memory snapshots are not supported by verl_lite yet: use global_profiler.tool=torch "
-                    "with <role>.profiler.tool_config.torch.contents=[memory]",
+    "nsys": "Nsight Systems is not supported by verl_lite: it profiles workers that Ray starts under `nsys` "
+            "(verl's nsight runtime env, which needs nsys on every worker's PATH), which verl_lite does not "
+            "start; run the training command under `nsys profile` yourself, or use global_profiler.tool=torch",
+    "precision_debugger": "msprobe's precision debugger is not supported by verl_lite: use global_profiler.tool=torch "
+                          "(or npu on Ascend)",
 }
-CONTENTS = ("cuda", "cpu", "memory", "shapes", "stack")
+# the device each tool needs (None: any)
+TOOL_DEVICE = {"torch": None, "npu": "npu", "torch_memory": "cuda"}
+WHY_DEVICE = {
+    "npu": "the Ascend profiler (torch_npu.profiler) records NPUs only; use global_profiler.tool=torch",
+    "torch_memory": "torch.cuda.memory's allocation history exists only on CUDA devices; use global_profiler.tool="
+                    "torch with <role>.profiler.tool_config.torch.contents=[memory]",
+}
+# role -> where its profiler section lives
+SECTIONS = {"actor": "actor_rollout_ref.actor", "rollout": "actor_rollout_ref.rollout",
+            "ref": "actor_rollout_ref.ref", "critic": "critic"}
+# verl's stage names -> the role whose work it is
+STAGES = {"generate_sequences": "rollout", "actor_compute_log_prob": "actor", "ref_compute_log_prob": "ref",
+          "actor_update": "actor", "critic_compute_values": "critic", "critic_update": "critic"}
+# the role whose profiler section a worker process records with, by the roles it hosts
+HOSTS = {"actor": ("actor", "rollout", "ref"), "critic": ("critic",)}
+TORCH_MEMORY_STACK_DEPTH = 32  # verl's default; torch's _record_memory_history takes no depth
 
 
-def profiler_problems(cfg: Any) -> List[str]:
-    """Why the profiler settings cannot run (empty when they can)."""
+def section(cfg: Any, role: str) -> Any:
+    """`<role>.profiler` of the config."""
+    node = cfg
+    for part in SECTIONS[role].split("."):
+        node = getattr(node, part)
+    return node.profiler
+
+
+def rank_profiled(profiler: Any, rank: int) -> bool:
+    """Whether this rank records: enable, and all_ranks or a listed rank (rank 0 when none is listed),
+    as verl's DistProfiler selects ranks."""
+    if not profiler.enable:
+        return False
+    if profiler.all_ranks:
+        return True
+    return rank in profiler.ranks if profiler.ranks else rank == 0
+
+
+def selected_ranks(profiler: Any) -> Any:
+    """"all", or the sorted ranks rank_profiled selects."""
+    return "all" if profiler.all_ranks else sorted(set(profiler.ranks or [0]))
+
+
+def tool_config(profiler: Any, tool: Optional[str]) -> Any:
+    """The role's settings of `tool` (tool_config.torch / .npu), None for a tool without any."""
+    return getattr(profiler.tool_config, tool, None) if tool in ("torch", "npu") else None
+
+
+def discrete(profiler: Any, tool: Optional[str]) -> bool:
+    tc = tool_config(profiler, tool)
+    return bool(tc.discrete) if tc is not None else False
+
+
+def is_profiled_step(cfg: Any, step: int) -> bool:
     g = cfg.global_profiler
-    problems = []
-    if g.tool is not None and g.tool not in TOOLS:
+    return g.tool in PROFILER_TOOLS and step in (g.steps or [])
+
+
+def recording_bounds(cfg: Any, step: int) -> Tuple[bool, bool]:
+    """(start before `step`, stop after it): each profiled step alone, or with
+    global_profiler.profile_continuous_steps a run of consecutive profiled steps in one recording
+    (started before its first step, stopped after its last), as verl's trainer drives it."""
+    if not is_profiled_step(cfg, step):
+        return False, False
+    if not cfg.global_profiler.profile_continuous_steps:
+        return True, True
+    steps = set(cfg.global_profiler.steps)
+    return step - 1 not in steps, step + 1 not in steps
+
+
+def _tool_problems(g: Any, device: str) -> List[str]:
+    if g.tool is None:
+        return []
+    if g.tool not in PROFILER_TOOLS:
         why = REFUSED_TOOLS.get(g.tool)
-        problems.append(f"global_profiler.tool={g.tool!r}: " + (why or f"choose one of {', '.join(TOOLS)} (or null)"))
+        return [f"global_profiler.tool={g.tool!r}: " + (why or f"choose one of {', '.join(PROFILER_TOOLS)} (or null)")]
+    needs = TOOL_DEVICE[g.tool]
+    if needs is not None and device != needs:
+        return [f"global_profiler.tool={g.tool!r} with trainer.device={device} is not supported: {WHY_DEVICE[g.tool]}"]
+    depth = g.global_tool_config.torch_memory.stack_depth
+    if g.tool == "torch_memory" and depth != TORCH_MEMORY_STACK_DEPTH:
+        return [f"global_profiler.global_tool_config.torch_memory.stack_depth={depth}: torch.cuda.memory."
+                f"_record_memory_history keeps whole call stacks (it takes no depth); leave it at "
+                f"{TORCH_MEMORY_STACK_DEPTH}"]
+    return []
+
+
+def _section_problems(name: str, profiler: Any) -> List[str]:
+    problems = []
+    torch_tc, npu_tc = profiler.tool_config.torch, profiler.tool_config.npu
+    unknown = [c for c in torch_tc.contents if c not in TORCH_PROFILER_CONTENTS]
+    if unknown:
+        problems.append(f"{name}.profiler.tool_config.torch.contents has {unknown}: choose from "
+                        f"{', '.join(TORCH_PROFILER_CONTENTS)}")
+    unknown = [c for c in npu_tc.contents if c not in NPU_PROFILER_CONTENTS]
+    if unknown:
+        problems.append(f"{name}.profiler.tool_config.npu.contents has {unknown}: choose from "
+                        f"{', '.join(NPU_PROFILER_CONTENTS)}")
+    if npu_tc.level not in NPU_PROFILER_LEVELS:
+        problems.append(f"{name}.profiler.tool_config.npu.level={npu_tc.level!r}: choose one of "
+                        f"{', '.join(NPU_PROFILER_LEVELS)}")
+    if any(r < 0 for r in profiler.ranks):
+        problems.append(f"{name}.profiler.ranks={list(profiler.ranks)}: ranks are >= 0")
+    return problems
+
+
+def _colocated_problems(cfg: Any, role: str) -> List[str]:
+    """The rollout and the ref run in the actor's workers, which record with the actor's section: theirs
+    may repeat it, not ask for something else."""
+    own, actor = section(cfg, role), section(cfg, "actor")
+    name, tool = SECTIONS[role], cfg.global_profiler.tool
+    if role == "rollout" and actor.enable and not own.enable:
+        return [f"{name}.profiler.enable=False with actor_rollout_ref.actor.profiler.enable=True: the rollout's "
+                f"generation runs in the actor's workers and is recorded in their traces (stage generate_sequences); "
+                f"verl_lite cannot leave it out: leave {name}.profiler.enable out (it follows the actor's)"]
+    if not own.enable:
+        return []
+    if not actor.enable:
+        return [f"{name}.profiler.enable=True with actor_rollout_ref.actor.profiler.enable=False: the {role} runs in "
+                f"the actor's workers, which record with the actor's profiler settings (as verl's colocated "
+                f"actor_rollout_ref worker); set actor_rollout_ref.actor.profiler.enable=True (its traces hold the "
+                f"{role}'s stage), or leave {name}.profiler.enable out"]
+    pairs = []
+    if selected_ranks(own) != selected_ranks(actor):  # [] and [0] select the same rank
+        key = "all_ranks" if own.all_ranks != actor.all_ranks else "ranks"
+        pairs.append((key, getattr(own, key) if key == "all_ranks" else list(own.ranks),
+                      getattr(actor, key) if key == "all_ranks" else list(actor.ranks)))
+    tc, atc = tool_config(own, tool), tool_config(actor, tool)
+    if tc is not None:
+        for field in ("contents", "discrete", "level", "analysis"):
+            if hasattr(tc, field):
+                mine, theirs = getattr(tc, field), getattr(atc, field)
+                pairs.append((f"tool_config.{tool}.{field}",
+                              list(mine) if field == "contents" else mine, list(theirs) if field == "contents" else theirs))
+    return [f"{name}.profiler.{key}={mine!r} differs from actor_rollout_ref.actor.profiler.{key}={theirs!r}: the "
+            f"{role} runs in the actor's workers, which record it with the actor's settings (settings of its own "
+            f"are not supported); set the same value, or leave it out" for key, mine, theirs in pairs if mine != theirs]
+
+
+def profiler_problems(cfg: Any, device: str) -> List[str]:
+    """Why the profiler settings cannot run on `device` (empty when they can)."""
+    g = cfg.global_profiler
+    problems = _tool_problems(g, device)
     steps = list(g.steps or [])
     bad = [s for s in steps if not isinstance(s, int) or isinstance(s, bool) or s < 1]
     if bad:
@@ -35,20 +169,18 @@ def profiler_problems(cfg: Any) -> List[str]:
         problems.append(f"global_profiler.steps={steps} with async_training.enable=True: profiling the fully-async "
                         "trainer is not supported by verl_lite yet; profile a synchronous run, or unset "
                         "global_profiler.steps")
-    sections = {"actor_rollout_ref.actor": cfg.actor_rollout_ref.actor, "critic": cfg.critic}
-    enabled = [name for name, sec in sections.items() if sec.profiler.enable]
+    enabled = [role for role in SECTIONS if section(cfg, role).enable]
     if steps and g.tool is None and enabled:
-        problems.append(f"global_profiler.steps={steps} with {enabled[0]}.profiler.enable=True but no "
+        problems.append(f"global_profiler.steps={steps} with {SECTIONS[enabled[0]]}.profiler.enable=True but no "
                         "global_profiler.tool: set global_profiler.tool=torch")
-    for name, sec in sections.items():
-        unknown = [c for c in sec.profiler.tool_config.torch.contents if c not in CONTENTS]
-        if unknown:
-            problems.append(f"{name}.profiler.tool_config.torch.contents has {unknown}: choose from {', '.join(CONTENTS)}")
-        if any(r < 0 for r in sec.profiler.ranks):
-            problems.append(f"{name}.profiler.ranks={list(sec.profiler.ranks)}: ranks are >= 0")
+    if g.profile_continuous_steps:
+        for role in ("actor", "critic"):
+            if section(cfg, role).enable and discrete(section(cfg, role), g.tool):
+                problems.append(f"global_profiler.profile_continuous_steps=True with {SECTIONS[role]}.profiler."
+                                f"tool_config.{g.tool}.discrete=True: a recording of several steps cannot be one per "
+                                "stage; set one of them False")
+    for role, name in SECTIONS.items():
+        problems += _section_problems(name, section(cfg, role))
+    for role in ("rollout", "ref"):
+        problems += _colocated_problems(cfg, role)
     return problems
-
-
-def is_profiled_step(cfg: Any, step: int) -> bool:
-    g = cfg.global_profiler
-    return g.tool in TOOLS and step in (g.steps or [])

@@ -68,6 +68,8 @@ def environment_problems(cfg: Any, device: str, explicit: bool) -> List[str]:
         if device == "npu":
             needed.append(("mindspeed", "MindSpeed (source install, see the README's Ascend section)"))
     # a missing vllm is reported by preflight/rollout.py (with the install line per device)
+    if cfg.global_profiler.tool == "npu" and cfg.global_profiler.steps:
+        needed.append(("torch_npu", "torch_npu for global_profiler.tool=npu (its profiler, torch_npu.profiler)"))
     loggers = list(cfg.trainer.logger or ())
     if "tensorboard" in loggers:
         needed.append(("tensorboard", "tensorboard for trainer.logger (pip install tensorboard)"))

@@ -19,6 +19,7 @@ from verl_lite.config import choices, roles
 from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
 from verl_lite.decisions import bridge_choice
+from verl_lite.decisions.profiling import profiler_problems
 from verl_lite.models import read_hf_config
 from verl_lite.preflight import bridge, data, layout, machine, memory, reward_file, values, verl_settings
 from verl_lite.preflight.fully_async import fully_async_problems
@@ -106,6 +107,7 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
             problems.append(f"{view.role}: {e}")
     problems += layout.rollout_tp_problems(cfg)
     problems += verl_settings.verl_problems(cfg)  # verl settings accepted by the schema but not acted on yet
+    problems += profiler_problems(cfg, device)  # global_profiler and <role>.profiler
     if cfg.async_training.enable:
         problems += fully_async_problems(cfg)
     if not problems:  # the prediction reads a layout and batches the rules above accepted

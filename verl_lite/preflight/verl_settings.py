@@ -25,7 +25,6 @@ from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_bud
 from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.reward.registry import reward_manager_problems
 from verl_lite.decisions.dynamic_sampling import filter_groups_problems
-from verl_lite.decisions.profiling import profiler_problems
 from verl_lite.decisions.rollout_correction import rollout_correction_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
 
@@ -254,7 +253,6 @@ def _run_problems(cfg: Any) -> List[str]:
         problems.append(f"reward_model.enable=True: reward models are {YET}: use a rule-based or "
                         "custom_reward_function.path reward")
     problems += reward_manager_problems(cfg)  # reward_model.reward_manager and reward_kwargs
-    problems += profiler_problems(cfg)  # global_profiler and <role>.profiler
     problems += filter_groups_problems(cfg)  # algorithm.filter_groups and data.gen_batch_size
     problems += rollout_correction_problems(cfg)  # algorithm.rollout_correction
     if int(cfg.trainer.log_val_generations) < 0:

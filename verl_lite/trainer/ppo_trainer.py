@@ -28,7 +28,7 @@ from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, pro
 from verl_lite.trainer.algos import advantages, rollout_correction
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
-from verl_lite.trainer.profiling import is_profiled_step
+from verl_lite.trainer.profiling import is_profiled_step, recording_bounds
 from verl_lite.trainer.tracking import val_generations
 from verl_lite.trainer.workers import LOSS_METRICS
 
@@ -461,13 +461,21 @@ class PPOTrainer(StepLoop):
 
     def _loop(self, bar) -> None:
         t = self.cfg.trainer
+        self._profiling = False  # a recording of continuous profiled steps is open
         while self.global_step < self.total_steps and not self.stop.requested:
             try:
                 with self.during("at step", self.global_step + 1):
-                    profiled = is_profiled_step(self.cfg, self.global_step + 1)
-                    self._profile(profiled, "start_profile", self.global_step + 1)
+                    step = self.global_step + 1
+                    start, stop = recording_bounds(self.cfg, step)
+                    # a run of continuous steps is started at the first step this run trains (a resumed run
+                    # can begin inside it) and written at its last one when the run ends inside it
+                    profiled = is_profiled_step(self.cfg, step)
+                    start = start or (profiled and not self._profiling)
+                    stop = stop or (profiled and step >= self.total_steps)
+                    self._profile(start, "start_profile", step)
+                    self._profiling = profiled and not stop
                     metrics = self.step()
-                    self._profile(profiled, "stop_profile")
+                    self._profile(stop, "stop_profile")
             except EpochsExhausted as e:  # dynamic sampling drew more prompts per step than total_steps counted
                 logger.info("the training data ran out after %d epochs (trainer.total_epochs) at step %d of %d: dynamic "
                             "sampling draws more than train_batch_size prompts a step; stopping as verl's DAPO "

@@ -1,74 +1,244 @@
-"""torch.profiler traces of the steps global_profiler.steps lists, as verl's global_profiler does.
+"""The profilers of the steps global_profiler.steps lists, as verl's DistProfiler records them.
 
-The driver asks each worker group to start before a profiled step and to stop after it; a worker
-records only when its role's `profiler.enable` is on and its rank is profiled (all_ranks, or the
-listed ranks, rank 0 when none is listed). One trace per step, role and rank:
-`<save_path>/<role>_step<N>_rank<R>.json.gz` (chrome trace format); roles sharing a process
-(trainer.ray=false) share one, `actor+critic_step<N>_rank0.json.gz`.
+The driver asks each worker group to start before a profiled step (or run of steps) and to stop
+after it; a worker records when its role's `profiler.enable` is on and its rank is profiled
+(decisions/profiling.py). The actor's workers record the actor, the rollout and the ref with the
+actor's settings; the critic's workers the critic. One recording per step with each stage
+(decisions.profiling.STAGES) as a named range, or with `tool_config.<tool>.discrete` one per stage.
+
+Tools: torch (torch.profiler, a chrome trace `<save_path>/<worker>_<stage|train>_step<N>_rank<R>
+[-of-<W>][_tp.._pp.._dp.._cp..]_pid<P>_<time>.json.gz`, named as verl's build_trace_basename does),
+npu (torch_npu.profiler with verl's mapping of tool_config.npu, under `<save_path>/<stage|train>`),
+torch_memory (a torch.cuda.memory snapshot, `<save_path>/step<N>/torch_memory_rank<R>_pid<P>.pickle`).
+Roles sharing a process (trainer.ray=false) share one recording: torch.profiler takes one at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any, Iterable, Optional
+import re
+import sys
+from datetime import datetime, timezone
+from typing import Any, Iterator, List, Optional
 
 # what the settings ask for (torch-free, read by the preflight too)
-from verl_lite.decisions.profiling import CONTENTS, REFUSED_TOOLS, TOOLS, is_profiled_step, profiler_problems  # noqa: F401
+from verl_lite.decisions.profiling import (  # noqa: F401  (is_profiled_step, recording_bounds: the driver's)
+    HOSTS, discrete, is_profiled_step, profiler_problems, rank_profiled, recording_bounds, section, tool_config)
 
 logger = logging.getLogger(__name__)
 
+# verl's file-name prefix of each worker (its worker role; the critic's engine worker is named by its model type)
+WORKER_NAMES = {"actor_rollout_ref": "actor_rollout_ref", "actor_rollout": "actor_rollout", "critic": "value_model"}
+# the recording window of the actor's workers is "train" in verl (start_profile(role="train")); the critic's has none
+WINDOW = {"actor": "train", "critic": None}
 
-def trace_path(save_path: str, role: str, step: int, rank: int) -> str:
-    return os.path.join(save_path, f"{role}_step{step}_rank{rank}.json.gz")
+
+def _part(text: Any) -> str:
+    """A label made safe for a file name, as verl's _sanitize_name_part does (`_` -> `-`)."""
+    return re.sub(r"[^0-9A-Za-z.=+-]+", "-", str(text)).strip("-")
 
 
-# The recording running in this process. torch.profiler takes one at a time per process, and workers
-# of several roles share a process when trainer.ray=false: a second role joins the first's
-# recording, which holds both roles' ops, and the trace is named after all of them.
+def _topology(rank: int) -> dict:
+    """rank and world size from torch.distributed, and Megatron's tp/pp/dp/cp ranks when Megatron's
+    groups are up (read only when megatron is already imported)."""
+    import torch.distributed as dist
+
+    info: dict = {"rank": rank}
+    if dist.is_available() and dist.is_initialized():
+        info.update(rank=dist.get_rank(), world_size=dist.get_world_size())
+    mpu = sys.modules.get("megatron.core.parallel_state")
+    if mpu is not None and mpu.model_parallel_is_initialized():
+        info.update(tp=mpu.get_tensor_model_parallel_rank(), pp=mpu.get_pipeline_model_parallel_rank(),
+                    dp=mpu.get_data_parallel_rank(), cp=mpu.get_context_parallel_rank())
+    return info
+
+
+def trace_basename(worker: str, role: Optional[str], step: Optional[int], topology: dict) -> str:
+    """`<worker>_<role>_step<N>_rank<R>[-of-<W>][_tp0-pp0-dp0-cp0]_pid<P>_<time>` (verl's layout)."""
+    parts = [_part(worker)] + ([_part(role)] if role else []) + ([f"step{_part(step)}"] if step is not None else [])
+    rank = f"rank{topology['rank']}" + (f"-of-{topology['world_size']}" if topology.get("world_size") else "")
+    parts.append(rank)
+    parallel = "-".join(f"{d}{topology[d]}" for d in ("tp", "pp", "dp", "cp") if d in topology)
+    if parallel:
+        parts.append(parallel)
+    stamp = datetime.now(tz=timezone.utc).astimezone().strftime("%Y%m%d%H%M%S%f")[:-3]
+    return "_".join(parts + [f"pid{os.getpid()}", stamp])
+
+
+class _TorchRecording:
+    """torch.profiler from begin to end; tool_config.torch.contents as verl maps it: CPU always, CUDA on a
+    CUDA device when contents is [] or has cuda, shapes/memory/stack only when named."""
+
+    def __init__(self, tc: Any, device: str, save_path: str, basename: str):
+        from torch.profiler import ProfilerActivity, profile
+
+        contents = set(tc.contents)
+        activities = [ProfilerActivity.CPU]
+        if device == "cuda" and (not contents or "cuda" in contents):
+            activities.append(ProfilerActivity.CUDA)
+        self.path = os.path.join(save_path, basename + ".json.gz")
+        self.prof = profile(activities=activities, record_shapes="shapes" in contents,
+                            profile_memory="memory" in contents, with_stack="stack" in contents)
+        self.prof.start()
+
+    @staticmethod
+    def marker(name: str):
+        import torch
+
+        return torch.profiler.record_function(name)
+
+    def end(self, names: List[str]) -> str:
+        self.prof.stop()
+        head, tail = os.path.split(self.path)
+        if len(names) > 1:  # roles sharing the process: the file is named after all of them
+            first, _, rest = tail.partition("_")
+            tail = "+".join([first] + [_part(n) for n in names[1:]]) + "_" + rest
+        path = os.path.join(head, tail)
+        os.makedirs(head, exist_ok=True)
+        self.prof.export_chrome_trace(path)
+        return path
+
+
+class _NpuRecording:
+    """torch_npu.profiler from begin to end, with verl's mapping of tool_config.npu (mstx_profile.py):
+    CPU activity always, NPU activity / modules / stacks / shapes / memory only when contents names them,
+    the level as torch_npu's ProfilerLevel, data written by tensorboard_trace_handler (parsed when
+    analysis), exported as a database with mstx markers, communication markers excluded."""
+
+    LEVELS = {"level_none": "Level_none", "level0": "Level0", "level1": "Level1", "level2": "Level2"}
+
+    def __init__(self, tc: Any, save_path: str, role: Optional[str]):
+        import torch_npu
+
+        if tuple(int(n) for n in re.findall(r"\d+", torch_npu.__version__)[:2]) < (2, 1):
+            raise RuntimeError(f"global_profiler.tool=npu needs torch_npu>=2.1 (its mstx_domain_exclude), found "
+                               f"{torch_npu.__version__}")
+        npu_prof = torch_npu.profiler
+        contents = set(tc.contents)
+        self.path = os.path.join(save_path, role) if role else save_path
+        experimental = npu_prof._ExperimentalConfig(
+            profiler_level=getattr(npu_prof.ProfilerLevel, self.LEVELS[tc.level]),
+            export_type=npu_prof.ExportType.Db, data_simplification=True, msprof_tx=True,
+            mstx_domain_exclude=["communication"])
+        activities = [npu_prof.ProfilerActivity.CPU]
+        if "npu" in contents:
+            activities.append(npu_prof.ProfilerActivity.NPU)
+        self.prof = npu_prof.profile(
+            with_modules="module" in contents, with_stack="stack" in contents, record_shapes="shapes" in contents,
+            profile_memory="memory" in contents, activities=activities,
+            on_trace_ready=npu_prof.tensorboard_trace_handler(self.path, analyse_flag=bool(tc.analysis)),
+            experimental_config=experimental)
+        self.prof.start()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def marker(name: str) -> Iterator[None]:
+        from torch_npu.npu import mstx
+
+        range_id = mstx.range_start(message=name)
+        try:
+            yield
+        finally:
+            mstx.range_end(range_id)
+
+    def end(self, names: List[str]) -> str:
+        self.prof.step()  # hands the recording to on_trace_ready, as verl stops it
+        self.prof.stop()
+        return self.path
+
+
+class _MemoryRecording:
+    """torch.cuda.memory's allocation history over the recording, dumped as a snapshot at its end."""
+
+    def __init__(self, g: Any, save_path: str, step: Optional[int], rank: int):
+        import torch
+
+        self.memory = torch.cuda.memory
+        self.path = os.path.join(save_path, f"step{step}", f"torch_memory_rank{rank}_pid{os.getpid()}.pickle")
+        # verl's context/stacks: every event, with Python and C++ frames
+        self.memory._record_memory_history(
+            context="all", stacks="all", max_entries=int(g.global_tool_config.torch_memory.trace_alloc_max_entries))
+
+    @staticmethod
+    def marker(name: str):
+        return contextlib.nullcontext()
+
+    def end(self, names: List[str]) -> str:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.memory._dump_snapshot(self.path)
+        self.memory._record_memory_history(enabled=None)  # stop recording, drop the history
+        return self.path
+
+
+# The recording running in this process and the workers that share it: one at a time per process.
 _RUNNING: dict = {}
 
 
-class StepProfiler:
-    """torch.profiler over one step of one worker, or nothing when this rank is not profiled."""
+class WorkerProfiler:
+    """The profiler of one worker: `host` is actor (actor, rollout, ref) or critic; `worker` the file-name
+    prefix (WORKER_NAMES). Records nothing when this rank is not profiled."""
 
-    def __init__(self, role: str, profiler_cfg: Any, save_path: str, rank: int, device: str):
-        ranks: Iterable[int] = profiler_cfg.ranks or [0]
-        self.on = bool(profiler_cfg.enable) and (bool(profiler_cfg.all_ranks) or rank in ranks)
-        self.role, self.save_path, self.rank, self.device = role, save_path, rank, device
-        self.contents = set(profiler_cfg.tool_config.torch.contents)
-        self.prof: Optional[Any] = None
-        self.step = 0
+    def __init__(self, cfg: Any, host: str, worker: str, rank: int, device: str):
+        assert host in HOSTS, host
+        self.cfg, self.host, self.worker, self.rank, self.device = cfg, host, worker, rank, device
+        self.tool = cfg.global_profiler.tool
+        self.own = section(cfg, host)
+        self.on = self.tool is not None and rank_profiled(self.own, rank)
+        self.discrete = discrete(self.own, self.tool)
+        self.save_path = cfg.global_profiler.save_path
+        self.step: Optional[int] = None
+        self.active = False
+        self.written: List[str] = []
+
+    def _begin(self, role: Optional[str]):
+        if self.tool == "torch":
+            base = trace_basename(WORKER_NAMES[self.worker], role, self.step, _topology(self.rank))
+            return _TorchRecording(tool_config(self.own, "torch"), self.device, self.save_path, base)
+        if self.tool == "npu":
+            return _NpuRecording(tool_config(self.own, "npu"), self.save_path, role)
+        return _MemoryRecording(self.cfg.global_profiler, self.save_path, self.step, self.rank)
 
     def start(self, step: int) -> None:
         if not self.on:
             return
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU]  # always: the CPU side of every op, as verl collects it
-        if self.device == "cuda" and (not self.contents or "cuda" in self.contents):
-            activities.append(ProfilerActivity.CUDA)
-        self.step = step
-        if _RUNNING:  # another role of this process is recording: join it
-            _RUNNING["roles"].append(self.role)
+        self.step, self.active, self.written = step, True, []
+        if self.discrete:
             return
-        everything = not self.contents
-        self.prof = profile(activities=activities, record_shapes=everything or "shapes" in self.contents,
-                            profile_memory=everything or "memory" in self.contents,
-                            with_stack=everything or "stack" in self.contents)
-        self.prof.start()
-        _RUNNING.update(roles=[self.role])
+        if _RUNNING:  # another worker of this process is recording: its recording holds this one's stages too
+            _RUNNING["names"].append(WORKER_NAMES[self.worker])
+            return
+        _RUNNING.update(recording=self._begin(WINDOW[self.host]), names=[WORKER_NAMES[self.worker]], owner=self)
 
-    def stop(self) -> Optional[str]:
-        """Ends the recording and writes the trace; its path (None when this one started none)."""
-        if self.prof is None:
-            return None
-        prof, self.prof = self.prof, None
-        prof.stop()
-        roles = "+".join(_RUNNING.pop("roles", [self.role]))
-        _RUNNING.clear()
-        os.makedirs(self.save_path, exist_ok=True)
-        path = trace_path(self.save_path, roles, self.step, self.rank)
-        prof.export_chrome_trace(path)
-        logger.info("profiler trace of step %d written to %s", self.step, path)
-        return path
+    def stop(self) -> List[str]:
+        """Ends this worker's recording; the files or directories written since start."""
+        if not self.active:
+            return []
+        self.active = False
+        if not self.discrete and _RUNNING.get("owner") is self:
+            recording, names = _RUNNING["recording"], _RUNNING["names"]
+            _RUNNING.clear()
+            self.written.append(recording.end(names))
+        for path in self.written:
+            logger.info("profile of step %d written to %s", self.step, path)
+        return self.written
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """One stage of a profiled step: a named range of the running recording, or (discrete) a
+        recording of its own."""
+        if not self.active:
+            yield
+            return
+        running = _RUNNING.get("recording")
+        if running is not None or not self.discrete:
+            with (running.marker(name) if running is not None else contextlib.nullcontext()):
+                yield
+            return
+        recording = self._begin(name)
+        try:
+            with recording.marker(name):
+                yield
+        finally:
+            self.written.append(recording.end([WORKER_NAMES[self.worker]]))

@@ -12,6 +12,7 @@ flattened with `OmegaConf.to_container`) or a DictConfig is accepted too and con
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections import defaultdict
@@ -38,6 +39,20 @@ LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/
 FALLBACK_MICRO_BATCH = 64
 # the model section's LoRA settings (engine/lora.py)
 LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path")
+
+
+def profiled_stage(name: str):
+    """The method is the profiler stage `name` (decisions.profiling.STAGES) of a profiled step."""
+    def decorate(method):
+        @functools.wraps(method)
+        def staged(self, *args, **kwargs):
+            profiler = getattr(self, "_profiler", None)
+            if profiler is None:
+                return method(self, *args, **kwargs)
+            with profiler.stage(name):
+                return method(self, *args, **kwargs)
+        return staged
+    return decorate
 
 
 def micro_batch_size(*settings: Optional[int]) -> int:
@@ -90,22 +105,25 @@ class EngineWorker:
     def ready(self) -> bool:
         return True
 
-    # The profiled role and its profiler section (actor: the actor, its rollout and ref; critic).
+    # The role whose profiler section this worker records with (the actor's: the actor, its rollout and
+    # ref; the critic's), and verl's name of the worker in the trace files.
     PROFILED_ROLE = "actor"
 
-    def start_profile(self, step: int) -> None:
-        """Start recording step `step` when this role and rank are profiled (trainer/profiling.py)."""
-        from verl_lite.trainer.profiling import StepProfiler
+    def _worker_name(self) -> str:
+        return "critic"
 
-        section = roles.section(self.cfg, self.PROFILED_ROLE).profiler
-        self._profiler = StepProfiler(self.PROFILED_ROLE, section, self.cfg.global_profiler.save_path, self.rank,
-                                      self.device)
+    def start_profile(self, step: int) -> None:
+        """Start recording before step `step` when this role and rank are profiled (trainer/profiling.py)."""
+        from verl_lite.trainer.profiling import WorkerProfiler
+
+        if getattr(self, "_profiler", None) is None:
+            self._profiler = WorkerProfiler(self.cfg, self.PROFILED_ROLE, self._worker_name(), self.rank, self.device)
         self._profiler.start(step)
 
-    def stop_profile(self) -> Optional[str]:
-        """Stop the recording start_profile began and write its trace; the trace's path, or None."""
+    def stop_profile(self) -> List[str]:
+        """Stop the recording start_profile began; the files (npu: directories) it wrote, [] when none."""
         profiler = getattr(self, "_profiler", None)
-        return profiler.stop() if profiler is not None else None
+        return profiler.stop() if profiler is not None else []
 
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
         cls = load_engine(self.cfg, role, self.device)
@@ -223,6 +241,9 @@ class ActorRolloutRefWorker(EngineWorker):
     def _main_engine(self):
         return self.actor
 
+    def _worker_name(self) -> str:
+        return "actor_rollout_ref" if roles.ref_enabled(self.cfg) else "actor_rollout"
+
     def sync_rollout_weights(self, version: int) -> int:
         """Stream the actor's weights into this rank's rollout, one tensor at a time (a collective)."""
         self.weight_version = version
@@ -239,7 +260,7 @@ class ActorRolloutRefWorker(EngineWorker):
 
         t, c = time.perf_counter(), time.thread_time()
         with self.phases.phase("rollout"):
-            out = self.rollout.generate(prompts, response_length, sampling)
+            out = self._generate(prompts, response_length, sampling)
         timing = {"gen": time.perf_counter() - t, "old_log_prob": 0.0, "gen_cpu": time.thread_time() - c}
         if log_probs or ref_log_probs:
             t = time.perf_counter()
@@ -251,6 +272,10 @@ class ActorRolloutRefWorker(EngineWorker):
             timing["old_log_prob"] = time.perf_counter() - t
         out["timing_s"] = timing
         return out
+
+    @profiled_stage("generate_sequences")
+    def _generate(self, prompts: Dict[str, Any], response_length: int, sampling: Dict[str, Any]) -> Dict[str, Any]:
+        return self.rollout.generate(prompts, response_length, sampling)
 
     def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False,
                    micro: Optional[int] = None, budget_role: Optional[str] = None) -> Dict[str, Any]:
@@ -270,9 +295,11 @@ class ActorRolloutRefWorker(EngineWorker):
             res["entropy"] = parts.gather(outs, "entropy")
         return res
 
+    @profiled_stage("actor_compute_log_prob")
     def compute_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         return self._log_probs(self.actor, batch, "old_log_probs", entropy=True)
 
+    @profiled_stage("ref_compute_log_prob")
     def compute_ref_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         micro = self.cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu
         if self.ref is None and roles.ref_enabled(self.cfg) and roles.ref_in_actor(self.cfg):
@@ -284,6 +311,7 @@ class ActorRolloutRefWorker(EngineWorker):
         # the ref's own micro-batch when set (verl's ref.log_prob_micro_batch_size_per_gpu), else the actor's
         return self._log_probs(self.ref, batch, "ref_log_prob", micro=micro)
 
+    @profiled_stage("actor_update")
     def update_actor(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
         """PPO update of the actor on this rank's shard. Optional `meta` keys:
         - `on_policy`: the batch is trained once, in one mini-batch (ppo_epochs=1), so the policy that
@@ -380,6 +408,7 @@ class CriticWorker(EngineWorker):
     def _main_engine(self):
         return self.critic
 
+    @profiled_stage("critic_compute_values")
     def compute_values(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         micro = micro_batch_size(self.cfg.critic.ppo_micro_batch_size_per_gpu)
         self.critic.eval_mode()
@@ -388,6 +417,7 @@ class CriticWorker(EngineWorker):
             outs = self.critic.forward_backward(parts.parts, None, forward_only=True)
         return {"values": parts.gather(outs, "values")}
 
+    @profiled_stage("critic_update")
     def update_critic(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
         critic, dp = self.cfg.critic, meta["dp_size"]
 

@@ -41,27 +41,77 @@ class PolicyLossConfig:
 
 @dataclass
 class TorchProfilerToolConfig:
-    # What torch.profiler records besides CPU activity (verl's names): cuda (kernels), memory,
-    # shapes, stack; [] = everything (cuda on a CUDA device only).
+    # What torch.profiler records (verl's names): cuda (kernels, on a CUDA device), cpu, memory,
+    # shapes, stack. CPU activity and the stage markers are always recorded; [] = CPU and CUDA
+    # activity without shapes, memory or stacks (as verl's torch profiler reads it).
     contents: List[str] = field(default_factory=list)
+    # True: one trace per stage (generate_sequences, actor_compute_log_prob, ref_compute_log_prob,
+    # actor_update; critic_compute_values, critic_update); False: one trace per profiled step (or run
+    # of steps, global_profiler.profile_continuous_steps) with the stages as named ranges.
+    discrete: bool = False
+
+
+@dataclass
+class NPUProfilerToolConfig:
+    # What the Ascend profiler (torch_npu.profiler, global_profiler.tool=npu) records besides CPU
+    # activity and the stage markers (verl's names): npu (device activity), memory, shapes, module,
+    # stack, cpu. [] = none of them (as verl passes it: CPU activity only).
+    contents: List[str] = field(default_factory=list)
+    # Collection level: level_none, level0, level1, level2 (torch_npu.profiler.ProfilerLevel).
+    level: str = "level0"
+    # Parse the collected data when a recording ends (tensorboard_trace_handler's analyse_flag).
+    analysis: bool = True
+    # True: one recording per stage; False: one per profiled step (as tool_config.torch.discrete).
+    discrete: bool = False
 
 
 @dataclass
 class ProfilerToolConfig:
     # The torch profiler's settings (global_profiler.tool=torch).
     torch: TorchProfilerToolConfig = field(default_factory=TorchProfilerToolConfig)
+    # The Ascend profiler's settings (global_profiler.tool=npu, trainer.device=npu).
+    npu: NPUProfilerToolConfig = field(default_factory=NPUProfilerToolConfig)
 
 
 @dataclass
 class ProfilerConfig:
-    # Profile this role's workers in the steps global_profiler.steps lists (global_profiler.tool=torch):
-    # one trace per step and rank under global_profiler.save_path.
+    # Profile this role in the steps global_profiler.steps lists, with global_profiler.tool, the traces
+    # under global_profiler.save_path. The rollout and the ref run in the actor's workers and are
+    # recorded by them (as verl's colocated actor_rollout_ref worker), so their sections may repeat the
+    # actor's settings but not differ from them.
     enable: bool = False
     # Profile every rank of the role; False = the ranks listed in ranks.
     all_ranks: bool = False
     # The role's ranks to profile when all_ranks is False (verl's default [] with enable=True: rank 0).
     ranks: List[int] = field(default_factory=list)
     tool_config: ProfilerToolConfig = field(default_factory=ProfilerToolConfig)
+
+
+def _rollout_profiler() -> ProfilerConfig:
+    """The rollout's profiler follows the actor's unless set (verl's interpolations)."""
+    return _colocated_profiler(enable="${actor_rollout_ref.actor.profiler.enable}")  # type: ignore[arg-type]
+
+
+def _ref_profiler() -> ProfilerConfig:
+    """The ref's profiler: off unless set (verl's default); its other settings follow the actor's, whose
+    workers record the ref (verl's own ref defaults are not read by its colocated worker either)."""
+    return _colocated_profiler(enable=False)
+
+
+def _colocated_profiler(enable: bool) -> ProfilerConfig:
+    actor = "${actor_rollout_ref.actor.profiler."
+    return ProfilerConfig(
+        enable=enable,
+        all_ranks=actor + "all_ranks}",  # type: ignore[arg-type]
+        ranks=actor + "ranks}",  # type: ignore[arg-type]
+        tool_config=ProfilerToolConfig(
+            torch=TorchProfilerToolConfig(contents=actor + "tool_config.torch.contents}",  # type: ignore[arg-type]
+                                          discrete=actor + "tool_config.torch.discrete}"),  # type: ignore[arg-type]
+            npu=NPUProfilerToolConfig(contents=actor + "tool_config.npu.contents}",  # type: ignore[arg-type]
+                                      level=actor + "tool_config.npu.level}",
+                                      analysis=actor + "tool_config.npu.analysis}",  # type: ignore[arg-type]
+                                      discrete=actor + "tool_config.npu.discrete}")),  # type: ignore[arg-type]
+    )
 
 
 @dataclass
@@ -170,8 +220,8 @@ class ActorConfig:
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     # What the actor's checkpoints save and load (verl's checkpoint section).
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # torch.profiler on the actor's workers (their generation, log-probs and updates) in the
-    # profiled steps; see global_profiler.
+    # The profiler of the actor's workers (their generation, log-probs and updates, the ref's log-probs
+    # too) in the profiled steps; see global_profiler.
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
 
 
@@ -215,6 +265,10 @@ class RefConfig:
     # The ref's log-prob pass over token chunks (as actor.entropy_from_logits_with_chunking; verl's ref
     # default is False, not the actor's).
     entropy_from_logits_with_chunking: bool = False
+    # The ref's profiler: off unless set (as in verl), its other settings follow actor_rollout_ref.actor.
+    # profiler's. The ref runs in the actor's workers and is recorded in their traces (stage
+    # ref_compute_log_prob) with the actor's settings, so a value set here must match the actor's.
+    profiler: ProfilerConfig = field(default_factory=_ref_profiler)
     # Tokens per chunk of the ref's entropy_from_logits_with_chunking.
     entropy_from_logits_chunk_size: int = 2048
     # As actor.entropy_checkpointing; the ref computes no gradients, so it changes nothing there (verl has it).
@@ -340,6 +394,12 @@ class RolloutConfig:
     # product. The run trains total // (ppo_mini_batch_size * require_batches) steps with
     # data.train_batch_size=0. Fully-async only (refused otherwise).
     total_rollout_steps: Optional[int] = None
+
+    # The rollout's profiler; every setting follows actor_rollout_ref.actor.profiler's unless set (as in
+    # verl). Generation runs in the actor's workers and is recorded in their traces (stage
+    # generate_sequences) with the actor's settings, so a value set here must match the actor's (verl's
+    # rollout-server traces of their own are not supported).
+    profiler: ProfilerConfig = field(default_factory=_rollout_profiler)
 
 
 @dataclass

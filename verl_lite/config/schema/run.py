@@ -401,16 +401,43 @@ class RayInitConfig:
 
 
 @dataclass
+class TorchMemoryToolConfig:
+    # torch.cuda.memory's allocation history (global_profiler.tool=torch_memory, CUDA only): the most
+    # allocation and free events kept (older ones are dropped).
+    trace_alloc_max_entries: int = 100000
+    # Frames of each event's call stack that are kept.
+    stack_depth: int = 32
+
+
+@dataclass
+class GlobalToolConfig:
+    # The torch_memory tool's settings.
+    torch_memory: TorchMemoryToolConfig = field(default_factory=TorchMemoryToolConfig)
+
+
+@dataclass
 class GlobalProfilerConfig:
-    # The profiler: torch (torch.profiler, cpu and cuda). null = none. verl's npu (torch_npu's
-    # profiler), nsys (needs the run started under Nsight Systems) and torch_memory are refused.
+    # The profiler: torch (torch.profiler; cpu, cuda and npu), npu (the Ascend profiler,
+    # torch_npu.profiler; trainer.device=npu), torch_memory (a torch.cuda.memory snapshot per profiled
+    # step; trainer.device=cuda). null = none. verl's nsys (needs the workers started under Nsight
+    # Systems) and precision_debugger are refused.
     tool: Optional[str] = None
     # The training steps to profile (1-based), e.g. [1, 3]; null = none. Each role whose
-    # <role>.profiler.enable is True records one trace per profiled step and rank.
+    # <role>.profiler.enable is True records them on its profiled ranks.
     steps: Optional[List[int]] = None
-    # Directory of the traces: <role>_step<N>_rank<R>.json.gz (chrome trace format; open in
-    # https://ui.perfetto.dev or chrome://tracing).
+    # True: consecutive profiled steps ([1, 2] of [1, 2, 5]) share one recording, started before the
+    # first and stopped after the last; False: one recording per step. True needs tool_config.<tool>.
+    # discrete=False.
+    profile_continuous_steps: bool = False
+    # Directory of the traces, laid out as verl writes them. torch: one file per recording,
+    # <worker>_<stage or train>_step<N>_rank<R>-of-<W>_pid<P>_<time>.json.gz (chrome trace format; open in
+    # https://ui.perfetto.dev), <worker> being actor-rollout-ref (actor-rollout without a ref) or
+    # value-model (the critic); npu: torch_npu's directories under <save_path>/train (one recording per
+    # step) or <save_path>/<stage> (discrete); torch_memory: <save_path>/step<N>/
+    # torch_memory_rank<R>.pickle (open in https://pytorch.org/memory_viz).
     save_path: str = "outputs/profile"
+    # Settings of the tools that are the run's, not a role's (verl's global_tool_config).
+    global_tool_config: GlobalToolConfig = field(default_factory=GlobalToolConfig)
 
 
 @dataclass
