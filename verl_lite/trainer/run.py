@@ -151,7 +151,8 @@ def describe_failure(e: BaseException) -> str:
     notes = "; ".join(getattr(e, "__notes__", []) or [])
     text = " ".join(str(e).split()) or type(e).__name__
     kind = type(e).__name__
-    if kind not in ("WorkerError", "CheckpointError", "DataError", "RewardFunctionError", "ConfigError"):
+    if kind not in ("WorkerError", "NodeLostError", "CheckpointError", "DataError", "RewardFunctionError",
+                    "ConfigError"):
         text = f"{kind}: {text}"
     hint = getattr(e, "resume_hint", "")
     if hint:
