@@ -13,10 +13,13 @@
 #   HEAD_ADDRESS       head node address; required by worker, optional for status
 #   NODE_IP            this node's address (--node-ip-address), when Ray picks the wrong NIC
 #   DEVICE             auto|cuda|gpu|npu|cpu (auto); with NDEVICES_PER_NODE set, npu declares
-#                      {"NPU": N} and cuda --num-gpus=N, otherwise Ray detects the devices
+#                      {"NPU": N}, cuda --num-gpus=N and cpu --num-cpus=N (a CPU rank takes a
+#                      CPU), otherwise Ray detects the devices
 #   NDEVICES_PER_NODE  accelerators on this node (unset: let Ray detect)
 #   RAY                the ray executable (ray)
-# Extra arguments are passed to `ray start` / `ray status` / `ray stop` last.
+# Extra arguments are passed to `ray start` / `ray status` / `ray stop` last. Several nodes on one
+# host (tests, trying a multi-node layout): give each its own --temp-dir and the head free ports
+# (docs/multinode.md).
 set -euo pipefail
 
 REPO_ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
@@ -60,7 +63,7 @@ main() {
       case $VL_DEVICE in
         npu) argv+=("--resources={\"NPU\": $NDEVICES_PER_NODE}") ;;
         cuda) argv+=("--num-gpus=$NDEVICES_PER_NODE") ;;
-        cpu) argv+=("--num-gpus=0") ;;
+        cpu) argv+=("--num-cpus=$NDEVICES_PER_NODE" "--num-gpus=0") ;;
       esac
     fi
     argv+=(--disable-usage-stats)

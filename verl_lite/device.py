@@ -16,7 +16,7 @@ import glob
 import importlib.util
 import os
 import re
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 DEVICES = ("auto", "cuda", "npu", "cpu")
 ALIASES = {"gpu": "cuda"}
@@ -46,6 +46,32 @@ def normalize_device(name: str) -> str:
         f"unknown device {raw!r}: choose one of {', '.join(DEVICES)} (gpu is accepted for cuda){hint}; "
         "set it with trainer.device=<name> or DEVICE=<name> in the launcher"
     )
+
+
+# The variable that limits the devices a process sees, per device (Ray sets it for each actor unless
+# RAY_EXPERIMENTAL_NOSET_<name> is set; then every actor on a node sees all of the node's devices).
+VISIBLE_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+def local_device_index(device: str, assigned: Sequence[str], environ: Mapping[str, str]) -> int:
+    """The index to open (`torch.<device>.set_device`) for the device that Ray assigned this process:
+    its position among the devices the process sees. When Ray sets the visibility variable to the
+    assigned device, that is 0; in Ray's no-set mode (RAY_EXPERIMENTAL_NOSET_*_VISIBLE_DEVICES=1)
+    the process sees the node's devices and the index is the assigned id's place among them (the id
+    itself when nothing narrows them). Using the rank instead opens a device of another process."""
+    if device not in VISIBLE_ENV:
+        raise ValueError(f"device {device!r} has no device index (choose cuda or npu)")
+    if len(assigned) == 0:
+        raise ValueError(f"no {device} device was assigned to this process by Ray (the worker must request one)")
+    first = str(assigned[0]).strip()
+    visible = environ.get(VISIBLE_ENV[device])
+    if visible is None or not visible.strip():
+        return int(first)
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if first not in ids:
+        raise ValueError(f"{VISIBLE_ENV[device]}={visible!r} does not include device {first}, which Ray assigned to "
+                         f"this process (unset {VISIBLE_ENV[device]} in the workers' environment, or let Ray set it)")
+    return ids.index(first)
 
 
 def _visible(value: Optional[str]) -> bool:

@@ -25,7 +25,7 @@ import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verl_lite.config import roles
-from verl_lite.decisions import async_pools
+from verl_lite.decisions import async_pools, placement
 from verl_lite.decisions.layout import train_world
 
 logger = logging.getLogger(__name__)
@@ -185,9 +185,13 @@ def describe_ray(cfg: Any, device: str) -> str:
     if not uses_ray(cfg):
         return "not used (trainer.ray=false: one in-process worker)"
     address = ray_join_address(cfg)
+    need = placement.cluster_need(cfg, device)
     if address:
         source = "ray_init.address" if cfg.ray_init.address else "RAY_ADDRESS"
-        return f"joins {address} ({source}); that cluster keeps its own settings (CPUs, dashboard, auth, temp dir)"
+        wait = float(cfg.trainer.ray_wait_nodes_s)
+        return (f"joins {address} ({source}); that cluster keeps its own settings (CPUs, dashboard, auth, temp dir); "
+                + (f"waits up to {wait:.0f} s for {need.describe()}" if wait > 0 else f"needs {need.describe()} "
+                   "at once (trainer.ray_wait_nodes_s=0)"))
     env = {**LOCAL_RAY_ENV, **{k: os.environ[k] for k in LOCAL_RAY_ENV if k in os.environ}}
     loopback = env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() not in ("1", "true")
     parts = [
@@ -197,7 +201,7 @@ def describe_ray(cfg: Any, device: str) -> str:
         f"RAY_AUTH_MODE={env['RAY_AUTH_MODE']}" + ("" if "RAY_AUTH_MODE" in os.environ else " for this cluster"),
     ]
     text = "local cluster started for this job: " + ", ".join(parts)
-    if cfg.trainer.nnodes > 1:
-        text += (f" (trainer.nnodes={cfg.trainer.nnodes} needs the other nodes: start them with launch/ray_cluster.sh "
-                 "and set RAY_ADDRESS or ray_init.address to the head)")
+    if need.nodes > 1:
+        text += (f" (the run needs {need.describe()}: start the other nodes with launch/ray_cluster.sh "
+                 "and set RAY_ADDRESS or ray_init.address to the head; a local cluster has one node)")
     return text

@@ -27,6 +27,13 @@ setup() { common_setup; }
   assert_equal "${ARGV[*]}" "start --address=10.0.0.1:6379 --num-gpus=8 --disable-usage-stats"
 }
 
+@test "a cpu node with a device count declares that many CPUs and no GPU" {
+  run_script DEVICE=cpu NDEVICES_PER_NODE=2 HEAD_ADDRESS=127.0.0.1 RAY_PORT=40001 bash "$SRAY" worker --temp-dir=/tmp/w1 --block
+  assert_success
+  stub_argv ray
+  assert_equal "${ARGV[*]}" "start --address=127.0.0.1:40001 --num-cpus=2 --num-gpus=0 --disable-usage-stats --temp-dir=/tmp/w1 --block"
+}
+
 @test "worker with auto device and a device count detects npu from npu-smi" {
   stub npu-smi
   run_script NDEVICES_PER_NODE=16 HEAD_ADDRESS=h bash "$SRAY" worker

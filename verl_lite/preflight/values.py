@@ -249,6 +249,8 @@ RULES: Tuple[Rule, ...] = (
          "verl RayPPOTrainer._create_dataloader: total_training_steps overrides the epochs' count"),
     Rule("trainer.ray_timeout_s", FINITE, "seconds per call to the workers; <= 0 = no limit",
          "verl_lite's own key (ray.get's timeout)"),
+    Rule("trainer.ray_wait_nodes_s", NON_NEGATIVE, "seconds to wait for the joined cluster's nodes; 0 = look once",
+         "verl_lite's own key (the wait of MindSpeed-RL's launch scripts for nnodes nodes)"),
     Rule("ray_init.num_cpus", POSITIVE_INT_OR_NULL, "CPUs of the local Ray cluster; null = this machine's",
          "ray.init(num_cpus): workers need CPUs to be scheduled"),
 )

@@ -32,7 +32,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import batch_size, concat, select
-from verl_lite.decisions import async_pools
+from verl_lite.decisions import async_pools, placement
 from verl_lite.decisions.layout import train_world
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos
@@ -43,6 +43,7 @@ from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
 from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_into_workers
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
+from verl_lite.trainer.placement import NodeGroups
 from verl_lite.trainer.worker_group import WorkerGroup, _short, worker_resources
 
 logger = logging.getLogger("verl_lite")
@@ -65,7 +66,8 @@ class RolloutPool:
     """The rollout replicas: threaded Ray actors (update_weights and stats run beside the loop)."""
 
     def __init__(self, cfg: Any, replicas: int, device: str, threads: int, examples: List[Any],
-                 val_examples: List[Any], call_timeout_s: Optional[float], init_timeout_s: float = 600.0):
+                 val_examples: List[Any], call_timeout_s: Optional[float], init_timeout_s: float = 600.0,
+                 placement: Any = None):
         import ray
 
         self.timeout = call_timeout_s
@@ -73,10 +75,12 @@ class RolloutPool:
         tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
         resources = {k: ({n: c * tp for n, c in v.items()} if isinstance(v, dict) else v * tp)
                      for k, v in worker_resources(device).items()}
-        remote = ray.remote(RolloutWorker).options(max_concurrency=4, max_restarts=0, max_task_retries=0,
-                                                   **resources)
+        remote = ray.remote(RolloutWorker)
+        # With `placement` (trainer/placement.NodeGroups, bundles of tp devices), replica r runs in bundle r.
+        where = (lambda r: placement.options(r)) if placement is not None else (lambda r: resources)  # noqa: E731
         ex_ref, val_ref = ray.put(examples), ray.put(val_examples)
-        self.workers = [remote.remote(cfg, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
+        self.workers = [remote.options(max_concurrency=4, max_restarts=0, max_task_retries=0, **where(r)).remote(
+                            cfg, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
         self.loops: List[Any] = []
         self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
 
@@ -474,9 +478,16 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
                 cfg.async_training.trigger_parameter_sync_step, cfg.async_training.staleness_threshold,
                 cfg.async_training.stale_policy)
     train_wg = pool = buffer = None
+    nodes: List[Any] = []
     try:
+        # Each pool one placement group per node (decisions/placement.py): the training pool, then the
+        # rollout pool in bundles of a replica's devices; a node holds a part of each when it has the devices.
+        train_pool, rollout_pool = placement.async_pool_list(cfg)
+        nodes.append(NodeGroups(train_pool, job.device, job.wait_nodes_s))
+        tp = max(1, int(actor_rollout_ref.rollout.tensor_model_parallel_size))
+        nodes.append(NodeGroups(rollout_pool, job.device, job.wait_nodes_s, per_bundle=tp))
         train_wg = WorkerGroup(TrainWorker, "trainer", typed_cfg, train_devices, job.device, True, job.threads,
-                               call_timeout_s=job.call_timeout_s)
+                               call_timeout_s=job.call_timeout_s, placement=nodes[0])
         state: Dict[str, Any] = {}
         if job.resume is not None:
             path, state = job.resume
@@ -498,7 +509,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
                     "all" if limit is None else limit, total)
         val_examples = job.val_set.examples if job.val_set else []
         pool = RolloutPool(typed_cfg, replicas, job.device, job.threads, job.train_set.examples, val_examples,
-                           job.call_timeout_s)
+                           job.call_timeout_s, placement=nodes[1])
         trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, job.out_dir, state, total, stop)
         tracking.rewind(trainer.global_step if state else -1)  # steps logged after the checkpoint are redone
         trainer.publish()
@@ -514,3 +525,5 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
             ray.kill(buffer, no_restart=True)
         if train_wg is not None:
             train_wg.shutdown()
+        for n in nodes:
+            n.remove()

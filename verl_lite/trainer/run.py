@@ -24,6 +24,7 @@ from verl_lite.config.compose import ConfigError
 from verl_lite.decisions import async_pools
 from verl_lite.data.dataset import DataError, PromptDataset, as_file_list, expand
 from verl_lite.data.tokenizer import load_tokenizer
+from verl_lite.decisions import placement
 from verl_lite.device import resolve_device
 from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.preflight.fully_async import fully_async_problems
@@ -39,7 +40,8 @@ from verl_lite.trainer.loop import StopRequest, total_steps
 from verl_lite.trainer.plot import plot_rewards
 from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
 from verl_lite.trainer.tracking import Tracking
-from verl_lite.trainer.worker_group import WorkerGroup, cpu_threads
+from verl_lite.trainer.placement import NodeGroups, wait_for_cluster
+from verl_lite.trainer.worker_group import NodeLostError, WorkerGroup, cpu_threads
 from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
 from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpus, ray_join_address, ray_workers,
                                    runtime_env_overrides, uses_ray)
@@ -150,8 +152,12 @@ def describe_failure(e: BaseException) -> str:
     notes = "; ".join(getattr(e, "__notes__", []) or [])
     text = " ".join(str(e).split()) or type(e).__name__
     kind = type(e).__name__
-    if kind not in ("WorkerError", "CheckpointError", "DataError", "RewardFunctionError", "ConfigError"):
+    if kind not in ("WorkerError", "NodeLostError", "CheckpointError", "DataError", "RewardFunctionError",
+                    "ConfigError"):
         text = f"{kind}: {text}"
+    hint = getattr(e, "resume_hint", "")
+    if hint:
+        text = f"{text}; {hint}"
     return redact(f"{notes}: {text}" if notes else text)
 
 
@@ -170,6 +176,9 @@ def run(cfg: Any) -> int:
         try:
             if job.uses_ray:
                 started_ray = _init_ray(cfg, job.device, job.ray_workers)
+                # A cluster that is joined may still be growing; a local one is looked at once.
+                wait_for_cluster(placement.cluster_need(cfg, job.device),
+                                 job.wait_nodes_s if ray_join_address(cfg) else 0.0)
             with _stop_on_signals(stop):
                 try:
                     job.train(stop)
@@ -217,6 +226,7 @@ class _Job:
         # (0.41 vs 2.87 s/step measured under load).
         self.threads = cpu_threads() if self.device == "cpu" else 1
         self.call_timeout_s = float(t.ray_timeout_s) if t.ray_timeout_s and t.ray_timeout_s > 0 else None
+        self.wait_nodes_s = max(0.0, float(t.ray_wait_nodes_s))
 
     def _check_fit(self, custom_reward: Optional[str]) -> None:
         """What would otherwise fail only after the models are built: too few prompts for one batch,
@@ -256,11 +266,25 @@ class _Job:
         try:
             fit = fit_async if self.is_async else _fit_sync
             # The workers get the typed config: dataclasses pickle across Ray, every default is the schema's.
-            history = fit(self, to_dataclass(cfg), tracking, stop)
+            try:
+                history = fit(self, to_dataclass(cfg), tracking, stop)
+            except NodeLostError as e:
+                e.resume_hint = self._resume_hint()
+                raise
             if not stop.requested:
                 self._report(history, tracking)
         finally:
             tracking.close()
+
+    def _resume_hint(self) -> str:
+        """Where a run that lost a node resumes from: the newest complete checkpoint (the save a lost
+        node interrupted is never complete: see checkpoint.py)."""
+        from verl_lite.trainer.checkpoint import CheckpointManager
+
+        found = CheckpointManager(self.out_dir).latest_complete()
+        if found is None:
+            return "no complete checkpoint yet (a rerun starts from step 0)"
+        return f"last complete checkpoint {found[1]} (step {found[0]}; restart the node and run again to resume from it)"
 
     def _report(self, history: list, tracking: Any) -> None:
         t = self.cfg.trainer
@@ -284,13 +308,18 @@ def _fit_sync(job: _Job, typed_cfg: Any, tracking: Any, stop: Any) -> list:
     actor_rollout_ref = cfg.actor_rollout_ref
     logger.info("device=%s ranks=%d strategy=%s rollout=%s train_prompts=%d", job.device, job.world,
                 actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.name, len(job.train_set))
-    actor_wg = critic_wg = None
+    actor_wg = critic_wg = nodes = None
+    # The actor/rollout/ref group and the critic share each device: one placement group per node.
+    share = 1.0 / (2 if roles.critic_enabled(cfg) else 1)
     try:
+        if t.ray:
+            nodes = NodeGroups(placement.sync_pool(cfg), job.device, job.wait_nodes_s)
         actor_wg = WorkerGroup(ActorRolloutRefWorker, "actor_rollout_ref", typed_cfg, job.world, job.device,
-                               bool(t.ray), job.threads, call_timeout_s=job.call_timeout_s)
+                               bool(t.ray), job.threads, call_timeout_s=job.call_timeout_s, placement=nodes,
+                               share=share)
         if roles.critic_enabled(cfg):
             critic_wg = WorkerGroup(CriticWorker, "critic", typed_cfg, job.world, job.device, bool(t.ray), job.threads,
-                                    call_timeout_s=job.call_timeout_s)
+                                    call_timeout_s=job.call_timeout_s, placement=nodes, share=share)
         trainer = PPOTrainer(cfg, job.device, actor_wg, critic_wg, job.tokenizer, job.train_set, job.val_set,
                              job.reward_fn, tracking, job.out_dir, stop=stop, resume=job.resume)
         return trainer.fit(progress=True)
@@ -298,3 +327,5 @@ def _fit_sync(job: _Job, typed_cfg: Any, tracking: Any, stop: Any) -> list:
         for wg in (actor_wg, critic_wg):
             if wg is not None:
                 wg.shutdown()
+        if nodes is not None:
+            nodes.remove()

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite.batch import Batch, chunk, concat
 from verl_lite.device import free_port
@@ -46,22 +46,47 @@ def worker_resources(device: str) -> Dict[str, Any]:
     return {"num_cpus": 1}
 
 
+class NodeLostError(WorkerError):
+    """A worker rank failed because its node left the cluster; `node` names it."""
+
+    def __init__(self, message: str, node: str):
+        super().__init__(message)
+        self.node = node
+
+
+# How long a worker's death may precede the head marking its node dead (Ray's health checks).
+NODE_DEATH_GRACE_S = 20.0
+
+
 class WorkerGroup:
+    """`placement` (trainer/placement.NodeGroups): rank r runs in the node group and bundle of rank r,
+    taking `share` of it (1 / the worker groups that share the devices); without it, each rank asks
+    Ray for a device anywhere (one-node runs and tests)."""
+
     def __init__(self, cls: type, name: str, cfg: Any, world_size: int, device: str,
                  use_ray: bool = True, threads: int = 1, call_timeout_s: Optional[float] = None,
-                 init_timeout_s: float = 600.0):
+                 init_timeout_s: float = 600.0, placement: Any = None, share: float = 1.0):
         self.name, self.world_size, self.use_ray = name, world_size, use_ray
         self.call_timeout_s = call_timeout_s
         self.pids: List[Optional[int]] = []
+        self.nodes: List[Optional[str]] = [None] * world_size
         port = free_port()
-        args = lambda rank: (cfg, rank, world_size, "127.0.0.1", port, device, threads)  # noqa: E731
+        master = "127.0.0.1"
+        if placement is not None:
+            if placement.slots != world_size:
+                raise ValueError(f"{name}: {world_size} ranks for a placement of {placement.slots} devices")
+            master = placement.master_addr()
+            self.nodes = [placement.node_of(rank) for rank in range(world_size)]
+        args = lambda rank: (cfg, rank, world_size, master, port, device, threads)  # noqa: E731
         cls = with_fault_hook(cls)
         if use_ray:
             import ray
 
-            remote_cls = ray.remote(defer_init_errors(cls)).options(
-                max_restarts=0, max_task_retries=0, **worker_resources(device))
-            self.workers = [remote_cls.remote(*args(rank)) for rank in range(world_size)]
+            actor_cls = ray.remote(defer_init_errors(cls))
+            where = ((lambda rank: worker_resources(device)) if placement is None  # noqa: E731
+                     else (lambda rank: placement.options(rank, share)))
+            self.workers = [actor_cls.options(max_restarts=0, max_task_retries=0, **where(rank)).remote(*args(rank))
+                            for rank in range(world_size)]
             self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
             self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
             logger.info("%s: %d rank(s) ready, pids %s", name, world_size, self.pids)
@@ -100,8 +125,43 @@ class WorkerGroup:
                 rank = refs.index(ready[0])
                 pid = self.pids[rank] if rank < len(self.pids) and self.pids[rank] else None
                 who = f"{self.name} rank {rank}" + (f" (pid {pid})" if pid else "")
+                lost = self._lost_node(e, pending)
+                if lost:
+                    r, node = lost
+                    pid = self.pids[r] if r < len(self.pids) and self.pids[r] else None
+                    who = f"{self.name} rank {r}" + (f" (pid {pid})" if pid else "")
+                    raise NodeLostError(f"{who} failed in {method}: its node {node} left the cluster", node) from e
                 raise WorkerError(f"{who} failed in {method}: {_short(e)}") from e
         return ray.get(refs)
+
+    def _lost_node(self, first: BaseException, pending: List[Any]) -> Optional[Tuple[int, str]]:
+        """(rank, node) of a rank whose node left the cluster, when this group spans several nodes.
+        The first failure is often a survivor's (its collective lost the peer: "Connection reset by
+        peer") before the head has marked the node dead, so the nodes are asked again until the call's
+        other ranks have all answered or failed, for at most NODE_DEATH_GRACE_S."""
+        import ray
+
+        from verl_lite.trainer.placement import dead_nodes
+
+        spread = {n for n in self.nodes if n}
+        if len(spread) < 2:
+            return None
+        deadline = time.monotonic() + NODE_DEATH_GRACE_S
+        died = isinstance(first, ray.exceptions.RayActorError)
+        while True:
+            dead = dead_nodes(spread)
+            if dead:
+                lost = min(r for r, n in enumerate(self.nodes) if n in dead)
+                return lost, dead[self.nodes[lost]]
+            if time.monotonic() >= deadline:
+                return None
+            if not pending and not died:  # every rank answered or raised, none died: an ordinary failure
+                return None
+            if pending:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+                died = died or any(_died(ref) for ref in done)
+            else:
+                time.sleep(0.5)  # an actor died: the head marks its node dead some seconds later, if it is gone
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
         if not self.use_ray:
@@ -149,6 +209,19 @@ def shards_by_rank(shards: Sequence[Any], topology: List[Dict[str, Any]]) -> Lis
 def dp_leaders(topology: List[Dict[str, Any]]) -> List[Any]:
     """(dp_rank, rank) of the ranks whose outputs are collected, one per data-parallel rank, in DP order."""
     return sorted((t["dp_rank"], i) for i, t in enumerate(topology) if t["leader"])
+
+
+def _died(ref: Any) -> bool:
+    """Whether a finished call failed because its actor died."""
+    import ray
+
+    try:
+        ray.get(ref, timeout=0)
+    except ray.exceptions.RayActorError:
+        return True
+    except Exception:  # answered, or raised an error of its own
+        return False
+    return False
 
 
 def _pid(_worker: Any) -> int:

@@ -30,6 +30,7 @@ from verl_lite.trainer import core_algos, dynamic_batch
 from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (verl's further losses register into core_algos)
 from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
+from verl_lite.trainer.placement import assigned_device_index
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +71,16 @@ def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr:
 
     torch.set_num_threads(max(1, threads))
     torch.manual_seed(int(cfg.trainer.seed) * 1000 + rank)
+    local = assigned_device_index(device)
+    if local is not None:
+        # The device Ray gave this process, not the rank: rank 9 on a node of 8 opens its node's device 1
+        # (or 0 of the one it sees), whatever Ray's visibility mode.
+        os.environ["LOCAL_RANK"] = str(local)
+        getattr(torch, device).set_device(local)
     if world_size > 1 and not dist.is_initialized():
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+                          WORLD_SIZE=str(world_size))
+        os.environ.setdefault("LOCAL_RANK", str(rank))
         backend = DIST_BACKENDS[device]
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=int(timeout_s)))

@@ -370,6 +370,10 @@ class TrainerConfig:
     ray: bool = True
     # Seconds the driver waits for one call to the workers before it fails the run; <= 0 = no limit.
     ray_timeout_s: float = 60.0
+    # Seconds the driver waits for a joined Ray cluster (ray_init.address / RAY_ADDRESS) to show
+    # nnodes nodes and their devices before it fails naming what is missing; 0 = look once. A local
+    # cluster started for the job is looked at once.
+    ray_wait_nodes_s: float = 600.0
     # Write a reward-curve PNG next to the metrics at the end.
     plot_rewards: bool = True
 

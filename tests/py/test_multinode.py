@@ -1,0 +1,361 @@
+"""Multi-node on one machine: several Ray nodes on localhost, fake accelerators as Ray resources.
+
+- Placement and device visibility: a two-node `ray.cluster_utils.Cluster` whose nodes declare GPUs
+  and NPUs they do not have; probe actors placed by the trainer's own placement code report the
+  node they run on and the device they would open (Ray's visibility variable, or no-set mode).
+- The launcher path: `launch/ray_cluster.sh head` and `worker` start the nodes, the training script
+  joins through RAY_ADDRESS before the worker node is up (it waits), trains across both nodes
+  with the single-node metrics, loses the worker node mid-run (its processes killed by the process
+  group this test started), stops within a bounded time with one line naming the node and the
+  last complete checkpoint, and resumes to the uninterrupted run's metrics once the node is back.
+
+Every process is started here and ended by its pid / process group; `ray stop` is never called
+(other Ray clusters may run on this machine).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict, List
+
+import pytest
+
+from verl_lite.decisions import placement as plan
+from verl_lite.device import local_device_index
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PER_NODE = 3  # fake devices on each node of the placement cluster
+
+
+# ---------------------------------------------------------------------------- pure rules
+
+
+def _cfg(nnodes=2, per_node=8, enable=False, rollout_nodes=2, rollout_per_node=12, rollout_tp=1):
+    return SimpleNamespace(
+        trainer=SimpleNamespace(nnodes=nnodes, n_gpus_per_node=per_node),
+        async_training=SimpleNamespace(enable=enable),
+        actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(
+            nnodes=rollout_nodes, n_gpus_per_node=rollout_per_node, tensor_model_parallel_size=rollout_tp)))
+
+
+def test_consecutive_ranks_share_a_node_so_tensor_parallel_groups_stay_inside_one():
+    slots = [plan.rank_slot(r, 8) for r in range(16)]
+    assert slots[:8] == [(0, i) for i in range(8)] and slots[8:] == [(1, i) for i in range(8)]
+    # TP=2, PP=2 on 2 x 8: Megatron's TP groups are consecutive ranks -> never split across nodes
+    assert all(slots[r][0] == slots[r + 1][0] for r in range(0, 16, 2))
+
+
+def test_the_cluster_wait_counts_the_nodes_and_devices_the_pools_need_and_names_what_is_missing():
+    need = plan.cluster_need(_cfg(2, 8), "npu")
+    assert (need.nodes, need.devices) == (2, 16)
+    assert need.describe() == "2 nodes with 16 NPUs in all"
+    assert plan.missing(need, [8.0]) == "1 of 2 nodes, 8 of 16 NPUs"
+    assert plan.missing(need, [8.0, 0.0]) == "1 of 2 nodes, 8 of 16 NPUs"  # a node without NPUs is no node here
+    assert plan.missing(need, [8.0, 8.0]) is None
+    # fully-async, 4 training + 12 rollout devices on each of 2 nodes: 2 nodes, 32 devices
+    need = plan.cluster_need(_cfg(2, 4, enable=True, rollout_nodes=2, rollout_per_node=12), "cuda")
+    assert (need.nodes, need.devices) == (2, 32)
+    assert plan.missing(need, [16.0, 8.0]) == "2 of 2 nodes, 24 of 32 GPUs"
+    pools = plan.async_pool_list(_cfg(2, 4, enable=True, rollout_nodes=2, rollout_per_node=12))
+    assert [(p.name, p.nnodes, p.per_node) for p in pools] == [("trainer", 2, 4), ("rollout", 2, 12)]
+
+
+@pytest.mark.parametrize("device, env, assigned, expected", [
+    ("npu", {"ASCEND_RT_VISIBLE_DEVICES": "5"}, ["5"], 0),   # Ray narrowed the visibility to the device
+    ("npu", {}, ["5"], 5),                                   # Ray's no-set mode: all devices are seen
+    ("npu", {"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"}, ["6"], 2),  # no-set under a user's own narrowing
+    ("cuda", {"CUDA_VISIBLE_DEVICES": "3"}, ["3"], 0),
+    ("cuda", {}, ["3"], 3),
+])
+def test_the_device_a_worker_opens_is_the_one_ray_assigned_not_its_rank(device, env, assigned, expected):
+    assert local_device_index(device, assigned, env) == expected
+
+
+def test_a_visibility_variable_that_hides_the_assigned_device_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"ASCEND_RT_VISIBLE_DEVICES='0,1' does not include device 5.*unset"):
+        local_device_index("npu", ["5"], {"ASCEND_RT_VISIBLE_DEVICES": "0,1"})
+
+
+# ---------------------------------------------------------------------------- placement on 2 fake nodes
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """Two Ray nodes on this host, each with PER_NODE fake GPUs and NPUs (custom resources)."""
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    temp = tempfile.mkdtemp(prefix="vl_mn")  # short: Ray's socket paths must stay under 108 bytes
+    os.environ["RAY_TMPDIR"] = temp
+    import ray
+    from ray.cluster_utils import Cluster
+
+    node = dict(num_cpus=PER_NODE + 1, num_gpus=PER_NODE, resources={"NPU": PER_NODE})
+    cluster = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
+    try:
+        cluster.add_node(**node)
+        ray.init(address=cluster.address, log_to_driver=False)
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the probe task
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def probe(device: str) -> Dict[str, object]:
+    """Where a task placed like a rank runs and which device it would open (the worker's own rule).
+    A task holds its bundle's device as an actor does, and reuses worker processes (fast)."""
+    import ray
+
+    from verl_lite.trainer.placement import assigned_device_index
+
+    ctx = ray.get_runtime_context()
+    ids = ctx.get_accelerator_ids()[plan.device_resource(device)]
+    index = assigned_device_index(device)
+    visible = os.environ.get({"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}[device])
+    seen = visible.split(",") if visible else [str(i) for i in range(PER_NODE)]
+    return {"node": ctx.get_node_id(), "ids": ids, "index": index, "opens": seen[index], "visible": visible}
+
+
+def probes(groups, share: float, device: str, n: int, env: Dict[str, str] = None) -> List[Dict[str, object]]:
+    """`probe` for ranks 0..n-1, each with the options the trainer gives that rank."""
+    import ray
+
+    fn = ray.remote(probe)
+    extra = {"runtime_env": {"env_vars": env}} if env else {}
+    return ray.get([fn.options(**groups.options(rank, share), **extra).remote(device) for rank in range(n)],
+                   timeout=120)
+
+
+def duplicate_devices(infos: List[Dict[str, object]]) -> List[str]:
+    """(node, device) pairs that more than one rank opens."""
+    seen: Dict[tuple, int] = {}
+    dups = []
+    for rank, i in enumerate(infos):
+        key = (i["node"], i["opens"])
+        if key in seen:
+            dups.append(f"ranks {seen[key]} and {rank} both open device {i['opens']} on node {str(i['node'])[:8]}")
+        seen.setdefault(key, rank)
+    return dups
+
+
+@pytest.mark.parametrize("device, noset", [("cuda", False), ("npu", False), ("npu", True)])
+def test_a_pool_spreads_one_node_per_group_and_each_rank_opens_its_own_device(two_nodes, device, noset):
+    from verl_lite.trainer.placement import NodeGroups
+
+    env = {"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1"} if noset else None
+    groups = NodeGroups(plan.Pool("actor_rollout_ref", 2, 2), device, timeout_s=60)
+    try:
+        assert len(set(groups.node_ids)) == 2
+        # two worker groups sharing the devices (actor/rollout/ref and critic), half a bundle each
+        actor, critic = (probes(groups, 0.5, device, 4, env) for _ in range(2))
+    finally:
+        groups.remove()
+    nodes = [i["node"] for i in actor]
+    assert nodes[0] == nodes[1] != nodes[2] == nodes[3], "ranks 0-1 on one node, 2-3 on the other"
+    assert nodes == [groups.node_of(r) for r in range(4)]
+    assert duplicate_devices(actor) == [] and duplicate_devices(critic) == []
+    for a, c in zip(actor, critic):  # the critic's rank r sits on the actor's rank r device
+        assert (a["node"], a["opens"]) == (c["node"], c["opens"])
+    for i in actor:
+        assert len(i["ids"]) == 1
+        if noset:
+            assert i["visible"] is None and i["index"] == int(i["ids"][0])
+        else:
+            assert i["visible"] == i["ids"][0] and i["index"] == 0
+
+
+def test_the_duplicate_check_catches_two_ranks_on_one_device(two_nodes):
+    """The check above can fail: two ranks of one group put in the same bundle open the same device."""
+    from verl_lite.trainer.placement import NodeGroups
+
+    groups = NodeGroups(plan.Pool("broken", 1, 1), "npu", timeout_s=60)
+    try:
+        infos = probes(groups, 0.5, "npu", 1) + probes(groups, 0.5, "npu", 1)
+    finally:
+        groups.remove()
+    assert duplicate_devices(infos) and "ranks 0 and 1 both open device" in duplicate_devices(infos)[0]
+
+
+def test_the_fully_async_pools_split_every_node_between_training_and_rollout(two_nodes):
+    """1 training + 2 rollout devices on each of the 2 nodes of 3 (the 4 + 12 of 16 layout, scaled)."""
+    from verl_lite.trainer.placement import NodeGroups
+
+    cfg = _cfg(2, 1, enable=True, rollout_nodes=2, rollout_per_node=2)
+    train_pool, rollout_pool = plan.async_pool_list(cfg)
+    train = NodeGroups(train_pool, "npu", timeout_s=60)
+    rollout = NodeGroups(rollout_pool, "npu", timeout_s=60)
+    try:
+        t, r = probes(train, 1.0, "npu", 2), probes(rollout, 1.0, "npu", 4)
+    finally:
+        train.remove()
+        rollout.remove()
+    per_node: Dict[str, List[str]] = {}
+    for kind, infos in (("train", t), ("rollout", r)):
+        for i in infos:
+            per_node.setdefault(i["node"], []).append(kind)
+    assert sorted(sorted(v) for v in per_node.values()) == [["rollout", "rollout", "train"]] * 2
+    assert duplicate_devices(t + r) == []
+
+
+def test_a_pool_that_needs_more_nodes_than_the_cluster_has_is_refused_naming_what_is_missing(two_nodes):
+    from verl_lite.trainer.placement import NodeGroups, PlacementError, wait_for_cluster
+
+    with pytest.raises(PlacementError, match=r"node group 3 of 3 .* within 2 s; the cluster has 2 of 3 nodes, "
+                                             rf"{2 * PER_NODE} of {3 * PER_NODE} NPUs"):
+        NodeGroups(plan.Pool("actor_rollout_ref", 3, PER_NODE), "npu", timeout_s=2)
+    with pytest.raises(PlacementError, match=r"the Ray cluster has 2 of 4 nodes, 6 of 8 GPUs after \d+ s of waiting "
+                                             r"\(the run needs 4 nodes with 8 GPUs in all: start the missing nodes"):
+        wait_for_cluster(plan.ClusterNeed(4, 8, "cuda"), timeout_s=1, poll_s=0.2)
+    from ray.util import placement_group_table
+
+    assert not [p for p in placement_group_table().values() if p["state"] != "REMOVED"], "a placement group was left"
+
+
+# ---------------------------------------------------------------------------- the launcher path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalNodes:
+    """Ray nodes started with launch/ray_cluster.sh on this host, each in a process group of its own
+    (`ray start --block` and everything it starts), ended by that group."""
+
+    def __init__(self, root: Path):
+        self.root, self.port, self.procs = root, free_port(), {}
+        self.started: List[int] = []  # process groups of the nodes ended so far
+        self.env = dict(os.environ, RAY_AUTH_MODE="disabled", DEVICE="cpu", NDEVICES_PER_NODE="1",
+                        NODE_IP="127.0.0.1", RAY_PORT=str(self.port), HEAD_ADDRESS="127.0.0.1")
+        self.env.pop("RAY_ADDRESS", None)
+
+    def start(self, name: str, role: str, tries: int = 2) -> None:
+        """Start node `name` and wait until Ray says it runs. Ray gives a raylet 30 s to register
+        (a fixed limit); on an overloaded machine that can pass, so a failed start is ended by its
+        process group and tried once more."""
+        for attempt in range(tries):
+            temp = self.root / f"{name}.{attempt}"
+            temp.mkdir()
+            extra = [f"--temp-dir={temp}", "--dashboard-agent-listen-port=0", "--metrics-export-port=0", "--block"]
+            if role == "head":
+                extra += [f"--ray-client-server-port={free_port()}", f"--dashboard-port={free_port()}",
+                          "--include-dashboard=false"]
+            path = self.root / f"{name}.{attempt}.log"
+            with open(path, "w", encoding="utf-8") as log:
+                proc = subprocess.Popen(["bash", str(REPO_ROOT / "launch/ray_cluster.sh"), role, *extra],
+                                        stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+            self.procs[name] = proc
+            wait_for(lambda: "Ray runtime started" in path.read_text() or proc.poll() is not None, 120,
+                     f"Ray node {name}")
+            if proc.poll() is None:
+                return
+            self.kill(name)
+        pytest.fail(f"Ray node {name} did not start:\n{path.read_text()[-3000:]}")
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        self.started.append(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+
+    def left(self, name_pgids: List[int]) -> List[str]:
+        out = subprocess.run(["ps", "-eo", "pid=,pgid=,args="], capture_output=True, text=True).stdout
+        return [line for line in out.splitlines() if line.split()[1:2] and int(line.split()[1]) in name_pgids]
+
+    def status(self) -> str:
+        return subprocess.run(["bash", str(REPO_ROOT / "launch/ray_cluster.sh"), "status"], capture_output=True,
+                              text=True, env=self.env, timeout=60).stdout
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(900)  # three runs and three node starts: ~90 s on 2 idle cores, far more on a loaded box
+def test_two_nodes_started_by_the_launcher_train_lose_a_node_and_resume_to_the_single_node_metrics(
+        copy_task_data, tmp_path):
+    from test_faults import error_line, latest, logged_steps, metrics, overrides, start, finish
+
+    data = copy_task_data(n_train=64, n_val=8)
+    root = Path(tempfile.mkdtemp(prefix="vl_mn"))
+    nodes = LocalNodes(root)
+    steps = ["trainer.total_training_steps=6", "trainer.save_freq=2", "trainer.ray=true",
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "ray_init.num_cpus=2",
+             f"ray_init.temp_dir={root / 'single'}"]
+    # the single-node run (one node, 2 ranks) runs while the head starts
+    ref = start(overrides(data, tmp_path / "single", *steps, "trainer.n_gpus_per_node=2"), tmp_path / "single.log")
+    pgids: List[int] = []
+    try:
+        nodes.start("head", "head")
+        pgids.append(nodes.procs["head"].pid)
+        assert finish(ref, timeout=400) == 0, (tmp_path / "single.log").read_text()[-3000:]
+
+        os.environ["RAY_ADDRESS"] = f"127.0.0.1:{nodes.port}"  # what a user exports on the head node
+        out, log = tmp_path / "multi", tmp_path / "multi.log"
+        args = overrides(data, out, *steps[:4], "trainer.nnodes=2", "trainer.n_gpus_per_node=1",
+                         "trainer.ray_wait_nodes_s=120")
+        proc = start(args, log)  # before the worker node: the driver waits for it
+        wait_for(lambda: "waiting up to 120 s for the Ray cluster: it has 1 of 2 nodes, 1 of 2 CPUs" in log.read_text()
+                 or proc.poll() is not None, 120, "the driver's wait")
+        nodes.start("worker1", "worker")
+        pgids.append(nodes.procs["worker1"].pid)
+        assert nodes.status().count(" node_") == 2
+        wait_for(lambda: logged_steps(out) >= 3 or proc.poll() is not None, 240, "three steps on two nodes")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        nodes.kill("worker1")  # the node is lost: raylet, agents and the worker ranks on it
+        killed = time.monotonic()
+        rc = finish(proc, timeout=120)
+        took = time.monotonic() - killed
+        text = log.read_text()
+        assert rc == 1, text[-3000:]
+        line = error_line(text)
+        found = latest(out)
+        assert found is not None
+        assert re.match(r"verl_lite.main: (at step|saving the checkpoint of step) \d+ of 6: actor_rollout_ref rank [01] "
+                        r"\(pid \d+\) failed in \w+: its node [0-9.]+ \(node id [0-9a-f]{12}\) left the cluster; "
+                        rf"last complete checkpoint {re.escape(str(out / f'global_step_{found}'))} \(step {found}; "
+                        r"restart the node", line), line
+        assert took < 60, f"the driver took {took:.1f} s to stop after the node was lost"
+        # nothing half-written passes for a checkpoint: the newest global_step_N dir is the one named
+        assert max(int(p.name.split("_")[-1]) for p in out.glob("global_step_*")) == found
+        assert "Traceback" not in text
+        assert not nodes.left(pgids[1:]), "the lost node's processes are still running"
+
+        nodes.start("worker2", "worker")
+        pgids.append(nodes.procs["worker2"].pid)
+        assert finish(start(args, tmp_path / "resumed.log")) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+        assert "resumed from" in (tmp_path / "resumed.log").read_text()
+        single, multi = metrics(tmp_path / "single"), metrics(out)
+        assert sorted(multi) == sorted(single) == list(range(1, 7))
+        for step in single:
+            for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
+                assert multi[step][key] == pytest.approx(single[step][key], rel=1e-6, abs=1e-9), (key, step)
+        print(f"node loss noticed and the run stopped in {took:.1f} s: {line}")
+    finally:
+        os.environ.pop("RAY_ADDRESS", None)
+        for name in list(nodes.procs):
+            nodes.kill(name)
+        if ref.poll() is None:
+            ref.kill()
+        wait_for(lambda: not nodes.left(pgids + nodes.started), 30, "the nodes' processes to end")
+        shutil.rmtree(root, ignore_errors=True)
