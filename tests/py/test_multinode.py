@@ -314,7 +314,9 @@ def test_two_nodes_started_by_the_launcher_train_lose_a_node_and_resume_to_the_s
         out, log = tmp_path / "multi", tmp_path / "multi.log"
         args = overrides(data, out, *steps[:4], "trainer.nnodes=2", "trainer.n_gpus_per_node=1",
                          "trainer.ray_wait_nodes_s=120")
-        proc = start(args, log)  # before the worker node: the driver waits for it
+        # before the worker node: the driver waits for it. Step 4's update never ends (the fault point), so
+        # the node is lost during a step however fast the first three ran
+        proc = start(args, log, fault="hang:worker.update_actor:4")
         wait_for(lambda: "waiting up to 120 s for the Ray cluster: it has 1 of 2 nodes, 1 of 2 CPUs" in log.read_text()
                  or proc.poll() is not None, 120, "the driver's wait")
         nodes.start("worker1", "worker")
