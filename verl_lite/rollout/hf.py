@@ -5,12 +5,16 @@ from the engine's export, the same path a vLLM rollout takes. With rollout.calcu
 it returns the sampled tokens' log-probs as `rollout_log_probs` (B x response_length, 0 after the
 response), taken from generate's processed scores (after temperature, top-k and top-p, as the vllm
 rollout's `processed_logprobs`) by transformers' compute_transition_scores.
+
+Images: rows with `multi_modal_inputs` (the processor's pixel_values and image_grid_thw per sample)
+generate from them (a vision-language model's generate); the rows then carry Qwen-VL's 3-D rotary
+positions (B, 3, L) over prompt + response by the model's own get_rope_index (models/hf.py).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +22,8 @@ import torch.nn.functional as F
 from verl_lite.batch import Batch, concat, split_by_size
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section
-from verl_lite.models.hf import build_causal_lm
+from verl_lite.models import is_vision_language
+from verl_lite.models.hf import build_causal_lm, image_inputs, mm_token_type_ids, vision_special_ids, vl_position_ids
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +48,16 @@ class HFRollout:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.model = build_causal_lm(as_section(ModelConfig, model_config)).to(self.device).eval()
+        self.vision_language = is_vision_language(self.model.config.to_dict())
         self.weight_version = 0
+
+    def position_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     multi_modal_inputs: Any = None, prompt_length: Optional[int] = None) -> torch.Tensor:
+        """The rows' positions as the model computes them: 3-D (B, 3, L) for a vision-language model,
+        else the count of real tokens before each (B, L)."""
+        if self.vision_language:
+            return vl_position_ids(self.model.config, input_ids, attention_mask, multi_modal_inputs, prompt_length)
+        return position_ids_from(attention_mask)
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
@@ -81,6 +95,16 @@ class HFRollout:
             top_k = int(sampling.get("top_k", -1))
             kwargs.update(temperature=float(sampling.get("temperature", 1.0)),
                           top_p=float(sampling.get("top_p", 1.0)), top_k=top_k if top_k > 0 else 0)
+        mm = prompts.get("multi_modal_inputs")
+        if self.vision_language:
+            # a sampled placeholder in a response would not match the pixel inputs in the actor's forward
+            kwargs["suppress_tokens"] = vision_special_ids(self.model.config)
+            pixels = image_inputs(mm, self.device)
+            if pixels:  # the processor's token types, as generate needs them for the 3-D positions
+                kwargs.update(pixels, mm_token_type_ids=mm_token_type_ids(input_ids, self.model.config))
+        elif mm is not None and any(mm):
+            raise ValueError(f"the rollout model {type(self.model).__name__} is not a vision-language model but the "
+                             "prompts have images (multi_modal_inputs): use a vision-language model.path")
         log_probs_on = self.config.calculate_log_probs is True
         out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs,
                                   **({"output_scores": True, "return_dict_in_generate": True} if log_probs_on else {}))
@@ -106,6 +130,7 @@ class HFRollout:
             response_mask=response_mask,
             input_ids=torch.cat([prompts["input_ids"], responses], dim=1),
             attention_mask=full_mask,
-            position_ids=position_ids_from(full_mask),
+            position_ids=self.position_ids(torch.cat([prompts["input_ids"], responses], dim=1), full_mask, mm,
+                                           prompts["input_ids"].shape[1]),
         )
         return result
