@@ -271,3 +271,38 @@ def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_re
     assert not [p for p in verl_problems(cfg) if "data." in p]
     problems = verl_problems(load_config(["data.return_multi_modal_inputs=False"]))
     assert any("data.return_multi_modal_inputs=False is refused" in p for p in problems), problems
+
+
+def test_a_fully_async_rollout_chunk_carries_each_rows_pixel_inputs_and_3d_positions(image_data, examples, hf_model):
+    """The rollout pool's chunks, segment by segment (rollout_segment_tokens=1: every token a new
+    generate call from prompt + tokens so far, the images resent), hold what the training pool's
+    forward needs: the rows' pixel inputs and the model's own 3-D positions."""
+    from omegaconf import OmegaConf
+
+    from verl_lite.config import load_config
+    from verl_lite.models.hf import mm_token_type_ids
+    from verl_lite.trainer.async_workers import RolloutWorker
+
+    cfg = load_config([f"data.train_files={image_data}/train.parquet", "data.val_files=null",
+                       "actor_rollout_ref.model.path=tiny-qwen3_vl_moe", "data.max_prompt_length=40",
+                       "data.max_response_length=3", "actor_rollout_ref.rollout.n=2", "data.train_batch_size=2",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=2", "async_training.enable=True",
+                       "async_training.rollout_segment_tokens=1", "trainer.device=cpu"])
+    worker = RolloutWorker(OmegaConf.to_container(cfg, resolve=True), 0, "cpu", 1, examples)
+    calls = []
+    plain = worker.rollout.generate
+
+    def generate(prompts, length, sampling):
+        calls.append(len(prompts["multi_modal_inputs"]))
+        return plain(prompts, length, sampling)
+
+    worker.rollout.generate = generate
+    chunk = worker.generate_chunk([0, 1], serial=0)
+    assert calls and all(n > 0 for n in calls)
+    assert len(chunk["multi_modal_inputs"]) == 4 and all(m is not None for m in chunk["multi_modal_inputs"])
+    assert torch.equal(chunk["multi_modal_inputs"][0]["pixel_values"], examples[0].multi_modal_inputs()["pixel_values"])
+    ids, mask = chunk["input_ids"], chunk["attention_mask"]
+    grid = torch.cat([m["image_grid_thw"] for m in chunk["multi_modal_inputs"]])
+    types = mm_token_type_ids(ids, hf_model.config, chunk["prompts"].shape[1])
+    ref, _ = hf_model.model.get_rope_index(ids, types, image_grid_thw=grid, attention_mask=mask)
+    assert torch.equal(chunk["position_ids"], ref.permute(1, 0, 2))
