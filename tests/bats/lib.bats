@@ -84,3 +84,20 @@ verl_lite: VAL_FILES is empty (set it to a parquet file)"
     grep -qx 'set -euo pipefail' "$script" || fail "$script lacks set -euo pipefail"
   done
 }
+
+@test "the tiny VL example is the tiny script with TASK=shapes: the VL model, the image data and its generator" {
+  run_script DRY_RUN=1 bash "$REPO/examples/vl/run_tiny_vl_cpu.sh"
+  assert_success
+  assert_line "  actor_rollout_ref.model.path=tiny-qwen3_vl_moe \\"
+  assert_line "  data.train_files=$REPO/data/tiny_vl/train.parquet \\"
+  assert_line "  data.max_prompt_length=40 \\"
+  assert_line "  trainer.experiment_name=tiny_vl_grpo"
+  [[ $output == *"verl_lite.data.synthetic_images --out-dir $REPO/data/tiny_vl"* || -f $REPO/data/tiny_vl/train.parquet ]] ||
+    fail "the dry run does not name the image data generator"
+}
+
+@test "TASK names a known task" {
+  run_script DRY_RUN=1 TASK=pictures bash "$STINY"
+  assert_failure 1
+  assert_equal "$stderr" "verl_lite: TASK=pictures (choose digits or shapes)"
+}

@@ -476,7 +476,7 @@ def test_verls_reward_section_spellings_are_read_as_the_keys_verl_lite_reads():
 def test_keys_of_verls_other_engines_and_added_verl_keys_are_refused_as_verl_settings_not_typos():
     for line, fragment in (("actor_rollout_ref.actor.veomni.param_offload=True", "the VeOmni engine is not supported"),
                            ("+actor_rollout_ref.rollout.multi_turn.max_user_turns=2", "multi-turn rollouts"),
-                           ("data.image_key=images", "images in the prompts are not supported by verl_lite yet"),
+                           ("data.video_key=videos", "videos in the prompts are not supported by verl_lite yet"),
                            ("actor_rollout_ref.actor.model_engine=megatron", "top-level config group, model_engine=")):
         (problem,) = problems_of(line)
         assert fragment in problem, problem

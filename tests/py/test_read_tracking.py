@@ -94,6 +94,9 @@ def base(data_dir, out):
 
 GRPO = [
     "algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=False",
+    # verl's image keys (a text set: read by the dataset, no rows with images; test_vl.py runs images)
+    "data.image_key=images", "data.image_patch_size=14",
+    "actor_rollout_ref.ref.fsdp_config.offload_policy=False", "actor_rollout_ref.ref.fsdp_config.forward_prefetch=False",
     "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.01",
     "actor_rollout_ref.actor.kl_loss_type=k3", "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
     "actor_rollout_ref.ref.strategy=fsdp", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
@@ -220,6 +223,7 @@ VLLM = [
     "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.model.path=tiny-qwen3-vllm",
     "actor_rollout_ref.rollout.dtype=float32", "actor_rollout_ref.rollout.gpu_memory_utilization=0.03",
     "actor_rollout_ref.rollout.enforce_eager=True", "actor_rollout_ref.rollout.enable_chunked_prefill=True",
+    "actor_rollout_ref.rollout.enable_prefix_caching=True",
     "actor_rollout_ref.rollout.max_num_seqs=64", "actor_rollout_ref.rollout.max_num_batched_tokens=2048",
     "actor_rollout_ref.rollout.free_cache_engine=False", "actor_rollout_ref.rollout.calculate_log_probs=True",
     "actor_rollout_ref.rollout.data_parallel_size=1", "actor_rollout_ref.rollout.expert_parallel_size=1",
@@ -275,6 +279,16 @@ SHOWN_ELSEWHERE = {
     **{f"actor_rollout_ref.ref.profiler.tool_config.npu.{key}": (
         "test_profiler", "test_the_ref_and_rollout_sections_may_repeat_the_actors_settings_but_not_differ")
        for key in ("contents", "level", "analysis", "discrete")},
+    # set by verl's VL runs, which compose now that data.image_key is taken
+    "actor_rollout_ref.model.target_modules": ("test_lora",
+                                               "test_target_and_exclude_modules_pick_the_layers_and_non_linear_targets_are_refused"),
+    "actor_rollout_ref.model.exclude_modules": ("test_lora",
+                                                "test_target_and_exclude_modules_pick_the_layers_and_non_linear_targets_are_refused"),
+    "actor_rollout_ref.rollout.prompt_length": ("test_verl_rules", "test_rollout_lengths_equal_to_the_data_lengths_are_taken"),
+    "actor_rollout_ref.rollout.response_length": ("test_verl_rules",
+                                                  "test_rollout_lengths_equal_to_the_data_lengths_are_taken"),
+    "custom_reward_function.path": ("test_reward", "test_load_custom_reward_fn_returns_the_named_function"),
+    "custom_reward_function.name": ("test_reward", "test_load_custom_reward_fn_returns_the_named_function"),
 }
 
 

@@ -156,8 +156,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("actor_rollout_ref.rollout.standalone_gpu_memory_utilization",
      f"{NOT} (it exists for verl's dynamic resource scheduling): use actor_rollout_ref.rollout.gpu_memory_utilization"),
     ("*.engine_kwargs.sglang*", f"the sglang rollout is {NOT}: use actor_rollout_ref.rollout.name=hf or vllm"),
-    ("data.image_key", f"images in the prompts are {YET} (vision-language data): the run would train without its "
-                       "images; for a text-only dataset leave the line out"),
     ("data.video_key", f"videos in the prompts are {YET} (vision-language data): the run would train without its "
                        "videos; for a text-only dataset leave the line out"),
     ("*.veomni.*", f"the VeOmni engine is {NOT}: use model_engine=dp (FSDP2) or model_engine=megatron"),
@@ -347,6 +345,10 @@ DEFAULT_DIFFERENCES = {
     "data.train_files": "a local tiny data set (verl_lite trains a tiny model out of the box)",
     "data.val_files": "the tiny data set's validation split",
     "data.train_batch_size": "sized for the tiny CPU run (verl's 1024 is for a cluster)",
+    "data.image_patch_size": ("null = the processor's patch size, which verl's agent loop resizes the model's "
+                              "images with; verl's dataset uses this key (yaml 14) only to count prompt lengths for "
+                              "filter_overlong_prompts. verl_lite resizes once, so the filter counts the tokens the "
+                              "model gets; 14 is accepted"),
     "data.seed": "a fixed seed, so a resumed run keeps its prompt order (verl: null = unseeded)",
     "data.return_raw_chat": "False, so data.apply_chat_template=False (prompt text encoded as is) needs no second "
                             "line; verl never reads the key (its raw_prompt is always kept), so both values run "

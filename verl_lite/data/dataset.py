@@ -8,6 +8,11 @@ Prompts are tokenized as verl does: the chat template with a generation prompt
 (`data.apply_chat_template_kwargs` passed along), for any Hugging Face tokenizer or the shipped
 char tokenizer. With `data.apply_chat_template=False` the message contents (or a plain-string
 prompt) are encoded as text instead, for base models without a template.
+
+Rows with images (`data.image_key`, verl's layout, `verl_lite.data.multimodal`) are encoded by the
+model's processor; each example keeps its images and gives the per-sample `multi_modal_data` and
+`multi_modal_inputs` of the batch contract (pixel inputs computed when a batch is built, so a large
+set does not hold every image's patches in memory).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ def expand(path: str) -> str:
     return os.path.abspath(os.path.expanduser(os.path.expandvars(path)))
 
 
-def _check_row(path: str, i: int, row: Dict[str, Any], prompt_key: str, plain_text_ok: bool = False) -> None:
+def _check_row(path: str, i: int, row: Dict[str, Any], prompt_key: str, plain_text_ok: bool = False,
+               image_key: Optional[str] = None) -> None:
     where = f"data file {path} row {i}"
     messages = row.get(prompt_key)
     if plain_text_ok and isinstance(messages, str) and messages:
@@ -54,13 +60,17 @@ def _check_row(path: str, i: int, row: Dict[str, Any], prompt_key: str, plain_te
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or rm.get("ground_truth") is None:
         raise DataError(f"{where}: column 'reward_model.ground_truth' is missing or null")
+    images = row.get(image_key) if image_key else None
+    if images is not None and not isinstance(images, (list, tuple)):
+        raise DataError(f"{where}: column '{image_key}' must be a list of images (entries {{bytes}}, {{path}} or "
+                        f"paths, verl's layout) or null, got {type(images).__name__}")
     extra = row.get("extra_info")
     if extra is not None and not isinstance(extra, dict):
         raise DataError(f"{where}: column 'extra_info' must be a dict or null, got {type(extra).__name__}")
 
 
 def read_rows(files: Union[str, Sequence[str]], prompt_key: str = "prompt",
-              plain_text_ok: bool = False) -> List[Dict[str, Any]]:
+              plain_text_ok: bool = False, image_key: Optional[str] = None) -> List[Dict[str, Any]]:
     """Read and validate every row of the given parquet files (`plain_text_ok`: a prompt may be a
     string, for data.apply_chat_template=False)."""
     import pyarrow.parquet as pq
@@ -84,7 +94,7 @@ def read_rows(files: Union[str, Sequence[str]], prompt_key: str = "prompt",
                 f"data file {path}: column '{missing[0]}' is missing (columns present: {', '.join(table.column_names)})"
             )
         for i, row in enumerate(table.to_pylist()):
-            _check_row(path, i, row, prompt_key, plain_text_ok)
+            _check_row(path, i, row, prompt_key, plain_text_ok, image_key)
             rows.append(row)
     if not rows:
         raise DataError(f"data files {', '.join(paths)} hold no rows")
@@ -98,6 +108,37 @@ class Example:
     ground_truth: Any
     extra_info: Dict[str, Any]
     uid: str
+    # the row's images (PIL, resized for data.image_patch_size) and the processor's image processor;
+    # None for a text row
+    images: Optional[List[Any]] = None
+    image_processor: Any = None
+
+    @property
+    def multi_modal_data(self) -> Optional[Dict[str, List[Any]]]:
+        """What a rollout receives (vLLM's multi_modal_data layout): {"image": [PIL images]}."""
+        return {"image": list(self.images)} if self.images else None
+
+    def multi_modal_inputs(self) -> Optional[Dict[str, Any]]:
+        """The processor's pixel inputs of the row's images (pixel_values, image_grid_thw) for the actor,
+        ref and critic forward; the same tensors the processor made with the prompt ids."""
+        if not self.images:
+            return None
+        out = self.image_processor(images=list(self.images), return_tensors="pt")
+        return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+
+
+def multi_modal_fields(examples: Sequence[Example]) -> Dict[str, List[Any]]:
+    """The per-sample list fields `multi_modal_data` and `multi_modal_inputs` of a batch of examples
+    (None entries for text rows); {} when no example has images (a text batch carries no such fields)."""
+    if not any(e.images for e in examples):
+        return {}
+    cache: Dict[int, Any] = {}  # a prompt repeated rollout.n times shares one set of pixel inputs
+    inputs = []
+    for e in examples:
+        if id(e) not in cache:
+            cache[id(e)] = e.multi_modal_inputs()
+        inputs.append(cache[id(e)])
+    return {"multi_modal_data": [e.multi_modal_data for e in examples], "multi_modal_inputs": inputs}
 
 
 def has_chat_template(tokenizer: Any) -> bool:
@@ -176,7 +217,8 @@ class PromptDataset:
 
     def __init__(self, files, tokenizer, max_prompt_length: int, prompt_key: str = "prompt",
                  truncation: str = "error", filter_overlong: bool = False, apply_chat_template: bool = True,
-                 chat_template_kwargs: Optional[Mapping[str, Any]] = None, workers: int = 1):
+                 chat_template_kwargs: Optional[Mapping[str, Any]] = None, workers: int = 1,
+                 processor: Any = None, image_key: str = "images", image_patch_size: Optional[int] = None):
         if truncation not in ("error", "left", "right"):
             raise ValueError(f"data.truncation={truncation!r} (choose error, left or right)")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -184,9 +226,23 @@ class PromptDataset:
         if apply_chat_template and not has_chat_template(tokenizer):
             raise DataError(f"the tokenizer {type(tokenizer).__name__} has no chat template: {NO_TEMPLATE_FIX}")
         self.examples: List[Example] = []
-        rows = list(read_rows(files, prompt_key, plain_text_ok=not apply_chat_template))
-        encoded = encode_prompts(tokenizer, [row[prompt_key] for row in rows], apply_chat_template,
-                                 chat_template_kwargs, workers)
+        rows = list(read_rows(files, prompt_key, plain_text_ok=not apply_chat_template, image_key=image_key))
+        with_images = [i for i, row in enumerate(rows) if row.get(image_key)]
+        images: Dict[int, List[Any]] = {}
+        if with_images:
+            if processor is None:
+                raise DataError(f"data rows have images (column '{image_key}', e.g. row {with_images[0]}) but the "
+                                "model has no processor (preprocessor_config.json): use a vision-language model, or "
+                                "drop the image column for a text-only run")
+            if truncation != "error" and not filter_overlong:
+                raise DataError(f"data.truncation={truncation!r} would cut image placeholders out of a prompt: with "
+                                "images use data.truncation=error or data.filter_overlong_prompts=True (as verl)")
+            encoded, images = self._encode_with_processor(rows, prompt_key, processor, image_key, image_patch_size,
+                                                          chat_template_kwargs)
+        else:
+            encoded = encode_prompts(tokenizer, [row[prompt_key] for row in rows], apply_chat_template,
+                                     chat_template_kwargs, workers)
+        image_processor = getattr(processor, "image_processor", None)
         for i, (row, ids) in enumerate(zip(rows, encoded)):
             if len(ids) > max_prompt_length:
                 if filter_overlong:
@@ -198,16 +254,38 @@ class PromptDataset:
                     )
                 ids = ids[-max_prompt_length:] if truncation == "left" else ids[:max_prompt_length]
             self.examples.append(Example(ids, row["data_source"], row["reward_model"]["ground_truth"],
-                                         dict(row.get("extra_info") or {}), uid=f"{i}"))
+                                         dict(row.get("extra_info") or {}), uid=f"{i}", images=images.get(i),
+                                         image_processor=image_processor if i in images else None))
         if not self.examples:
             raise DataError("every prompt was filtered as overlong (raise data.max_prompt_length)")
 
+    @staticmethod
+    def _encode_with_processor(rows, prompt_key, processor, image_key, patch_size, chat_template_kwargs):
+        """Prompt ids of every row by the processor (images included: the ids hold the image placeholders,
+        so data.max_prompt_length and its filtering count them, as verl's filter does), and the rows' images."""
+        from verl_lite.data import multimodal
+
+        size = patch_size or getattr(getattr(processor, "image_processor", None), "patch_size", None) or 14
+        encoded, images = [], {}
+        for i, row in enumerate(rows):
+            where = f"data row {i}"
+            pictures = [multimodal.resize_for_patches(multimodal.open_image(entry, where), size)
+                        for entry in (row.get(image_key) or [])]
+            messages = multimodal.build_messages(row[prompt_key], len(pictures), where)
+            ids, _ = multimodal.encode(processor, messages, pictures, chat_template_kwargs)
+            encoded.append(ids)
+            if pictures:
+                images[i] = pictures
+        return encoded, images
+
     @classmethod
-    def from_config(cls, files: Any, tokenizer: Any, data: Any) -> "PromptDataset":
-        """The dataset of `files` with the `data.*` settings (the trainer's train and val sets)."""
+    def from_config(cls, files: Any, tokenizer: Any, data: Any, processor: Any = None) -> "PromptDataset":
+        """The dataset of `files` with the `data.*` settings (the trainer's train and val sets); `processor`:
+        the model's multimodal processor (`verl_lite.data.multimodal.load_processor`), None for text models."""
         return cls(files, tokenizer, data.max_prompt_length, data.prompt_key, data.truncation,
                    data.filter_overlong_prompts, data.apply_chat_template, data.apply_chat_template_kwargs,
-                   data.filter_overlong_prompts_workers)
+                   data.filter_overlong_prompts_workers, processor=processor, image_key=data.image_key,
+                   image_patch_size=data.image_patch_size)
 
     def __len__(self) -> int:
         return len(self.examples)

@@ -30,7 +30,7 @@ from verl_lite.engine.fused import LogProbHead
 from verl_lite.engine.packing import decide, packed_forward
 from verl_lite.engine.ulysses import SequenceParallel, size as sequence_parallel_size
 from verl_lite.models import resolve_model_dir
-from verl_lite.models.hf import build_causal_lm
+from verl_lite.models.hf import build_causal_lm, image_inputs, model_position_ids
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +59,14 @@ class ValueHeadModel(nn.Module):
         super().__init__()
         self.model = lm.model  # the decoder stack; the LM head is dropped
         self.config = lm.config
-        self.value_head = nn.Linear(lm.config.hidden_size, 1)
+        self.value_head = nn.Linear(lm.config.get_text_config().hidden_size, 1)
         with torch.no_grad():
             self.value_head.weight.normal_(0.0, 0.02)
             self.value_head.bias.zero_()
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None):
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **image_kwargs):
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=False).last_hidden_state
+                            use_cache=False, **image_kwargs).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
 
 
@@ -221,20 +221,41 @@ class TorchLMEngine(BaseEngine):
 
     # -- compute -------------------------------------------------------------------------------
 
+    def _image_kwargs(self, mb: Dict[str, Any], dev: torch.device) -> Dict[str, Any]:
+        """The micro-batch's pixel inputs (its samples' multi_modal_inputs concatenated in order, as verl's
+        dp_actor does) for a vision-language model; images for another model are refused."""
+        pixels = image_inputs(mb.get("multi_modal_inputs"), dev)
+        if pixels and not hasattr(getattr(self.module, "config", None), "vision_config"):
+            raise ValueError(f"{self.role}: the batch has images (multi_modal_inputs) but {type(self.module).__name__} "
+                             "is not a vision-language model: use a vision-language model.path")
+        if pixels and (self.remove_padding or self.sp):  # packing_problem keeps vision-language models padded
+            raise ValueError(f"{self.role}: images need a padded forward: set model.use_remove_padding=False and "
+                             "ulysses_sequence_parallel_size=1")
+        return pixels
+
     def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:
         dev = torch_device(self.device)
         input_ids = mb["input_ids"].to(dev)
         attention_mask = mb["attention_mask"].to(dev)
         position_ids = mb["position_ids"].to(dev)
+        pixels = self._image_kwargs(mb, dev)
         # the log-prob head (engine/fused.py): logits, or with model.use_fused_kernels the final hidden states
         head = self.log_prob_head
-        if self.remove_padding:
+        if position_ids.dim() == 3:  # Qwen-VL's 3-D positions: the model takes them as (3, B, L)
+            if self.remove_padding or self.sp:
+                raise ValueError(f"{self.role}: 3-D (mrope) positions need a padded forward: set "
+                                 "model.use_remove_padding=False and ulysses_sequence_parallel_size=1")
+            output = head.pick(self.module(input_ids=input_ids, attention_mask=attention_mask,
+                                           position_ids=model_position_ids(position_ids), use_cache=False,
+                                           **pixels, **head.model_kwargs()))
+        elif self.remove_padding:
             forward = self.sp.packed_forward if self.sp else packed_forward  # Ulysses SP: engine/ulysses.py
             output = forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
                                            "position_ids": position_ids}, head.pick, **head.model_kwargs())
         else:
             output = head.pick(self.module(input_ids=input_ids, attention_mask=attention_mask,
-                                           position_ids=position_ids, use_cache=False, **head.model_kwargs()))
+                                           position_ids=position_ids, use_cache=False, **pixels,
+                                           **head.model_kwargs()))
         return head(self.module, output, mb["responses"].to(dev), mb.get("temperature", 1.0), calculate_entropy)
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
@@ -512,7 +533,10 @@ class TorchValueEngine(TorchLMEngine):
     def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:
         dev = torch_device(self.device)
         inputs = {k: mb[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids")}
-        if self.remove_padding:
+        pixels = self._image_kwargs(mb, dev)
+        if inputs["position_ids"].dim() == 3 or pixels:  # vision-language rows: padded, 3-D positions as (3, B, L)
+            values = self.module(**dict(inputs, position_ids=model_position_ids(inputs["position_ids"])), **pixels)
+        elif self.remove_padding:
             values = (self.sp.packed_forward if self.sp else packed_forward)(self.module, inputs, None)
         else:
             values = self.module(**inputs)

@@ -66,6 +66,12 @@ def is_gdn_model(hf_config: Optional[Dict[str, Any]]) -> bool:
     return "qwen3_5" in model_type or "qwen3_next" in model_type or "linear_attention" in layer_types
 
 
+def is_vision_language(hf_config: Optional[Dict[str, Any]]) -> bool:
+    """True for a vision-language checkpoint's config (a `vision_config` beside the text model: Qwen3-VL,
+    Qwen3-VL-MoE, Qwen3.5's ...ForConditionalGeneration), which the torch engine builds with its vision tower."""
+    return isinstance(hf_config, dict) and isinstance(hf_config.get("vision_config"), dict)
+
+
 # transformers model types whose GDN layers run per packed sequence on the torch engine
 # (`verl_lite.models.packed_gdn`: layers named *GatedDeltaNet, as `linear_attn` of a decoder layer).
 SPLIT_GDN_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
@@ -75,6 +81,9 @@ def torch_packing_problem(hf_config: Optional[Dict[str, Any]]) -> Optional[str]:
     """Why the torch engine cannot run `hf_config`'s model packed (remove-padding), or None if it can:
     attention-only models and the GDN models of `SPLIT_GDN_MODEL_TYPES` can; other linear-attention
     layers would carry their state from one packed sequence into the next."""
+    if is_vision_language(hf_config):
+        return ("vision-language models run padded on the torch engine (their pixel inputs and 3-D rotary "
+                "positions are not packed into one row)")
     if not is_gdn_model(hf_config):
         return None
     text = hf_config.get("text_config") or {}

@@ -217,6 +217,8 @@ RULES: Tuple[Rule, ...] = (
     # ---- data
     Rule("data.max_prompt_length", POSITIVE_INT, "the longest prompt in tokens",
          "verl RLHFDataset max_prompt_length (prompts are cut or refused at it)"),
+    Rule("data.image_patch_size", POSITIVE_INT_OR_NULL, "the patch size images are resized for; null = the "
+         "processor's", "qwen_vl_utils fetch_image(image_patch_size): sides a multiple of it x 2"),
     Rule("data.max_response_length", POSITIVE_INT, "the most tokens generated per response",
          "verl rollout response_length (vLLM SamplingParams: max_tokens must be at least 1)"),
     # ---- critic

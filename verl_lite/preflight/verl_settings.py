@@ -227,6 +227,10 @@ def _run_problems(cfg: Any) -> List[str]:
     if hybrid is True and cfg.async_training.enable:
         problems.append(f"actor_rollout_ref.hybrid_engine=True with async_training.enable=True is {NOT}: "
                         "fully-async training puts the rollout on a pool of its own; set it to False")
+    if cfg.data.return_multi_modal_inputs is not True:
+        problems.append("data.return_multi_modal_inputs=False is refused: the actor, ref and critic forward take the "
+                        "processor's pixel inputs that travel with each sample (verl at the pinned commit reads the "
+                        "key and acts on it nowhere); remove the line")
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.mode not in ROLLOUT_MODES:
         problems.append(f"actor_rollout_ref.rollout.mode={rollout.mode!r} is {NOT}: choose async (verl's only mode; "

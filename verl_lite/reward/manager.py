@@ -100,9 +100,11 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: Any
         result = rule(solution_str, ground_truth)
         return result if isinstance(result, dict) else float(result)
     if has_default_scorer(data_source):
-        from verl_lite.data import synthetic  # lazy: the data package is not needed to score GSM8K or MATH
+        # lazy: the data package is not needed to score GSM8K or MATH
+        from verl_lite.data import synthetic, synthetic_images
 
-        return synthetic.compute_score(data_source, solution_str, ground_truth, extra_info)
+        task = synthetic_images if data_source.startswith(synthetic_images.DATA_SOURCE_PREFIX) else synthetic
+        return task.compute_score(data_source, solution_str, ground_truth, extra_info)
     raise NotImplementedError(no_default_scorer_reason(data_source))
 
 

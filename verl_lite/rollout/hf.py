@@ -9,24 +9,31 @@ rollout's `processed_logprobs`) by transformers' compute_transition_scores.
 Finished rows stop costing decode steps: a response longer than `decode_chunk` tokens is generated
 `decode_chunk` tokens at a time, and after each chunk the rows that have emitted EOS leave the
 batch; the others continue from their prompt plus the tokens so far, with generate's cache (KV and
-linear-attention states) narrowed to their rows, so nothing is computed twice. transformers' generate keeps every row of its batch until the longest ends,
-so without this a batch at max response 128 whose mean length is 45 computes 128 decode positions
-for each row. Each token is sampled from the same processed distribution as in one generate call
+linear-attention states) narrowed to their rows, so nothing is computed twice. transformers'
+generate keeps every row of its batch until the longest ends, so without this a batch at max
+response 128 whose mean length is 45 computes 128 decode positions for each row. Each token is sampled from the same processed distribution as in one generate call
 (temperature, top-k, top-p); only the random draws differ. `tokens_computed` counts the positions
 the model ran (rows x tokens), for benchmarks.
+
+Images: rows with `multi_modal_inputs` (the processor's pixel_values and image_grid_thw per sample)
+generate from them (a vision-language model's generate); the rows then carry Qwen-VL's 3-D rotary
+positions (B, 3, L) over prompt + response by the model's own get_rope_index (models/hf.py). A
+vision-language model generates in one call (no decode chunks): its cached rotary offsets and
+token types cover the whole batch of that call.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import torch
 
 from verl_lite.batch import Batch, concat, split_by_size
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section
-from verl_lite.models.hf import build_causal_lm
+from verl_lite.models import is_vision_language
+from verl_lite.models.hf import build_causal_lm, image_inputs, mm_token_type_ids, vision_special_ids, vl_position_ids
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +62,7 @@ class HFRollout:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.model = build_causal_lm(as_section(ModelConfig, model_config)).to(self.device).eval()
+        self.vision_language = is_vision_language(self.model.config.to_dict())
         self.weight_version = 0
         self.decode_chunk = DECODE_CHUNK
         self.tokens_computed = 0
@@ -66,6 +74,14 @@ class HFRollout:
             ids = kwargs.get("inputs_embeds")
         if ids is not None:
             self.tokens_computed += int(ids.shape[0]) * int(ids.shape[1])
+
+    def position_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     multi_modal_inputs: Any = None, prompt_length: Optional[int] = None) -> torch.Tensor:
+        """The rows' positions as the model computes them: 3-D (B, 3, L) for a vision-language model,
+        else the count of real tokens before each (B, L)."""
+        if self.vision_language:
+            return vl_position_ids(self.model.config, input_ids, attention_mask, multi_modal_inputs, prompt_length)
+        return position_ids_from(attention_mask)
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
@@ -102,12 +118,24 @@ class HFRollout:
             top_k = int(sampling.get("top_k", -1))
             kwargs.update(temperature=float(sampling.get("temperature", 1.0)),
                           top_p=float(sampling.get("top_p", 1.0)), top_k=top_k if top_k > 0 else 0)
+        mm = prompts.get("multi_modal_inputs")
+        if self.vision_language:
+            # a sampled placeholder in a response would not match the pixel inputs in the actor's forward
+            kwargs["suppress_tokens"] = vision_special_ids(self.model.config)
+            pixels = image_inputs(mm, self.device)
+            if pixels:  # the processor's token types, as generate needs them for the 3-D positions
+                kwargs.update(pixels, mm_token_type_ids=mm_token_type_ids(input_ids, self.model.config))
+        elif mm is not None and any(mm):
+            raise ValueError(f"the rollout model {type(self.model).__name__} is not a vision-language model but the "
+                             "prompts have images (multi_modal_inputs): use a vision-language model.path")
         log_probs_on = self.config.calculate_log_probs is True
         kwargs.update(return_dict_in_generate=True, output_scores=log_probs_on)
         B = input_ids.shape[0]
         responses = torch.full((B, response_length), pad, dtype=input_ids.dtype)
         token_log_probs = torch.zeros((B, response_length)) if log_probs_on else None
-        chunk = int(self.decode_chunk) if int(self.decode_chunk) > 0 else response_length
+        # a vision-language model in one call: generate keeps its 3-D rotary offsets per row of the first call
+        chunked = int(self.decode_chunk) > 0 and not self.vision_language
+        chunk = int(self.decode_chunk) if chunked else response_length
         rows = torch.arange(B)  # rows still generating, indices into the batch
         done = 0  # response tokens generated so far by every row in `rows`
         cache = None  # the KV / linear-attention cache of `rows`, over all but their last token
@@ -142,6 +170,7 @@ class HFRollout:
             response_mask=response_mask,
             input_ids=torch.cat([prompts["input_ids"], responses], dim=1),
             attention_mask=full_mask,
-            position_ids=position_ids_from(full_mask),
+            position_ids=self.position_ids(torch.cat([prompts["input_ids"], responses], dim=1), full_mask, mm,
+                                           prompts["input_ids"].shape[1]),
         )
         return result

@@ -50,7 +50,8 @@ logger = logging.getLogger("verl_lite")
 
 POLL_S = 0.5  # how often a waiting trainer looks at the rollout replicas' health
 PUBLISHED = "published"  # the train workers' CPU snapshot of the weights the rollouters have
-TRAIN_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+TRAIN_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
+              "multi_modal_inputs")  # the pixel inputs per sample where the rows have images
 ASYNC_CONSOLE_KEYS = ("async/staleness/mean", "async/queue_depth", "async/dropped_groups", "timing_s/wait_rollout")
 
 
@@ -163,7 +164,7 @@ def merge_groups(groups: List[Dict[str, Any]]) -> Dict[str, Any]:
     used = (batch["attention_mask"][:, :width].sum(0) > 0).nonzero()
     first = int(used[0]) if len(used) else 0
     for k in ("input_ids", "attention_mask", "position_ids", "prompts"):
-        batch[k] = batch[k][:, first:]
+        batch[k] = batch[k][..., first:]  # the last dim: 3-D positions are (B, 3, T)
     return batch
 
 
@@ -294,7 +295,7 @@ class AsyncTrainer(StepLoop):
         groups = got["groups"]
         batch = merge_groups(groups)
         mask = batch["response_mask"].float()
-        tensors = {k: batch[k] for k in TRAIN_KEYS}
+        tensors = {k: batch[k] for k in TRAIN_KEYS if k in batch}
         tensors["temperature"] = float(actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
         if self.global_step % self.k:  # the weights moved on since they were published

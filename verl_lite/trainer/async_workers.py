@@ -28,10 +28,13 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import left_pad
 from verl_lite.config import roles
-from verl_lite.config.schema import VerlLiteConfig
+from verl_lite.config.schema import ModelConfig, VerlLiteConfig
 from verl_lite.config.sections import as_section
+from verl_lite.data.dataset import multi_modal_fields
 from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.engine.base import CPUSnapshotUnsupported
+from verl_lite.models import is_vision_language
+from verl_lite.models.hf import image_inputs, load_hf_config, model_position_ids, vl_position_ids
 from verl_lite.registry import ROLLOUTS
 from verl_lite.reward.manager import score_responses
 from verl_lite.reward.registry import build_reward_manager
@@ -133,10 +136,11 @@ class TrainWorker(ActorRolloutRefWorker):
 
 
 class _Seq:
-    __slots__ = ("prompt", "tokens", "log_probs", "versions", "done")
+    __slots__ = ("prompt", "tokens", "log_probs", "versions", "done", "example")
 
-    def __init__(self, prompt: List[int]):
+    def __init__(self, prompt: List[int], example: Any = None):
         self.prompt, self.tokens, self.log_probs, self.versions, self.done = prompt, [], [], set(), False
+        self.example = example  # the dataset row: its images (multi_modal_fields) go with every segment
 
 
 class RolloutWorker:
@@ -153,6 +157,9 @@ class RolloutWorker:
         model_cfg, rollout_cfg = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout
         self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, model_cfg.trust_remote_code)
         self.rollout = ROLLOUTS.load(rollout_cfg.name)(model_cfg, rollout_cfg, self.tokenizer, device)
+        # a vision-language model's rows carry its 3-D rotary positions (computed from its config)
+        hf_config = load_hf_config(as_section(ModelConfig, model_cfg))
+        self.vl_config = hf_config if is_vision_language(hf_config.to_dict()) else None
         self.reward_fn = build_reward_manager(cfg)
         self.examples, self.val_examples = examples, val_examples or []
         async_cfg = cfg.async_training
@@ -237,7 +244,7 @@ class RolloutWorker:
         """Generate `n` responses for each prompt index, cutting at segments to take new weights."""
         import torch
 
-        seqs = [_Seq(list(self.examples[i].prompt_ids)) for i in indices for _ in range(self.n)]
+        seqs = [_Seq(list(self.examples[i].prompt_ids), self.examples[i]) for i in indices for _ in range(self.n)]
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         self._chunk_active = True
         try:
@@ -259,7 +266,9 @@ class RolloutWorker:
                 version = self.version
                 if in_flight and version not in active[0].versions:
                     self.stats_["resumed"] += len(active)  # cut at a sync, resumed under the new weights
-                out = self.rollout.generate(left_pad([s.prompt + s.tokens for s in active], pad), length, self.sampling)
+                prompts = left_pad([s.prompt + s.tokens for s in active], pad)
+                prompts.update(multi_modal_fields([s.example for s in active]))
+                out = self.rollout.generate(prompts, length, self.sampling)
                 log_probs = None
                 if self.with_log_probs:  # the vllm rollout returns its own; the hf one is scored here
                     log_probs = out["rollout_log_probs"] if "rollout_log_probs" in out else self._log_probs(out)
@@ -281,8 +290,10 @@ class RolloutWorker:
         with torch.no_grad():
             logits = self.rollout.model(input_ids=out["input_ids"].to(self.rollout.device),
                                         attention_mask=out["attention_mask"].to(self.rollout.device),
-                                        position_ids=out["position_ids"].to(self.rollout.device),
-                                        use_cache=False).logits[:, -length - 1:-1, :].float()
+                                        position_ids=model_position_ids(out["position_ids"]).to(self.rollout.device),
+                                        use_cache=False, **image_inputs(out.get("multi_modal_inputs"),
+                                                                        self.rollout.device)
+                                        ).logits[:, -length - 1:-1, :].float()
         temperature = float(self.sampling["temperature"] or 1.0)
         if temperature != 1.0:
             logits = logits / temperature
@@ -306,15 +317,23 @@ class RolloutWorker:
                 rollout_lp[i, :len(s.log_probs)] = torch.tensor(s.log_probs)
         attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
         rep = [self.examples[i] for i in indices for _ in range(self.n)]
+        input_ids = torch.cat([prompt_ids, responses], dim=1)
+        mm = multi_modal_fields(rep)
+        if self.vl_config is not None:
+            position_ids = vl_position_ids(self.vl_config, input_ids, attention_mask, mm.get("multi_modal_inputs"),
+                                           width)
+        else:
+            position_ids = position_ids_from(attention_mask)
         chunk: Dict[str, Any] = {
             "prompts": prompt_ids, "responses": responses, "response_mask": response_mask,
-            "input_ids": torch.cat([prompt_ids, responses], dim=1), "attention_mask": attention_mask,
-            "position_ids": position_ids_from(attention_mask),
+            "input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
             "uid": [f"{e.uid}/{serial}" for e in rep], "data_source": [e.data_source for e in rep],
             "ground_truth": [e.ground_truth for e in rep], "extra_info": [e.extra_info for e in rep],
             "version_min": torch.tensor([min(s.versions) for s in seqs], dtype=torch.long),
             "version_max": torch.tensor([max(s.versions) for s in seqs], dtype=torch.long),
         }
+        if "multi_modal_inputs" in mm:
+            chunk["multi_modal_inputs"] = mm["multi_modal_inputs"]
         if self.with_log_probs:
             chunk["rollout_log_probs"] = rollout_lp
         chunk["token_level_scores"] = self._score(chunk)
@@ -341,8 +360,9 @@ class RolloutWorker:
         rep = [e for e in self.val_examples for _ in range(n)]
         with self._model:
             version = self.version
-            out = self.rollout.generate(left_pad([e.prompt_ids for e in rep], self.tokenizer.pad_token_id),
-                                        self.response_length, val_kwargs)
+            prompts = left_pad([e.prompt_ids for e in rep], self.tokenizer.pad_token_id)
+            prompts.update(multi_modal_fields(rep))
+            out = self.rollout.generate(prompts, self.response_length, val_kwargs)
         out.update(data_source=[e.data_source for e in rep], ground_truth=[e.ground_truth for e in rep],
                    extra_info=[e.extra_info for e in rep])
         token_scores, texts, _ = score_responses(self.tokenizer, self.reward_fn, out)

@@ -40,6 +40,8 @@ from verl_lite.device import device_of_backend
 # every other field reaches the loss function from the untrimmed micro-batch.
 SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")
 RESPONSE_KEYS = ("responses", "response_mask")
+# per-sample fields a trimmed micro-batch keeps: the pixel inputs of its rows (vision-language models)
+SAMPLE_KEYS = ("multi_modal_inputs",)
 MICRO_BATCH_ID = "micro_batch_id"
 
 
@@ -108,7 +110,8 @@ def pack_by_tokens(prompt_lens: Sequence[int], response_lens: Sequence[int], max
 
 def trim(batch: Batch, prompt_lens: Sequence[int], response_lens: Sequence[int]) -> Batch:
     """The model's inputs cut to the columns some row uses: the common left padding of the prompts and
-    the common right padding of the responses go. Only SEQUENCE_KEYS, RESPONSE_KEYS and scalars stay."""
+    the common right padding of the responses go. Only SEQUENCE_KEYS (the last dim: 3-D positions are
+    (B, 3, T)), RESPONSE_KEYS, SAMPLE_KEYS and scalars stay."""
     t = batch["input_ids"].shape[1]
     r = batch["responses"].shape[1]
     left = (t - r) - max(prompt_lens)
@@ -117,7 +120,9 @@ def trim(batch: Batch, prompt_lens: Sequence[int], response_lens: Sequence[int])
     out: Batch = {}
     for key, value in batch.items():
         if key in SEQUENCE_KEYS:
-            out[key] = value[:, left:t - right]
+            out[key] = value[..., left:t - right]
+        elif key in SAMPLE_KEYS:
+            out[key] = value
         elif key in RESPONSE_KEYS:
             out[key] = value[:, :keep_r]
         elif not isinstance(value, (torch.Tensor, list)) or (isinstance(value, torch.Tensor) and value.dim() == 0):

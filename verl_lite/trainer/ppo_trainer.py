@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from verl_lite.batch import Batch, left_pad, select, split
-from verl_lite.data.dataset import BatchSampler
+from verl_lite.data.dataset import BatchSampler, multi_modal_fields
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
@@ -65,6 +65,9 @@ def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
 # Per-row Python values stay on the driver (reward, advantages by uid); workers get tensors only.
 LIST_KEYS = ("uid", "data_source", "ground_truth", "extra_info")
 PROMPT_KEYS = ("input_ids", "attention_mask")
+# Per-sample image fields (the batch contract, docs/vl.md): multi_modal_data (the PIL images) goes to the
+# rollout only; multi_modal_inputs (the processor's pixel inputs) to the rollout, actor, ref and critic.
+MM_KEYS = ("multi_modal_data", "multi_modal_inputs")
 
 
 def _prompts_of(gen: Batch) -> Batch:
@@ -72,15 +75,17 @@ def _prompts_of(gen: Batch) -> Batch:
     as _prompt_batch built them; under dynamic sampling the batch that was kept."""
     width = gen["prompts"].shape[1]
     prompts: Batch = {"input_ids": gen["prompts"], "attention_mask": gen["attention_mask"][:, :width]}
-    prompts.update({k: gen[k] for k in LIST_KEYS})
+    prompts.update({k: gen[k] for k in LIST_KEYS + MM_KEYS if k in gen})
     return prompts
 
 
 def _tensors(batch: Batch, keys: Optional[Sequence[str]] = None) -> Batch:
-    """The tensor (and scalar) fields of `batch` a worker needs: `keys`, or all but the per-row lists."""
+    """The fields of `batch` a worker needs: `keys` (and the image fields the batch has: the rollout's
+    input), or all but the per-row lists the driver keeps and the images (the pixel inputs go)."""
     if keys is not None:
-        return {k: batch[k] for k in keys}
-    return {k: v for k, v in batch.items() if k not in LIST_KEYS and not k.startswith("_")}
+        return {k: batch[k] for k in tuple(keys) + MM_KEYS if k in batch}
+    return {k: v for k, v in batch.items()
+            if k not in LIST_KEYS and k != "multi_modal_data" and not k.startswith("_")}
 
 
 def workload(seqlens: torch.Tensor) -> torch.Tensor:
@@ -235,6 +240,7 @@ class PPOTrainer(StepLoop):
         batch["data_source"] = [e.data_source for e in rep]
         batch["ground_truth"] = [e.ground_truth for e in rep]
         batch["extra_info"] = [e.extra_info for e in rep]
+        batch.update(multi_modal_fields(rep))  # images: multi_modal_data / multi_modal_inputs per sample
         return batch
 
     def _score(self, batch: Batch) -> torch.Tensor:

@@ -23,6 +23,7 @@ from verl_lite.config import roles, to_dataclass
 from verl_lite.config.compose import ConfigError
 from verl_lite.decisions import async_pools
 from verl_lite.data.dataset import DataError, PromptDataset, as_file_list, expand
+from verl_lite.data.multimodal import load_processor
 from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.decisions import placement
 from verl_lite.device import resolve_device
@@ -212,9 +213,11 @@ class _Job:
         os.makedirs(self.out_dir, exist_ok=True)
         model = actor_rollout_ref.model
         self.tokenizer = load_tokenizer(model.tokenizer_path or model.path, model.trust_remote_code)
-        self.train_set = PromptDataset.from_config(d.train_files, self.tokenizer, d)
+        # a vision-language model's processor encodes rows with images (None for a text model)
+        self.processor = load_processor(model.tokenizer_path or model.path, model.trust_remote_code)
+        self.train_set = PromptDataset.from_config(d.train_files, self.tokenizer, d, self.processor)
         val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
-        self.val_set = PromptDataset.from_config(val_files, self.tokenizer, d) if val_files else None
+        self.val_set = PromptDataset.from_config(val_files, self.tokenizer, d, self.processor) if val_files else None
         reward = cfg.custom_reward_function
         self.reward_fn = build_reward_manager(cfg)  # reward_model.reward_manager, scoring with custom_reward_function
         self._check_fit(reward.path)

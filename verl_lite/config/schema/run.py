@@ -66,6 +66,19 @@ class DataConfig:
     apply_chat_template: bool = True
     # Extra keyword arguments of tokenizer.apply_chat_template, as verl's key (e.g. {enable_thinking: false}).
     apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Parquet column holding each row's images, verl's layout: a list of {bytes} / {path} / {image}
+    # entries or paths, one per <image> placeholder in the prompt's message contents. Rows with images
+    # are encoded by the model's processor (a vision-language model: docs/vl.md); a text model refuses them.
+    image_key: str = "images"
+    # Images are resized before the processor as verl's qwen_vl_utils.fetch_image does: sides a multiple
+    # of image_patch_size * 2, within 4..16384 such tiles; once, for the prompt-length filter and for the
+    # model's inputs alike. null = the processor's own patch size (what verl's agent loop resizes the
+    # model's images with; verl's yaml writes 14, which its dataset uses for the length filter only).
+    image_patch_size: Optional[int] = None
+    # True (verl's default): the processor's pixel inputs (pixel_values, image_grid_thw) travel with each
+    # sample as multi_modal_inputs to the actor, ref and critic forward. False is refused: verl (pinned
+    # commit) reads the key and acts on it nowhere, and the engines need the pixel inputs.
+    return_multi_modal_inputs: bool = True
 
 
 # ---------------------------------------------------------------------------- in-reward KL control

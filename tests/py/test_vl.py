@@ -1,0 +1,308 @@
+"""Images through the loop on the torch engine and the hf rollout, with the shipped tiny VL model
+(tiny-qwen3_vl_moe: a Qwen3VLMoeForConditionalGeneration with a small vision tower, random init).
+
+Reference numbers come from transformers' own model run on the processor's own inputs."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from verl_lite.batch import left_pad
+from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, RolloutConfig
+from verl_lite.data import multimodal
+from verl_lite.data.dataset import DataError, PromptDataset, multi_modal_fields
+from verl_lite.data.tokenizer import load_tokenizer
+
+MODEL = "tiny-qwen3_vl_moe"
+
+
+@pytest.fixture(scope="module")
+def processor():
+    return multimodal.load_processor(MODEL)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(MODEL)
+
+
+@pytest.fixture(scope="module")
+def image_data(tmp_path_factory):
+    from verl_lite.data.synthetic_images import generate
+
+    d = tmp_path_factory.mktemp("shapes")
+    generate(str(d), "colour", n_train=16, n_val=4, seed=0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def examples(image_data, tokenizer, processor):
+    return PromptDataset(str(image_data / "train.parquet"), tokenizer, 64, processor=processor).examples
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    from verl_lite.models.hf import build_causal_lm
+
+    return build_causal_lm(ModelConfig(path=MODEL)).eval()
+
+
+def _processor_inputs(processor, example):
+    """What transformers' processor makes of the example's messages and images (the reference)."""
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "colour?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return processor(text=[text], images=list(example.images), return_tensors="pt")
+
+
+def test_the_processor_loads_without_torchvision_and_expands_each_image_to_its_merged_patches(processor, examples):
+    ex = examples[0]
+    ref = _processor_inputs(processor, ex)
+    assert ex.prompt_ids == ref["input_ids"][0].tolist()
+    mm = ex.multi_modal_inputs()
+    assert torch.equal(mm["pixel_values"], ref["pixel_values"]) and torch.equal(mm["image_grid_thw"], ref["image_grid_thw"])
+    grid = mm["image_grid_thw"][0]
+    pads = ex.prompt_ids.count(processor.image_token_id)
+    assert pads == int(grid.prod()) // 4 and pads > 0  # 2x2 merge
+    assert ex.multi_modal_data["image"][0].size == (64, 64)
+
+
+def test_image_entries_as_bytes_paths_and_pil_images_give_the_same_image(tmp_path):
+    from PIL import Image
+
+    img = Image.new("RGB", (40, 30), (10, 200, 30))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    path = tmp_path / "a.png"
+    img.save(path)
+    for entry in ({"bytes": buf.getvalue()}, {"path": str(path)}, {"image": str(path)}, str(path), img):
+        assert multimodal.open_image(entry, "row 0").tobytes() == img.tobytes()
+    with pytest.raises(multimodal.MultiModalError, match="none of bytes, path, image"):
+        multimodal.open_image({"url": "x"}, "row 3")
+
+
+def test_images_are_resized_to_multiples_of_twice_the_patch_size_as_qwen_vl_utils():
+    from PIL import Image
+
+    out = multimodal.resize_for_patches(Image.new("RGB", (100, 61)), 14)
+    assert out.size == (112, 56)  # round(100/28)*28, round(61/28)*28
+
+
+def test_placeholders_must_match_the_images_and_text_models_refuse_images(image_data, tokenizer, processor, tmp_path):
+    with pytest.raises(multimodal.MultiModalError, match="1 <image> placeholders but the row has 2 images"):
+        multimodal.build_messages([{"role": "user", "content": "<image>hi"}], 2, "data row 0")
+    with pytest.raises(DataError, match="model has no processor"):
+        PromptDataset(str(image_data / "train.parquet"), load_tokenizer("tiny-qwen3_5"), 64)
+
+
+def test_overlong_filtering_counts_the_image_tokens(image_data, tokenizer, processor, examples):
+    n = len(examples[0].prompt_ids)  # every row: same prompt, one 64x64 image
+    assert n > len("colour?") + 10  # the image's placeholder tokens are in the count
+    assert len(PromptDataset(str(image_data / "train.parquet"), tokenizer, n, processor=processor,
+                             filter_overlong=True)) == len(examples)
+    with pytest.raises(DataError, match="every prompt was filtered"):
+        PromptDataset(str(image_data / "train.parquet"), tokenizer, n - 1, processor=processor, filter_overlong=True)
+    with pytest.raises(DataError, match=f"has {n} tokens"):
+        PromptDataset(str(image_data / "train.parquet"), tokenizer, n - 1, processor=processor)
+
+
+def _rows(tokenizer, examples, k=3):
+    """The first k examples as one left-padded prompt batch with their image fields."""
+    exs = examples[:k]
+    batch = left_pad([e.prompt_ids for e in exs], tokenizer.pad_token_id)
+    batch.update(multi_modal_fields(exs))
+    return exs, batch
+
+
+def test_3d_positions_are_the_models_own_over_prompt_and_response(hf_model, tokenizer, examples):
+    from verl_lite.models.hf import mm_token_type_ids, vl_position_ids
+
+    exs, batch = _rows(tokenizer, examples)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    grid = torch.cat([m["image_grid_thw"] for m in batch["multi_modal_inputs"]])
+    ref, _ = hf_model.model.get_rope_index(ids, mm_token_type_ids(ids, hf_model.config), image_grid_thw=grid,
+                                           attention_mask=mask)
+    ours = vl_position_ids(hf_model.config, ids, mask, batch["multi_modal_inputs"])
+    assert ours.shape == (3, 3, ids.shape[1])
+    assert torch.equal(ours, ref.permute(1, 0, 2))
+    # the image's positions are not 1-D: height and width rows differ inside the image
+    assert not torch.equal(ours[:, 1], ours[:, 2])
+
+
+def _hf_log_probs(model, ids, mask, responses, pixels=None, suppress=()):
+    """transformers' forward with the processor's inputs (its own position computation); `suppress`:
+    token ids taken out of the distribution (as generate's suppress_tokens)."""
+    from verl_lite.models.hf import mm_token_type_ids
+
+    kwargs = {}
+    if pixels:
+        kwargs = dict(pixels, mm_token_type_ids=mm_token_type_ids(ids, model.config, ids.shape[1] - responses.shape[1]))
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False, **kwargs).logits
+    r = responses.shape[1]
+    logits = logits[:, -r - 1:-1].float()
+    if suppress:
+        logits[..., list(suppress)] = float("-inf")
+    lp = torch.log_softmax(logits, -1)
+    return lp.gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+
+
+@pytest.fixture(scope="module")
+def rollout_out(tokenizer, examples):
+    from verl_lite.rollout.hf import HFRollout
+
+    rollout = HFRollout(ModelConfig(path=MODEL), RolloutConfig(calculate_log_probs=True), tokenizer, "cpu")
+    torch.manual_seed(0)
+    exs, batch = _rows(tokenizer, examples, k=4)
+    out = rollout.generate(batch, 4, {"temperature": 1.0, "do_sample": True})
+    return rollout, out
+
+
+def test_the_hf_rollout_generates_from_the_images(rollout_out, hf_model):
+    from verl_lite.models.hf import image_inputs, vision_special_ids
+
+    rollout, out = rollout_out
+    assert out["position_ids"].shape == (4, 3, out["input_ids"].shape[1])
+    pixels = image_inputs(out["multi_modal_inputs"])
+    resp = out["responses"]
+    special = vision_special_ids(hf_model.config)
+    with_images = _hf_log_probs(hf_model, out["input_ids"], out["attention_mask"], resp, pixels, special)
+    without = _hf_log_probs(hf_model, out["input_ids"], out["attention_mask"], resp, None, special)
+    m = out["response_mask"].bool()
+    # the rollout's sampling log-probs are transformers' with the images (the vision tokens suppressed),
+    # and not those without them
+    assert not any(t in special for t in resp[m].tolist())
+    torch.testing.assert_close(out["rollout_log_probs"][m], with_images[m], rtol=1e-4, atol=1e-4)
+    assert (out["rollout_log_probs"][m] - without[m]).abs().max() > 1e-2
+
+
+def test_torch_engine_vl_log_probs_equal_transformers_and_need_the_pixel_inputs(rollout_out, hf_model):
+    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.models.hf import image_inputs
+
+    _, out = rollout_out
+    engine = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), None, "cpu", "actor")
+    engine.initialize()
+    assert not engine.remove_padding  # vision-language models run padded
+    mb = {k: out[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "multi_modal_inputs")}
+    got = engine.forward_backward([mb], None, forward_only=True)[0]["log_probs"]
+    ref = _hf_log_probs(hf_model, out["input_ids"], out["attention_mask"], out["responses"],
+                        image_inputs(out["multi_modal_inputs"]))
+    m = out["response_mask"].bool()
+    torch.testing.assert_close(got[m], ref[m], rtol=1e-5, atol=1e-5)
+    dropped = engine.forward_backward([{k: v for k, v in mb.items() if k != "multi_modal_inputs"}], None,
+                                      forward_only=True)[0]["log_probs"]
+    assert (dropped[m] - ref[m]).abs().max() > 1e-2  # without the pixels the log-probs are not the model's
+
+
+def test_the_loss_gradient_reaches_the_vision_tower(rollout_out):
+    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.config.schema import OptimConfig
+
+    _, out = rollout_out
+    engine = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=1e-3, total_training_steps=1),
+                           "cpu", "actor")
+    engine.initialize()
+    engine.train_mode()
+    mb = {k: out[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "multi_modal_inputs")}
+
+    def loss_fn(o, b):
+        return -(o["log_probs"] * b["responses"].ne(0)).sum(), {}
+
+    engine.forward_backward([mb], loss_fn)
+    grad = engine.module.model.visual.patch_embed.proj.weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+
+
+def test_the_critic_values_see_the_images(rollout_out):
+    from verl_lite.engine.fsdp import TorchValueEngine
+
+    _, out = rollout_out
+    engine = TorchValueEngine(ModelConfig(path=MODEL), CriticConfig(), None, "cpu", "critic")
+    engine.initialize()
+    mb = {k: out[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "multi_modal_inputs")}
+    values = engine.forward_backward([mb], None, forward_only=True)[0]["values"]
+    blank = [dict(m, pixel_values=torch.zeros_like(m["pixel_values"])) for m in mb["multi_modal_inputs"]]
+    other = engine.forward_backward([dict(mb, multi_modal_inputs=blank)], None, forward_only=True)[0]["values"]
+    assert values.shape == out["responses"].shape and not torch.allclose(values, other)
+
+
+def test_token_budget_micro_batches_keep_the_pixel_inputs_and_3d_positions(rollout_out):
+    from verl_lite.trainer.dynamic_batch import MicroBatches
+
+    _, out = rollout_out
+    batch = {k: out[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "response_mask",
+                                 "multi_modal_inputs")}
+    micro = MicroBatches(batch, max_token_len=2 * out["input_ids"].shape[1])
+    assert len(micro.parts) == 2
+    for part, rows in zip(micro.parts, micro.indices):
+        assert part["position_ids"].shape[:2] == (len(rows), 3)
+        assert part["position_ids"].shape[2] == part["input_ids"].shape[1]
+        assert [m["pixel_values"].data_ptr() for m in part["multi_modal_inputs"]] == \
+            [batch["multi_modal_inputs"][i]["pixel_values"].data_ptr() for i in rows]
+
+
+def test_packing_is_refused_for_a_vision_language_model():
+    from verl_lite.engine.fsdp import TorchLMEngine
+
+    engine = TorchLMEngine(ModelConfig(path=MODEL, use_remove_padding=True), ActorConfig(), None, "cpu", "actor")
+    with pytest.raises(ValueError, match="use_remove_padding=True is not supported here: .*vision-language models run padded"):
+        engine.initialize()
+
+
+def test_the_image_task_scores_the_first_word():
+    from verl_lite.reward.manager import default_compute_score
+
+    src = "verl_lite/shapes_colour"
+    assert default_compute_score(src, " red", "red") == 1.0
+    assert default_compute_score(src, "blue", "red") == 0.1
+    assert default_compute_score(src, "x", "red") == 0.0
+    assert default_compute_score("verl_lite/shapes_count", "two.", "two") == 1.0
+
+
+def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_refused():
+    from verl_lite.config import load_config
+    from verl_lite.preflight.verl_settings import verl_problems
+
+    cfg = load_config(["data.image_key=images", "data.image_patch_size=14", "data.return_multi_modal_inputs=True"])
+    assert cfg.data.image_key == "images" and cfg.data.image_patch_size == 14
+    assert not [p for p in verl_problems(cfg) if "data." in p]
+    problems = verl_problems(load_config(["data.return_multi_modal_inputs=False"]))
+    assert any("data.return_multi_modal_inputs=False is refused" in p for p in problems), problems
+
+
+def test_a_fully_async_rollout_chunk_carries_each_rows_pixel_inputs_and_3d_positions(image_data, examples, hf_model):
+    """The rollout pool's chunks, segment by segment (rollout_segment_tokens=1: every token a new
+    generate call from prompt + tokens so far, the images resent), hold what the training pool's
+    forward needs: the rows' pixel inputs and the model's own 3-D positions."""
+    from omegaconf import OmegaConf
+
+    from verl_lite.config import load_config
+    from verl_lite.models.hf import mm_token_type_ids
+    from verl_lite.trainer.async_workers import RolloutWorker
+
+    cfg = load_config([f"data.train_files={image_data}/train.parquet", "data.val_files=null",
+                       "actor_rollout_ref.model.path=tiny-qwen3_vl_moe", "data.max_prompt_length=40",
+                       "data.max_response_length=3", "actor_rollout_ref.rollout.n=2", "data.train_batch_size=2",
+                       "actor_rollout_ref.actor.ppo_mini_batch_size=2", "async_training.enable=True",
+                       "async_training.rollout_segment_tokens=1", "trainer.device=cpu"])
+    worker = RolloutWorker(OmegaConf.to_container(cfg, resolve=True), 0, "cpu", 1, examples)
+    calls = []
+    plain = worker.rollout.generate
+
+    def generate(prompts, length, sampling):
+        calls.append(len(prompts["multi_modal_inputs"]))
+        return plain(prompts, length, sampling)
+
+    worker.rollout.generate = generate
+    chunk = worker.generate_chunk([0, 1], serial=0)
+    assert calls and all(n > 0 for n in calls)
+    assert len(chunk["multi_modal_inputs"]) == 4 and all(m is not None for m in chunk["multi_modal_inputs"])
+    assert torch.equal(chunk["multi_modal_inputs"][0]["pixel_values"], examples[0].multi_modal_inputs()["pixel_values"])
+    ids, mask = chunk["input_ids"], chunk["attention_mask"]
+    grid = torch.cat([m["image_grid_thw"] for m in chunk["multi_modal_inputs"]])
+    types = mm_token_type_ids(ids, hf_model.config, chunk["prompts"].shape[1])
+    ref, _ = hf_model.model.get_rope_index(ids, types, image_grid_thw=grid, attention_mask=mask)
+    assert torch.equal(chunk["position_ids"], ref.permute(1, 0, 2))

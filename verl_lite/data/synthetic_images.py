@@ -1,0 +1,141 @@
+"""A synthetic image task for the tiny vision-language run, written as verl-format parquet files with
+an `images` column (verl's layout: a list of {"bytes": PNG} entries) and an `<image>` placeholder.
+
+Tasks (one answer word, a single token of the shipped tiny-qwen3_vl_moe tokenizer):
+  colour  a 64x64 image with one filled square or disc of red, green, blue or yellow on a dark
+          background; prompt "<image>colour?" -> the shape's colour
+  count   one to three white shapes; prompt "<image>count?" -> one, two or three
+Score (`compute_score`): 1.0 when the response's first word is the answer, 0.1 when it is another of
+the task's answers (the right kind of word), else 0. A policy that ignores the image scores at most
+0.1 + 0.9 / (number of answers) on average (0.325 for colour), so a mean reward above that needs the image.
+
+Usage: python -m verl_lite.data.synthetic_images --out-dir data/tiny_vl [--task colour]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import random
+import sys
+from typing import Any, Dict, List, Optional
+
+from verl_lite.data.synthetic import write_parquet
+
+logger = logging.getLogger(__name__)
+
+SIZE = 64
+COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 80, 230), "yellow": (230, 210, 40)}
+COUNTS = {1: "one", 2: "two", 3: "three"}
+TASKS = {"colour": tuple(COLOURS), "count": tuple(COUNTS.values())}
+DATA_SOURCE_PREFIX = "verl_lite/shapes_"  # + task
+
+
+def _jitter(rng: random.Random, rgb, amount: int = 25):
+    return tuple(max(0, min(255, c + rng.randint(-amount, amount))) for c in rgb)
+
+
+def _draw_shape(draw: Any, rng: random.Random, fill, size: int, box: Optional[tuple] = None) -> None:
+    x0, y0 = box if box else (rng.randint(0, SIZE - size), rng.randint(0, SIZE - size))
+    shape = (x0, y0, x0 + size - 1, y0 + size - 1)
+    if rng.random() < 0.5:
+        draw.rectangle(shape, fill=fill)
+    else:
+        draw.ellipse(shape, fill=fill)
+
+
+def make_image(rng: random.Random, task: str):
+    """(PIL image, answer word) of one example."""
+    from PIL import Image, ImageDraw
+
+    if task not in TASKS:
+        raise ValueError(f"unknown synthetic image task {task!r} (choose one of {', '.join(TASKS)})")
+    background = tuple(rng.randint(0, 40) for _ in range(3))
+    image = Image.new("RGB", (SIZE, SIZE), background)
+    draw = ImageDraw.Draw(image)
+    if task == "colour":
+        answer = rng.choice(TASKS["colour"])
+        _draw_shape(draw, rng, _jitter(rng, COLOURS[answer]), rng.randint(20, 44))
+        return image, answer
+    count = rng.randint(1, 3)
+    cells = rng.sample([(x, y) for x in (2, 34) for y in (2, 34)], count)  # one shape per quadrant
+    for cell in cells:
+        _draw_shape(draw, rng, _jitter(rng, (235, 235, 235), 15), rng.randint(16, 28), cell)
+    return image, COUNTS[count]
+
+
+def png_bytes(image: Any) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def make_rows(n: int, task: str, seed: int, split: str) -> List[Dict[str, Any]]:
+    rng = random.Random(seed)
+    question = "colour?" if task == "colour" else "count?"
+    rows = []
+    for i in range(n):
+        image, answer = make_image(rng, task)
+        rows.append({
+            "data_source": f"{DATA_SOURCE_PREFIX}{task}",
+            "prompt": [{"role": "user", "content": f"<image>{question}"}],
+            "images": [{"bytes": png_bytes(image)}],
+            "ability": "vision",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"split": split, "index": i, "question": question},
+        })
+    return rows
+
+
+def generate(out_dir: str, task: str = "colour", n_train: int = 1024, n_val: int = 64, seed: int = 0,
+             force: bool = False) -> Dict[str, str]:
+    """Write train.parquet and val.parquet under out_dir (kept if present unless force)."""
+    paths = {"train": os.path.join(out_dir, "train.parquet"), "val": os.path.join(out_dir, "val.parquet")}
+    for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + 1)):
+        path = paths[split]
+        if os.path.exists(path) and not force:
+            logger.info("keeping existing %s", path)
+            continue
+        write_parquet(make_rows(n, task, split_seed, split), path)
+        logger.info("wrote %d %s rows to %s", n, split, path)
+    return paths
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Optional[dict] = None) -> float:
+    """1.0 for the answer as the first word, 0.1 for another of the task's answers, else 0."""
+    task = data_source[len(DATA_SOURCE_PREFIX):]
+    if task not in TASKS:
+        raise ValueError(f"data_source {data_source!r} is not a synthetic image task "
+                         f"({', '.join(DATA_SOURCE_PREFIX + t for t in TASKS)})")
+    words = solution_str.strip().split()
+    first = words[0].strip(".,!?").lower() if words else ""
+    if first == str(ground_truth):
+        return 1.0
+    return 0.1 if first in TASKS[task] else 0.0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verl_lite.data.synthetic_images",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--task", default="colour", choices=tuple(TASKS))
+    parser.add_argument("--train", type=int, default=1024, help="training rows")
+    parser.add_argument("--val", type=int, default=64, help="validation rows")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="overwrite existing files")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        paths = generate(args.out_dir, args.task, args.train, args.val, args.seed, args.force)
+    except (ValueError, OSError) as e:
+        print(f"verl_lite: {e}", file=sys.stderr)
+        return 1
+    for split, path in paths.items():
+        print(f"{split}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
