@@ -358,6 +358,28 @@ def test_packed_gdn_refuses_3d_positions(model_path, rollout_out):
     torch.testing.assert_close(packed[:, 3:], second, rtol=1e-5, atol=1e-5)  # the second sequence starts afresh
 
 
+def test_the_megatron_engine_refuses_images_for_a_bridge_without_the_tower(model_path, rollout_out, hf_model):
+    """Qwen3.5's Megatron bridge builds the text model only: a batch with images is refused there (it
+    would run without them), a text batch passes; Qwen3-VL's bridge takes images."""
+    from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5VLBridge
+    from verl_lite.engine.megatron.bridges.qwen3_vl import Qwen3VLBridge
+    from verl_lite.engine.megatron.engine import refuse_images_without_tower
+    from verl_lite.models.hf import load_hf_config
+
+    if hf_model.config.model_type not in ("qwen3_5", "qwen3_vl"):
+        pytest.skip("one text-only bridge and one with the tower")
+    _, out = rollout_out
+    bridge = (Qwen3_5VLBridge if hf_model.config.model_type == "qwen3_5" else Qwen3VLBridge)(
+        load_hf_config(ModelConfig(path=model_path)))
+    images = [{"input_ids": out["input_ids"], "multi_modal_inputs": out["multi_modal_inputs"]}]
+    refuse_images_without_tower("actor", bridge, [{"input_ids": out["input_ids"], "multi_modal_inputs": [None] * 4}])
+    if bridge.has_vision:
+        refuse_images_without_tower("actor", bridge, images)
+    else:
+        with pytest.raises(ValueError, match="Qwen3_5VLBridge builds no vision tower .*strategy=fsdp"):
+            refuse_images_without_tower("actor", bridge, images)
+
+
 def test_the_image_task_scores_the_first_word():
     from verl_lite.reward.manager import default_compute_score
 
