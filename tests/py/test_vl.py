@@ -380,6 +380,27 @@ def test_the_megatron_engine_refuses_images_for_a_bridge_without_the_tower(model
             refuse_images_without_tower("actor", bridge, images)
 
 
+def test_the_hf_rollout_takes_a_text_only_export_and_then_refuses_images(model_path, tokenizer, examples, hf_model):
+    """Megatron's Qwen3.5 bridges export the text model's names (Qwen3_5ForCausalLM: `model.*`, no tower);
+    the hf rollout of the conditional-generation checkpoint takes them into its language model, and with
+    no tower synced refuses prompts with images instead of using stale tower weights."""
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.rollout.hf import HFRollout
+
+    if hf_model.config.model_type != "qwen3_5":
+        pytest.skip("Qwen3.5's text-only export")
+    text = AutoModelForCausalLM.from_config(hf_model.config.text_config)
+    rollout = HFRollout(ModelConfig(path=model_path, init_seed=1), RolloutConfig(), tokenizer, "cpu")
+    assert rollout.update_weights(text.state_dict().items(), 1) == len(text.state_dict())
+    assert torch.equal(rollout.model.model.language_model.embed_tokens.weight, text.model.embed_tokens.weight)
+    _, batch = _rows(tokenizer, examples, k=1)
+    with pytest.raises(ValueError, match="carried no vision tower"):
+        rollout.generate(batch, 2, {"do_sample": False})
+    rollout.update_weights(hf_model.state_dict().items(), 2)  # a full export: images again
+    assert rollout.generate(batch, 2, {"do_sample": False})["responses"].shape == (1, 2)
+
+
 def test_the_image_task_scores_the_first_word():
     from verl_lite.reward.manager import default_compute_score
 
