@@ -1,5 +1,8 @@
 """Images through the loop on the torch engine and the hf rollout, with the shipped tiny VL model
-(tiny-qwen3_vl_moe: a Qwen3VLMoeForConditionalGeneration with a small vision tower, random init).
+(tiny-qwen3_vl_moe: a Qwen3VLMoeForConditionalGeneration with a small vision tower, random init) and
+two tiny configs built here beside it with the same tokenizer and processor: Qwen3-VL dense
+(Qwen3VLForConditionalGeneration) and Qwen3.5 (Qwen3_5ForConditionalGeneration: Gated DeltaNet and
+attention layers, Qwen3.5's own vision tower). The model-level checks run over all three.
 
 Reference numbers come from transformers' own model run on the processor's own inputs."""
 
@@ -43,8 +46,61 @@ def examples(image_data, tokenizer, processor):
     return PromptDataset(str(image_data / "train.parquet"), tokenizer, 64, processor=processor).examples
 
 
+def _tiny_configs() -> dict:
+    """config.json of the tiny dense Qwen3-VL and Qwen3.5 models: the asset's token ids and vision tower
+    sizes, a 2-layer text model of hidden 64 (Qwen3.5: one GDN layer and one attention layer, half of
+    each head rotated, in the 3-D sections [2, 1, 1])."""
+    import json
+
+    from verl_lite.models import resolve_model_dir
+
+    with open(f"{resolve_model_dir(MODEL)}/config.json") as f:
+        moe = json.load(f)
+    ids = {k: moe[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
+    vision = {k: v for k, v in moe["vision_config"].items() if k != "model_type"}
+    text = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=16, vocab_size=moe["text_config"]["vocab_size"], max_position_embeddings=1024,
+                rms_norm_eps=1e-6, pad_token_id=0, eos_token_id=2, tie_word_embeddings=False)
+    dense = dict(architectures=["Qwen3VLForConditionalGeneration"], model_type="qwen3_vl", tie_word_embeddings=False,
+                 text_config=dict(text, model_type="qwen3_vl_text", rope_parameters=moe["text_config"]["rope_parameters"]),
+                 vision_config=dict(vision, model_type="qwen3_vl_vision"), **ids)
+    vision.pop("deepstack_visual_indexes")  # Qwen3.5's tower has no deepstack layers
+    qwen3_5 = dict(architectures=["Qwen3_5ForConditionalGeneration"], model_type="qwen3_5", tie_word_embeddings=False,
+                   text_config=dict(text, model_type="qwen3_5_text", layer_types=["linear_attention", "full_attention"],
+                                    linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                                    linear_num_key_heads=2, linear_num_value_heads=4,
+                                    rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                                                         mrope_interleaved=True, mrope_section=[2, 1, 1])),
+                   vision_config=dict(vision, model_type="qwen3_5_vision"), **ids)
+    return {"qwen3_vl": dense, "qwen3_5": qwen3_5}
+
+
+@pytest.fixture(scope="module", params=["qwen3_vl_moe", "qwen3_vl", "qwen3_5"])
+def model_path(request, tmp_path_factory):
+    """The shipped MoE model, or a copy of its directory (tokenizer, processor) with a dense Qwen3-VL or a
+    Qwen3.5 config."""
+    import json
+    import shutil
+
+    from verl_lite.models import resolve_model_dir
+
+    if request.param == "qwen3_vl_moe":
+        return MODEL
+    d = tmp_path_factory.mktemp(request.param) / "model"
+    shutil.copytree(resolve_model_dir(MODEL), d)
+    (d / "config.json").write_text(json.dumps(_tiny_configs()[request.param], indent=1))
+    return str(d)
+
+
 @pytest.fixture(scope="module")
-def hf_model():
+def hf_model(model_path):
+    from verl_lite.models.hf import build_causal_lm
+
+    return build_causal_lm(ModelConfig(path=model_path)).eval()
+
+
+@pytest.fixture(scope="module")
+def moe_model():
     from verl_lite.models.hf import build_causal_lm
 
     return build_causal_lm(ModelConfig(path=MODEL)).eval()
@@ -150,10 +206,10 @@ def _hf_log_probs(model, ids, mask, responses, pixels=None, suppress=()):
 
 
 @pytest.fixture(scope="module")
-def rollout_out(tokenizer, examples):
+def rollout_out(model_path, tokenizer, examples):
     from verl_lite.rollout.hf import HFRollout
 
-    rollout = HFRollout(ModelConfig(path=MODEL), RolloutConfig(calculate_log_probs=True), tokenizer, "cpu")
+    rollout = HFRollout(ModelConfig(path=model_path), RolloutConfig(calculate_log_probs=True), tokenizer, "cpu")
     torch.manual_seed(0)
     exs, batch = _rows(tokenizer, examples, k=4)
     out = rollout.generate(batch, 4, {"temperature": 1.0, "do_sample": True})
@@ -178,12 +234,12 @@ def test_the_hf_rollout_generates_from_the_images(rollout_out, hf_model):
     assert (out["rollout_log_probs"][m] - without[m]).abs().max() > 1e-2
 
 
-def test_torch_engine_vl_log_probs_equal_transformers_and_need_the_pixel_inputs(rollout_out, hf_model):
+def test_torch_engine_vl_log_probs_equal_transformers_and_need_the_pixel_inputs(model_path, rollout_out, hf_model):
     from verl_lite.engine.fsdp import TorchLMEngine
     from verl_lite.models.hf import image_inputs
 
     _, out = rollout_out
-    engine = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), None, "cpu", "actor")
+    engine = TorchLMEngine(ModelConfig(path=model_path), ActorConfig(), None, "cpu", "actor")
     engine.initialize()
     assert not engine.remove_padding  # vision-language models run padded
     mb = {k: out[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "multi_modal_inputs")}
@@ -197,12 +253,42 @@ def test_torch_engine_vl_log_probs_equal_transformers_and_need_the_pixel_inputs(
     assert (dropped[m] - ref[m]).abs().max() > 1e-2  # without the pixels the log-probs are not the model's
 
 
-def test_the_loss_gradient_reaches_the_vision_tower(rollout_out):
+def test_qwen3_5_text_rows_through_the_vision_language_model_are_the_text_models(model_path, tokenizer, hf_model):
+    """A Qwen3.5 ...ForConditionalGeneration row without images: the engine (3-D positions of a text row,
+    no pixel inputs) gives the log-probs of transformers' text-only Qwen3_5ForCausalLM with the same
+    language-model weights (what a text checkpoint of the model, or a bridge that drops the tower, runs)."""
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.models.hf import vl_position_ids
+
+    if hf_model.config.model_type != "qwen3_5":
+        pytest.skip("the text-only twin is checked for Qwen3.5")
+    text = AutoModelForCausalLM.from_config(hf_model.config.text_config).eval()
+    assert type(text).__name__ == "Qwen3_5ForCausalLM"
+    state = {k.replace("model.language_model.", "model."): v for k, v in hf_model.state_dict().items()
+             if not k.startswith("model.visual.")}
+    text.load_state_dict(state, strict=True)
+    rows = [tokenizer.encode(t) for t in ("colour? red", "a longer text row: blue")]
+    batch = left_pad(rows, tokenizer.pad_token_id)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    responses = ids[:, -4:]
+    engine = TorchLMEngine(ModelConfig(path=model_path), ActorConfig(), None, "cpu", "actor")
+    engine.initialize()
+    engine.module.load_state_dict(hf_model.state_dict())
+    positions = vl_position_ids(hf_model.config, ids, mask, [None, None])
+    got = engine.forward_backward([{"input_ids": ids, "attention_mask": mask, "position_ids": positions,
+                                    "responses": responses}], None, forward_only=True)[0]["log_probs"]
+    ref = _hf_log_probs(text, ids, mask, responses)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_the_loss_gradient_reaches_the_vision_tower(model_path, rollout_out):
     from verl_lite.engine.fsdp import TorchLMEngine
     from verl_lite.config.schema import OptimConfig
 
     _, out = rollout_out
-    engine = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=1e-3, total_training_steps=1),
+    engine = TorchLMEngine(ModelConfig(path=model_path), ActorConfig(), OptimConfig(lr=1e-3, total_training_steps=1),
                            "cpu", "actor")
     engine.initialize()
     engine.train_mode()
@@ -216,11 +302,11 @@ def test_the_loss_gradient_reaches_the_vision_tower(rollout_out):
     assert grad is not None and grad.abs().sum() > 0
 
 
-def test_the_critic_values_see_the_images(rollout_out):
+def test_the_critic_values_see_the_images(model_path, rollout_out):
     from verl_lite.engine.fsdp import TorchValueEngine
 
     _, out = rollout_out
-    engine = TorchValueEngine(ModelConfig(path=MODEL), CriticConfig(), None, "cpu", "critic")
+    engine = TorchValueEngine(ModelConfig(path=model_path), CriticConfig(), None, "cpu", "critic")
     engine.initialize()
     mb = {k: out[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "multi_modal_inputs")}
     values = engine.forward_backward([mb], None, forward_only=True)[0]["values"]
@@ -244,12 +330,75 @@ def test_token_budget_micro_batches_keep_the_pixel_inputs_and_3d_positions(rollo
             [batch["multi_modal_inputs"][i]["pixel_values"].data_ptr() for i in rows]
 
 
-def test_packing_is_refused_for_a_vision_language_model():
+def test_packing_is_refused_for_a_vision_language_model(model_path):
     from verl_lite.engine.fsdp import TorchLMEngine
 
-    engine = TorchLMEngine(ModelConfig(path=MODEL, use_remove_padding=True), ActorConfig(), None, "cpu", "actor")
+    engine = TorchLMEngine(ModelConfig(path=model_path, use_remove_padding=True), ActorConfig(), None, "cpu", "actor")
     with pytest.raises(ValueError, match="use_remove_padding=True is not supported here: .*vision-language models run padded"):
         engine.initialize()
+
+
+def test_packed_gdn_refuses_3d_positions(model_path, rollout_out):
+    """Split per packed sequence (models/packed_gdn.py), Qwen3.5's GDN layers refuse a packed call with
+    images' 3-D positions rather than running the row as one sequence; a text row's packed call still runs."""
+    from verl_lite.models.hf import build_causal_lm, image_inputs, model_position_ids
+    from verl_lite.models.packed_gdn import split_gdn_by_sequence
+
+    model = build_causal_lm(ModelConfig(path=model_path)).eval()
+    if split_gdn_by_sequence(model) == 0:
+        pytest.skip("no Gated DeltaNet layers")
+    _, out = rollout_out
+    ids, pos = out["input_ids"][:1], model_position_ids(out["position_ids"][:1])
+    with torch.no_grad(), pytest.raises(ValueError, match="3-D rotary positions .*use_remove_padding=False"):
+        model(input_ids=ids, position_ids=pos, use_cache=False, **image_inputs(out["multi_modal_inputs"][:1]))
+    text = torch.tensor([[7, 8, 9, 10, 11, 12]])
+    with torch.no_grad():
+        packed = model(input_ids=text, position_ids=torch.tensor([[0, 1, 2, 0, 1, 2]]), use_cache=False).logits
+        second = model(input_ids=text[:, 3:], position_ids=torch.tensor([[0, 1, 2]]), use_cache=False).logits
+    torch.testing.assert_close(packed[:, 3:], second, rtol=1e-5, atol=1e-5)  # the second sequence starts afresh
+
+
+def test_the_megatron_engine_refuses_images_for_a_bridge_without_the_tower(model_path, rollout_out, hf_model):
+    """Qwen3.5's Megatron bridge builds the text model only: a batch with images is refused there (it
+    would run without them), a text batch passes; Qwen3-VL's bridge takes images."""
+    from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5VLBridge
+    from verl_lite.engine.megatron.bridges.qwen3_vl import Qwen3VLBridge
+    from verl_lite.engine.megatron.engine import refuse_images_without_tower
+    from verl_lite.models.hf import load_hf_config
+
+    if hf_model.config.model_type not in ("qwen3_5", "qwen3_vl"):
+        pytest.skip("one text-only bridge and one with the tower")
+    _, out = rollout_out
+    bridge = (Qwen3_5VLBridge if hf_model.config.model_type == "qwen3_5" else Qwen3VLBridge)(
+        load_hf_config(ModelConfig(path=model_path)))
+    images = [{"input_ids": out["input_ids"], "multi_modal_inputs": out["multi_modal_inputs"]}]
+    refuse_images_without_tower("actor", bridge, [{"input_ids": out["input_ids"], "multi_modal_inputs": [None] * 4}])
+    if bridge.has_vision:
+        refuse_images_without_tower("actor", bridge, images)
+    else:
+        with pytest.raises(ValueError, match="Qwen3_5VLBridge builds no vision tower .*strategy=fsdp"):
+            refuse_images_without_tower("actor", bridge, images)
+
+
+def test_the_hf_rollout_takes_a_text_only_export_and_then_refuses_images(model_path, tokenizer, examples, hf_model):
+    """Megatron's Qwen3.5 bridges export the text model's names (Qwen3_5ForCausalLM: `model.*`, no tower);
+    the hf rollout of the conditional-generation checkpoint takes them into its language model, and with
+    no tower synced refuses prompts with images instead of using stale tower weights."""
+    from transformers import AutoModelForCausalLM
+
+    from verl_lite.rollout.hf import HFRollout
+
+    if hf_model.config.model_type != "qwen3_5":
+        pytest.skip("Qwen3.5's text-only export")
+    text = AutoModelForCausalLM.from_config(hf_model.config.text_config)
+    rollout = HFRollout(ModelConfig(path=model_path, init_seed=1), RolloutConfig(), tokenizer, "cpu")
+    assert rollout.update_weights(text.state_dict().items(), 1) == len(text.state_dict())
+    assert torch.equal(rollout.model.model.language_model.embed_tokens.weight, text.model.embed_tokens.weight)
+    _, batch = _rows(tokenizer, examples, k=1)
+    with pytest.raises(ValueError, match="carried no vision tower"):
+        rollout.generate(batch, 2, {"do_sample": False})
+    rollout.update_weights(hf_model.state_dict().items(), 2)  # a full export: images again
+    assert rollout.generate(batch, 2, {"do_sample": False})["responses"].shape == (1, 2)
 
 
 def test_the_image_task_scores_the_first_word():
@@ -273,7 +422,7 @@ def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_re
     assert any("data.return_multi_modal_inputs=False is refused" in p for p in problems), problems
 
 
-def test_a_fully_async_rollout_chunk_carries_each_rows_pixel_inputs_and_3d_positions(image_data, examples, hf_model):
+def test_a_fully_async_rollout_chunk_carries_each_rows_pixel_inputs_and_3d_positions(image_data, examples, moe_model):
     """The rollout pool's chunks, segment by segment (rollout_segment_tokens=1: every token a new
     generate call from prompt + tokens so far, the images resent), hold what the training pool's
     forward needs: the rows' pixel inputs and the model's own 3-D positions."""
@@ -303,6 +452,6 @@ def test_a_fully_async_rollout_chunk_carries_each_rows_pixel_inputs_and_3d_posit
     assert torch.equal(chunk["multi_modal_inputs"][0]["pixel_values"], examples[0].multi_modal_inputs()["pixel_values"])
     ids, mask = chunk["input_ids"], chunk["attention_mask"]
     grid = torch.cat([m["image_grid_thw"] for m in chunk["multi_modal_inputs"]])
-    types = mm_token_type_ids(ids, hf_model.config, chunk["prompts"].shape[1])
-    ref, _ = hf_model.model.get_rope_index(ids, types, image_grid_thw=grid, attention_mask=mask)
+    types = mm_token_type_ids(ids, moe_model.config, chunk["prompts"].shape[1])
+    ref, _ = moe_model.model.get_rope_index(ids, types, image_grid_thw=grid, attention_mask=mask)
     assert torch.equal(chunk["position_ids"], ref.permute(1, 0, 2))

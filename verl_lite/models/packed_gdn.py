@@ -22,7 +22,8 @@ Attention, MLP / MoE and norms run over the packed row as before. The lengths tr
 not as module state, so gradient checkpointing's recompute in backward sees them as well. The rows
 cost at most (sequences x longest sequence) GDN positions, never more than the padded batch's (rows x
 padded width), and need no `cu_seqlens` from the kernel, so the fla kernels on cuda take them as they
-are. Not for sequence parallelism (Ulysses): a rank would hold part of a sequence.
+are. Not for sequence parallelism (Ulysses): a rank would hold part of a sequence. Not for images:
+packed input with Qwen-VL's (3, B, T) rotary positions is refused (vision-language models run padded).
 """
 
 from __future__ import annotations
@@ -155,7 +156,15 @@ def _pass_segments(signature: inspect.Signature) -> Callable:
         tokens = bound.get("input_ids") if bound.get("input_ids") is not None else bound.get("inputs_embeds")
         if tokens is None:
             return None
-        position_ids = _text_position_ids(bound.get("position_ids"), tokens.shape[0])
+        given = bound.get("position_ids")
+        if isinstance(given, torch.Tensor) and given.dim() == 3 and given.shape[0] != 4:
+            # (3, B, T) rotary positions of images: they hold no text row to find the packed sequences in,
+            # and a packed row without them would run its GDN layers as one sequence
+            raise ValueError(
+                f"{type(module).__name__}: packed (no attention mask) input with 3-D rotary positions "
+                f"{tuple(given.shape)}: the packed sequences cannot be found for its Gated DeltaNet layers; "
+                f"vision-language rows run padded (model.use_remove_padding=False)")
+        position_ids = _text_position_ids(given, tokens.shape[0])
         segments = None if position_ids is None else segments_for(position_ids)
         if segments is None:
             return None

@@ -64,6 +64,7 @@ class HFRollout:
         self.model = build_causal_lm(as_section(ModelConfig, model_config)).to(self.device).eval()
         self.vision_language = is_vision_language(self.model.config.to_dict())
         self.weight_version = 0
+        self.tower_synced = True  # False after a weight sync that carried no vision tower (update_weights)
         self.decode_chunk = DECODE_CHUNK
         self.tokens_computed = 0
         self.model.register_forward_pre_hook(self._count_tokens, with_kwargs=True)
@@ -86,16 +87,26 @@ class HFRollout:
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
         """Copy exported weights into the rollout model as they arrive (an engine's `export_hf_weights()`
-        stream, or the items of a dict that crossed Ray); every rollout tensor must be covered."""
+        stream, or the items of a dict that crossed Ray); every rollout tensor must be covered.
+
+        A vision-language rollout also takes a text-only export (the text model's names `model.*`, as
+        Megatron's Qwen3.5 conditional-generation bridges export without the tower): the tensors go to
+        `model.language_model.*`, the vision tower keeps its weights and prompts with images are refused."""
         state = self.model.state_dict()
         seen = set()
         for name, tensor in named_tensors:
+            if name not in state and self.vision_language and name.startswith("model."):
+                name = "model.language_model." + name[len("model."):]
             if name not in state:
                 raise KeyError(f"exported weight {name!r} has no counterpart in the rollout model")
             state[name].copy_(tensor.to(state[name].dtype))
             seen.add(name)
         tied = {n for n in state if n.endswith("lm_head.weight")} if getattr(self.model.config, "tie_word_embeddings", False) else set()
         missing = set(state) - seen - tied
+        tower = {n for n in state if n.startswith("model.visual.")}
+        self.tower_synced = not (self.vision_language and tower and tower.isdisjoint(seen))
+        if not self.tower_synced:
+            missing -= tower
         if missing:
             raise KeyError(f"weight sync left rollout tensors unset: {sorted(missing)[:5]}")
         self.weight_version = version
@@ -123,6 +134,10 @@ class HFRollout:
             # a sampled placeholder in a response would not match the pixel inputs in the actor's forward
             kwargs["suppress_tokens"] = vision_special_ids(self.model.config)
             pixels = image_inputs(mm, self.device)
+            if pixels and not self.tower_synced:
+                raise ValueError("the prompts have images (multi_modal_inputs) but the last weight sync carried no "
+                                 "vision tower (a text-only export: Megatron's Qwen3.5 bridges leave the tower out); "
+                                 "train a model with images on the torch engine (strategy=fsdp)")
             if pixels:  # the processor's token types, as generate needs them for the 3-D positions
                 kwargs.update(pixels, mm_token_type_ids=mm_token_type_ids(input_ids, self.model.config))
         elif mm is not None and any(mm):

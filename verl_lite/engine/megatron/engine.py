@@ -57,6 +57,17 @@ from verl_lite.models import resolve_model_dir
 logger = logging.getLogger(__name__)
 
 
+def refuse_images_without_tower(role: str, bridge: Any, micro_batches: List[Dict[str, Any]]) -> None:
+    """A micro-batch with images (multi_modal_inputs) needs a bridge that builds the vision tower: the
+    text-only bridges (Qwen3.5's ...ForConditionalGeneration leaves its tower out) would drop them."""
+    if bridge is not None and getattr(bridge, "has_vision", False):
+        return
+    if any(m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
+        raise ValueError(f"{role}: the batch has images (multi_modal_inputs) but {type(bridge).__name__} builds no "
+                         "vision tower on the Megatron engine (Qwen3.5's is left out: text only); run the images on "
+                         "the torch engine (strategy=fsdp), or a Qwen3-VL model on Megatron")
+
+
 class MegatronLMEngine(BaseEngine):
     """Language model (actor or ref) on megatron-core."""
 
@@ -294,6 +305,7 @@ class MegatronLMEngine(BaseEngine):
                 raise ValueError("forward_backward(forward_only=False) needs a loss_fn")
         if mpu.get_context_parallel_world_size() > 1:
             raise NotImplementedError("context_parallel_size > 1 is not supported by verl_lite's Megatron forward yet")
+        refuse_images_without_tower(self.role, self.bridge, micro_batches)
         pipelined = mpu.get_pipeline_model_parallel_world_size() > 1
         # Micro-batches of different shapes (dynamic batch size) cross pipeline stages with their shapes
         # sent first (megatron's variable_seq_lengths); equal shapes keep one fixed p2p shape.

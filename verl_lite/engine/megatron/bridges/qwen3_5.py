@@ -260,8 +260,9 @@ class Qwen3_5MoeBridge(Qwen3_5Bridge):
 class _VisionLeftOut:
     """Conditional-generation checkpoints: the text model only. Its weights load from
     `model.language_model.*` (or `model.*`); the export uses transformers' Qwen3_5(Moe)ForCausalLM
-    names (`model.*`, `lm_head.weight`), which is what AutoModelForCausalLM builds from such a config
-    and what the torch engine exports."""
+    names (`model.*`, `lm_head.weight`), which is what AutoModelForCausalLM builds from such a config;
+    the hf rollout of the conditional-generation model takes them into its language model (its vision
+    tower unsynced, so it refuses images) and the engine refuses batches with images."""
 
     def __init__(self, hf_config: Any):
         super().__init__(hf_config)  # type: ignore[call-arg]
