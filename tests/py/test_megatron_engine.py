@@ -144,6 +144,7 @@ def train(engine, batch, loss_fn, steps):
 
 def _phase_tp2(rank, rec, ckpt_dir):
     from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
+    from verl_lite.config.schema import RolloutConfig
     from verl_lite.rollout.hf import HFRollout
 
     model, actor, ref_section, critic = sections(tp=2, overrides=RECOMPUTE)  # full recompute, as the scripts run
@@ -157,7 +158,7 @@ def _phase_tp2(rank, rec, ckpt_dir):
 
     stream = lm.export_hf_weights()
     rec["export_is_generator"] = inspect.isgenerator(stream)
-    rollout = HFRollout(model, {}, None, "cpu")  # a transformers model, synced from the stream
+    rollout = HFRollout(model, RolloutConfig(), None, "cpu")  # a transformers model, synced from the stream
     rec["rollout_synced"] = rollout.update_weights(stream, 1)  # refuses unknown names and unset tensors
     rec["tp2_export"] = dict(lm.export_hf_weights())
     rec["rollout_gap"] = max((rollout.model.state_dict()[n] - t).abs().max().item() for n, t in rec["tp2_export"].items())
