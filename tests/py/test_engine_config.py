@@ -117,7 +117,11 @@ def test_a_wrong_type_and_a_value_that_is_not_a_section_are_refused():
 def test_a_ref_section_alone_cannot_take_the_actors_layout_and_says_what_to_set():
     with pytest.raises(ValueError, match=r"RefConfig: megatron\.tensor_model_parallel_size defaults to another "
                                          r"section's value.*set megatron\.tensor_model_parallel_size"):
-        as_section(RefConfig, {"use_torch_compile": False, "ulysses_sequence_parallel_size": 1})  # those follow the actor too
+        # those follow the actor too
+        profiler = {"all_ranks": False, "ranks": [], "tool_config": {
+            "torch": {"contents": [], "discrete": False},
+            "npu": {"contents": [], "level": "level0", "analysis": True, "discrete": False}}}
+        as_section(RefConfig, {"use_torch_compile": False, "ulysses_sequence_parallel_size": 1, "profiler": profiler})
 
 
 def test_the_whole_config_from_a_flattened_dict_equals_to_dataclass_and_pickles():
