@@ -3,6 +3,9 @@
 - Placement and device visibility: a two-node `ray.cluster_utils.Cluster` whose nodes declare GPUs
   and NPUs they do not have; probe actors placed by the trainer's own placement code report the
   node they run on and the device they would open (Ray's visibility variable, or no-set mode).
+- Megatron across the same two nodes: TP=2 inside each node, DP=2 across them, placed by the
+  trainer; each rank reports its node and its TP / DP groups, and the first steps' metrics equal
+  those of the same layout on one node of 4.
 - The launcher path: `launch/ray_cluster.sh head` and `worker` start the nodes, the training script
   joins through RAY_ADDRESS before the worker node is up (it waits), trains across both nodes
   with the single-node metrics, loses the worker node mid-run (its processes killed by the process
@@ -220,6 +223,72 @@ def test_a_pool_that_needs_more_nodes_than_the_cluster_has_is_refused_naming_wha
     from ray.util import placement_group_table
 
     assert not [p for p in placement_group_table().values() if p["state"] != "REMOVED"], "a placement group was left"
+
+
+def where_rank_runs() -> Dict[str, object]:
+    """Called in each worker actor: its Ray node and the global ranks of its Megatron TP and DP groups."""
+    import ray
+    import torch.distributed as dist
+    from megatron.core import parallel_state as mpu
+
+    return {"node": ray.get_runtime_context().get_node_id(), "rank": dist.get_rank(),
+            "tp": dist.get_process_group_ranks(mpu.get_tensor_model_parallel_group()),
+            "dp": dist.get_process_group_ranks(mpu.get_data_parallel_group())}
+
+
+@pytest.mark.megatron
+@pytest.mark.timeout(600)
+def test_megatron_tp_inside_a_node_and_dp_across_nodes_gives_the_one_node_metrics(two_nodes, copy_task_data,
+                                                                                    tmp_path, monkeypatch):
+    """TP=2 inside each of 2 nodes, DP=2 across them, against the same layout on one node of 4 devices:
+    the trainer's own placement, Megatron over gloo. Each rank reports the node it runs on; a TP group
+    never spans two nodes, and both DP groups do."""
+    import ray
+
+    from test_faults import metrics, overrides
+    from verl_lite.config import load_config
+    from verl_lite.trainer import run as run_mod
+
+    landed: Dict[str, List[Dict[str, object]]] = {}
+
+    class Recording(run_mod.WorkerGroup):
+        def __init__(self, cls, name, *args, **kwargs):
+            super().__init__(cls, name, *args, **kwargs)
+            landed[name] = ray.get([w.__ray_call__.remote(lambda _self: where_rank_runs()) for w in self.workers],
+                                   timeout=120)
+
+    monkeypatch.setattr(run_mod, "WorkerGroup", Recording)
+    data = copy_task_data(n_train=64, n_val=8)
+    megatron = ("actor_rollout_ref.model.path=tiny-qwen3", "actor_rollout_ref.actor.strategy=megatron",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                "actor_rollout_ref.actor.megatron.sequence_parallel=false",
+                "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false",
+                "trainer.total_training_steps=3", "trainer.save_freq=-1", "trainer.ray=true",
+                "trainer.ray_wait_nodes_s=60")
+    runs = {}
+    for name, layout in (("one", ("trainer.nnodes=1", "trainer.n_gpus_per_node=4")),
+                         ("two", ("trainer.nnodes=2", "trainer.n_gpus_per_node=2"))):
+        out = tmp_path / name
+        assert run_mod.run(load_config(overrides(data, out, *megatron, *layout))) == 0
+        runs[name] = (metrics(out), landed.pop("actor_rollout_ref"))
+    (one, one_ranks), (two, two_ranks) = runs["one"], runs["two"]
+    assert len({r["node"] for r in one_ranks}) == 1
+    node = {r["rank"]: r["node"] for r in two_ranks}
+    assert len(set(node.values())) == 2 and sorted(node) == [0, 1, 2, 3]
+    for r in two_ranks:
+        assert len(r["tp"]) == 2 and len({node[t] for t in r["tp"]}) == 1, f"TP group {r['tp']} spans nodes"
+        assert len(r["dp"]) == 2 and len({node[d] for d in r["dp"]}) == 2, f"DP group {r['dp']} inside one node"
+    assert sorted(one) == sorted(two) == [1, 2, 3]
+    # a group whose samples all score the same has no advantage; the first step's groups do differ
+    assert two[1]["actor/grad_norm"] > 0, "the first step updated nothing"
+    diffs = {}
+    for step in one:
+        for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
+            diffs[(step, key)] = abs(two[step][key] - one[step][key])
+            assert two[step][key] == pytest.approx(one[step][key], rel=1e-5, abs=1e-7), (key, step)
+    print("largest difference, two nodes vs one:", max(diffs.values()),
+          {key: [round(two[step][key], 6) for step in two] for key in ("critic/score/mean", "actor/pg_loss",
+                                                                      "actor/grad_norm")})
 
 
 # ---------------------------------------------------------------------------- the launcher path
