@@ -234,7 +234,7 @@ def test_lora_on_the_megatron_strategy_is_refused_as_not_supported():
 
 def test_verls_lora_merge_true_is_taken_and_false_is_refused():
     assert not any("lora" in p for p in problems("actor_rollout_ref.model.lora_rank=8",
-                                                 "+actor_rollout_ref.model.lora.merge=True"))
+                                                 "actor_rollout_ref.model.lora.merge=True"))
     from verl_lite.config import load_config
 
     with pytest.raises(Exception, match=r"lora\.merge=False.*not supported by verl_lite yet"):
@@ -251,7 +251,7 @@ def test_a_missing_adapter_dir_on_the_training_machine_and_a_negative_rank_are_r
 
 LORA = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=32",
         "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.model.exclude_modules=[down_proj]",
-        "+actor_rollout_ref.model.lora.merge=True", "actor_rollout_ref.rollout.layered_summon=True"]
+        "actor_rollout_ref.model.lora.merge=True", "actor_rollout_ref.rollout.layered_summon=True"]
 
 
 def test_every_key_a_lora_grpo_run_sets_is_read_and_its_checkpoint_holds_the_adapter(copy_task_data, tmp_path):
