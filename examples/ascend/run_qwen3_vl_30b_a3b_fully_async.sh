@@ -42,4 +42,13 @@ PARTIAL_ROLLOUT=${PARTIAL_ROLLOUT:-True}
 
 # shellcheck source-path=SCRIPTDIR/../.. source=launch/lib.sh
 source "$REPO_ROOT/launch/lib.sh"
-vl_main "$@"
+# As verl's script: with ALL_OFFLOAD=True the Adam state also steps on the host (Megatron's CPU
+# optimizer), which the 4 training NPUs per node need (the check's memory table: docs/memory.md).
+OPTIM_OVERRIDES=()
+if [[ ${ALL_OFFLOAD:-True} == True ]]; then
+  OPTIM_OVERRIDES=(
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction=1"
+    "+actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload=True"
+  )
+fi
+vl_main "${OPTIM_OVERRIDES[@]}" "$@"
