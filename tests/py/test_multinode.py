@@ -390,7 +390,8 @@ def test_two_nodes_started_by_the_launcher_train_lose_a_node_and_resume_to_the_s
                  or proc.poll() is not None, 120, "the driver's wait")
         nodes.start("worker1", "worker")
         pgids.append(nodes.procs["worker1"].pid)
-        assert nodes.status().count(" node_") == 2
+        # "Ray runtime started" is the worker's own line; the head's autoscaler report lags it by seconds
+        wait_for(lambda: nodes.status().count(" node_") == 2, 60, "`ray_cluster.sh status` to show 2 nodes")
         wait_for(lambda: logged_steps(out) >= 3 or proc.poll() is not None, 240, "three steps on two nodes")
         assert proc.poll() is None, log.read_text()[-3000:]
         nodes.kill("worker1")  # the node is lost: raylet, agents and the worker ranks on it
