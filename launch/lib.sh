@@ -29,7 +29,7 @@ vl_die() {
 vl_knobs() {
   VL_KNOBS=(
     DEVICE BACKEND USE_MINDSPEED_BRIDGE DRY_RUN CHECK PYTHON
-    NNODES NDEVICES_PER_NODE TP PP CP EP ETP ROLLOUT_TP
+    NNODES NDEVICES_PER_NODE TP PP CP EP ETP ROLLOUT_TP ROLLOUT_DP ROLLOUT_EP
     HF_MODEL_PATH MODEL_ROOT DATA_DIR TRAIN_FILES VAL_FILES
     TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE MICRO_BATCH_SIZE_PER_DEVICE
     MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH ADV_ESTIMATOR LR
@@ -188,6 +188,7 @@ vl_defaults() {
   PYTHON=${PYTHON:-python3}
   NNODES=${NNODES:-1} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-1}
   TP=${TP:-1} PP=${PP:-1} CP=${CP:-1} EP=${EP:-1} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-1}
+  ROLLOUT_DP=${ROLLOUT_DP:-1} ROLLOUT_EP=${ROLLOUT_EP:-1}
   ADV_ESTIMATOR=${ADV_ESTIMATOR:-grpo} LR=${LR:-1e-6}
   USE_KL_LOSS=${USE_KL_LOSS:-True} KL_LOSS_COEF=${KL_LOSS_COEF:-0.01}
   KL_LOSS_TYPE=${KL_LOSS_TYPE:-low_var_kl} ENTROPY_COEFF=${ENTROPY_COEFF:-0}
@@ -212,7 +213,7 @@ vl_divides() {
 }
 
 vl_validate() {
-  local name sizes=(NNODES NDEVICES_PER_NODE TP PP CP EP ETP ROLLOUT_TP ROLLOUT_N
+  local name sizes=(NNODES NDEVICES_PER_NODE TP PP CP EP ETP ROLLOUT_TP ROLLOUT_DP ROLLOUT_EP ROLLOUT_N
     TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE MICRO_BATCH_SIZE_PER_DEVICE
     MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH)
   local ok=1
@@ -251,6 +252,18 @@ vl_validate() {
     where="rollout devices of ROLLOUT_NNODES=$ROLLOUT_NNODES x ROLLOUT_NDEVICES_PER_NODE=$ROLLOUT_NDEVICES_PER_NODE"
   fi
   vl_divides "ROLLOUT_TP=$ROLLOUT_TP" "$ROLLOUT_TP" "$devices" "$where" 'choose a ROLLOUT_TP that'
+  # vLLM data parallelism (one group over the actor's ranks) and expert parallelism (over TP x DP):
+  # the values the preflight accepts, said here before anything starts.
+  if ((ROLLOUT_DP > 1)) && [[ $ASYNC_TRAINING == True ]]; then
+    VL_ERRORS+=("ROLLOUT_DP=$ROLLOUT_DP with fully-async training: each rollout replica is an engine of its own, with no data-parallel group (set ROLLOUT_DP=1; the replicas are the rollout devices / ROLLOUT_TP)")
+  elif ((ROLLOUT_DP > 1 && ROLLOUT_TP * ROLLOUT_DP != devices)); then
+    local fit=1
+    ((devices / ROLLOUT_TP > 1)) && fit="$((devices / ROLLOUT_TP)) or 1"
+    VL_ERRORS+=("ROLLOUT_DP=$ROLLOUT_DP: the rollout's data-parallel group spans all $devices $where, but ROLLOUT_TP x ROLLOUT_DP = $ROLLOUT_TP x $ROLLOUT_DP = $((ROLLOUT_TP * ROLLOUT_DP)) (set ROLLOUT_DP=$fit)")
+  fi
+  if ((ROLLOUT_EP > 1 && ROLLOUT_EP != ROLLOUT_TP * ROLLOUT_DP)); then
+    VL_ERRORS+=("ROLLOUT_EP=$ROLLOUT_EP: vLLM spreads the experts over ROLLOUT_TP x ROLLOUT_DP = $ROLLOUT_TP x $ROLLOUT_DP ranks (set ROLLOUT_EP=$((ROLLOUT_TP * ROLLOUT_DP)) or 1)")
+  fi
 }
 
 # ------------------------------------------------------------------------------ the command
@@ -362,6 +375,10 @@ vl_args_model() {
     "actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP"
     "trainer.experiment_name=$EXPERIMENT_NAME"
   )
+  # verl's defaults (1 = off) are left out of the command
+  ((ROLLOUT_DP == 1)) || VL_ARGS+=("actor_rollout_ref.rollout.data_parallel_size=$ROLLOUT_DP")
+  ((ROLLOUT_EP == 1)) || VL_ARGS+=("actor_rollout_ref.rollout.expert_parallel_size=$ROLLOUT_EP")
+  return 0
 }
 
 # Print the command without starting anything: comments, the data step if any, the env, the
@@ -378,6 +395,8 @@ vl_print_dry_run() {
   printf '# model=%s device=%s (%s) backend=%s bridge=%s\n' \
     "${VL_MODEL:-?}" "$VL_DEVICE" "$VL_DEVICE_HOW" "$BACKEND" "$USE_MINDSPEED_BRIDGE"
   layout+=" rollout TP=$ROLLOUT_TP"
+  ((ROLLOUT_DP == 1)) || layout+=" DP=$ROLLOUT_DP"
+  ((ROLLOUT_EP == 1)) || layout+=" EP=$ROLLOUT_EP"
   [[ $ASYNC_TRAINING == True ]] && layout+=" on ${ROLLOUT_NNODES}x$ROLLOUT_NDEVICES_PER_NODE rollout devices"
   printf '# layout: %sx%s devices %s\n' "$NNODES" "$NDEVICES_PER_NODE" "$layout"
   for word in "${VL_ENV[@]}"; do ours[${word%%=*}]=1; done

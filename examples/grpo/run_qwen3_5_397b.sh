@@ -7,8 +7,10 @@
 #   launch/ray_cluster.sh head   # then HEAD_ADDRESS=<head ip> launch/ray_cluster.sh worker on the other 15 nodes
 #
 # Layouts (override any of them with env vars; docs/launcher.md lists every knob):
-#   cuda (and cpu): 16 x 8  devices, TP=2 PP=2 CP=1 EP=64 ETP=1, rollout TP=8
-#   npu:            16 x 16 devices, TP=2 PP=4 CP=1 EP=64 ETP=1, rollout TP=16
+#   cuda (and cpu): 16 x 8  devices, TP=2 PP=2 CP=1 EP=64 ETP=1, rollout TP=8  DP=16 EP=128
+#   npu:            16 x 16 devices, TP=2 PP=4 CP=1 EP=64 ETP=1, rollout TP=16 DP=16 EP=256
+#   (the rollout's experts spread over all its ranks, as verl's script: TP 8 alone holds 92 GiB of
+#   vLLM weights per GPU)
 #
 # Requirements:
 #   GPU:    CUDA 12, torch, megatron-core, vllm, this package (pip install -e .).
@@ -38,10 +40,12 @@ device_layout() {
     npu)
       NNODES=${NNODES:-16} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-16}
       TP=${TP:-2} PP=${PP:-4} CP=${CP:-1} EP=${EP:-64} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-16}
+      ROLLOUT_DP=${ROLLOUT_DP:-16} ROLLOUT_EP=${ROLLOUT_EP:-256}
       ;;
     *)
       NNODES=${NNODES:-16} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-8}
       TP=${TP:-2} PP=${PP:-2} CP=${CP:-1} EP=${EP:-64} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-8}
+      ROLLOUT_DP=${ROLLOUT_DP:-16} ROLLOUT_EP=${ROLLOUT_EP:-128}
       ;;
   esac
 }

@@ -110,6 +110,31 @@ refuses() {
   assert_equal "$stderr" "verl_lite: ROLLOUT_TP=3 does not divide the 8 devices of NNODES=1 x NDEVICES_PER_NODE=8 (choose a ROLLOUT_TP that divides 8)"
 }
 
+@test "a rollout DP whose group is not all the devices is refused with the DP that fits" {
+  refuses "$S35" DEVICE=cuda ROLLOUT_DP=4
+  assert_equal "$stderr" "verl_lite: ROLLOUT_DP=4: the rollout's data-parallel group spans all 8 devices of NNODES=1 x NDEVICES_PER_NODE=8, but ROLLOUT_TP x ROLLOUT_DP = 8 x 4 = 32 (set ROLLOUT_DP=1)"
+  refuses "$S35" DEVICE=cuda ROLLOUT_TP=2 ROLLOUT_DP=2
+  assert_equal "$stderr" "verl_lite: ROLLOUT_DP=2: the rollout's data-parallel group spans all 8 devices of NNODES=1 x NDEVICES_PER_NODE=8, but ROLLOUT_TP x ROLLOUT_DP = 2 x 2 = 4 (set ROLLOUT_DP=4 or 1)"
+}
+
+@test "a rollout EP other than 1 or TP x DP is refused, and fully-async takes no rollout DP" {
+  refuses "$S35" DEVICE=cuda ROLLOUT_TP=2 ROLLOUT_DP=4 ROLLOUT_EP=4
+  assert_equal "$stderr" "verl_lite: ROLLOUT_EP=4: vLLM spreads the experts over ROLLOUT_TP x ROLLOUT_DP = 2 x 4 ranks (set ROLLOUT_EP=8 or 1)"
+  refuses "$SASYNC" ROLLOUT_DP=2
+  assert_equal "$stderr" "verl_lite: ROLLOUT_DP=2 with fully-async training: each rollout replica is an engine of its own, with no data-parallel group (set ROLLOUT_DP=1; the replicas are the rollout devices / ROLLOUT_TP)"
+}
+
+@test "rollout DP and EP reach the command and the layout line only when set" {
+  run env DRY_RUN=1 DEVICE=cuda ROLLOUT_TP=2 ROLLOUT_DP=4 ROLLOUT_EP=8 bash "$S35"
+  assert_success
+  assert_line --partial "rollout TP=2 DP=4 EP=8"
+  assert_line "  actor_rollout_ref.rollout.data_parallel_size=4 \\"
+  assert_line "  actor_rollout_ref.rollout.expert_parallel_size=8"
+  run env DRY_RUN=1 DEVICE=cuda bash "$S35"
+  refute_output --partial "rollout.data_parallel_size"
+  refute_output --partial "rollout.expert_parallel_size"
+}
+
 @test "the fully-async rollout TP is checked against the rollout pool, not the training pool" {
   refuses "$SASYNC" ROLLOUT_TP=16
   assert_equal "$stderr" "verl_lite: ROLLOUT_TP=16 does not divide the 24 rollout devices of ROLLOUT_NNODES=2 x ROLLOUT_NDEVICES_PER_NODE=12 (choose a ROLLOUT_TP that divides 24)"

@@ -712,7 +712,7 @@ def test_the_check_cli_applies_overrides_in_order_around_the_training_flag(capsy
     assert "data.train_files: ~/data/verl_lite/tiny/train.parquet does not exist" in err  # --training was seen
 
 
-def _check_1(tmp_path, script, **knobs):
+def _check_1(tmp_path, script, *overrides, **knobs):
     """CHECK=1 on an example script with a fresh HOME: the checkpoint is not readable here, so the
     shipped shape of its name is used."""
     import os
@@ -720,9 +720,9 @@ def _check_1(tmp_path, script, **knobs):
 
     root = Path(check.__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items()
-           if k not in ("DEVICE", "DRY_RUN", "BACKEND", "TP", "PP", "EP", "ROLLOUT_TP")}
+           if k not in ("DEVICE", "DRY_RUN", "BACKEND", "TP", "PP", "EP", "ROLLOUT_TP", "ROLLOUT_DP", "ROLLOUT_EP")}
     env.update(CHECK="1", PYTHON=sys.executable, HOME=str(tmp_path), PYTHONPATH=str(root), **knobs)
-    return subprocess.run(["bash", f"examples/grpo/{script}"], capture_output=True, text=True, env=env,
+    return subprocess.run(["bash", f"examples/grpo/{script}", *overrides], capture_output=True, text=True, env=env,
                           cwd=str(root), timeout=120)
 
 
@@ -771,6 +771,20 @@ def test_check_1_on_the_qwen3_5_scripts_for_cuda_names_the_triton_path(tmp_path,
     assert out.count("  GDN kernel  : pure-torch gated delta rule here; Triton fla where flash-linear-attention is "
                      "installed (packed: one call per sequence)") == 2
     assert "MindSpeed-Bridge instead" not in out and "repatch" not in out
+
+
+def test_the_397b_script_on_cuda_spreads_the_rollout_experts_and_fits_80_gb(tmp_path):
+    """verl's layout for the rollout (TP 8, DP 16, EP 128): without rollout expert parallelism each
+    GPU would hold 92 GiB of vLLM weights, and the memory check says so."""
+    result = _check_1(tmp_path, "run_qwen3_5_397b.sh", "trainer.device_name=H100-80GB", DEVICE="cuda")
+    assert result.returncode == 0, result.stderr
+    assert "16 engines in one vLLM data-parallel group; experts spread over 128 ranks" in result.stdout
+    assert "memory        : GiB per device, 78.6 usable" in result.stdout
+    assert "- memory:" not in result.stdout + result.stderr
+    alone = _check_1(tmp_path, "run_qwen3_5_397b.sh", "trainer.device_name=H100-80GB", DEVICE="cuda",
+                     ROLLOUT_DP="1", ROLLOUT_EP="1")
+    assert "- memory: the weight sync phase needs 104.5 GiB per device" in alone.stdout + alone.stderr
+    assert "vLLM weights 92.3" in alone.stdout + alone.stderr
 
 
 @pytest.mark.parametrize("script,knobs,arithmetic", [
