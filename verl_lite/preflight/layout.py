@@ -169,13 +169,30 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
 
 
 def token_budget_problems(cfg: Any, role: str) -> List[str]:
-    """Dynamic batch size (trainer/dynamic_batch.py) packs micro-batches by a token budget; as in verl, the
-    budget must hold the longest sequence, data.max_prompt_length + data.max_response_length."""
+    """A token budget of dynamic batch size must be a positive number of tokens when its switch is on."""
+    return [f"{role}: {prefix}.{key}={budget}: with {prefix}.{switch}=True the token budget per micro-batch must be a "
+            f"positive number of tokens (verl's scripts use at least max_prompt_length + max_response_length)"
+            for prefix, switch, on, key, budget, _ in token_budgets(cfg, role) if on and int(budget) < 1]
+
+
+def token_budget_warnings(cfg: Any, role: str, sp: int = 1) -> List[str]:
+    """Dynamic batch size (trainer/dynamic_batch.py) packs micro-batches by a token budget, the role's
+    setting times its Ulysses SP size, as verl counts it. As in verl, the budget must hold each real
+    prompt + response (verl asserts it per sequence at the step, not against the configured maxima): a
+    budget below data.max_prompt_length + data.max_response_length is valid, and a sequence longer than
+    it stops the run at that step, so it is said here."""
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
-    return [f"{role}: {prefix}.{key}={budget} is smaller than data.max_prompt_length + data.max_response_length = "
-            f"{longest}: with {prefix}.{switch}=True every sequence must fit in one micro-batch's token budget (verl "
-            f"asserts the same); raise {prefix}.{key} to at least {longest}"
-            for prefix, switch, on, key, budget, _ in token_budgets(cfg, role) if on and int(budget) < longest]
+    warnings = []
+    for prefix, switch, on, key, budget, _ in token_budgets(cfg, role):
+        total = int(budget) * max(1, int(sp))
+        if on and total < longest:
+            times = f" x Ulysses SP {sp} = {total}" if sp > 1 else ""
+            warnings.append(
+                f"{role}: {prefix}.{key}={budget}{times} is smaller than data.max_prompt_length + "
+                f"data.max_response_length = {longest}: with {prefix}.{switch}=True a prompt + response longer than "
+                f"{total} tokens stops the run at its step (verl asserts the same per sequence); raise {prefix}.{key} "
+                f"to {-(-longest // max(1, int(sp)))} to rule that out")
+    return warnings
 
 
 def token_budgets(cfg: Any, role: str) -> List[tuple]:

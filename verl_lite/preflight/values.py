@@ -16,7 +16,7 @@ is read as a number first; one that is not a number is refused as such.
 Checked elsewhere and not repeated here: the sizes the layout arithmetic divides by
 (`layout.positive_problems`: trainer.nnodes, data.train_batch_size, rollout.n, ppo_mini_batch_size,
 the parallel sizes, nccl_timeout), the token budgets of dynamic batch size (`layout.token_budget_problems`,
-at least the longest sequence), the vllm rollout's memory share and bucket size and its data/expert
+positive; one below the longest sequence is a warning, `layout.token_budget_warnings`), the vllm rollout's memory share and bucket size and its data/expert
 parallel sizes (`rollout.py`), the fully-async numbers (`fully_async.py`), the legacy grad_clip keys
 (`verl_settings.clip_problems`) and the deprecated global micro-batches (refused when set).
 

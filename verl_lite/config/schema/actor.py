@@ -151,7 +151,8 @@ class ActorConfig:
     # (padded, not packed; every model, GDN included). Loss and gradients as with fixed micro-batches.
     use_dynamic_bsz: bool = False
     # Token budget per rank of a dynamic micro-batch: rows x (longest prompt + longest response) of the
-    # micro-batch stays within it; at least max_prompt_length + max_response_length (as verl asserts).
+    # micro-batch stays within it, times the Ulysses SP size. Each real prompt + response must fit (verl
+    # asserts it at the step): a budget below max_prompt_length + max_response_length gets a warning.
     # Read only with use_dynamic_bsz (a changed value without it gets a warning, as verl ignores it).
     ppo_max_token_len_per_gpu: int = 16384
     # Passes over each step's batch in the actor update. With 1 epoch and 1 mini-batch the update's own
