@@ -270,3 +270,26 @@ def test_filter_overlong_prompts_workers_tokenizes_in_that_many_processes_with_t
     assert [e.uid for e in two] == [e.uid for e in one]
     with pytest.raises(ValueError, match=r"data.filter_overlong_prompts_workers=0 \(a positive number of processes\)"):
         PromptDataset(path, tok, limit, workers=0)
+
+
+def test_data_trust_remote_code_reaches_the_driver_in_fully_async_and_is_said_to_do_nothing_in_sync():
+    """verl's fully-async and one-step-off drivers load the tokenizer and processor with
+    data.trust_remote_code; its sync trainer never reads the key."""
+    from verl_lite.config import load_config
+    from verl_lite.preflight.run import collect_warnings
+    from verl_lite.trainer.run import driver_trusts_remote_code
+
+    said = "data.trust_remote_code=True has no effect in the sync trainer"
+    sync = load_config(["trainer.device=cpu", "data.trust_remote_code=True"])
+    assert not driver_trusts_remote_code(sync)
+    assert any(w.startswith(said) for w in collect_warnings(sync))
+    both = load_config(["trainer.device=cpu", "actor_rollout_ref.model.trust_remote_code=True"])
+    assert driver_trusts_remote_code(both)
+    plain = load_config(["trainer.device=cpu"])
+    assert not driver_trusts_remote_code(plain)
+    assert not any(w.startswith(said) for w in collect_warnings(plain))
+    lines = ["trainer.device=cpu", "async_training.enable=True", "data.trust_remote_code=True"]
+    on = load_config(lines)
+    assert driver_trusts_remote_code(on)
+    assert not any(w.startswith(said) for w in collect_warnings(on))
+    assert not driver_trusts_remote_code(load_config(lines[:2]))

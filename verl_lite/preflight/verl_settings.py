@@ -21,7 +21,7 @@ from verl_lite.config.choices import (KL_CTRL_TYPES, KL_PENALTIES, RAY_RUNTIME_E
                                      ROLLOUT_MODES)
 from verl_lite.config.verl_names import NOT, YET
 from verl_lite.decisions import fsdp_settings, lr_schedule, optimizer_overrides, packing_mode, ulysses
-from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budgets
+from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budget_warnings, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
 from verl_lite.reward.registry import reward_manager_problems
 from verl_lite.decisions.dynamic_sampling import filter_groups_problems
@@ -368,8 +368,13 @@ def verl_warnings(cfg: Any) -> List[str]:
     if cfg.trainer.resume_from_path and cfg.trainer.resume_mode != "resume_path":
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
+    if cfg.data.trust_remote_code and not cfg.async_training.enable:
+        warnings.append("data.trust_remote_code=True has no effect in the sync trainer, as in verl (its tokenizer "
+                        "loads with actor_rollout_ref.model.trust_remote_code: set that instead)")
     warnings += _offload_warnings(views)
     warnings += _log_prob_memory_warnings(cfg, views)
+    for view in views:
+        warnings += token_budget_warnings(cfg, view.role, view.layout.sp)
     warnings += _ref_in_actor_warnings(cfg)
     for view in views:
         warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)

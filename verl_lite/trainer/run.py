@@ -50,6 +50,14 @@ from verl_lite.runtime_env import (LOCAL_RAY_ENV, get_runtime_env, local_ray_cpu
 logger = logging.getLogger("verl_lite")
 
 
+
+def driver_trusts_remote_code(cfg) -> bool:
+    """trust_remote_code for the driver's tokenizer and processor: the model's setting, or verl's
+    data.trust_remote_code, which verl's fully-async and one-step-off drivers load them with."""
+    return bool(cfg.actor_rollout_ref.model.trust_remote_code) or (
+        bool(cfg.async_training.enable) and bool(cfg.data.trust_remote_code))
+
+
 class Abandoned(BaseException):
     """A second stop signal: leave the current step now (not an Exception: nothing may swallow it)."""
 
@@ -212,9 +220,10 @@ class _Job:
         self.out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))
         os.makedirs(self.out_dir, exist_ok=True)
         model = actor_rollout_ref.model
-        self.tokenizer = load_tokenizer(model.tokenizer_path or model.path, model.trust_remote_code)
+        trust = driver_trusts_remote_code(cfg)
+        self.tokenizer = load_tokenizer(model.tokenizer_path or model.path, trust)
         # a vision-language model's processor encodes rows with images (None for a text model)
-        self.processor = load_processor(model.tokenizer_path or model.path, model.trust_remote_code)
+        self.processor = load_processor(model.tokenizer_path or model.path, trust)
         self.train_set = PromptDataset.from_config(d.train_files, self.tokenizer, d, self.processor)
         val_files = [f for f in as_file_list(d.val_files) if os.path.isfile(expand(f))]
         self.val_set = PromptDataset.from_config(val_files, self.tokenizer, d, self.processor) if val_files else None

@@ -66,6 +66,11 @@ class DataConfig:
     apply_chat_template: bool = True
     # Extra keyword arguments of tokenizer.apply_chat_template, as verl's key (e.g. {enable_thinking: false}).
     apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Let the driver's tokenizer and processor run the model directory's own Python code (transformers'
+    # trust_remote_code), as verl's fully-async and one-step-off trainers read it; the workers follow
+    # actor_rollout_ref.model.trust_remote_code, which also applies to the driver. verl's sync trainer
+    # does not read it: True there gets a warning that it has no effect.
+    trust_remote_code: bool = False
     # Parquet column holding each row's images, verl's layout: a list of {bytes} / {path} / {image}
     # entries or paths, one per <image> placeholder in the prompt's message contents. Rows with images
     # are encoded by the model's processor (a vision-language model: docs/vl.md); a text model refuses them.
