@@ -45,6 +45,11 @@ REVIEWED = [
     ("critic.*.entropy_from_logits_with_chunking", None, "the critic computes no entropy"),
     ("critic.*.entropy_from_logits_chunk_size", None, "the critic computes no entropy"),
     ("critic.*.entropy_checkpointing", [False], "the critic computes no entropy"),
+    ("*.fsdp_config.use_orig_params", [False, True],
+     "verl_lite's torch engine is FSDP2 (fully_shard), which always keeps the original parameters (FSDP1's "
+     "use_orig_params=True); verl reads the key only in its FSDP1 wrapper, and its FSDP2 path ignores it"),
+    ("actor_rollout_ref.rollout.multi_stage_wake_up", [False, True],
+     "verl declares it (workers/config/rollout.py) but no code of verl reads it: either value runs as verl's"),
     ("*.fsdp_config.strategy", ["fsdp", "fsdp2"],
      "verl_lite's torch engine is FSDP2 (fully_shard); verl's FSDP1 (fsdp) runs on it too"),
     ("distillation.enabled", None, "no distillation"),

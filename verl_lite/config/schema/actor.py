@@ -343,6 +343,10 @@ class RolloutConfig:
     dtype: str = "bfloat16"
     # vllm: run without CUDA graphs (always eager on CPU).
     enforce_eager: bool = False
+    # vllm: the batch sizes vLLM captures CUDA graphs for (its compilation_config.cudagraph_capture_sizes,
+    # over one in engine_kwargs.vllm.compilation_config, as verl passes it); null = vLLM's own list.
+    # Without effect under enforce_eager and on CPU (no CUDA graphs), as in vLLM.
+    cudagraph_capture_sizes: Optional[List[int]] = None
     # vllm: sleep the engine after each generation (KV cache freed, weights offloaded) and wake it for
     # the next; CUDA and vllm-ascend only (vLLM has no sleep mode on CPU: the preflight says so).
     free_cache_engine: bool = True
