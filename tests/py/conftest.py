@@ -1,7 +1,8 @@
 """Shared pytest fixtures: the repo on sys.path, a subprocess runner for `python -m` entry points,
-a writer for model config.json files, the synthetic task's data, and a launcher of two-rank megatron scenarios.
+a writer for model config.json files, the synthetic task's data, a launcher of spawned megatron scenarios
+(`spawn_ranks`) and the one two-rank world that the Megatron test modules share (`megatron_world`).
 
-Tests marked `megatron`, and tests that use `spawn_ranks`, need megatron-core (the README's test
+Tests marked `megatron`, and tests that use `spawn_ranks` or `megatron_world`, need megatron-core (the README's test
 command installs it). Where it is missing they are skipped with one reason, decided here once: no
 test checks for it itself.
 
@@ -52,7 +53,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         return
     skip = pytest.mark.skip(reason=MEGATRON_MISSING)
     for item in items:
-        if item.get_closest_marker("megatron") or "spawn_ranks" in getattr(item, "fixturenames", ()):
+        if item.get_closest_marker("megatron") or {"spawn_ranks", "megatron_world"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(skip)
 
 
@@ -140,6 +141,37 @@ def spawn_ranks(tmp_path_factory) -> Callable[..., List[Dict[str, Any]]]:
         return recs
 
     return spawn
+
+
+@pytest.fixture(scope="session")
+def megatron_world(request, tmp_path_factory):
+    """megatron_world(module_name) -> [record of rank 0, record of rank 1] of that test module's
+    `@megatron_world.scenario`. The first call starts ONE spawn of two gloo ranks that runs the
+    scenarios of every module among the session's selected tests, in the order the modules run
+    (tests/py/megatron_world.py: one megatron import per rank for all of them, instead of one per
+    module). It runs in the background: each call waits only until its own module's records are
+    written, so a module waits about as long as its own scenario takes (within pytest's per-test
+    timeout) and the tests between the Megatron modules run meanwhile."""
+    import megatron_world as mw
+
+    world: Dict[str, Any] = {}
+
+    def get(module: str) -> List[Dict[str, Any]]:
+        if not world:
+            from verl_lite.device import free_port
+
+            order = list(dict.fromkeys(item.module.__name__ for item in request.session.items
+                                       if getattr(item, "module", None)))
+            named = [(name, mw.SCENARIOS[name]) for name in order if name in mw.SCENARIOS]
+            named += [(module, mw.SCENARIOS[module])] if module not in order and module in mw.SCENARIOS else []
+            out = tmp_path_factory.mktemp("megatron_world")
+            world.update(out=out, names={name for name, _ in named}, context=mw.start(str(out), free_port(), named))
+        assert module in world["names"], f"{module} has no @megatron_world.scenario"
+        return mw.wait_for(world["context"], world["out"] / module)
+
+    yield get
+    if world:
+        mw.stop(world["context"])
 
 
 @pytest.fixture

@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import traceback
 
 import pytest
 import torch
+from megatron_world import scenario
 
 from verl_lite.checkpoint_files import CheckpointError
 
@@ -83,54 +83,49 @@ def _outputs(engine, batch):
     return out["log_probs"], out["entropy"]
 
 
-def _scenario(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+@scenario
+def _scenario(rank, rec, out_dir):
     from megatron.core import parallel_state as mpu
 
     from verl_lite.engine.megatron.engine import MegatronValueEngine
 
-    rec = {"dir": out_dir}
+    rec["dir"] = out_dir
     batch = make_batch()
+    # Qwen3 at TP=2: every content, after a step (the weights are no longer the seeded init)
+    lm = _megatron_lm("tiny-qwen3", 2, save_contents=["model", "optimizer", "extra", "hf_model"])
+    train_step(lm, batch)
+    rec["qwen3"] = _outputs(lm, batch)
+    lm.save_checkpoint(os.path.join(out_dir, "qwen3", "actor"))
+    # the critic's HF copy alone (a subset): a token-classification model with one label
+    model, critic = section("critic", "tiny-qwen3", "megatron", tp=2, save_contents=["hf_model"])
+    value = MegatronValueEngine(model, critic, critic.optim, "cpu", "critic")
+    value.initialize()
+    rec["values"] = value.forward_backward([batch], forward_only=True)[0]["values"]
+    value.save_checkpoint(os.path.join(out_dir, "qwen3", "critic"))
+    mpu.destroy_model_parallel()
+
+    # TP=1 (two data-parallel ranks): the per-rank files refuse, the HF copy loads
+    other = _megatron_lm("tiny-qwen3", 1)
     try:
-        # Qwen3 at TP=2: every content, after a step (the weights are no longer the seeded init)
-        lm = _megatron_lm("tiny-qwen3", 2, save_contents=["model", "optimizer", "extra", "hf_model"])
-        train_step(lm, batch)
-        rec["qwen3"] = _outputs(lm, batch)
-        lm.save_checkpoint(os.path.join(out_dir, "qwen3", "actor"))
-        # the critic's HF copy alone (a subset): a token-classification model with one label
-        model, critic = section("critic", "tiny-qwen3", "megatron", tp=2, save_contents=["hf_model"])
-        value = MegatronValueEngine(model, critic, critic.optim, "cpu", "critic")
-        value.initialize()
-        rec["values"] = value.forward_backward([batch], forward_only=True)[0]["values"]
-        value.save_checkpoint(os.path.join(out_dir, "qwen3", "critic"))
-        mpu.destroy_model_parallel()
-
-        # TP=1 (two data-parallel ranks): the per-rank files refuse, the HF copy loads
-        other = _megatron_lm("tiny-qwen3", 1)
-        try:
-            other.load_checkpoint(os.path.join(out_dir, "qwen3", "actor"))
-        except CheckpointError as e:
-            rec["layout_refusal"] = str(e)
-        other = _megatron_lm("tiny-qwen3", 1, load_contents=["hf_model"])
         other.load_checkpoint(os.path.join(out_dir, "qwen3", "actor"))
-        rec["qwen3_tp1_from_hf"] = _outputs(other, batch)
-        mpu.destroy_model_parallel()
+    except CheckpointError as e:
+        rec["layout_refusal"] = str(e)
+    other = _megatron_lm("tiny-qwen3", 1, load_contents=["hf_model"])
+    other.load_checkpoint(os.path.join(out_dir, "qwen3", "actor"))
+    rec["qwen3_tp1_from_hf"] = _outputs(other, batch)
+    mpu.destroy_model_parallel()
 
-        # Qwen3.5 (Gated DeltaNet, tied embeddings) at TP=2
-        lm = _megatron_lm("tiny-qwen3_5", 2, save_contents=["hf_model"])
-        train_step(lm, batch)
-        rec["qwen3_5"] = _outputs(lm, batch)
-        lm.save_checkpoint(os.path.join(out_dir, "qwen3_5", "actor"))
-        mpu.destroy_model_parallel()
-    except Exception:
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+    # Qwen3.5 (Gated DeltaNet, tied embeddings) at TP=2
+    lm = _megatron_lm("tiny-qwen3_5", 2, save_contents=["hf_model"])
+    train_step(lm, batch)
+    rec["qwen3_5"] = _outputs(lm, batch)
+    lm.save_checkpoint(os.path.join(out_dir, "qwen3_5", "actor"))
+    mpu.destroy_model_parallel()
 
 
 @pytest.fixture(scope="module")
-def megatron_run(spawn_ranks):
-    return spawn_ranks(_scenario, "ckpt_contents")
+def megatron_run(megatron_world):
+    return megatron_world(__name__)
 
 
 @pytest.mark.parametrize("name", ["qwen3", "qwen3_5"])

@@ -2,8 +2,9 @@
 clipping and optimizer settings, weight export streamed into an hf rollout, the value engine,
 checkpoints. The bridge's weight mapping on its own is in test_engine_weights.py.
 
-All megatron work runs once, in two spawned gloo processes (`_scenario`), because a megatron
-import costs 7-9 s; the tests below assert on what that run recorded. The layouts run one after
+All megatron work runs once, in the two spawned gloo processes the Megatron test modules share
+(`_scenario`, tests/py/megatron_world.py), because a megatron import costs 7-9 s; the tests below
+assert on what that run recorded. The layouts run one after
 the other in the same two processes: TP=2, then TP=1 with two data-parallel ranks, then PP=2.
 """
 
@@ -13,11 +14,11 @@ import inspect
 import os
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
+from megatron_world import nll_loss, padded_batch, scenario, value_loss
 
 from verl_lite.engine.megatron.batch import attention_mask_4d
 from verl_lite.engine.megatron.memory import StorageParking
@@ -28,15 +29,8 @@ B, T, R = 3, 10, 4
 
 
 def make_batch(seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 48, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[0, :3] = 0  # a left-padded prompt
-    ids[0, :3] = 0
-    mask[1, -1] = 0  # a response that ended early
-    ids[1, -1] = 0
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
-    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
+    """Row 0 a left-padded prompt, row 1 a response that ended early."""
+    return padded_batch(B, T, R, left_pad={0: 3}, ended_early=(1,), seed=seed)
 
 
 def ragged_batch(seed: int, longest: int):
@@ -106,18 +100,6 @@ def sections(tp=1, pp=1, lr=1e-2, overrides=None):
     critic.megatron.pipeline_model_parallel_size = pp
     critic.optim.lr = lr
     return model, actor, cfg.actor_rollout_ref.ref, critic
-
-
-def nll_loss(outputs, batch):
-    mask = batch["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"loss": loss.item()}
-
-
-def value_loss(outputs, batch):
-    mask = batch["response_mask"].float()
-    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
-    return loss, {"loss": loss.item()}
 
 
 def full_logits(engine, batch):
@@ -269,27 +251,20 @@ def _phase_pp2(rank, rec):
     rec["pp2_dynamic"] = dynamic_vs_fixed(lm, ragged_batch(seed=3, longest=8), budget=24)
 
 
-def _scenario(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+@scenario
+def _scenario(rank, rec, out_dir):
     from megatron.core import parallel_state as mpu
 
-    rec = {}
-    try:
-        _phase_tp2(rank, rec, os.path.join(out_dir, "ckpt"))
-        mpu.destroy_model_parallel()
-        _phase_tp1_dp2(rank, rec)
-        mpu.destroy_model_parallel()
-        _phase_pp2(rank, rec)
-    except Exception:
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
-
+    _phase_tp2(rank, rec, os.path.join(out_dir, "ckpt"))
+    mpu.destroy_model_parallel()
+    _phase_tp1_dp2(rank, rec)
+    mpu.destroy_model_parallel()
+    _phase_pp2(rank, rec)
 
 
 @pytest.fixture(scope="module")
-def run(spawn_ranks):
-    return spawn_ranks(_scenario, "megatron")
+def run(megatron_world):
+    return megatron_world(__name__)
 
 
 # ------------------------------------------------------------------------------ layouts

@@ -4,8 +4,8 @@ and MoE) at TP=2 with sequence parallelism, Qwen3 at PP=2 (TP=1), the Qwen3.5 cr
 data-parallel ranks), the Ascend GDN kernel (its CPU double) on packed input, a check that the per-sequence
 reset is what makes them equal, and the config's auto / True / False.
 
-All megatron work runs in one spawn of two gloo processes (`_scenario`); the tests assert on what
-it recorded. Two ragged micro-batches: rows of different prompt and response lengths, so a GDN state or an
+All megatron work runs in the spawn of two gloo processes the Megatron test modules share
+(`_scenario`, tests/py/megatron_world.py); the tests assert on what it recorded. Two ragged micro-batches: rows of different prompt and response lengths, so a GDN state or an
 attention that crossed a sequence boundary would change the log-probs.
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
 import torch
+from megatron_world import megatron_sections, nll_loss, scenario, value_loss
 from test_trainer import data_dir, read_metrics, run_training, tiny_overrides  # noqa: F401
 
 pytestmark = pytest.mark.megatron
@@ -47,34 +47,10 @@ def ragged_batch(seed: int = 0, rows: int = 5):
 
 
 def _sections(path, tp=1, pp=1, remove_padding=None, overrides=None, critic=False):
-    from omegaconf import OmegaConf
-
-    from verl_lite.config.schema import VerlLiteConfig
-
-    cfg = OmegaConf.structured(VerlLiteConfig)
-    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
-    section = cfg.critic if critic else actor
-    if critic:
-        model = cfg.critic.model
-    model.path, model.init_seed, model.use_remove_padding = path, 3, remove_padding
-    section.strategy = "megatron"
-    section.megatron.tensor_model_parallel_size = tp
-    section.megatron.pipeline_model_parallel_size = pp
-    section.megatron.override_transformer_config = dict(overrides or {})
+    model, section = megatron_sections(path, tp, pp, init_seed=3, overrides=overrides, critic=critic)
+    model.use_remove_padding = remove_padding
     section.optim.lr = 1e-2
     return model, section
-
-
-def _nll(outputs, mb):
-    mask = mb["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"loss": loss.item()}
-
-
-def _value_loss(outputs, mb):
-    mask = mb["response_mask"].float()
-    loss = (((outputs["values"] - 1.0) ** 2) * mask).sum() / mask.sum()
-    return loss, {"loss": loss.item()}
 
 
 def _run(engine, batches, key, loss_fn):
@@ -88,7 +64,7 @@ def _run(engine, batches, key, loss_fn):
     return out, grads
 
 
-def _compare(rec, name, make_engine, batches, key="log_probs", loss_fn=_nll):
+def _compare(rec, name, make_engine, batches, key="log_probs", loss_fn=nll_loss):
     mask = torch.cat([b["response_mask"] for b in batches]).bool()
     runs = {}
     for packed in (False, True):
@@ -126,68 +102,62 @@ def _leak_gap(engine, batch):
     return (real - leaked)[batch["response_mask"].bool()].abs().max().item()
 
 
-def _scenario(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+@scenario
+def _scenario(rank, rec, out_dir):
     sys.path.insert(0, str(DOUBLE))
     from megatron.core import parallel_state as mpu
 
     from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
 
-    rec = {}
-    try:
-        batches = [ragged_batch(0), ragged_batch(1, rows=3)]
-        for path, tp, pp in LAYOUTS:
-            # auto (null) where it decides: Qwen3 packs, the torch GDN rule runs padded; True / False otherwise
-            settings = {False: False, True: None} if path == QWEN3 else {False: None, True: True}
+    batches = [ragged_batch(0), ragged_batch(1, rows=3)]
+    for path, tp, pp in LAYOUTS:
+        # auto (null) where it decides: Qwen3 packs, the torch GDN rule runs padded; True / False otherwise
+        settings = {False: False, True: None} if path == QWEN3 else {False: None, True: True}
 
-            def make(packed, path=path, tp=tp, pp=pp, settings=settings):
-                model, actor = _sections(path, tp, pp, remove_padding=settings[packed])
-                engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
-                engine.initialize()
-                return engine
-
-            engine = _compare(rec, f"{path}:tp{tp}:pp{pp}", make, batches)
-            if (tp, pp) == (2, 1) and path in (QWEN3, DENSE):
-                rec[f"{path}:leak_gap"] = _leak_gap(engine, batches[0])
-                rec[f"{path}:real_gap"] = rec[f"{path}:tp{tp}:pp{pp}:out_gap"]
-            mpu.destroy_model_parallel()
-
-        # the critic (values) at TP=1 with two data-parallel ranks
-        def make_critic(packed):
-            model, critic = _sections(DENSE, remove_padding=packed, critic=True)
-            engine = MegatronValueEngine(model, critic, critic.optim, "cpu", "critic")
+        def make(packed, path=path, tp=tp, pp=pp, settings=settings):
+            model, actor = _sections(path, tp, pp, remove_padding=settings[packed])
+            engine = MegatronLMEngine(model, actor, actor.optim, "cpu", "actor")
             engine.initialize()
             return engine
 
-        _compare(rec, "critic", make_critic, batches, key="values", loss_fn=_value_loss)
+        engine = _compare(rec, f"{path}:tp{tp}:pp{pp}", make, batches)
+        if (tp, pp) == (2, 1) and path in (QWEN3, DENSE):
+            rec[f"{path}:leak_gap"] = _leak_gap(engine, batches[0])
+            rec[f"{path}:real_gap"] = rec[f"{path}:tp{tp}:pp{pp}:out_gap"]
         mpu.destroy_model_parallel()
 
-        # the Ascend GDN kernel (its CPU double) on npu takes the packed sequences with cu_seqlens: auto packs
-        from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
+    # the critic (values) at TP=1 with two data-parallel ranks
+    def make_critic(packed):
+        model, critic = _sections(DENSE, remove_padding=packed, critic=True)
+        engine = MegatronValueEngine(model, critic, critic.optim, "cpu", "critic")
+        engine.initialize()
+        return engine
 
-        class NpuOnCpu(MegatronLMEngine):  # device npu for the kernel and packing choice, tensors on CPU
-            compute_device = "cpu"
+    _compare(rec, "critic", make_critic, batches, key="values", loss_fn=value_loss)
+    mpu.destroy_model_parallel()
 
-        def make_ascend(packed):
-            model, actor = _sections(DENSE, 2, 1, remove_padding=None if packed else False,
-                                     overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
-            engine = NpuOnCpu(model, actor, actor.optim, "npu", "actor")
-            engine.initialize()
-            return engine
+    # the Ascend GDN kernel (its CPU double) on npu takes the packed sequences with cu_seqlens: auto packs
+    from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
 
-        calls = len(double.CALLS)
-        _compare(rec, "ascend", make_ascend, batches)
-        rec["ascend:calls"] = double.CALLS[calls:]
-        mpu.destroy_model_parallel()
-    except Exception:
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+    class NpuOnCpu(MegatronLMEngine):  # device npu for the kernel and packing choice, tensors on CPU
+        compute_device = "cpu"
+
+    def make_ascend(packed):
+        model, actor = _sections(DENSE, 2, 1, remove_padding=None if packed else False,
+                                 overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
+        engine = NpuOnCpu(model, actor, actor.optim, "npu", "actor")
+        engine.initialize()
+        return engine
+
+    calls = len(double.CALLS)
+    _compare(rec, "ascend", make_ascend, batches)
+    rec["ascend:calls"] = double.CALLS[calls:]
+    mpu.destroy_model_parallel()
 
 
 @pytest.fixture(scope="module")
-def run(spawn_ranks):
-    return spawn_ranks(_scenario, "megatron_packing")
+def run(megatron_world):
+    return megatron_world(__name__)
 
 
 @pytest.mark.parametrize("path,tp,pp", LAYOUTS)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import traceback
 
 import pytest
 import torch
+from megatron_world import nll_loss, scenario
 
 from verl_lite.decisions import memory as m
 from verl_lite.models import ASSETS_DIR
@@ -30,12 +30,6 @@ def _batch():
     mask = torch.ones(B, T, dtype=torch.long)
     pos = (mask.cumsum(1) - 1).clamp(min=0)
     return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
-
-
-def _nll(outputs, batch):
-    mask = batch["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"loss": loss.item()}
 
 
 def _adam_bytes(optimizer) -> int:
@@ -70,7 +64,7 @@ def _megatron(rank, rec):
         engine.initialize()
         engine.train_mode()
         engine.optimizer_zero_grad()
-        engine.forward_backward([_batch()], _nll)
+        engine.forward_backward([_batch()], nll_loss)
         engine.optimizer_step()
         key = f"{path}:tp{tp}pp{pp}ep{ep}"
         rec[key] = {
@@ -104,21 +98,15 @@ def _fsdp(rank, rec):
         }
 
 
-def _scenario(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    rec = {}
-    try:
-        _megatron(rank, rec)
-        _fsdp(rank, rec)
-    except Exception:
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+@scenario
+def _scenario(rank, rec, out_dir):
+    _megatron(rank, rec)
+    _fsdp(rank, rec)
 
 
 @pytest.fixture(scope="module")
-def run(spawn_ranks):
-    return spawn_ranks(_scenario, "memory_engines")
+def run(megatron_world):
+    return megatron_world(__name__)
 
 
 def _dims(path, **override):

@@ -4,8 +4,8 @@ log-probs; HF -> Megatron -> HF bitwise; the GDN kernel choice and the Ascend ke
 its contract double (tests/py/mindspeed_double/mindspeed_mm), packed against padded, and the
 MindSpeed npu engine (its internals on CPU) running Qwen3.5 through that kernel.
 
-The layouts run in ONE spawn of two gloo processes (`_scenario`, a megatron import costs 7-9 s per
-process), one after the other; the MindSpeed engine needs a process of its own (the double must be
+The layouts run one after the other in the spawn of two gloo processes the Megatron test modules
+share (`_scenario`, tests/py/megatron_world.py: a megatron import costs 7-9 s per process); the MindSpeed engine needs a process of its own (the double must be
 imported before megatron: `_mindspeed_scenario`, one rank); the MoE GRPO run is in-process. The
 tests read what the spawned processes recorded. The shipped tiny models start from their seeded
 random HF init (`init_seed`).
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from megatron_world import megatron_sections, nll_loss, padded_batch, response_log_probs, scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = REPO_ROOT / "tests" / "py" / "mindspeed_double"
@@ -35,42 +36,17 @@ LAYOUTS = [
 
 def make_batch(seed: int = 0):
     """Left-padded prompts and a response that ended early (padding on both sides)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 48, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[0, :5] = 0
-    mask[2, :2] = 0
-    mask[1, -1] = 0
-    ids[mask == 0] = 0
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
-    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
+    return padded_batch(B, T, R, left_pad={0: 5, 2: 2}, ended_early=(1,), seed=seed)
 
 
 def _sections(path, tp=1, pp=1, ep=1, overrides=None):
-    from omegaconf import OmegaConf
-
-    from verl_lite.config.schema import VerlLiteConfig
-
-    cfg = OmegaConf.structured(VerlLiteConfig)
-    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
-    model.path, model.init_seed = path, SEED
-    actor.strategy = "megatron"
-    actor.megatron.tensor_model_parallel_size = tp
-    actor.megatron.pipeline_model_parallel_size = pp
-    actor.megatron.expert_model_parallel_size = ep
-    actor.megatron.override_transformer_config = dict(overrides or {})
-    return model, actor
+    return megatron_sections(path, tp, pp, ep, init_seed=SEED, overrides=overrides)
 
 
 def _hf_logits(hf_model, batch):
     with torch.no_grad():
         return hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                         position_ids=batch["position_ids"]).logits
-
-
-def _response_log_probs(logits, batch):
-    r = batch["responses"].shape[1]
-    return torch.log_softmax(logits[:, -r - 1 : -1].float(), -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
 
 
 def _engine_logits(engine, batch):
@@ -122,7 +98,7 @@ def _check_layout(rank, rec, refs, path, tp, pp, ep):
     rec[f"{key}:strict"] = (list(result.missing_keys), list(result.unexpected_keys))
     resp = batch["response_mask"].bool()
     rec[f"{key}:export_log_prob_diff"] = (
-        (_response_log_probs(_hf_logits(fresh, batch), batch) - log_probs)[resp].abs().max().item())
+        (response_log_probs(_hf_logits(fresh, batch), batch) - log_probs)[resp].abs().max().item())
     rec[f"{key}:names"] = (sorted(set(state) - set(exported)), sorted(set(exported) - set(state)))
     rec[f"{key}:not_bitwise"] = sorted(k for k in state if k in exported and not (
         exported[k].dtype == state[k].dtype and torch.equal(exported[k], state[k])))
@@ -232,25 +208,19 @@ def _try_training_moe_at_tp2(rec):
         rec["moe_tp2_training_error"] = f"{type(e).__name__}: {e}"
 
 
-def _scenario(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+@scenario
+def _scenario(rank, rec, out_dir):
     from megatron.core import parallel_state as mpu
 
-    rec = {}
-    try:
-        refs = {path: _hf_reference(path) for path in (DENSE, MOE)}
-        for path, tp, pp, ep in LAYOUTS:
-            engine = _check_layout(rank, rec, refs, path, tp, pp, ep)
-            if (path, tp) == (MOE, 2):
-                _try_training_moe_at_tp2(rec)
-            if (path, tp, pp, ep) == (DENSE, 1, 1, 1):
-                _phase_chunk_size(rec, refs, engine)
-                _phase_ascend(rank, rec, refs, engine)
-            mpu.destroy_model_parallel()
-    except Exception:
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+    refs = {path: _hf_reference(path) for path in (DENSE, MOE)}
+    for path, tp, pp, ep in LAYOUTS:
+        engine = _check_layout(rank, rec, refs, path, tp, pp, ep)
+        if (path, tp) == (MOE, 2):
+            _try_training_moe_at_tp2(rec)
+        if (path, tp, pp, ep) == (DENSE, 1, 1, 1):
+            _phase_chunk_size(rec, refs, engine)
+            _phase_ascend(rank, rec, refs, engine)
+        mpu.destroy_model_parallel()
 
 
 def _mindspeed_scenario(rank, world, port, out_dir):
@@ -281,18 +251,13 @@ def _mindspeed_scenario(rank, world, port, out_dir):
         log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
         _, hf_model, _ = _hf_reference(DENSE)
         resp = batch["response_mask"].bool()
-        rec["log_prob_diff"] = (log_probs - _response_log_probs(_hf_logits(hf_model, batch), batch))[resp].abs().max().item()
-
-        def nll(outputs, mb):
-            mask = mb["response_mask"].float()
-            loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-            return loss, {"loss": loss.item()}
+        rec["log_prob_diff"] = (log_probs - response_log_probs(_hf_logits(hf_model, batch), batch))[resp].abs().max().item()
 
         engine.train_mode()
         losses = []
         for _ in range(3):
             engine.optimizer_zero_grad()
-            losses.append(engine.forward_backward([batch], nll)[0]["metrics"]["loss"])
+            losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
             engine.optimizer_step()
         rec["losses"] = losses
         rec["calls"] = list(double.CALLS)
@@ -302,8 +267,8 @@ def _mindspeed_scenario(rank, world, port, out_dir):
 
 
 @pytest.fixture(scope="module")
-def run(spawn_ranks):
-    return spawn_ranks(_scenario, "qwen3_5_megatron")
+def run(megatron_world):
+    return megatron_world(__name__)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ micro-batch whose pixel inputs were dropped is refused; the interleaved 3-D rota
 transformers' own.
 
 The tiny models are built in code from transformers' config classes (random init, seeded); the
-layouts run in one spawn of two gloo processes (`_scenario`), the tests read what they recorded.
+layouts run in the spawn of two gloo processes the Megatron test modules share (`_scenario`,
+tests/py/megatron_world.py), the tests read what they recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from megatron_world import megatron_sections, nll_loss, response_log_probs, scenario
 
 SEED = 5
 DENSE, MOE = "qwen3_vl", "qwen3_vl_moe"
@@ -102,24 +104,8 @@ def hf_logits(hf_model, batch):
                         image_grid_thw=torch.cat([m["image_grid_thw"] for m in rows])).logits
 
 
-def response_log_probs(logits, batch):
-    r = batch["responses"].shape[1]
-    return torch.log_softmax(logits[:, -r - 1: -1].float(), -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
-
-
 def _sections(path, tp=1, pp=1, ep=1):
-    from omegaconf import OmegaConf
-
-    from verl_lite.config.schema import VerlLiteConfig
-
-    cfg = OmegaConf.structured(VerlLiteConfig)
-    model, actor = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor
-    model.path, model.init_seed = path, SEED
-    actor.strategy = "megatron"
-    actor.megatron.tensor_model_parallel_size = tp
-    actor.megatron.pipeline_model_parallel_size = pp
-    actor.megatron.expert_model_parallel_size = ep
-    return model, actor
+    return megatron_sections(path, tp, pp, ep, init_seed=SEED)
 
 
 def _engine_logits(engine, batch):
@@ -137,12 +123,6 @@ def _engine_logits(engine, batch):
     item["visual"] = engine.bridge.visual_inputs(batch, torch.device("cpu"))
     logits = megatron_batch.run_schedule(engine.model, [item], logits_of, None, True, False)[0]["logits"]
     return logits[:, logits.shape[1] - batch["input_ids"].shape[1]:]
-
-
-def _nll(outputs, mb):
-    mask = mb["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"loss": loss.item()}
 
 
 def _check_layout(rec, refs, paths, kind, tp, pp, ep):
@@ -198,7 +178,7 @@ def _phase_tp2_vision_grads(rec, paths, refs):
     engine.initialize()
     engine.train_mode()
     engine.optimizer_zero_grad()
-    engine.forward_backward([batch], _nll)  # the schedule runs finalize_model_grads
+    engine.forward_backward([batch], nll_loss)  # the schedule runs finalize_model_grads
     rec["tp2_sp"] = bool(engine.tf_config.sequence_parallel)
     rec["tp2_vision_grads"] = _vision_grads(engine)
     mpu.destroy_model_parallel()
@@ -223,7 +203,7 @@ def _phase_recompute_under_pp2(rec, paths, refs):
         engine.initialize()
         engine.train_mode()
         engine.optimizer_zero_grad()
-        engine.forward_backward([first, second], _nll)
+        engine.forward_backward([first, second], nll_loss)
         chunk = getattr(engine.model[0], "module", engine.model[0])
         grads = {n: p.main_grad.detach().clone() for n, p in chunk.named_parameters()}
         rec[f"pp2_grads:recompute={recompute}"] = grads
@@ -247,7 +227,7 @@ def _phase_training(rec, paths, refs):
     losses, vision_grads = [], []
     for _ in range(3):
         engine.optimizer_zero_grad()
-        losses.append(engine.forward_backward([batch], _nll)[0]["metrics"]["loss"])
+        losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
         if not vision_grads:
             rec["ep2_vision_grads"] = _vision_grads(engine)
         chunk = getattr(engine.model[0], "module", engine.model[0])
@@ -265,42 +245,36 @@ def _phase_training(rec, paths, refs):
     rec["pixels_change_log_probs"] = (with_images - without).abs().max().item()
 
 
-def _scenario(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+@scenario
+def _scenario(rank, rec, out_dir):
     from megatron.core import parallel_state as mpu
 
     from verl_lite.engine.megatron.hf import random_hf_state
 
-    rec = {}
-    try:
-        refs, paths = {}, {}
-        for kind in (DENSE, MOE):
-            config = tiny_config(kind)
-            path = os.path.join(out_dir, f"rank{rank}", kind)
-            config.save_pretrained(path)
-            paths[kind] = path
-            state = random_hf_state(_hf_class(kind), config, SEED).__self__
-            hf_model = _hf_class(kind)(config).eval()
-            hf_model.load_state_dict(state, strict=True)
-            refs[kind] = (config, hf_model, state, make_vl_batch(hf_model))
-        for kind, tp, pp, ep in LAYOUTS:
-            engine = _check_layout(rec, refs, paths, kind, tp, pp, ep)
-            if (kind, tp, pp, ep) == (DENSE, 1, 1, 1):
-                _phase_dropped_pixels(rec, engine, refs[DENSE][3])
-            mpu.destroy_model_parallel()
-        _phase_tp2_vision_grads(rec, paths, refs)
-        _phase_recompute_under_pp2(rec, paths, refs)
-        _phase_training(rec, paths, refs)
+    refs, paths = {}, {}
+    for kind in (DENSE, MOE):
+        config = tiny_config(kind)
+        path = os.path.join(out_dir, f"rank{rank}", kind)
+        config.save_pretrained(path)
+        paths[kind] = path
+        state = random_hf_state(_hf_class(kind), config, SEED).__self__
+        hf_model = _hf_class(kind)(config).eval()
+        hf_model.load_state_dict(state, strict=True)
+        refs[kind] = (config, hf_model, state, make_vl_batch(hf_model))
+    for kind, tp, pp, ep in LAYOUTS:
+        engine = _check_layout(rec, refs, paths, kind, tp, pp, ep)
+        if (kind, tp, pp, ep) == (DENSE, 1, 1, 1):
+            _phase_dropped_pixels(rec, engine, refs[DENSE][3])
         mpu.destroy_model_parallel()
-    except Exception:
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+    _phase_tp2_vision_grads(rec, paths, refs)
+    _phase_recompute_under_pp2(rec, paths, refs)
+    _phase_training(rec, paths, refs)
+    mpu.destroy_model_parallel()
 
 
 @pytest.fixture(scope="module")
-def run(spawn_ranks):
-    return spawn_ranks(_scenario, "qwen3_vl_megatron")
+def run(megatron_world):
+    return megatron_world(__name__)
 
 
 def _keys(kind):
@@ -515,7 +489,7 @@ def _mindspeed_scenario(rank, world, port, out_dir):
         losses = []
         for _ in range(3):
             engine.optimizer_zero_grad()
-            losses.append(engine.forward_backward([batch], _nll)[0]["metrics"]["loss"])
+            losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
             engine.optimizer_step()
         rec["losses"] = losses
     except Exception:

@@ -48,10 +48,10 @@ def test_moe_at_tp1_and_dense_models_at_tp2_and_the_forward_only_ref_are_not_ref
 # per process) at TP=2; the tests read what the ranks recorded. fp32 throughout.
 
 import os  # noqa: E402
-import traceback  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from megatron_world import nll_loss, padded_batch, scenario  # noqa: E402
 
 B, T, R = 3, 11, 4  # T odd: sequence parallelism at TP=2 pads one column on the left
 SEED = 3
@@ -67,15 +67,7 @@ STEP_TOL = 2e-5
 
 def make_batch(seed: int = 0):
     """Left-padded prompts and a response that ended early."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 48, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[0, :4] = 0
-    mask[2, :2] = 0
-    mask[1, -1] = 0
-    ids[mask == 0] = 0
-    pos = (mask.cumsum(1) - 1).clamp(min=0)
-    return dict(input_ids=ids, attention_mask=mask, position_ids=pos, responses=ids[:, -R:], response_mask=mask[:, -R:])
+    return padded_batch(B, T, R, left_pad={0: 4, 2: 2}, ended_early=(1,), seed=seed)
 
 
 def _sections(path, sp, lr=1e-3, tp=2):
@@ -91,12 +83,6 @@ def _sections(path, sp, lr=1e-3, tp=2):
     actor.megatron.sequence_parallel = sp
     actor.optim.lr = lr
     return model, actor, cfg.critic
-
-
-def nll(outputs, mb):
-    mask = mb["response_mask"].float()
-    loss = -(outputs["log_probs"] * mask).sum() / mask.sum()
-    return loss, {"loss": loss.item()}
 
 
 def _engine(path, sp, trains, lr=1e-3, tp=2):
@@ -172,7 +158,7 @@ def _one_step(engine, batch, strip_attribute=False):
                 p.sequence_parallel = False
     engine.train_mode()
     engine.optimizer_zero_grad()
-    engine.forward_backward([batch], nll)
+    engine.forward_backward([batch], nll_loss)
     grads = {n: p.main_grad.detach().clone() for n, p in _params(engine).items() if n in (NORM, QNORM)}
     grads["norm"] = engine.optimizer_step()  # the grad norm the step clipped with (optim.clip_grad 1.0)
     weights = {n: t.detach().clone() for n, t in engine.export_hf_weights()}
@@ -257,7 +243,7 @@ def _phase_moe_training(rec, batch):
     losses = []
     for _ in range(4):
         engine.optimizer_zero_grad()
-        losses.append(engine.forward_backward([batch], nll)[0]["metrics"]["loss"])
+        losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
         engine.optimizer_step()
     rec["moe_losses"] = losses
 
@@ -280,27 +266,21 @@ def _phase_worker_sampling(rec, rank):
     rec["worker_responses"] = out["responses"]
 
 
-def _scenario(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
-    rec = {}
-    try:
-        batch = make_batch()
-        valid = batch["attention_mask"].bool()
-        _phase_logits(rec, batch, valid)
-        _phase_step(rec, batch)
-        _phase_gdn_step(rec, batch)
-        _phase_critic(rec, batch)
-        _phase_moe_training(rec, batch)
-        _phase_worker_sampling(rec, rank)
-    except Exception:
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+@scenario
+def _scenario(rank, rec, out_dir):
+    batch = make_batch()
+    valid = batch["attention_mask"].bool()
+    _phase_logits(rec, batch, valid)
+    _phase_step(rec, batch)
+    _phase_gdn_step(rec, batch)
+    _phase_critic(rec, batch)
+    _phase_moe_training(rec, batch)
+    _phase_worker_sampling(rec, rank)
 
 
 @pytest.fixture(scope="module")
-def ranks(spawn_ranks):
-    return spawn_ranks(_scenario, "sequence_parallel")
+def ranks(megatron_world):
+    return megatron_world(__name__)
 
 
 @pytest.mark.parametrize("path", [QWEN3, QWEN3_5, MOE])

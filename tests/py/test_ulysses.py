@@ -59,51 +59,80 @@ def _run(engine, loss_fn, entropy):
     return out, _grads(engine)
 
 
-def _compare_rank(rank, world, port, out_dir, model, role, checkpointing=False):
-    import torch
+def _compare(rank, world, rec, model, role, checkpointing=False):
+    """The padded, packed and SP=2 engines of one role on the same batch: outputs and gradients."""
     import torch.distributed as dist
 
     from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, OptimConfig
     from verl_lite.engine.fsdp import TorchLMEngine, TorchValueEngine
     from verl_lite.trainer.worker_group import dp_leaders, shards_by_rank
 
-    rec = {}
-    try:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        torch.set_num_threads(1)
-        cls, section, loss, entropy = ((TorchLMEngine, ActorConfig, _lm_loss, True) if role == "actor" else
-                                       (TorchValueEngine, CriticConfig, _value_loss, False))
-        runs = {}
-        for name, sp, packed in (("padded", 1, False), ("packed", 1, True), ("sp", 2, True)):
-            # checkpointing: the SP engine recomputes its layers, all-to-alls included, in the backward
-            engine = cls(ModelConfig(path=model, use_remove_padding=packed,
-                                     enable_gradient_checkpointing=checkpointing and sp > 1),
-                         section(ulysses_sequence_parallel_size=sp), OptimConfig(lr=1e-3), "cpu", role)
-            engine.initialize()
-            runs[name] = _run(engine, loss, entropy)
-            if sp > 1:
-                rec["topology"] = {"dp_rank": engine.data_parallel_rank(), "dp_size": engine.data_parallel_size(),
-                                   "leader": engine.is_data_parallel_leader()}
-                topo = [None] * world
-                dist.all_gather_object(topo, rec["topology"])
-                rec["dispatch"] = shards_by_rank(["shard0"], topo), dp_leaders(topo)
-        rec["runs"] = runs
-    except Exception:  # reported by spawn_ranks with the traceback
-        rec["error"] = traceback.format_exc()
-    torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
+    cls, section, loss, entropy = ((TorchLMEngine, ActorConfig, _lm_loss, True) if role == "actor" else
+                                   (TorchValueEngine, CriticConfig, _value_loss, False))
+    runs = {}
+    for name, sp, packed in (("padded", 1, False), ("packed", 1, True), ("sp", 2, True)):
+        # checkpointing: the SP engine recomputes its layers, all-to-alls included, in the backward
+        engine = cls(ModelConfig(path=model, use_remove_padding=packed,
+                                 enable_gradient_checkpointing=checkpointing and sp > 1),
+                     section(ulysses_sequence_parallel_size=sp), OptimConfig(lr=1e-3), "cpu", role)
+        engine.initialize()
+        runs[name] = _run(engine, loss, entropy)
+        if sp > 1:
+            rec["topology"] = {"dp_rank": engine.data_parallel_rank(), "dp_size": engine.data_parallel_size(),
+                               "leader": engine.is_data_parallel_leader()}
+            topo = [None] * world
+            dist.all_gather_object(topo, rec["topology"])
+            rec["dispatch"] = shards_by_rank(["shard0"], topo), dp_leaders(topo)
+    rec["runs"] = runs
 
 
-def _actor_qwen3(rank, world, port, out_dir):
-    _compare_rank(rank, world, port, out_dir, "tiny-qwen3", "actor")
+def _one_kv_head_model(out_dir, rank):
+    """tiny-qwen3 with one KV head (fewer than the SP ranks), written for this rank."""
+    config = json.loads(open(os.path.join(os.path.dirname(__file__), "../../verl_lite/assets/tiny-qwen3/config.json"),
+                             encoding="utf-8").read())
+    config["num_key_value_heads"] = 1
+    path = os.path.join(out_dir, f"one_kv_head_rank{rank}")
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f)
+    return path
 
 
-def _actor_one_kv_head(rank, world, port, out_dir):
-    _compare_rank(rank, world, port, out_dir, os.environ["ULYSSES_TEST_MODEL"], "actor", checkpointing=True)
+CASES = {  # name -> (model, role, gradient checkpointing); one spawn runs them all, one after the other
+    "actor": ("tiny-qwen3", "actor", False),
+    "one_kv_head": (None, "actor", True),
+    "critic": ("tiny-qwen3", "critic", False),
+}
 
 
-def _critic_qwen3(rank, world, port, out_dir):
-    _compare_rank(rank, world, port, out_dir, "tiny-qwen3", "critic")
+def _compare_all(rank, world, port, out_dir):
+    """Every case of CASES in one gloo group of two ranks; each case's record (with an "error"
+    traceback if it failed) under its name."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    recs = {}
+    for name, (model, role, checkpointing) in CASES.items():
+        rec = recs[name] = {}
+        try:
+            _compare(rank, world, rec, model or _one_kv_head_model(out_dir, rank), role, checkpointing)
+        except Exception:
+            rec["error"] = traceback.format_exc()
+        dist.barrier()
+    torch.save(recs, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+@pytest.fixture(scope="module")
+def compared(spawn_ranks):
+    """name -> [record of rank 0, record of rank 1] of each case of CASES."""
+    recs = spawn_ranks(_compare_all, "ulysses")
+    for name in CASES:
+        for r, rec in enumerate(recs):
+            assert "error" not in rec[name], f"{name}, rank {r} failed:\n{rec[name]['error']}"
+    return {name: [rec[name] for rec in recs] for name in CASES}
 
 
 def _assert_same(recs, keys):
@@ -122,8 +151,8 @@ def _assert_same(recs, keys):
                 assert torch.allclose(g_sp[name], g_ref[name], atol=TOL, rtol=1e-4), (ref, name)
 
 
-def test_actor_log_probs_entropy_and_gradients_with_sp2_equal_the_plain_engine(spawn_ranks):
-    recs = spawn_ranks(_actor_qwen3, "ulysses_actor")
+def test_actor_log_probs_entropy_and_gradients_with_sp2_equal_the_plain_engine(compared):
+    recs = compared["actor"]
     _assert_same(recs, ("log_probs", "entropy"))
     # both ranks are data-parallel rank 0 of 1; rank 0 alone is collected
     assert [r["topology"] for r in recs] == [{"dp_rank": 0, "dp_size": 1, "leader": True},
@@ -131,17 +160,12 @@ def test_actor_log_probs_entropy_and_gradients_with_sp2_equal_the_plain_engine(s
     assert recs[0]["dispatch"] == (["shard0", "shard0"], [(0, 0)])
 
 
-def test_fewer_kv_heads_than_sp_ranks_and_gradient_checkpointing_give_the_same_outputs_and_gradients(
-        spawn_ranks, write_model, monkeypatch):
-    config = json.loads(open(os.path.join(os.path.dirname(__file__), "../../verl_lite/assets/tiny-qwen3/config.json"),
-                             encoding="utf-8").read())
-    config["num_key_value_heads"] = 1
-    monkeypatch.setenv("ULYSSES_TEST_MODEL", write_model(config, "one_kv_head"))
-    _assert_same(spawn_ranks(_actor_one_kv_head, "ulysses_kv1"), ("log_probs", "entropy"))
+def test_fewer_kv_heads_than_sp_ranks_and_gradient_checkpointing_give_the_same_outputs_and_gradients(compared):
+    _assert_same(compared["one_kv_head"], ("log_probs", "entropy"))
 
 
-def test_critic_values_and_gradients_with_sp2_equal_the_plain_engine(spawn_ranks):
-    _assert_same(spawn_ranks(_critic_qwen3, "ulysses_critic"), ("values",))
+def test_critic_values_and_gradients_with_sp2_equal_the_plain_engine(compared):
+    _assert_same(compared["critic"], ("values",))
 
 
 def test_the_dispatch_hands_every_rank_of_an_sp_group_its_dp_shard_and_collects_one_result_per_group():

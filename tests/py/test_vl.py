@@ -411,6 +411,25 @@ def test_the_image_task_scores_the_first_word():
     assert default_compute_score("verl_lite/shapes_count", "two.", "two") == 1.0
 
 
+@pytest.mark.parametrize("module, options", [("synthetic", ["--digits", "4"]), ("synthetic_images", ["--task", "count"])])
+def test_the_data_generators_command_lines_write_both_splits_and_refuse_an_unwritable_directory(
+        module, options, tmp_path, capsys):
+    import importlib
+
+    import pandas as pd
+
+    main = importlib.import_module(f"verl_lite.data.{module}").main
+    out = tmp_path / "data"
+    assert main(["--out-dir", str(out), "--train", "3", "--val", "2", *options]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"train: {out / 'train.parquet'}", f"val: {out / 'val.parquet'}"]
+    assert [len(pd.read_parquet(out / f"{s}.parquet")) for s in ("train", "val")] == [3, 2]
+    (tmp_path / "file").write_text("")
+    assert main(["--out-dir", str(tmp_path / "file" / "x"), "--train", "1", "--val", "1"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("verl_lite: ") and "Not a directory" in line, line
+
+
 def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_refused():
     from verl_lite.config import load_config
     from verl_lite.preflight.verl_settings import verl_problems

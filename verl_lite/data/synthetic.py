@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -93,25 +93,40 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     return matches / max(len(target), len(response))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verl_lite.data.synthetic", description=__doc__.splitlines()[0])
+def generator_cli(argv: Optional[List[str]], prog: str, description: str, tasks: Sequence[str],
+                  default_task: str, n_train: int, n_val: int,
+                  generate_from: Callable[[argparse.Namespace], Dict[str, str]],
+                  add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None) -> int:
+    """The command line of a synthetic data generator: --out-dir, --task, the generator's own options
+    (`add_arguments`), --train, --val, --seed, --force; `generate_from(args)` writes the files and
+    returns split -> path, printed one a line. A bad value or an unwritable directory is one
+    `verl_lite: ...` line on stderr and exit status 1."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--out-dir", required=True)
-    parser.add_argument("--task", default="copy", choices=TASKS)
-    parser.add_argument("--digits", type=int, default=3)
-    parser.add_argument("--train", type=int, default=4096, help="training rows")
-    parser.add_argument("--val", type=int, default=128, help="validation rows")
+    parser.add_argument("--task", default=default_task, choices=tuple(tasks))
+    if add_arguments is not None:
+        add_arguments(parser)
+    parser.add_argument("--train", type=int, default=n_train, help="training rows")
+    parser.add_argument("--val", type=int, default=n_val, help="validation rows")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="overwrite existing files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        paths = generate(args.out_dir, args.task, args.digits, args.train, args.val, args.seed, args.force)
+        paths = generate_from(args)
     except (ValueError, OSError) as e:
         print(f"verl_lite: {e}", file=sys.stderr)
         return 1
     for split, path in paths.items():
         print(f"{split}: {path}")
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return generator_cli(
+        argv, "python -m verl_lite.data.synthetic", __doc__.splitlines()[0], TASKS, "copy", 4096, 128,
+        lambda a: generate(a.out_dir, a.task, a.digits, a.train, a.val, a.seed, a.force),
+        lambda parser: parser.add_argument("--digits", type=int, default=3))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Usage: python -m verl_lite.data.synthetic_images --out-dir data/tiny_vl [--task 
 
 from __future__ import annotations
 
-import argparse
 import io
 import logging
 import os
@@ -22,7 +21,7 @@ import random
 import sys
 from typing import Any, Dict, List, Optional
 
-from verl_lite.data.synthetic import write_parquet
+from verl_lite.data.synthetic import generator_cli, write_parquet
 
 logger = logging.getLogger(__name__)
 
@@ -117,24 +116,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verl_lite.data.synthetic_images",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", required=True)
-    parser.add_argument("--task", default="colour", choices=tuple(TASKS))
-    parser.add_argument("--train", type=int, default=1024, help="training rows")
-    parser.add_argument("--val", type=int, default=64, help="validation rows")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--force", action="store_true", help="overwrite existing files")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        paths = generate(args.out_dir, args.task, args.train, args.val, args.seed, args.force)
-    except (ValueError, OSError) as e:
-        print(f"verl_lite: {e}", file=sys.stderr)
-        return 1
-    for split, path in paths.items():
-        print(f"{split}: {path}")
-    return 0
+    return generator_cli(
+        argv, "python -m verl_lite.data.synthetic_images", __doc__.splitlines()[0], TASKS, "colour", 1024, 64,
+        lambda a: generate(a.out_dir, a.task, a.train, a.val, a.seed, a.force))
 
 
 if __name__ == "__main__":

@@ -80,6 +80,31 @@ def gpt_config_kwargs(hf_config: Any, ffn_hidden_size: int) -> Dict[str, Any]:
     )
 
 
+def moe_config_kwargs(hf_config: Any, int_field: Callable[[str], int], shared_expert: bool = False) -> Dict[str, Any]:
+    """The TransformerConfig MoE fields of a Qwen-style MoE text config (Qwen3-VL MoE, Qwen3.5 MoE):
+    top-k routing then softmax over the k (= softmax, top-k, renormalise), the aux loss only when
+    the config asks for router logits with a positive coefficient, alltoall dispatch, MoE on every
+    layer. `int_field(name)` reads a required integer field (the bridge's own spelling rules);
+    `shared_expert` adds the gated shared expert of Qwen3.5 MoE."""
+    aux = float(hf_field(hf_config, "router_aux_loss_coef", 0.0) or 0.0)
+    aux_on = bool(hf_field(hf_config, "output_router_logits", False)) and aux > 0
+    kwargs = dict(
+        num_moe_experts=int_field("num_experts"),
+        moe_router_topk=int_field("num_experts_per_tok"),
+        moe_ffn_hidden_size=int_field("moe_intermediate_size"),
+        moe_router_pre_softmax=False,
+        moe_router_load_balancing_type="aux_loss" if aux_on else "none",
+        moe_aux_loss_coeff=aux if aux_on else 0.0,
+        moe_token_dispatcher_type="alltoall",
+        moe_grouped_gemm=False,
+        moe_layer_freq=1,
+    )
+    if shared_expert:
+        kwargs.update(moe_shared_expert_intermediate_size=int_field("shared_expert_intermediate_size"),
+                      moe_shared_expert_gate=True)
+    return kwargs
+
+
 def check_divides_tp(what: str, count: int, tp_size: int) -> None:
     """Refuse a size split over TP ranks that TP does not divide (decisions/layout.py: the arithmetic)."""
     problem = heads_problem(count, tp_size)

@@ -36,7 +36,7 @@ import torch
 from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron import norm as megatron_norm
 from verl_lite.engine.megatron.bridges.base import (Layout, ModelBridge, UnsupportedModelError, check_divides_tp,
-                                                    gpt_config_kwargs, hf_field)
+                                                    gpt_config_kwargs, hf_field, moe_config_kwargs)
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
 
 logger = logging.getLogger(__name__)
@@ -231,21 +231,7 @@ class Qwen3_5MoeBridge(Qwen3_5Bridge):
         return self._int("moe_intermediate_size")
 
     def _moe_kwargs(self) -> Dict[str, Any]:
-        aux = float(hf_field(self.text, "router_aux_loss_coef", 0.0) or 0.0)
-        aux_on = bool(hf_field(self.text, "output_router_logits", False)) and aux > 0
-        return dict(
-            num_moe_experts=self._int("num_experts"),
-            moe_router_topk=self._int("num_experts_per_tok"),
-            moe_ffn_hidden_size=self._int("moe_intermediate_size"),
-            moe_shared_expert_intermediate_size=self._int("shared_expert_intermediate_size"),
-            moe_shared_expert_gate=True,
-            moe_router_pre_softmax=False,  # top-k, then softmax over the k = softmax, top-k, renormalise
-            moe_router_load_balancing_type="aux_loss" if aux_on else "none",
-            moe_aux_loss_coeff=aux if aux_on else 0.0,
-            moe_token_dispatcher_type="alltoall",
-            moe_grouped_gemm=False,
-            moe_layer_freq=1,
-        )
+        return moe_config_kwargs(self.text, self._int, shared_expert=True)
 
     def _mlp_spec(self, local_spec: Any) -> Any:
         from megatron.core.transformer.moe import moe_utils
