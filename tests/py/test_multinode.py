@@ -38,6 +38,7 @@ from verl_lite.device import local_device_index
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PER_NODE = 3  # fake devices on each node of the placement cluster
+NODE = dict(num_cpus=PER_NODE + 1, num_gpus=PER_NODE, resources={"NPU": PER_NODE})  # one node of that cluster
 
 
 # ---------------------------------------------------------------------------- pure rules
@@ -101,10 +102,9 @@ def two_nodes():
     import ray
     from ray.cluster_utils import Cluster
 
-    node = dict(num_cpus=PER_NODE + 1, num_gpus=PER_NODE, resources={"NPU": PER_NODE})
-    cluster = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
+    cluster = Cluster(initialize_head=True, head_node_args=dict(NODE, include_dashboard=False))
     try:
-        cluster.add_node(**node)
+        cluster.add_node(**NODE)
         ray.init(address=cluster.address, log_to_driver=False)
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the probe task
         cluster.wait_for_nodes()
@@ -289,6 +289,61 @@ def test_megatron_tp_inside_a_node_and_dp_across_nodes_gives_the_one_node_metric
     print("largest difference, two nodes vs one:", max(diffs.values()),
           {key: [round(two[step][key], 6) for step in two] for key in ("critic/score/mean", "actor/pg_loss",
                                                                       "actor/grad_norm")})
+
+
+@pytest.mark.timeout(600)
+def test_a_node_lost_under_the_fully_async_rollout_pool_stops_with_the_node_and_the_last_checkpoint(
+        two_nodes, copy_task_data, tmp_path, monkeypatch):
+    """Fully-async, one training device and a rollout replica on each of the 2 nodes: the worker node
+    is removed (its processes killed) while step 3 publishes its weights to the replicas. The run
+    stops with the training pool's line, naming the replica, its node and the newest complete
+    checkpoint; step 3 left nothing that passes for a checkpoint. The worker node is added back."""
+    import ray
+
+    from test_faults import latest, overrides
+    from verl_lite.config import load_config
+    from verl_lite.trainer import async_run
+    from verl_lite.trainer import run as run_mod
+    from verl_lite.trainer.worker_group import NodeLostError
+
+    worker = next(iter(two_nodes.worker_nodes))
+    head = ray.get_runtime_context().get_node_id()
+    seen: Dict[str, object] = {}
+    push = async_run.RolloutPool.push
+
+    def push_losing_the_node(self, weights_ref, version):
+        if version == 3:  # the end of step 3 (a version a step): the worker node goes before its replica hears
+            assert sorted(self.nodes) == sorted([head, worker.node_id]), "a rollout replica on each node"
+            seen.update(replica=self.nodes.index(worker.node_id), pid=self.pids[self.nodes.index(worker.node_id)])
+            two_nodes.remove_node(worker, allow_graceful=False)
+            seen["removed"] = time.monotonic()
+        return push(self, weights_ref, version)
+
+    monkeypatch.setattr(async_run.RolloutPool, "push", push_losing_the_node)
+    out = tmp_path / "async"
+    cfg = load_config(overrides(copy_task_data(n_train=64, n_val=8), out, "async_training.enable=True",
+                                "actor_rollout_ref.rollout.nnodes=2", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+                                "trainer.total_training_steps=4", "trainer.save_freq=1", "trainer.ray=true",
+                                "trainer.ray_wait_nodes_s=60"))
+    try:
+        with pytest.raises(NodeLostError) as failed:
+            run_mod.run(cfg)
+        took = time.monotonic() - seen["removed"]
+    finally:
+        if worker in two_nodes.worker_nodes:  # the run failed before the node was removed
+            two_nodes.remove_node(worker, allow_graceful=False)
+        two_nodes.add_node(**NODE)  # the fixture's other tests have two nodes again
+        two_nodes.wait_for_nodes()
+    line = run_mod.describe_failure(failed.value)
+    assert latest(out) == 2
+    assert re.fullmatch(rf"at step 3 of 4: rollout replica {seen['replica']} \(pid {seen['pid']}\) failed in "
+                        rf"update_weights: its node [0-9.]+ \(node id {worker.node_id[:12]}\) left the cluster; "
+                        rf"last complete checkpoint {re.escape(str(out / 'global_step_2'))} \(step 2; restart the "
+                        r"node and run again to resume from it\)", line), line
+    # step 3 was not saved: nothing newer than the checkpoint named is left, complete or not
+    assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_1", "global_step_2"]
+    assert took < 60, f"the driver took {took:.1f} s to stop after the node was lost"
+    print(f"rollout node loss: stopped {took:.1f} s after the node was removed: {line}")
 
 
 # ---------------------------------------------------------------------------- the launcher path
