@@ -3,9 +3,11 @@
 - Placement and device visibility: a two-node `ray.cluster_utils.Cluster` whose nodes declare GPUs
   and NPUs they do not have; probe actors placed by the trainer's own placement code report the
   node they run on and the device they would open (Ray's visibility variable, or no-set mode).
-- Megatron across the same two nodes: TP=2 inside each node, DP=2 across them, placed by the
-  trainer; each rank reports its node and its TP / DP groups, and the first steps' metrics equal
-  those of the same layout on one node of 4.
+- Megatron across the same two nodes: TP=2 inside each node and DP=2 or PP=2 across them, placed
+  by the trainer; each rank reports its node and its TP / PP / DP groups, and the first steps'
+  metrics equal those of the same layout on one node of 4.
+- Fully-async on the same two nodes: the worker node is removed under a rollout replica; the run
+  stops with the lost-node line and the newest complete checkpoint.
 - The launcher path: `launch/ray_cluster.sh head` and `worker` start the nodes, the training script
   joins through RAY_ADDRESS before the worker node is up (it waits), trains across both nodes
   with the single-node metrics, loses the worker node mid-run (its processes killed by the process
