@@ -258,8 +258,9 @@ def misplaced(ranks: List[Dict[str, object]], node: Dict[int, str], inside: tupl
     group named in `inside` must lie in one node, each in `across` must span two."""
     bad = []
     for r in ranks:
-        bad += [f"{kind.upper()} group {r[kind]} spans nodes" for kind in inside if len({node[i] for i in r[kind]}) != 1]
-        bad += [f"{kind.upper()} group {r[kind]} inside one node" for kind in across if len({node[i] for i in r[kind]}) != 2]
+        spans = {kind: len({node[i] for i in r[kind]}) for kind in inside + across}
+        bad += [f"{kind.upper()} group {r[kind]} spans nodes" for kind in inside if spans[kind] != 1]
+        bad += [f"{kind.upper()} group {r[kind]} inside one node" for kind in across if spans[kind] != 2]
     return bad
 
 
