@@ -3,9 +3,11 @@
 - Placement and device visibility: a two-node `ray.cluster_utils.Cluster` whose nodes declare GPUs
   and NPUs they do not have; probe actors placed by the trainer's own placement code report the
   node they run on and the device they would open (Ray's visibility variable, or no-set mode).
-- Megatron across the same two nodes: TP=2 inside each node, DP=2 across them, placed by the
-  trainer; each rank reports its node and its TP / DP groups, and the first steps' metrics equal
-  those of the same layout on one node of 4.
+- Megatron across the same two nodes: TP=2 inside each node and DP=2 or PP=2 across them, placed
+  by the trainer; each rank reports its node and its TP / PP / DP groups, and the first steps'
+  metrics equal those of the same layout on one node of 4.
+- Fully-async on the same two nodes: the worker node is removed under a rollout replica; the run
+  stops with the lost-node line and the newest complete checkpoint.
 - The launcher path: `launch/ray_cluster.sh head` and `worker` start the nodes, the training script
   joins through RAY_ADDRESS before the worker node is up (it waits), trains across both nodes
   with the single-node metrics, loses the worker node mid-run (its processes killed by the process
@@ -38,6 +40,7 @@ from verl_lite.device import local_device_index
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PER_NODE = 3  # fake devices on each node of the placement cluster
+NODE = dict(num_cpus=PER_NODE + 1, num_gpus=PER_NODE, resources={"NPU": PER_NODE})  # one node of that cluster
 
 
 # ---------------------------------------------------------------------------- pure rules
@@ -101,10 +104,10 @@ def two_nodes():
     import ray
     from ray.cluster_utils import Cluster
 
-    node = dict(num_cpus=PER_NODE + 1, num_gpus=PER_NODE, resources={"NPU": PER_NODE})
-    cluster = Cluster(initialize_head=True, head_node_args=dict(node, include_dashboard=False))
+    cluster = Cluster()
     try:
-        cluster.add_node(**node)
+        add_node(cluster, **NODE, include_dashboard=False)  # the head
+        add_node(cluster, **NODE)
         ray.init(address=cluster.address, log_to_driver=False)
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the probe task
         cluster.wait_for_nodes()
@@ -113,6 +116,19 @@ def two_nodes():
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def add_node(cluster, tries: int = 3, **args) -> None:
+    """cluster.add_node, tried again when Ray's fixed 30 s for a raylet to register passed (an
+    overloaded machine: "The current node timed out during startup"). A failed attempt's processes
+    are not the cluster's; Ray ties them to this process (they end with it)."""
+    for attempt in range(tries):
+        try:
+            cluster.add_node(**args)
+            return
+        except Exception as e:
+            if "timed out during startup" not in str(e) or attempt == tries - 1:
+                raise
 
 
 def probe(device: str) -> Dict[str, object]:
@@ -226,29 +242,52 @@ def test_a_pool_that_needs_more_nodes_than_the_cluster_has_is_refused_naming_wha
 
 
 def where_rank_runs() -> Dict[str, object]:
-    """Called in each worker actor: its Ray node and the global ranks of its Megatron TP and DP groups."""
+    """Called in each worker actor: its Ray node and the global ranks of its Megatron TP, PP and DP groups."""
     import ray
     import torch.distributed as dist
     from megatron.core import parallel_state as mpu
 
     return {"node": ray.get_runtime_context().get_node_id(), "rank": dist.get_rank(),
             "tp": dist.get_process_group_ranks(mpu.get_tensor_model_parallel_group()),
+            "pp": dist.get_process_group_ranks(mpu.get_pipeline_model_parallel_group()),
             "dp": dist.get_process_group_ranks(mpu.get_data_parallel_group())}
+
+
+def misplaced(ranks: List[Dict[str, object]], node: Dict[int, str], inside: tuple, across: tuple) -> List[str]:
+    """The groups of `ranks` (where_rank_runs) that break the layout, with rank r on node[r]: each
+    group named in `inside` must lie in one node, each in `across` must span two."""
+    bad = []
+    for r in ranks:
+        spans = {kind: len({node[i] for i in r[kind]}) for kind in inside + across}
+        bad += [f"{kind.upper()} group {r[kind]} spans nodes" for kind in inside if spans[kind] != 1]
+        bad += [f"{kind.upper()} group {r[kind]} inside one node" for kind in across if spans[kind] != 2]
+    return bad
+
+
+# (parallel sizes, groups inside a node, groups across the 2 nodes): TP=2 x DP=2, and TP=2 x PP=2 with one
+# pipeline stage (of tiny-qwen3's 2 layers) per node. Either way the ranks in a node are one TP group.
+MEGATRON_LAYOUTS = {
+    "tp_in_node_dp_across": ({"tensor": 2, "pipeline": 1}, ("tp",), ("dp",)),
+    "tp_in_node_pp_across": ({"tensor": 2, "pipeline": 2}, ("tp",), ("pp",)),
+}
 
 
 @pytest.mark.megatron
 @pytest.mark.timeout(600)
-def test_megatron_tp_inside_a_node_and_dp_across_nodes_gives_the_one_node_metrics(two_nodes, copy_task_data,
-                                                                                    tmp_path, monkeypatch):
-    """TP=2 inside each of 2 nodes, DP=2 across them, against the same layout on one node of 4 devices:
-    the trainer's own placement, Megatron over gloo. Each rank reports the node it runs on; a TP group
-    never spans two nodes, and both DP groups do."""
+@pytest.mark.parametrize("layout", list(MEGATRON_LAYOUTS))
+def test_megatron_across_two_nodes_gives_the_one_node_metrics(layout, two_nodes, copy_task_data, tmp_path,
+                                                              monkeypatch):
+    """4 ranks on 2 nodes of 2 against the same layout on one node of 4 devices: the trainer's own
+    placement, Megatron over gloo. Each rank reports the node it runs on and its groups: a TP group
+    never spans two nodes, a DP (or PP) group does, and with the ranks placed round-robin instead
+    of in order the same check fails."""
     import ray
 
     from test_faults import metrics, overrides
     from verl_lite.config import load_config
     from verl_lite.trainer import run as run_mod
 
+    sizes, inside, across = MEGATRON_LAYOUTS[layout]
     landed: Dict[str, List[Dict[str, object]]] = {}
 
     class Recording(run_mod.WorkerGroup):
@@ -260,35 +299,95 @@ def test_megatron_tp_inside_a_node_and_dp_across_nodes_gives_the_one_node_metric
     monkeypatch.setattr(run_mod, "WorkerGroup", Recording)
     data = copy_task_data(n_train=64, n_val=8)
     megatron = ("actor_rollout_ref.model.path=tiny-qwen3", "actor_rollout_ref.actor.strategy=megatron",
-                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+                f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={sizes['tensor']}",
+                f"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={sizes['pipeline']}",
                 "actor_rollout_ref.actor.megatron.sequence_parallel=false",
                 "actor_rollout_ref.actor.megatron.use_distributed_optimizer=false",
                 "trainer.total_training_steps=3", "trainer.save_freq=-1", "trainer.ray=true",
                 "trainer.ray_wait_nodes_s=60")
     runs = {}
-    for name, layout in (("one", ("trainer.nnodes=1", "trainer.n_gpus_per_node=4")),
-                         ("two", ("trainer.nnodes=2", "trainer.n_gpus_per_node=2"))):
+    for name, nodes in (("one", ("trainer.nnodes=1", "trainer.n_gpus_per_node=4")),
+                        ("two", ("trainer.nnodes=2", "trainer.n_gpus_per_node=2"))):
         out = tmp_path / name
-        assert run_mod.run(load_config(overrides(data, out, *megatron, *layout))) == 0
+        assert run_mod.run(load_config(overrides(data, out, *megatron, *nodes))) == 0
         runs[name] = (metrics(out), landed.pop("actor_rollout_ref"))
     (one, one_ranks), (two, two_ranks) = runs["one"], runs["two"]
     assert len({r["node"] for r in one_ranks}) == 1
     node = {r["rank"]: r["node"] for r in two_ranks}
     assert len(set(node.values())) == 2 and sorted(node) == [0, 1, 2, 3]
     for r in two_ranks:
-        assert len(r["tp"]) == 2 and len({node[t] for t in r["tp"]}) == 1, f"TP group {r['tp']} spans nodes"
-        assert len(r["dp"]) == 2 and len({node[d] for d in r["dp"]}) == 2, f"DP group {r['dp']} inside one node"
+        assert (len(r["tp"]), len(r["pp"]), len(r["dp"])) == (sizes["tensor"], sizes["pipeline"],
+                                                              4 // (sizes["tensor"] * sizes["pipeline"])), r
+    assert misplaced(two_ranks, node, inside, across) == []
+    round_robin = {r: node[2 * (r % 2)] for r in node}  # rank r on node r % 2: ranks 0 and 1 on different nodes
+    assert misplaced(two_ranks, round_robin, inside, across), "the check cannot tell the placements apart"
     assert sorted(one) == sorted(two) == [1, 2, 3]
-    # a group whose samples all score the same has no advantage; the first step's groups do differ
-    assert two[1]["actor/grad_norm"] > 0, "the first step updated nothing"
+    # a group whose samples all score the same has no advantage: some step's groups do differ (the first's
+    # with TP alone; with PP the stages' own initialisation samples other responses, and step 3's differ)
+    assert any(two[step]["actor/grad_norm"] > 0 for step in two), "no step updated anything"
     diffs = {}
     for step in one:
         for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
             diffs[(step, key)] = abs(two[step][key] - one[step][key])
             assert two[step][key] == pytest.approx(one[step][key], rel=1e-5, abs=1e-7), (key, step)
-    print("largest difference, two nodes vs one:", max(diffs.values()),
+    print(f"{layout}: largest difference, two nodes vs one:", max(diffs.values()),
           {key: [round(two[step][key], 6) for step in two] for key in ("critic/score/mean", "actor/pg_loss",
                                                                       "actor/grad_norm")})
+
+
+@pytest.mark.timeout(600)
+def test_a_node_lost_under_the_fully_async_rollout_pool_stops_with_the_node_and_the_last_checkpoint(
+        two_nodes, copy_task_data, tmp_path, monkeypatch):
+    """Fully-async, one training device and a rollout replica on each of the 2 nodes: the worker node
+    is removed (its processes killed) while step 3 publishes its weights to the replicas. The run
+    stops with the training pool's line, naming the replica, its node and the newest complete
+    checkpoint; step 3 left nothing that passes for a checkpoint. The worker node is added back."""
+    import ray
+
+    from test_faults import latest, overrides
+    from verl_lite.config import load_config
+    from verl_lite.trainer import async_run
+    from verl_lite.trainer import run as run_mod
+    from verl_lite.trainer.worker_group import NodeLostError
+
+    worker = next(iter(two_nodes.worker_nodes))
+    head = ray.get_runtime_context().get_node_id()
+    seen: Dict[str, object] = {}
+    push = async_run.RolloutPool.push
+
+    def push_losing_the_node(self, weights_ref, version):
+        if version == 3:  # the end of step 3 (a version a step): the worker node goes before its replica hears
+            assert sorted(self.nodes) == sorted([head, worker.node_id]), "a rollout replica on each node"
+            seen.update(replica=self.nodes.index(worker.node_id), pid=self.pids[self.nodes.index(worker.node_id)])
+            two_nodes.remove_node(worker, allow_graceful=False)
+            seen["removed"] = time.monotonic()
+        return push(self, weights_ref, version)
+
+    monkeypatch.setattr(async_run.RolloutPool, "push", push_losing_the_node)
+    out = tmp_path / "async"
+    cfg = load_config(overrides(copy_task_data(n_train=64, n_val=8), out, "async_training.enable=True",
+                                "actor_rollout_ref.rollout.nnodes=2", "actor_rollout_ref.rollout.n_gpus_per_node=1",
+                                "trainer.total_training_steps=4", "trainer.save_freq=1", "trainer.ray=true",
+                                "trainer.ray_wait_nodes_s=60"))
+    try:
+        with pytest.raises(NodeLostError) as failed:
+            run_mod.run(cfg)
+        took = time.monotonic() - seen["removed"]
+    finally:
+        if worker in two_nodes.worker_nodes:  # the run failed before the node was removed
+            two_nodes.remove_node(worker, allow_graceful=False)
+        add_node(two_nodes, **NODE)  # the fixture's other tests have two nodes again
+        two_nodes.wait_for_nodes()
+    line = run_mod.describe_failure(failed.value)
+    assert latest(out) == 2
+    assert re.fullmatch(rf"at step 3 of 4: rollout replica {seen['replica']} \(pid {seen['pid']}\) failed in "
+                        rf"update_weights: its node [0-9.]+ \(node id {worker.node_id[:12]}\) left the cluster; "
+                        rf"last complete checkpoint {re.escape(str(out / 'global_step_2'))} \(step 2; restart the "
+                        r"node and run again to resume from it\)", line), line
+    # step 3 was not saved: nothing newer than the checkpoint named is left, complete or not
+    assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_1", "global_step_2"]
+    assert took < 60, f"the driver took {took:.1f} s to stop after the node was lost"
+    print(f"rollout node loss: stopped {took:.1f} s after the node was removed: {line}")
 
 
 # ---------------------------------------------------------------------------- the launcher path
@@ -300,6 +399,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# A Ray process that cannot reach the head's GCS for gcs_rpc_server_reconnect_timeout_s (60 s) exits
+# ("Failed to connect to GCS within 60 seconds"); on a machine loaded far past its cores the GCS can
+# stall that long (its RPCs time out: "Deadline Exceeded") while the test's cluster is fine. The nodes
+# and the driver wait longer; a GCS that is really gone still fails the test, by its own time limits.
+GCS_PATIENCE = {"RAY_gcs_rpc_server_reconnect_timeout_s": "300"}
+
+
 class LocalNodes:
     """Ray nodes started with launch/ray_cluster.sh on this host, each in a process group of its own
     (`ray start --block` and everything it starts), ended by that group."""
@@ -308,7 +414,7 @@ class LocalNodes:
         self.root, self.port, self.procs = root, free_port(), {}
         self.started: List[int] = []  # process groups of the nodes ended so far
         self.env = dict(os.environ, RAY_AUTH_MODE="disabled", DEVICE="cpu", NDEVICES_PER_NODE="1",
-                        NODE_IP="127.0.0.1", RAY_PORT=str(self.port), HEAD_ADDRESS="127.0.0.1")
+                        NODE_IP="127.0.0.1", RAY_PORT=str(self.port), HEAD_ADDRESS="127.0.0.1", **GCS_PATIENCE)
         self.env.pop("RAY_ADDRESS", None)
 
     def start(self, name: str, role: str, tries: int = 2) -> None:
@@ -347,6 +453,20 @@ class LocalNodes:
         out = subprocess.run(["ps", "-eo", "pid=,pgid=,args="], capture_output=True, text=True).stdout
         return [line for line in out.splitlines() if line.split()[1:2] and int(line.split()[1]) in name_pgids]
 
+    def report(self) -> str:
+        """What a failed phase's message needs besides the driver's log: the end of each node's
+        `ray start` output, the node's ray_process_exit.log (which of its processes exited, when
+        `--block` stopped the node) and the head's gcs_server.out. A driver that cannot reach the
+        head's GCS for 60 s exits with Ray's "Failed to connect to GCS within 60 seconds"; these
+        say whether the GCS was gone (its node stopped, or a `ray stop` on this host) or only slow."""
+        parts = []
+        for pattern, size in (("*.log", 1500), ("*/session_*/logs/ray_process_exit.log", 1500),
+                              ("head.*/session_*/logs/gcs_server.out", 1500)):
+            for path in sorted(self.root.glob(pattern)):
+                parts.append(f"--- {path.relative_to(self.root)}:\n{path.read_text(errors='replace')[-size:]}")
+        gone = [f"{name} (exit {proc.poll()})" for name, proc in self.procs.items() if proc.poll() is not None]
+        return "\n".join([f"--- nodes ended: {', '.join(gone) or 'none'}", *parts])
+
     def status(self) -> str:
         return subprocess.run(["bash", str(REPO_ROOT / "launch/ray_cluster.sh"), "status"], capture_output=True,
                               text=True, env=self.env, timeout=60).stdout
@@ -377,9 +497,10 @@ def test_two_nodes_started_by_the_launcher_train_lose_a_node_and_resume_to_the_s
     try:
         nodes.start("head", "head")
         pgids.append(nodes.procs["head"].pid)
-        assert finish(ref, timeout=400) == 0, (tmp_path / "single.log").read_text()[-3000:]
+        assert finish(ref, timeout=400) == 0, (tmp_path / "single.log").read_text()[-3000:] + nodes.report()
 
         os.environ["RAY_ADDRESS"] = f"127.0.0.1:{nodes.port}"  # what a user exports on the head node
+        os.environ.update(GCS_PATIENCE)  # the drivers started below
         out, log = tmp_path / "multi", tmp_path / "multi.log"
         args = overrides(data, out, *steps[:4], "trainer.nnodes=2", "trainer.n_gpus_per_node=1",
                          "trainer.ray_wait_nodes_s=120")
@@ -393,13 +514,13 @@ def test_two_nodes_started_by_the_launcher_train_lose_a_node_and_resume_to_the_s
         # "Ray runtime started" is the worker's own line; the head's autoscaler report lags it by seconds
         wait_for(lambda: nodes.status().count(" node_") == 2, 60, "`ray_cluster.sh status` to show 2 nodes")
         wait_for(lambda: logged_steps(out) >= 3 or proc.poll() is not None, 240, "three steps on two nodes")
-        assert proc.poll() is None, log.read_text()[-3000:]
+        assert proc.poll() is None, log.read_text()[-3000:] + nodes.report()
         nodes.kill("worker1")  # the node is lost: raylet, agents and the worker ranks on it
         killed = time.monotonic()
         rc = finish(proc, timeout=120)
         took = time.monotonic() - killed
         text = log.read_text()
-        assert rc == 1, text[-3000:]
+        assert rc == 1, text[-3000:] + nodes.report()
         line = error_line(text)
         found = latest(out)
         assert found is not None
@@ -415,7 +536,8 @@ def test_two_nodes_started_by_the_launcher_train_lose_a_node_and_resume_to_the_s
 
         nodes.start("worker2", "worker")
         pgids.append(nodes.procs["worker2"].pid)
-        assert finish(start(args, tmp_path / "resumed.log")) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+        assert finish(start(args, tmp_path / "resumed.log")) == 0, ((tmp_path / "resumed.log").read_text()[-3000:]
+                                                                    + nodes.report())
         assert "resumed from" in (tmp_path / "resumed.log").read_text()
         single, multi = metrics(tmp_path / "single"), metrics(out)
         assert sorted(multi) == sorted(single) == list(range(1, 7))
@@ -424,7 +546,8 @@ def test_two_nodes_started_by_the_launcher_train_lose_a_node_and_resume_to_the_s
                 assert multi[step][key] == pytest.approx(single[step][key], rel=1e-6, abs=1e-9), (key, step)
         print(f"node loss noticed and the run stopped in {took:.1f} s: {line}")
     finally:
-        os.environ.pop("RAY_ADDRESS", None)
+        for key in ("RAY_ADDRESS", *GCS_PATIENCE):
+            os.environ.pop(key, None)
         for name in list(nodes.procs):
             nodes.kill(name)
         if ref.poll() is None:

@@ -44,7 +44,7 @@ from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_i
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
 from verl_lite.trainer.placement import NodeGroups
-from verl_lite.trainer.worker_group import WorkerGroup, _short, worker_resources
+from verl_lite.trainer.worker_group import NodeLostError, WorkerGroup, _pid, _short, lost_node, worker_resources
 
 logger = logging.getLogger("verl_lite")
 
@@ -83,7 +83,12 @@ class RolloutPool:
         self.workers = [remote.options(max_concurrency=4, max_restarts=0, max_task_retries=0, **where(r)).remote(
                             cfg, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
         self.loops: List[Any] = []
+        # the node of each replica: a replica whose node left the cluster is reported as such (the
+        # training pool's line), not as a dead process
+        self.nodes = [placement.node_of(r) if placement is not None else None for r in range(replicas)]
+        self.pids: List[Optional[int]] = [None] * replicas
         self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
+        self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
 
     def _wait(self, refs: List[Any], method: str, timeout: Optional[float]) -> List[Any]:
         import ray
@@ -93,11 +98,20 @@ class RolloutPool:
             try:
                 ray.get(ref)
             except Exception as e:
+                self._raise_if_node_lost(e, method, pending)
                 raise RolloutError(f"rollout replica {refs.index(ref)} failed in {method}: {_short(e)}") from e
         if pending:
             raise RolloutError(f"rollout replicas {[refs.index(p) for p in pending]} did not answer {method} within "
                                f"{timeout:.0f} s (raise trainer.ray_timeout_s if they are just slow)")
         return ray.get(refs)
+
+    def _raise_if_node_lost(self, first: BaseException, method: str, pending: List[Any]) -> None:
+        """NodeLostError naming the replica and its node, when a replica's node left the cluster."""
+        lost = lost_node(self.nodes, first, pending)
+        if lost:
+            r, node = lost
+            who = f"rollout replica {r}" + (f" (pid {self.pids[r]})" if self.pids[r] else "")
+            raise NodeLostError(f"{who} failed in {method}: its node {node} left the cluster", node) from first
 
     def push(self, weights_ref: Any, version: int) -> None:
         refs = [w.update_weights.remote(weights_ref, version) for w in self.workers]
@@ -118,6 +132,7 @@ class RolloutPool:
             try:
                 ray.get(ref)
             except Exception as e:
+                self._raise_if_node_lost(e, "run", [])
                 raise RolloutError(f"rollout replica {replica} stopped generating: {_short(e)}") from e
             raise RolloutError(f"rollout replica {replica} stopped generating without an error (was it stopped?)")
 
@@ -502,7 +517,11 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
         sampler_batch = 1 if streaming else batch
         # resumed: verl's rollouter counts the prompts trained on as dealt (fully_async_rollouter.py:712)
         dealt = int(state.get("global_step", 0)) * batch if state else 0
-        buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0).remote(
+        # the queue lives on the driver's node: a lost worker node never takes it (and the run's state) along
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0, scheduling_strategy=here).remote(
             len(job.train_set), sampler_batch, int(d.seed), bool(d.shuffle), budget, chunk_groups, resumed,
             budget, limit, dealt)
         logger.info("fully-async: %d prompt group(s) a step, at most %d started per weight version (verl's "

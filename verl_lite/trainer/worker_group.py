@@ -125,7 +125,7 @@ class WorkerGroup:
                 rank = refs.index(ready[0])
                 pid = self.pids[rank] if rank < len(self.pids) and self.pids[rank] else None
                 who = f"{self.name} rank {rank}" + (f" (pid {pid})" if pid else "")
-                lost = self._lost_node(e, pending)
+                lost = lost_node(self.nodes, e, pending)
                 if lost:
                     r, node = lost
                     pid = self.pids[r] if r < len(self.pids) and self.pids[r] else None
@@ -133,35 +133,6 @@ class WorkerGroup:
                     raise NodeLostError(f"{who} failed in {method}: its node {node} left the cluster", node) from e
                 raise WorkerError(f"{who} failed in {method}: {_short(e)}") from e
         return ray.get(refs)
-
-    def _lost_node(self, first: BaseException, pending: List[Any]) -> Optional[Tuple[int, str]]:
-        """(rank, node) of a rank whose node left the cluster, when this group spans several nodes.
-        The first failure is often a survivor's (its collective lost the peer: "Connection reset by
-        peer") before the head has marked the node dead, so the nodes are asked again until the call's
-        other ranks have all answered or failed, for at most NODE_DEATH_GRACE_S."""
-        import ray
-
-        from verl_lite.trainer.placement import dead_nodes
-
-        spread = {n for n in self.nodes if n}
-        if len(spread) < 2:
-            return None
-        deadline = time.monotonic() + NODE_DEATH_GRACE_S
-        died = isinstance(first, ray.exceptions.RayActorError)
-        while True:
-            dead = dead_nodes(spread)
-            if dead:
-                lost = min(r for r, n in enumerate(self.nodes) if n in dead)
-                return lost, dead[self.nodes[lost]]
-            if time.monotonic() >= deadline:
-                return None
-            if not pending and not died:  # every rank answered or raised, none died: an ordinary failure
-                return None
-            if pending:
-                done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
-                died = died or any(_died(ref) for ref in done)
-            else:
-                time.sleep(0.5)  # an actor died: the head marks its node dead some seconds later, if it is gone
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
         if not self.use_ray:
@@ -209,6 +180,39 @@ def shards_by_rank(shards: Sequence[Any], topology: List[Dict[str, Any]]) -> Lis
 def dp_leaders(topology: List[Dict[str, Any]]) -> List[Any]:
     """(dp_rank, rank) of the ranks whose outputs are collected, one per data-parallel rank, in DP order."""
     return sorted((t["dp_rank"], i) for i, t in enumerate(topology) if t["leader"])
+
+
+def lost_node(nodes: Sequence[Optional[str]], first: BaseException, pending: List[Any],
+              grace_s: Optional[float] = None) -> Optional[Tuple[int, str]]:
+    """(index, 'IP (node id ...)') of the first member (a rank, a rollout replica) whose node, in
+    `nodes` (one node id per member), left the cluster, when the members span several nodes; None
+    for an ordinary failure. The first failure is often a survivor's (its collective lost the peer:
+    "Connection reset by peer") before the head has marked the node dead, so the nodes are asked
+    again until the call's other members (`pending`) have all answered or failed, for at most
+    `grace_s` (NODE_DEATH_GRACE_S) seconds."""
+    import ray
+
+    from verl_lite.trainer.placement import dead_nodes
+
+    spread = {n for n in nodes if n}
+    if len(spread) < 2:
+        return None
+    deadline = time.monotonic() + (NODE_DEATH_GRACE_S if grace_s is None else grace_s)
+    died = isinstance(first, ray.exceptions.RayActorError)
+    while True:
+        dead = dead_nodes(spread)
+        if dead:
+            lost = min(i for i, n in enumerate(nodes) if n in dead)
+            return lost, dead[nodes[lost]]
+        if time.monotonic() >= deadline:
+            return None
+        if not pending and not died:  # every member answered or raised, none died: an ordinary failure
+            return None
+        if pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            died = died or any(_died(ref) for ref in done)
+        else:
+            time.sleep(0.5)  # an actor died: the head marks its node dead some seconds later, if it is gone
 
 
 def _died(ref: Any) -> bool:
