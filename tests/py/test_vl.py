@@ -411,6 +411,33 @@ def test_the_image_task_scores_the_first_word():
     assert default_compute_score("verl_lite/shapes_count", "two.", "two") == 1.0
 
 
+@pytest.mark.parametrize("task,n_colours,n", [("colour", None, 60), ("colour", 2, 41), ("colour", 3, 7), ("count", None, 30)])
+def test_the_image_blind_bound_is_the_best_score_of_any_fixed_response(task, n_colours, n):
+    """Every prompt of a task is the same text, so a policy blind to the image gives each row the same
+    response distribution; its mean score is linear in that distribution, so the best is a single
+    response. Brute force over every word any scorer rewards, a miss and the empty response."""
+    from verl_lite.data.synthetic_images import TASKS, blind_bound, compute_score, make_rows
+
+    rows = make_rows(n, task, seed=3, split="train", n_colours=n_colours)
+    answers = {r["reward_model"]["ground_truth"] for r in rows}
+    assert answers <= set(TASKS[task][:n_colours or len(TASKS[task])])
+    candidates = sorted({w for words in TASKS.values() for w in words}) + ["purple", ""]
+    brute = {w: sum(compute_score(r["data_source"], w, r["reward_model"]["ground_truth"]) for r in rows) / n
+             for w in candidates}
+    bound, answer = blind_bound(rows)
+    assert bound == pytest.approx(max(brute.values()), abs=1e-12)
+    assert brute[answer] == pytest.approx(bound, abs=1e-12)
+
+
+def test_n_colours_draws_from_the_first_colours_and_is_refused_outside_its_range(tmp_path):
+    from verl_lite.data.synthetic_images import generate, make_rows
+
+    assert {r["reward_model"]["ground_truth"] for r in make_rows(40, "colour", 0, "train", n_colours=2)} == {"red", "green"}
+    for task, bad in (("colour", 1), ("colour", 5), ("count", 2)):
+        with pytest.raises(ValueError, match=rf"n_colours={bad} \(the colour task only, 2..4\)"):
+            generate(str(tmp_path), task, n_train=2, n_val=2, n_colours=bad)
+
+
 def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_refused():
     from verl_lite.config import load_config
     from verl_lite.preflight.verl_settings import verl_problems

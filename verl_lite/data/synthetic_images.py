@@ -3,13 +3,16 @@ an `images` column (verl's layout: a list of {"bytes": PNG} entries) and an `<im
 
 Tasks (one answer word, a single token of the shipped tiny-qwen3_vl_moe tokenizer):
   colour  a 64x64 image with one filled square or disc of red, green, blue or yellow on a dark
-          background; prompt "<image>colour?" -> the shape's colour
+          background; prompt "<image>colour?" -> the shape's colour. `n_colours` (2-4) draws from the
+          first n of those only (the answer set the scorer knows stays all four).
   count   one to three white shapes; prompt "<image>count?" -> one, two or three
 Score (`compute_score`): 1.0 when the response's first word is the answer, 0.1 when it is another of
-the task's answers (the right kind of word), else 0. A policy that ignores the image scores at most
-0.1 + 0.9 / (number of answers) on average (0.325 for colour), so a mean reward above that needs the image.
+the task's answers (the right kind of word), else 0. Every prompt of a task is the same text, so a
+policy that ignores the image answers every row alike: its best mean score is `blind_bound(rows)`
+(the most frequent answer's share s: s + 0.1 (1 - s); 0.325 for four colours drawn evenly), and a
+mean reward above that needs the image.
 
-Usage: python -m verl_lite.data.synthetic_images --out-dir data/tiny_vl [--task colour]
+Usage: python -m verl_lite.data.synthetic_images --out-dir data/tiny_vl [--task colour] [--n-colours 2]
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import logging
 import os
 import random
 import sys
-from typing import Any, Dict, List, Optional
+from collections import Counter
+from typing import Any, Dict, List, Optional, Tuple
 
 from verl_lite.data.synthetic import write_parquet
 
@@ -46,17 +50,23 @@ def _draw_shape(draw: Any, rng: random.Random, fill, size: int, box: Optional[tu
         draw.ellipse(shape, fill=fill)
 
 
-def make_image(rng: random.Random, task: str):
+def _check_options(task: str, n_colours: Optional[int]) -> None:
+    if task not in TASKS:
+        raise ValueError(f"unknown synthetic image task {task!r} (choose one of {', '.join(TASKS)})")
+    if n_colours is not None and (task != "colour" or not 2 <= n_colours <= len(COLOURS)):
+        raise ValueError(f"n_colours={n_colours} (the colour task only, 2..{len(COLOURS)})")
+
+
+def make_image(rng: random.Random, task: str, n_colours: Optional[int] = None):
     """(PIL image, answer word) of one example."""
     from PIL import Image, ImageDraw
 
-    if task not in TASKS:
-        raise ValueError(f"unknown synthetic image task {task!r} (choose one of {', '.join(TASKS)})")
+    _check_options(task, n_colours)
     background = tuple(rng.randint(0, 40) for _ in range(3))
     image = Image.new("RGB", (SIZE, SIZE), background)
     draw = ImageDraw.Draw(image)
     if task == "colour":
-        answer = rng.choice(TASKS["colour"])
+        answer = rng.choice(TASKS["colour"][:n_colours or len(COLOURS)])
         _draw_shape(draw, rng, _jitter(rng, COLOURS[answer]), rng.randint(20, 44))
         return image, answer
     count = rng.randint(1, 3)
@@ -72,12 +82,12 @@ def png_bytes(image: Any) -> bytes:
     return buf.getvalue()
 
 
-def make_rows(n: int, task: str, seed: int, split: str) -> List[Dict[str, Any]]:
+def make_rows(n: int, task: str, seed: int, split: str, n_colours: Optional[int] = None) -> List[Dict[str, Any]]:
     rng = random.Random(seed)
     question = "colour?" if task == "colour" else "count?"
     rows = []
     for i in range(n):
-        image, answer = make_image(rng, task)
+        image, answer = make_image(rng, task, n_colours)
         rows.append({
             "data_source": f"{DATA_SOURCE_PREFIX}{task}",
             "prompt": [{"role": "user", "content": f"<image>{question}"}],
@@ -90,17 +100,25 @@ def make_rows(n: int, task: str, seed: int, split: str) -> List[Dict[str, Any]]:
 
 
 def generate(out_dir: str, task: str = "colour", n_train: int = 1024, n_val: int = 64, seed: int = 0,
-             force: bool = False) -> Dict[str, str]:
+             force: bool = False, n_colours: Optional[int] = None) -> Dict[str, str]:
     """Write train.parquet and val.parquet under out_dir (kept if present unless force)."""
+    _check_options(task, n_colours)
     paths = {"train": os.path.join(out_dir, "train.parquet"), "val": os.path.join(out_dir, "val.parquet")}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + 1)):
         path = paths[split]
         if os.path.exists(path) and not force:
             logger.info("keeping existing %s", path)
             continue
-        write_parquet(make_rows(n, task, split_seed, split), path)
+        write_parquet(make_rows(n, task, split_seed, split, n_colours), path)
         logger.info("wrote %d %s rows to %s", n, split, path)
     return paths
+
+
+def read_rows(path: str) -> List[Dict[str, Any]]:
+    """The rows of a parquet file written by generate, as dicts."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Optional[dict] = None) -> float:
@@ -116,6 +134,25 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     return 0.1 if first in TASKS[task] else 0.0
 
 
+def blind_bound(rows: List[Dict[str, Any]]) -> Tuple[float, str]:
+    """(the best mean score a policy that ignores the image can reach on rows, the answer it gives).
+
+    The rows of a task share one prompt text, so such a policy gives every row the same distribution
+    over responses, and its mean score is that distribution's average of the per-response means: a
+    single response does best. A response scores 0.1 on a row it misses when it is one of the task's
+    answers and 0 otherwise, so the best is an answer word w, scoring (n_w + 0.1 (N - n_w)) / N."""
+    if not rows:
+        raise ValueError("blind_bound needs at least one row")
+    tasks = {r["data_source"][len(DATA_SOURCE_PREFIX):] for r in rows}
+    if len(tasks) != 1 or not tasks <= set(TASKS):
+        raise ValueError(f"blind_bound takes the rows of one synthetic image task (got data sources {sorted(tasks)})")
+    answers = TASKS[tasks.pop()]
+    counts = Counter(str(r["reward_model"]["ground_truth"]) for r in rows)
+    n = len(rows)
+    best = max(answers, key=lambda w: (counts[w], -answers.index(w)))
+    return (counts[best] + 0.1 * (n - counts[best])) / n, best
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_lite.data.synthetic_images",
                                      description=__doc__.splitlines()[0])
@@ -123,17 +160,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--task", default="colour", choices=tuple(TASKS))
     parser.add_argument("--train", type=int, default=1024, help="training rows")
     parser.add_argument("--val", type=int, default=64, help="validation rows")
+    parser.add_argument("--n-colours", type=int, default=None,
+                        help=f"colour task: draw from the first N colours only (2..{len(COLOURS)}; default all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="overwrite existing files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        paths = generate(args.out_dir, args.task, args.train, args.val, args.seed, args.force)
+        paths = generate(args.out_dir, args.task, args.train, args.val, args.seed, args.force, args.n_colours)
+        bounds = {split: blind_bound(read_rows(path)) for split, path in paths.items()}
     except (ValueError, OSError) as e:
         print(f"verl_lite: {e}", file=sys.stderr)
         return 1
     for split, path in paths.items():
-        print(f"{split}: {path}")
+        bound, answer = bounds[split]
+        print(f"{split}: {path} (image-blind bound {bound:.4f}: always {answer!r})")
     return 0
 
 
