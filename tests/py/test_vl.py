@@ -436,6 +436,24 @@ def test_n_colours_draws_from_the_first_colours_and_is_refused_outside_its_range
     for task, bad in (("colour", 1), ("colour", 5), ("count", 2)):
         with pytest.raises(ValueError, match=rf"n_colours={bad} \(the colour task only, 2..4\)"):
             generate(str(tmp_path), task, n_train=2, n_val=2, n_colours=bad)
+    for task, bad in (("colour", 19), ("colour", 65), ("count", 30)):
+        with pytest.raises(ValueError, match=rf"min_size={bad} \(the colour task only, 20..64 pixels\)"):
+            generate(str(tmp_path), task, n_train=2, n_val=2, min_size=bad)
+
+
+def test_min_size_gives_larger_solid_regions_of_the_answer_colour():
+    from verl_lite.data.multimodal import open_image
+    from verl_lite.data.synthetic_images import COLOURS, make_rows
+
+    def coloured_share(row):
+        image, rgb = open_image(row["images"][0], "row"), COLOURS[row["reward_model"]["ground_truth"]]
+        near = [all(abs(p - c) <= 25 for p, c in zip(px, rgb)) for px in image.getdata()]
+        return sum(near) / len(near)
+
+    small = [coloured_share(r) for r in make_rows(12, "colour", 0, "train")]
+    large = [coloured_share(r) for r in make_rows(12, "colour", 0, "train", min_size=56)]
+    # a disc of side 56 covers pi/4 * 56^2 / 64^2 = 0.60 of the image; the default 20..44 as little as 0.08
+    assert min(large) > 0.55 and min(small) < 0.3, (small, large)
 
 
 def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_refused():

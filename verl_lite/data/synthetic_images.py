@@ -4,7 +4,8 @@ an `images` column (verl's layout: a list of {"bytes": PNG} entries) and an `<im
 Tasks (one answer word, a single token of the shipped tiny-qwen3_vl_moe tokenizer):
   colour  a 64x64 image with one filled square or disc of red, green, blue or yellow on a dark
           background; prompt "<image>colour?" -> the shape's colour. `n_colours` (2-4) draws from the
-          first n of those only (the answer set the scorer knows stays all four).
+          first n of those only (the answer set the scorer knows stays all four); the shape's side is
+          20..44 pixels, or min_size..max(min_size, 44) (a larger solid region).
   count   one to three white shapes; prompt "<image>count?" -> one, two or three
 Score (`compute_score`): 1.0 when the response's first word is the answer, 0.1 when it is another of
 the task's answers (the right kind of word), else 0. Every prompt of a task is the same text, so a
@@ -31,6 +32,7 @@ from verl_lite.data.synthetic import write_parquet
 logger = logging.getLogger(__name__)
 
 SIZE = 64
+MIN_SIZE, MAX_SIZE = 20, 44  # the colour task's shape side in pixels (min_size raises the lower end)
 COLOURS = {"red": (220, 40, 40), "green": (40, 200, 60), "blue": (40, 80, 230), "yellow": (230, 210, 40)}
 COUNTS = {1: "one", 2: "two", 3: "three"}
 TASKS = {"colour": tuple(COLOURS), "count": tuple(COUNTS.values())}
@@ -50,24 +52,27 @@ def _draw_shape(draw: Any, rng: random.Random, fill, size: int, box: Optional[tu
         draw.ellipse(shape, fill=fill)
 
 
-def _check_options(task: str, n_colours: Optional[int]) -> None:
+def _check_options(task: str, n_colours: Optional[int], min_size: Optional[int] = None) -> None:
     if task not in TASKS:
         raise ValueError(f"unknown synthetic image task {task!r} (choose one of {', '.join(TASKS)})")
     if n_colours is not None and (task != "colour" or not 2 <= n_colours <= len(COLOURS)):
         raise ValueError(f"n_colours={n_colours} (the colour task only, 2..{len(COLOURS)})")
+    if min_size is not None and (task != "colour" or not MIN_SIZE <= min_size <= SIZE):
+        raise ValueError(f"min_size={min_size} (the colour task only, {MIN_SIZE}..{SIZE} pixels)")
 
 
-def make_image(rng: random.Random, task: str, n_colours: Optional[int] = None):
+def make_image(rng: random.Random, task: str, n_colours: Optional[int] = None, min_size: Optional[int] = None):
     """(PIL image, answer word) of one example."""
     from PIL import Image, ImageDraw
 
-    _check_options(task, n_colours)
+    _check_options(task, n_colours, min_size)
     background = tuple(rng.randint(0, 40) for _ in range(3))
     image = Image.new("RGB", (SIZE, SIZE), background)
     draw = ImageDraw.Draw(image)
     if task == "colour":
         answer = rng.choice(TASKS["colour"][:n_colours or len(COLOURS)])
-        _draw_shape(draw, rng, _jitter(rng, COLOURS[answer]), rng.randint(20, 44))
+        low = min_size or MIN_SIZE
+        _draw_shape(draw, rng, _jitter(rng, COLOURS[answer]), rng.randint(low, max(low, MAX_SIZE)))
         return image, answer
     count = rng.randint(1, 3)
     cells = rng.sample([(x, y) for x in (2, 34) for y in (2, 34)], count)  # one shape per quadrant
@@ -82,12 +87,13 @@ def png_bytes(image: Any) -> bytes:
     return buf.getvalue()
 
 
-def make_rows(n: int, task: str, seed: int, split: str, n_colours: Optional[int] = None) -> List[Dict[str, Any]]:
+def make_rows(n: int, task: str, seed: int, split: str, n_colours: Optional[int] = None,
+              min_size: Optional[int] = None) -> List[Dict[str, Any]]:
     rng = random.Random(seed)
     question = "colour?" if task == "colour" else "count?"
     rows = []
     for i in range(n):
-        image, answer = make_image(rng, task, n_colours)
+        image, answer = make_image(rng, task, n_colours, min_size)
         rows.append({
             "data_source": f"{DATA_SOURCE_PREFIX}{task}",
             "prompt": [{"role": "user", "content": f"<image>{question}"}],
@@ -100,16 +106,16 @@ def make_rows(n: int, task: str, seed: int, split: str, n_colours: Optional[int]
 
 
 def generate(out_dir: str, task: str = "colour", n_train: int = 1024, n_val: int = 64, seed: int = 0,
-             force: bool = False, n_colours: Optional[int] = None) -> Dict[str, str]:
+             force: bool = False, n_colours: Optional[int] = None, min_size: Optional[int] = None) -> Dict[str, str]:
     """Write train.parquet and val.parquet under out_dir (kept if present unless force)."""
-    _check_options(task, n_colours)
+    _check_options(task, n_colours, min_size)
     paths = {"train": os.path.join(out_dir, "train.parquet"), "val": os.path.join(out_dir, "val.parquet")}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + 1)):
         path = paths[split]
         if os.path.exists(path) and not force:
             logger.info("keeping existing %s", path)
             continue
-        write_parquet(make_rows(n, task, split_seed, split, n_colours), path)
+        write_parquet(make_rows(n, task, split_seed, split, n_colours, min_size), path)
         logger.info("wrote %d %s rows to %s", n, split, path)
     return paths
 
@@ -162,12 +168,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--val", type=int, default=64, help="validation rows")
     parser.add_argument("--n-colours", type=int, default=None,
                         help=f"colour task: draw from the first N colours only (2..{len(COLOURS)}; default all)")
+    parser.add_argument("--min-size", type=int, default=None,
+                        help=f"colour task: the shape's smallest side in pixels ({MIN_SIZE}..{SIZE}; default {MIN_SIZE}; "
+                             f"sides are drawn up to max(this, {MAX_SIZE}))")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--force", action="store_true", help="overwrite existing files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        paths = generate(args.out_dir, args.task, args.train, args.val, args.seed, args.force, args.n_colours)
+        paths = generate(args.out_dir, args.task, args.train, args.val, args.seed, args.force, args.n_colours,
+                         args.min_size)
         bounds = {split: blind_bound(read_rows(path)) for split, path in paths.items()}
     except (ValueError, OSError) as e:
         print(f"verl_lite: {e}", file=sys.stderr)
