@@ -447,7 +447,8 @@ def test_min_size_gives_larger_solid_regions_of_the_answer_colour():
 
     def coloured_share(row):
         image, rgb = open_image(row["images"][0], "row"), COLOURS[row["reward_model"]["ground_truth"]]
-        near = [all(abs(p - c) <= 25 for p, c in zip(px, rgb)) for px in image.getdata()]
+        data = image.tobytes()  # RGB, 3 bytes a pixel
+        near = [all(abs(p - c) <= 25 for p, c in zip(px, rgb)) for px in zip(data[0::3], data[1::3], data[2::3])]
         return sum(near) / len(near)
 
     small = [coloured_share(r) for r in make_rows(12, "colour", 0, "train")]
