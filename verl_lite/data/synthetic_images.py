@@ -13,7 +13,7 @@ policy that ignores the image answers every row alike: its best mean score is `b
 (the most frequent answer's share s: s + 0.1 (1 - s); 0.325 for four colours drawn evenly), and a
 mean reward above that needs the image.
 
-Usage: python -m verl_lite.data.synthetic_images --out-dir data/tiny_vl [--task colour] [--n-colours 2]
+Usage: python -m verl_lite.data.synthetic_images --out-dir data/tiny_vl [--task colour] [--n-colours 2] [--min-size 56]
 """
 
 from __future__ import annotations
