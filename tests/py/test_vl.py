@@ -9,6 +9,7 @@ Reference numbers come from transformers' own model run on the processor's own i
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 import torch
@@ -422,12 +423,62 @@ def test_the_data_generators_command_lines_write_both_splits_and_refuse_an_unwri
     out = tmp_path / "data"
     assert main(["--out-dir", str(out), "--train", "3", "--val", "2", *options]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed == [f"train: {out / 'train.parquet'}", f"val: {out / 'val.parquet'}"]
+    # the image data's lines also give the split's image-blind bound
+    bound = r" \(image-blind bound 0\.\d{4}: always '\w+'\)" if module == "synthetic_images" else ""
+    assert [bool(re.fullmatch(re.escape(f"{s}: {out / f'{s}.parquet'}") + bound, line))
+            for s, line in zip(("train", "val"), printed)] == [True, True], printed
+    assert len(printed) == 2
     assert [len(pd.read_parquet(out / f"{s}.parquet")) for s in ("train", "val")] == [3, 2]
     (tmp_path / "file").write_text("")
     assert main(["--out-dir", str(tmp_path / "file" / "x"), "--train", "1", "--val", "1"]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("verl_lite: ") and "Not a directory" in line, line
+
+
+@pytest.mark.parametrize("task,n_colours,n", [("colour", None, 60), ("colour", 2, 41), ("colour", 3, 7), ("count", None, 30)])
+def test_the_image_blind_bound_is_the_best_score_of_any_fixed_response(task, n_colours, n):
+    """Every prompt of a task is the same text, so a policy blind to the image gives each row the same
+    response distribution; its mean score is linear in that distribution, so the best is a single
+    response. Brute force over every word any scorer rewards, a miss and the empty response."""
+    from verl_lite.data.synthetic_images import TASKS, blind_bound, compute_score, make_rows
+
+    rows = make_rows(n, task, seed=3, split="train", n_colours=n_colours)
+    answers = {r["reward_model"]["ground_truth"] for r in rows}
+    assert answers <= set(TASKS[task][:n_colours or len(TASKS[task])])
+    candidates = sorted({w for words in TASKS.values() for w in words}) + ["purple", ""]
+    brute = {w: sum(compute_score(r["data_source"], w, r["reward_model"]["ground_truth"]) for r in rows) / n
+             for w in candidates}
+    bound, answer = blind_bound(rows)
+    assert bound == pytest.approx(max(brute.values()), abs=1e-12)
+    assert brute[answer] == pytest.approx(bound, abs=1e-12)
+
+
+def test_n_colours_draws_from_the_first_colours_and_is_refused_outside_its_range(tmp_path):
+    from verl_lite.data.synthetic_images import generate, make_rows
+
+    assert {r["reward_model"]["ground_truth"] for r in make_rows(40, "colour", 0, "train", n_colours=2)} == {"red", "green"}
+    for task, bad in (("colour", 1), ("colour", 5), ("count", 2)):
+        with pytest.raises(ValueError, match=rf"n_colours={bad} \(the colour task only, 2..4\)"):
+            generate(str(tmp_path), task, n_train=2, n_val=2, n_colours=bad)
+    for task, bad in (("colour", 19), ("colour", 65), ("count", 30)):
+        with pytest.raises(ValueError, match=rf"min_size={bad} \(the colour task only, 20..64 pixels\)"):
+            generate(str(tmp_path), task, n_train=2, n_val=2, min_size=bad)
+
+
+def test_min_size_gives_larger_solid_regions_of_the_answer_colour():
+    from verl_lite.data.multimodal import open_image
+    from verl_lite.data.synthetic_images import COLOURS, make_rows
+
+    def coloured_share(row):
+        image, rgb = open_image(row["images"][0], "row"), COLOURS[row["reward_model"]["ground_truth"]]
+        data = image.tobytes()  # RGB, 3 bytes a pixel
+        near = [all(abs(p - c) <= 25 for p, c in zip(px, rgb)) for px in zip(data[0::3], data[1::3], data[2::3])]
+        return sum(near) / len(near)
+
+    small = [coloured_share(r) for r in make_rows(12, "colour", 0, "train")]
+    large = [coloured_share(r) for r in make_rows(12, "colour", 0, "train", min_size=56)]
+    # a disc of side 56 covers pi/4 * 56^2 / 64^2 = 0.60 of the image; the default 20..44 as little as 0.08
+    assert min(large) > 0.55 and min(small) < 0.3, (small, large)
 
 
 def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_refused():

@@ -96,11 +96,12 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
 def generator_cli(argv: Optional[List[str]], prog: str, description: str, tasks: Sequence[str],
                   default_task: str, n_train: int, n_val: int,
                   generate_from: Callable[[argparse.Namespace], Dict[str, str]],
-                  add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None) -> int:
+                  add_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+                  describe: Optional[Callable[[str], str]] = None) -> int:
     """The command line of a synthetic data generator: --out-dir, --task, the generator's own options
     (`add_arguments`), --train, --val, --seed, --force; `generate_from(args)` writes the files and
-    returns split -> path, printed one a line. A bad value or an unwritable directory is one
-    `verl_lite: ...` line on stderr and exit status 1."""
+    returns split -> path, printed one a line (with `describe(path)` after it, when given). A bad value
+    or an unwritable directory is one `verl_lite: ...` line on stderr and exit status 1."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--out-dir", required=True)
     parser.add_argument("--task", default=default_task, choices=tuple(tasks))
@@ -114,11 +115,12 @@ def generator_cli(argv: Optional[List[str]], prog: str, description: str, tasks:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         paths = generate_from(args)
+        notes = {split: f" ({describe(path)})" if describe else "" for split, path in paths.items()}
     except (ValueError, OSError) as e:
         print(f"verl_lite: {e}", file=sys.stderr)
         return 1
     for split, path in paths.items():
-        print(f"{split}: {path}")
+        print(f"{split}: {path}{notes[split]}")
     return 0
 
 
