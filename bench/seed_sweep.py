@@ -14,9 +14,9 @@ the rollout's sampling; the model's random init (`actor_rollout_ref.model.init_s
 prompt order (`data.seed`) are the same in every row. Runs are sequential (the CPU box has 2 cores).
 
 Per row: mean of `critic/score/mean` over the first step and over the last 10 steps (the figure the
-issue sets at >= 0.7 for every seed); wall seconds of the whole script (Ray start-up included) and CPU seconds of the script's process tree (user + system
-of every waited-for descendant: the driver, Ray's processes and the worker). Figures are printed,
-never asserted. `--json` also writes every row and the per-step score curves.
+issue sets at >= 0.7 for every seed); wall seconds of the whole script (Ray start-up included) and
+CPU seconds of the script's process tree (user + system of every waited-for descendant: the driver,
+Ray's processes and the worker). Figures are printed, never asserted. `--json` also writes every row and the per-step score curves.
 """
 
 from __future__ import annotations
