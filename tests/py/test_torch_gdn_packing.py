@@ -1,5 +1,5 @@
 """Remove-padding for Gated DeltaNet models on the torch engine (verl_lite/models/packed_gdn.py): the tiny
-Qwen3.5 and Qwen3.5-MoE, packed (auto) against padded, on ragged micro-batches of left-padded prompts and
+Qwen3.5 and Qwen3.5-MoE, packed (use_remove_padding=True) against padded, on ragged micro-batches of left-padded prompts and
 right-padded responses as the rollout produces them.
 
 Tolerance: float32 on CPU, TOL = 1e-5 absolute for log-probs, entropy, values and losses, gradients
@@ -23,17 +23,17 @@ MODELS = ["tiny-qwen3_5", "tiny-qwen3_5-moe"]
 
 
 def engines(path, cls_name="TorchLMEngine", **model):
-    """The same model (one init seed) padded (use_remove_padding=False) and left at auto."""
+    """The same model (one init seed) padded (use_remove_padding=False) and packed (True)."""
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
     from verl_lite.engine import fsdp
 
     built = []
-    for setting in (False, None):
+    for setting in (False, True):
         eng = getattr(fsdp, cls_name)(ModelConfig(path=path, use_remove_padding=setting, **model), ActorConfig(),
                                       OptimConfig(), "cpu", "actor")
         eng.initialize()
         built.append(eng)
-    assert not built[0].remove_padding and built[1].remove_padding  # auto packs GDN models
+    assert not built[0].remove_padding and built[1].remove_padding
     return built
 
 
@@ -165,4 +165,6 @@ def test_other_linear_attention_models_are_refused_packed_and_run_padded_on_auto
                                          "not split per packed sequence"):
         decide("actor", True, config)
     assert decide("actor", None, config) is False
-    assert decide("actor", None, {"model_type": "qwen3_5_moe_text", "layer_types": ["linear_attention"]}) is True
+    gdn = {"model_type": "qwen3_5_moe_text", "layer_types": ["linear_attention"]}
+    # auto runs the torch engine padded (a dense mask over the packed row); True packs GDN models
+    assert decide("actor", None, gdn) is False and decide("actor", True, gdn) is True

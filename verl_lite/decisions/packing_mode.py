@@ -9,18 +9,22 @@ packed or padded, and why. Pure: the preflight (`preflight/verl_settings.py`, th
 - True = packed; refused, with the reason, where the engine cannot pack;
 - False = padded.
 
-verl's default is True. verl_lite's auto differs on purpose for Gated DeltaNet models on Megatron whose
-GDN layers run the pure-torch rule: it takes no `cu_seqlens`, so packing runs it once per sequence
-(right, but a loop); auto keeps those padded and True packs them. On the torch engine the GDN layers
-take the packed sequences as one right-padded row each, in one call (`models/packed_gdn.py`: never
-more GDN positions than the padded batch, and attention / MLP see only real tokens), so auto packs.
+verl's default is True. verl_lite's auto differs on purpose in two places. Gated DeltaNet models on
+Megatron whose GDN layers run the pure-torch rule: it takes no `cu_seqlens`, so packing runs it once
+per sequence (right, but a loop); auto keeps those padded and True packs them. The torch engine:
+transformers keeps packed sequences apart with a block-causal mask over the whole packed row (its
+sdpa attention, dense), so the attention's cost grows with the square of the micro-batch's tokens;
+on the main job's micro-batch (128 sequences of <= 24 tokens) packing made the update 2.5-3.2x slower
+(`bench/trl_compare.py` shapes, `use_remove_padding` null vs False). Auto runs it padded there and
+True packs (GDN layers: one right-padded row per sequence, `models/packed_gdn.py`), which pays off for
+small micro-batches of ragged, long sequences (`bench/torch_packing_bench.py`).
 
 What auto picks (and what True can do), per engine:
 
 | engine / model | device | attention | GDN layers | auto | True |
 |---|---|---|---|---|---|
-| torch (fsdp), attention-only | any | transformers (block-causal by position ids) | - | packed | packed |
-| torch (fsdp), Gated DeltaNet (Qwen3.5, Qwen3.5-MoE, Qwen3-Next) | any | as above | transformers' GDN layer, one row per packed sequence (state reset at each) | packed | packed |
+| torch (fsdp), attention-only | any | transformers (block-causal by position ids) | - | padded | packed |
+| torch (fsdp), Gated DeltaNet (Qwen3.5, Qwen3.5-MoE, Qwen3-Next) | any | as above | transformers' GDN layer, one row per packed sequence (state reset at each) | padded | packed |
 | torch (fsdp), other linear-attention layers | any | - | no per-sequence split: state would cross sequences | padded | refused |
 | megatron, attention-only | cpu | per-sequence core attention (`engine/megatron/cpu.py`, cpu only) | - | packed | packed |
 | megatron, attention-only | cuda | Transformer Engine's attention (THD) | - | packed (padded where TE does not import) | packed (the engine refuses without TE) |
@@ -88,7 +92,11 @@ def decide_torch(setting: Any, problem: Optional[str], gdn: bool = False) -> Dec
     how = "transformers' attention keeps packed sequences apart"
     if gdn:
         how += "; GDN layers: one row per packed sequence (models/packed_gdn.py)"
-    return _finish(tri_state(setting), True, True, how, "")
+    setting = tri_state(setting)
+    if setting is None:  # transformers' sdpa masks the packed row densely: cost grows with its tokens squared
+        return Decision(False, "padded (auto: the packed row's attention mask is dense, its cost grows with the "
+                               f"micro-batch's tokens squared); True would pack: {how}")
+    return _finish(setting, True, True, how, "")
 
 
 def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],

@@ -195,11 +195,11 @@ class ModelConfig:
     # directories you trust.
     trust_remote_code: bool = False
     # Pack each micro-batch's real tokens into one sequence for the forward (no padded tokens computed;
-    # same log-probs as padded). null = auto: packed where the engine packs natively (torch engine:
-    # attention-only models, and Qwen3.5 / Qwen3-Next GDN models, whose GDN layers run one row per packed
-    # sequence; Megatron: attention layers, and GDN layers with fla or the Ascend kernel), padded
-    # otherwise (Megatron's GDN layers on the torch rule, which True packs one sequence at a time). True
-    # is refused where it cannot be honoured (other linear-attention models on the torch engine; see
+    # same log-probs as padded). null = auto: packed where the engine packs natively (Megatron: attention
+    # layers, and GDN layers with fla or the Ascend kernel), padded otherwise (Megatron's GDN layers on the
+    # torch rule, which True packs one sequence at a time; the torch engine, whose packed attention mask is
+    # dense over the micro-batch's tokens: True packs there, GDN layers one row per sequence). True is
+    # refused where it cannot be honoured (other linear-attention models on the torch engine; see
     # decisions/packing_mode.py). verl's default is True. verl's megatron spelling
     # <role>.megatron.use_remove_padding is the same key.
     use_remove_padding: Optional[bool] = None
