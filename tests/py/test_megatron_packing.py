@@ -285,12 +285,15 @@ def test_megatron_true_is_refused_where_it_cannot_be_honoured_and_auto_runs_padd
     assert not auto.packed and auto.refusal is None and reason in auto.why
 
 
-def test_torch_engine_auto_packs_attention_and_gdn_models_and_refuses_true_where_it_cannot():
+def test_torch_engine_auto_runs_padded_true_packs_attention_and_gdn_models_and_is_refused_where_it_cannot():
     from verl_lite.decisions.packing_mode import decide_torch
 
-    assert decide_torch(None, None).packed and not decide_torch(False, None).packed
+    # auto: padded (transformers masks a packed row densely); True packs
+    assert not decide_torch(None, None).packed and not decide_torch(False, None).packed
+    assert decide_torch(True, None).packed
     gdn = decide_torch(None, None, gdn=True)
-    assert gdn.packed and "GDN layers: one row per packed sequence" in gdn.why
+    assert not gdn.packed and gdn.why.startswith("padded (auto: the packed row's attention mask is dense")
+    assert "True would pack" in gdn.why and "GDN layers: one row per packed sequence" in gdn.why
     assert decide_torch(True, None, gdn=True).packed
     cannot = "state would flow between sequences"
     assert not decide_torch(None, cannot).packed and decide_torch(None, cannot).refusal is None
