@@ -295,6 +295,9 @@ def test_torch_engine_auto_runs_padded_true_packs_attention_and_gdn_models_and_i
     assert not gdn.packed and gdn.why.startswith("padded (auto: the packed row's attention mask is dense")
     assert "True would pack" in gdn.why and "GDN layers: one row per packed sequence" in gdn.why
     assert decide_torch(True, None, gdn=True).packed
+    # Ulysses SP splits the packed sequence: auto packs under it
+    sp = decide_torch(None, None, gdn=True, sequence_parallel=True)
+    assert sp.packed and sp.why.startswith("packed (auto: Ulysses sequence parallelism")
     cannot = "state would flow between sequences"
     assert not decide_torch(None, cannot).packed and decide_torch(None, cannot).refusal is None
     assert cannot in decide_torch(True, cannot).refusal

@@ -17,7 +17,8 @@ sdpa attention, dense), so the attention's cost grows with the square of the mic
 on the main job's micro-batch (128 sequences of <= 24 tokens) packing made the update 2.5-3.2x slower
 (`bench/trl_compare.py` shapes, `use_remove_padding` null vs False). Auto runs it padded there and
 True packs (GDN layers: one right-padded row per sequence, `models/packed_gdn.py`), which pays off for
-small micro-batches of ragged, long sequences (`bench/torch_packing_bench.py`).
+small micro-batches of ragged, long sequences (`bench/torch_packing_bench.py`). Under Ulysses sequence parallelism
+(ulysses_sequence_parallel_size > 1) auto packs: SP splits the packed sequence.
 
 What auto picks (and what True can do), per engine:
 
@@ -46,7 +47,7 @@ from typing import Any, Mapping, Optional
 
 from verl_lite.config import roles
 from verl_lite.config.shapes import model_shape
-from verl_lite.decisions import bridge_choice
+from verl_lite.decisions import bridge_choice, ulysses
 from verl_lite.decisions.switches import switch, tri_state
 from verl_lite.models import is_gdn_model, torch_packing_problem
 
@@ -82,9 +83,10 @@ def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not:
     return Decision(False, f"padded (auto): {why_not}")
 
 
-def decide_torch(setting: Any, problem: Optional[str], gdn: bool = False) -> Decision:
+def decide_torch(setting: Any, problem: Optional[str], gdn: bool = False, sequence_parallel: bool = False) -> Decision:
     """The torch (fsdp) engine; `problem`: why the model cannot pack there
-    (`verl_lite.models.torch_packing_problem`), None when it can; `gdn`: it has GDN layers."""
+    (`verl_lite.models.torch_packing_problem`), None when it can; `gdn`: it has GDN layers;
+    `sequence_parallel`: the role runs Ulysses SP (> 1), which splits the packed sequence, so auto packs."""
     if problem:
         return _finish(tri_state(setting), False, False, "",
                        f"remove-padding on the torch engine: {problem}; set use_remove_padding=False (or leave "
@@ -93,6 +95,8 @@ def decide_torch(setting: Any, problem: Optional[str], gdn: bool = False) -> Dec
     if gdn:
         how += "; GDN layers: one row per packed sequence (models/packed_gdn.py)"
     setting = tri_state(setting)
+    if setting is None and sequence_parallel:
+        return Decision(True, f"packed (auto: Ulysses sequence parallelism splits the packed sequence): {how}")
     if setting is None:  # transformers' sdpa masks the packed row densely: cost grows with its tokens squared
         return Decision(False, "padded (auto: the packed row's attention mask is dense, its cost grows with the "
                                f"micro-batch's tokens squared); True would pack: {how}")
@@ -156,7 +160,9 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
     shape = model_shape(roles.model_path(cfg, role))
     gdn = shape is not None and is_gdn_model(shape.hf)
     if roles.strategy(cfg, role) != "megatron":
-        return decide_torch(setting, None if shape is None else torch_packing_problem(shape.hf), gdn)
+        sp = ulysses.setting(roles.section(cfg, role), roles.SECTION[role])[1]
+        return decide_torch(setting, None if shape is None else torch_packing_problem(shape.hf), gdn,
+                            sequence_parallel=int(sp or 1) > 1)
     megatron = roles.section(cfg, role).megatron
     overrides = bridge_choice.overrides_of(megatron)
     kernel = None

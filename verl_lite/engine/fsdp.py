@@ -20,6 +20,7 @@ import torch.nn as nn
 from verl_lite.checkpoint_files import CheckpointError, load_tensors
 from verl_lite.config.schema import OptimConfig
 from verl_lite.decisions.lr_schedule import TORCH_OPTIMIZERS
+from verl_lite.decisions.ulysses import setting as ulysses_setting
 from verl_lite.engine import fsdp_policy
 from verl_lite.engine import lora
 from verl_lite.engine.base import BaseEngine, LossFn
@@ -148,7 +149,9 @@ class TorchLMEngine(BaseEngine):
         module = self._build_module()
         check_hf_model_possible(self, module.config)
         if self.remove_padding:
-            self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None))
+            sp = ulysses_setting(self.engine_config, self.role)[1]
+            self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None),
+                                         sequence_parallel=int(sp or 1) > 1)
         if self.model_config.enable_gradient_checkpointing:
             # the critic's ValueHeadModel checkpoints its decoder stack (a transformers model)
             target = module if hasattr(module, "gradient_checkpointing_enable") else getattr(module, "model", None)

@@ -32,10 +32,11 @@ def packing_problem(hf_config: Any) -> Optional[str]:
     return torch_packing_problem(_as_dict(hf_config))
 
 
-def decide(role: str, setting: Any, hf_config: Any) -> bool:
-    """Whether the torch engine packs for `setting` (True / False / None = auto) and this model; an
-    explicit True for a model that cannot pack raises with the reason."""
-    decision = packing_mode.decide_torch(setting, packing_problem(hf_config), is_gdn_model(_as_dict(hf_config)))
+def decide(role: str, setting: Any, hf_config: Any, sequence_parallel: bool = False) -> bool:
+    """Whether the torch engine packs for `setting` (True / False / None = auto) and this model (auto packs
+    under Ulysses `sequence_parallel`); an explicit True for a model that cannot pack raises with the reason."""
+    decision = packing_mode.decide_torch(setting, packing_problem(hf_config), is_gdn_model(_as_dict(hf_config)),
+                                         sequence_parallel)
     if decision.refusal:
         raise ValueError(f"{role}: model.use_remove_padding=True is not supported here: {decision.refusal}")
     return decision.packed
