@@ -254,6 +254,7 @@ def test_torch_engine_vl_log_probs_equal_transformers_and_need_the_pixel_inputs(
     assert (dropped[m] - ref[m]).abs().max() > 1e-2  # without the pixels the log-probs are not the model's
 
 
+@pytest.mark.parametrize("model_path", ["qwen3_5"], indirect=True)  # the text-only twin is Qwen3.5's
 def test_qwen3_5_text_rows_through_the_vision_language_model_are_the_text_models(model_path, tokenizer, hf_model):
     """A Qwen3.5 ...ForConditionalGeneration row without images: the engine (3-D positions of a text row,
     no pixel inputs) gives the log-probs of transformers' text-only Qwen3_5ForCausalLM with the same
@@ -263,8 +264,6 @@ def test_qwen3_5_text_rows_through_the_vision_language_model_are_the_text_models
     from verl_lite.engine.fsdp import TorchLMEngine
     from verl_lite.models.hf import vl_position_ids
 
-    if hf_model.config.model_type != "qwen3_5":
-        pytest.skip("the text-only twin is checked for Qwen3.5")
     text = AutoModelForCausalLM.from_config(hf_model.config.text_config).eval()
     assert type(text).__name__ == "Qwen3_5ForCausalLM"
     state = {k.replace("model.language_model.", "model."): v for k, v in hf_model.state_dict().items()
@@ -339,6 +338,7 @@ def test_packing_is_refused_for_a_vision_language_model(model_path):
         engine.initialize()
 
 
+@pytest.mark.parametrize("model_path", ["qwen3_5"], indirect=True)  # the models with Gated DeltaNet layers
 def test_packed_gdn_refuses_3d_positions(model_path, rollout_out):
     """Split per packed sequence (models/packed_gdn.py), Qwen3.5's GDN layers refuse a packed call with
     images' 3-D positions rather than running the row as one sequence; a text row's packed call still runs."""
@@ -346,8 +346,7 @@ def test_packed_gdn_refuses_3d_positions(model_path, rollout_out):
     from verl_lite.models.packed_gdn import split_gdn_by_sequence
 
     model = build_causal_lm(ModelConfig(path=model_path)).eval()
-    if split_gdn_by_sequence(model) == 0:
-        pytest.skip("no Gated DeltaNet layers")
+    assert split_gdn_by_sequence(model) > 0
     _, out = rollout_out
     ids, pos = out["input_ids"][:1], model_position_ids(out["position_ids"][:1])
     with torch.no_grad(), pytest.raises(ValueError, match="3-D rotary positions .*use_remove_padding=False"):
@@ -359,6 +358,7 @@ def test_packed_gdn_refuses_3d_positions(model_path, rollout_out):
     torch.testing.assert_close(packed[:, 3:], second, rtol=1e-5, atol=1e-5)  # the second sequence starts afresh
 
 
+@pytest.mark.parametrize("model_path", ["qwen3_vl", "qwen3_5"], indirect=True)  # one text-only bridge and one with the tower
 def test_the_megatron_engine_refuses_images_for_a_bridge_without_the_tower(model_path, rollout_out, hf_model):
     """Qwen3.5's Megatron bridge builds the text model only: a batch with images is refused there (it
     would run without them), a text batch passes; Qwen3-VL's bridge takes images."""
@@ -367,8 +367,6 @@ def test_the_megatron_engine_refuses_images_for_a_bridge_without_the_tower(model
     from verl_lite.engine.megatron.engine import refuse_images_without_tower
     from verl_lite.models.hf import load_hf_config
 
-    if hf_model.config.model_type not in ("qwen3_5", "qwen3_vl"):
-        pytest.skip("one text-only bridge and one with the tower")
     _, out = rollout_out
     bridge = (Qwen3_5VLBridge if hf_model.config.model_type == "qwen3_5" else Qwen3VLBridge)(
         load_hf_config(ModelConfig(path=model_path)))
@@ -381,6 +379,7 @@ def test_the_megatron_engine_refuses_images_for_a_bridge_without_the_tower(model
             refuse_images_without_tower("actor", bridge, images)
 
 
+@pytest.mark.parametrize("model_path", ["qwen3_5"], indirect=True)  # Qwen3.5's text-only export
 def test_the_hf_rollout_takes_a_text_only_export_and_then_refuses_images(model_path, tokenizer, examples, hf_model):
     """Megatron's Qwen3.5 bridges export the text model's names (Qwen3_5ForCausalLM: `model.*`, no tower);
     the hf rollout of the conditional-generation checkpoint takes them into its language model, and with
@@ -389,8 +388,6 @@ def test_the_hf_rollout_takes_a_text_only_export_and_then_refuses_images(model_p
 
     from verl_lite.rollout.hf import HFRollout
 
-    if hf_model.config.model_type != "qwen3_5":
-        pytest.skip("Qwen3.5's text-only export")
     text = AutoModelForCausalLM.from_config(hf_model.config.text_config)
     rollout = HFRollout(ModelConfig(path=model_path, init_seed=1), RolloutConfig(), tokenizer, "cpu")
     assert rollout.update_weights(text.state_dict().items(), 1) == len(text.state_dict())
