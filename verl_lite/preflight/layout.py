@@ -182,16 +182,17 @@ def token_budget_warnings(cfg: Any, role: str, sp: int = 1) -> List[str]:
     budget below data.max_prompt_length + data.max_response_length is valid, and a sequence longer than
     it stops the run at that step, so it is said here."""
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
+    sp = max(1, int(sp))
     warnings = []
     for prefix, switch, on, key, budget, _ in token_budgets(cfg, role):
-        total = int(budget) * max(1, int(sp))
+        total = int(budget) * sp
         if on and total < longest:
             times = f" x Ulysses SP {sp} = {total}" if sp > 1 else ""
             warnings.append(
                 f"{role}: {prefix}.{key}={budget}{times} is smaller than data.max_prompt_length + "
                 f"data.max_response_length = {longest}: with {prefix}.{switch}=True a prompt + response longer than "
                 f"{total} tokens stops the run at its step (verl asserts the same per sequence); raise {prefix}.{key} "
-                f"to {-(-longest // max(1, int(sp)))} to rule that out")
+                f"to {-(-longest // sp)} to rule that out")
     return warnings
 
 
