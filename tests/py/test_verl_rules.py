@@ -150,9 +150,9 @@ def test_rollout_correction_settings_it_cannot_honour_are_refused_by_name():
     (problem,) = problems("algorithm.rollout_correction.bypass_mode=True",
                           "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", *hf)
     assert "loss_mode='gspo' is not supported" in problem and "set loss_mode=vanilla" in problem
-    (problem,) = problems("algorithm.rollout_correction.bypass_mode=True", "algorithm.rollout_correction.rollout_is=token",
-                          "algorithm.rollout_correction.rollout_is_batch_normalize=True", *hf)
-    assert "rollout_is_batch_normalize=True with bypass_mode=True is not supported" in problem
+    # normalised over the data-parallel ranks in every micro-batch, as verl (test_rollout_correction_dp.py)
+    assert problems("algorithm.rollout_correction.bypass_mode=True", "algorithm.rollout_correction.rollout_is=token",
+                    "algorithm.rollout_correction.rollout_is_batch_normalize=True", *hf) == []
     (problem,) = problems("algorithm.rollout_correction.loss_type=pg", *hf)
     assert "choose one of ppo_clip, reinforce" in problem
     (problem,) = problems("algorithm.rollout_correction.rollout_rs=token_k1",

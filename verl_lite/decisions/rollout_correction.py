@@ -115,10 +115,6 @@ def rollout_correction_problems(cfg: Any) -> List[str]:
         problems.append(f"{prefix}.bypass_mode=True with actor_rollout_ref.actor.policy_loss.loss_mode="
                         f"{loss_mode!r} is {NOT}: bypass mode trains its own loss ({prefix}.loss_type: ppo_clip "
                         "or reinforce) in place of the configured one, as verl does; set loss_mode=vanilla")
-    if rc.bypass_mode and rc.rollout_is_batch_normalize:
-        problems.append(f"{prefix}.rollout_is_batch_normalize=True with bypass_mode=True is {YET}: verl "
-                        "normalises the weights over the data-parallel ranks in every micro-batch; set it to False, "
-                        "or bypass_mode=False")
     try:
         validate(rc)
     except ValueError as e:

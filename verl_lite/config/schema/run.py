@@ -180,7 +180,8 @@ class RolloutCorrectionConfig:
     # A number U truncates the weights at U (TIS); a "L_U" string (e.g. "0.5_5.0") zeroes weights
     # outside [L, U] (IcePop).
     rollout_is_threshold: Any = 2.0
-    # Divide the weights by their batch mean (per token, or per sequence with rollout_is=sequence).
+    # Divide the weights by their batch mean (per token, or per sequence with rollout_is=sequence);
+    # in bypass mode the mean of the micro-batch over every data-parallel rank, as verl.
     rollout_is_batch_normalize: bool = False
     # Rejection: comma-separated criteria on k1 = -log r, k2 = (log r)^2/2 or k3 = r - 1 - log r
     # (r = old/rollout), per token (token_k1/k2/k3) or per response (seq_sum_k1/k2/k3,
