@@ -155,9 +155,13 @@ def test_rollout_correction_settings_it_cannot_honour_are_refused_by_name():
                     "algorithm.rollout_correction.rollout_is_batch_normalize=True", *hf) == []
     (problem,) = problems("algorithm.rollout_correction.loss_type=pg", *hf)
     assert "choose one of ppo_clip, reinforce" in problem
-    (problem,) = problems("algorithm.rollout_correction.rollout_rs=token_k1",
-                          "algorithm.rollout_correction.rollout_rs_threshold=2.0", "async_training.enable=True", *hf)
-    assert "async_training.enable=True is not supported" in problem
+    # the fully-async trainer corrects as verl's (test_async.py, test_async_ray.py); not on top of its reweighting
+    async_rs = ("algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+                "async_training.enable=True", "actor_rollout_ref.rollout.nnodes=1",
+                "actor_rollout_ref.rollout.n_gpus_per_node=1", *hf)
+    assert problems(*async_rs) == []
+    (problem,) = problems(*async_rs, "async_training.stale_policy=reweight")
+    assert "stale_policy=reweight is not supported" in problem
     (problem,) = problems("algorithm.rollout_correction.rollout_is=token",
                           "actor_rollout_ref.actor.policy_loss.loss_mode=cispo", *hf)
     assert "loss_mode='cispo' is not supported" in problem and "vanilla" in problem

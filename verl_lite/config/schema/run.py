@@ -172,7 +172,7 @@ class CriticConfig:
 
 @dataclass
 class RolloutCorrectionConfig:
-    # verl's rollout correction (synchronous trainer), for the gap between the policy
+    # verl's rollout correction (synchronous and fully-async trainers), for the gap between the policy
     # that sampled (the rollout's own log-probs: rollout.calculate_log_probs=True) and the actor's old
     # log-probs. Importance weights old/rollout multiply the per-token policy loss: null = none, token
     # (one weight per token), sequence (the product over the response). Metrics rollout_corr/*.
@@ -308,7 +308,8 @@ class AsyncTrainingConfig:
     # Groups more than ceil(staleness_threshold) weight versions old when trained on (the rollouter's
     # budget keeps them from arising, except a rollout resumed across several syncs or replicas that
     # finish out of order): drop them, or train on them with advantages scaled by a truncated
-    # importance weight (reweight_cap).
+    # importance weight (reweight_cap). reweight is refused with algorithm.rollout_correction (which
+    # corrects the same gap).
     stale_policy: str = "drop"
     # New tokens a rollout generates between two looks for new weights; 0 = whole responses (a
     # sync then waits for the responses in flight). Smaller values cut rollouts at a sync sooner.

@@ -29,7 +29,7 @@ import torch
 from verl_lite.trainer.core_algos import masked_mean, masked_sum
 
 from verl_lite.decisions.rollout_correction import (IS_LEVELS, LOSS_TYPES, RS_OPTIONS, SAFETY_BOUND,  # noqa: F401
-                                                    active, parse_is_threshold, parse_rs,
+                                                    active, needs_rollout_log_probs, parse_is_threshold, parse_rs,
                                                     rollout_correction_problems, validate)
 
 
