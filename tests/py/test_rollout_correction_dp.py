@@ -1,10 +1,11 @@
 """Bypass mode's rollout_is_batch_normalize over two data-parallel ranks (gloo, the shared two-rank
-world of tests/py/megatron_world.py; nothing here imports megatron):
+world of tests/py/megatron_world.py):
 
 - the table's two-rank cases (`bypass_dp` in tests/py/data/rollout_correction_cases.json, verl's
   `compute_policy_loss_bypass_mode` run on two gloo ranks by tools/gen_rollout_correction_cases.py):
   verl_lite's `bypass_policy_loss` with the world group on each rank's rows equals verl's loss,
   gradient and metrics on that rank;
+- the Megatron engine's data-parallel group (TP=1: both ranks; TP=2: none) gives verl's per-rank result;
 - a real update (`TrainWorker.update_actor` on tiny-qwen3, FSDP over the two ranks, two micro-batches
   a rank, reinforce with sequence weights normalised as in verl's run_qwen2_5_7b_fsdp.sh) against one
   rank that trains the whole batch: the same normalisation factor on both ranks and the one rank,
@@ -75,13 +76,32 @@ def _train(rank: int, world: int, out: str):
     return metrics, worker.actor_state_dict(), worker.actor.data_parallel_group() is not None, local
 
 
-def _table_cases(rank: int):
+def _megatron_groups(rank: int):
+    """The Megatron engine's group at TP=1 (data parallel over both ranks: the table's first two-rank case
+    through it) and at TP=2 (one data-parallel rank: no group, the local mean is the batch's)."""
+    from megatron.core import parallel_state as mpu
+
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+
+    engine = object.__new__(MegatronLMEngine)  # the group needs megatron's parallel state only
+    mpu.initialize_model_parallel(tensor_model_parallel_size=1)
+    group = engine.data_parallel_group()
+    out = {"tp1_grouped": group is not None, "dp_size": torch.distributed.get_world_size(group),
+           "case0": _table_cases(rank, group, first=1)[0]}
+    mpu.destroy_model_parallel()
+    mpu.initialize_model_parallel(tensor_model_parallel_size=2)
+    out["tp2_group"] = engine.data_parallel_group()
+    mpu.destroy_model_parallel()
+    return out
+
+
+def _table_cases(rank: int, group, first=None):
     from types import SimpleNamespace
 
     from verl_lite.trainer.algos import rollout_correction
 
     out = []
-    for case in TABLE["bypass_dp"]:
+    for case in TABLE["bypass_dp"][:first]:
         inp = TABLE["inputs"][case["inputs"]]
         rows = case["rows"][rank]
         current, rollout, mask = (torch.tensor(inp[k], dtype=torch.float32)[rows]
@@ -94,7 +114,7 @@ def _table_cases(rank: int):
         pg, metrics = rollout_correction.bypass_policy_loss(
             rc, rollout, log_prob, adv.contiguous(), mask, 0.2, 0.28, 3.0, case["loss_agg_mode"],
             global_batch_size=case["global_batch_size"], global_token_num=case["global_token_num"],
-            group=torch.distributed.group.WORLD)
+            group=group)
         (pg["pg_loss"] * case["dp_size"]).backward()  # the worker's scaling: FSDP averages over the ranks
         ours = {f"actor/{k}": v.item() for k, v in pg.items() if k != "pg_loss"}
         ours.update(metrics)
@@ -104,8 +124,9 @@ def _table_cases(rank: int):
 
 @scenario
 def _scenario(rank, rec, out_dir):
-    rec["table"] = _table_cases(rank)
+    rec["table"] = _table_cases(rank, torch.distributed.group.WORLD)
     rec["train"] = _train(rank, 2, str(Path(out_dir) / "ckpt"))
+    rec["megatron"] = _megatron_groups(rank)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +150,7 @@ def test_table_has_two_rank_cases_of_token_and_sequence_weights_and_both_losses(
     cases = TABLE["bypass_dp"]
     assert {c["bypass"]["rollout_is"] for c in cases} == {"token", "sequence"}
     assert {c["bypass"]["loss_type"] for c in cases} == {"ppo_clip", "reinforce"}
-    # the two ranks' own means differ, so a rank normalising alone would not reproduce verl's factor
+    # verl's factor is one mean over both ranks' weights: the same on each rank
     for c in cases:
         factors = [r["metrics"]["rollout_corr/rollout_is_batch_norm_factor"] for r in c["ranks"]]
         assert factors[0] == factors[1]
@@ -166,3 +187,13 @@ def test_an_update_on_two_ranks_normalises_as_one_rank_over_the_whole_batch(rank
     for k in w_single:
         torch.testing.assert_close(w0[k], w_single[k], atol=1e-5, rtol=1e-4, msg=lambda m, k=k: f"{k}: {m}")
         assert torch.equal(w0[k], w1[k])
+
+
+def test_the_megatron_engine_normalises_over_its_data_parallel_group(ranks):
+    case = TABLE["bypass_dp"][0]
+    for rank, rec in enumerate(ranks):
+        got = rec["megatron"]
+        assert got["tp1_grouped"] and got["dp_size"] == 2 and got["tp2_group"] is None  # TP peers hold the same rows: no reduction
+        close(got["case0"]["pg_loss"], case["ranks"][rank]["pg_loss"], f"rank {rank} pg_loss")
+        close(got["case0"]["metrics"]["rollout_corr/rollout_is_batch_norm_factor"],
+              case["ranks"][rank]["metrics"]["rollout_corr/rollout_is_batch_norm_factor"], f"rank {rank} factor")

@@ -319,8 +319,8 @@ class AsyncTrainer(StepLoop):
         correction = cfg.algorithm.rollout_correction
         bypass = bool(correction.bypass_mode)
         if rollout_correction.needs_rollout_log_probs(correction) and "rollout_log_probs" not in batch:
-            raise RuntimeError("algorithm.rollout_correction needs the rollout's log-probs, and the rollout "
-                               "replicas sent none")
+            raise RuntimeError("algorithm.rollout_correction needs the rollout's log-probs and the rollout replicas "
+                               "sent none: set actor_rollout_ref.rollout.calculate_log_probs=True")
         lp: Dict[str, Any] = {}
         if bypass:  # verl's apply_bypass_mode: the rollout's log-probs are the old ones, no scoring pass
             old = batch["rollout_log_probs"]
