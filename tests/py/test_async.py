@@ -279,3 +279,106 @@ def test_the_ascend_fully_async_example_dry_runs_and_passes_the_preflight_check_
     check = subprocess.run(["bash", script], env=dict(env, CHECK="1"), capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stderr
     assert "verl_lite.check: OK" in check.stdout and "MindSpeedLMEngine" in check.stdout
+
+
+# ---------------------------------------------------------------------------- rollout correction in a step
+
+CORRECTION = ["algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=1.5",
+              "algorithm.rollout_correction.rollout_rs=token_k1",
+              "algorithm.rollout_correction.rollout_rs_threshold=0.8_1.25",
+              "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.calculate_log_probs=True"]
+
+
+class _TrainGroup:
+    """The train worker group as the step calls it: old log-probs on request, the update's shards kept."""
+    dp_size = 1
+
+    def __init__(self, old):
+        self.old, self.calls, self.shards = old, [], None
+
+    def dp_call(self, method, batch, *args):
+        self.calls.append(method)
+        return {"old_log_probs": self.old.clone(), "entropy": torch.zeros_like(self.old)}
+
+    def call_shards(self, method, shards, meta):
+        self.shards = shards
+        return [{"actor/pg_loss": [0.0]}]
+
+
+class _Pool:
+    def stats(self):
+        return [{"elapsed_s": 1.0, "tokens": 8, "gen_s": 0.5, "resumed": 0}]
+
+
+def _correction_step(data_dir, tmp_path, *extra):
+    """One AsyncTrainer.step on 4 prompt groups of 2 (ragged responses of up to 4 tokens) whose rollout
+    log-probs differ from the published weights' old ones; returns (metrics, train group, rollout, old, mask)."""
+    from verl_lite.trainer.async_run import AsyncTrainer, split_groups
+
+    cfg = to_dataclass(tiny_cfg(data_dir, *CORRECTION, f"trainer.default_local_dir={tmp_path}", *extra))
+    g = torch.Generator().manual_seed(4)
+    B, P, R = 8, 3, 4
+    mask = (torch.arange(R)[None, :] < torch.tensor([4, 2, 3, 4, 1, 4, 3, 2])[:, None]).long()
+    attn = torch.cat([torch.ones(B, P, dtype=torch.long), mask], 1)
+    ids = torch.randint(3, 40, (B, P + R), generator=g) * attn
+    rollout = (-torch.rand(B, R, generator=g) * 2) * mask
+    old = (rollout + 0.2 * torch.randn(B, R, generator=g)) * mask
+    scores = torch.zeros(B, R)
+    scores[torch.arange(B), mask.sum(1) - 1] = torch.rand(B, generator=g)
+    chunk = {"prompts": ids[:, :P], "input_ids": ids, "attention_mask": attn, "position_ids": attn.cumsum(1) - 1,
+             "responses": ids[:, P:], "response_mask": mask, "rollout_log_probs": rollout,
+             "token_level_scores": scores, "uid": [f"u{i // 2}" for i in range(B)],
+             "version_min": torch.zeros(B, dtype=torch.long), "version_max": torch.zeros(B, dtype=torch.long)}
+    wg = _TrainGroup(old)
+    trainer = AsyncTrainer(cfg, wg, _Pool(), None, None, str(tmp_path), {}, total_steps=1)
+    depth = {"groups": 0, "reserved": 0, "capacity": 8, "dealt": 4, "budget": 8}
+    groups = [dict(group, staleness=0) for group in split_groups(chunk, 2)]  # as collect() marks them
+    trainer.collect = lambda: {"groups": groups, "dropped": 0, "wait_s": 0.0, "depth": depth}
+    trainer.publish = lambda: 0.0
+    return trainer.step(), wg, rollout, old, mask.float()
+
+
+def test_a_fully_async_step_weighs_and_rejects_by_the_published_weights_against_the_rollouts_log_probs(
+        data_dir, tmp_path):
+    """verl's fully-async trainer: "rollout" = the replica's log-probs, "old" = the published weights',
+    corrected before the advantages; the weights and the rejected mask reach the update."""
+    metrics, wg, rollout, old, mask = _correction_step(data_dir, tmp_path)
+    assert wg.calls == ["compute_log_prob"]
+    log_r = old - rollout
+    mean = lambda x, m: float((x * m).sum() / m.sum())  # noqa: E731
+    # the formulas on this batch: TIS weights min(r, 1.5); k1 = -log r kept within [log 0.8, log 1.25]
+    weights = torch.exp(log_r).clamp(max=1.5) * mask
+    kept = mask * ((-log_r >= torch.log(torch.tensor(0.8))) & (-log_r <= torch.log(torch.tensor(1.25)))).float()
+    assert 0 < kept.sum() < mask.sum()  # some tokens are rejected, some kept
+    assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(mean(weights, mask), abs=1e-6)
+    assert metrics["rollout_corr/kl"] == pytest.approx(mean(rollout - old, mask), abs=1e-6)
+    assert metrics["rollout_corr/k3_kl"] == pytest.approx(mean(torch.exp(log_r) - log_r - 1, mask), abs=1e-6)
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 - float(kept.sum() / mask.sum()),
+                                                                                abs=1e-6)
+    (shard,) = wg.shards
+    torch.testing.assert_close(shard["rollout_is_weights"], weights)
+    assert torch.equal(shard["response_mask"].float(), kept)
+    torch.testing.assert_close(shard["old_log_probs"], old)
+    assert torch.all(shard["advantages"][kept == 0] == 0)  # the advantages were computed on the kept tokens
+    # response lengths stay the generated ones
+    assert metrics["response_length/mean"] == pytest.approx(float(mask.sum(1).mean()))
+
+
+def test_a_fully_async_step_in_bypass_mode_trains_against_the_rollouts_log_probs_without_scoring(data_dir, tmp_path):
+    metrics, wg, rollout, old, mask = _correction_step(data_dir, tmp_path, "algorithm.rollout_correction.bypass_mode=True",
+                                                       "algorithm.rollout_correction.loss_type=reinforce")
+    assert wg.calls == []  # no old log-prob pass
+    (shard,) = wg.shards
+    assert torch.equal(shard["old_log_probs"], rollout) and "rollout_is_weights" not in shard
+    assert torch.equal(shard["response_mask"].float(), mask)  # the update measures and rejects, per micro-batch
+    assert not any(k.startswith("rollout_corr/") for k in metrics) and "actor/entropy" not in metrics
+
+
+def test_rollout_correction_with_the_async_reweighting_of_stale_groups_is_refused(data_dir):
+    from verl_lite.decisions.rollout_correction import rollout_correction_problems
+
+    cfg = to_dataclass(tiny_cfg(data_dir, *CORRECTION))
+    assert rollout_correction_problems(cfg) == []
+    (problem,) = rollout_correction_problems(to_dataclass(tiny_cfg(data_dir, *CORRECTION,
+                                                                   "async_training.stale_policy=reweight")))
+    assert "stale_policy=reweight is not supported" in problem and "set async_training.stale_policy=drop" in problem

@@ -209,3 +209,51 @@ def test_async_grpo_scores_with_the_dapo_manager_and_logs_its_overlong_penalty(r
         assert -1.0 <= r["reward_extra/overlong_reward/mean"] <= 0.0
         assert 0.0 < r["reward_extra/overlong/mean"] <= 1.0
         assert r["critic/score/min"] < 0.0  # a copy score is >= 0: only the penalty makes it negative
+
+
+def test_async_grpo_with_rollout_correction_logs_verls_metrics_equal_to_the_formulas_on_each_batch(
+        ray_cluster, data_dir, tmp_path, monkeypatch):
+    """verl's fully_async_policy/shell/dapo_7b_math_fsdp2_64_64_mis.sh settings (token IS at 2.0, seq_mean_k1
+    rejection within [0.99, 1.001]) in a 3-step run, one version of staleness allowed: "rollout" is the
+    replica's log-probs, "old" the published weights'. Fresh groups were sampled by the published
+    weights (KL ~ 0: nothing rejected), stale ones by the version before (KL > 0)."""
+    import torch
+
+    from verl_lite.trainer.algos import rollout_correction
+    from verl_lite.trainer.run import run
+
+    seen = []
+    original = rollout_correction.apply_to_batch
+
+    def recorded(rc, batch):
+        inputs = {k: batch[k].clone() for k in ("old_log_probs", "rollout_log_probs", "response_mask")}
+        metrics = original(rc, batch)
+        seen.append((inputs, dict(batch), metrics))
+        return metrics
+
+    monkeypatch.setattr(rollout_correction, "apply_to_batch", recorded)  # the driver runs in this process
+    out = tmp_path / "mis"
+    assert run(load_config(overrides(data_dir, out, 3, "actor_rollout_ref.rollout.name=hf",
+                                     "actor_rollout_ref.rollout.calculate_log_probs=True",
+                                     "algorithm.rollout_correction.rollout_is=token",
+                                     "algorithm.rollout_correction.rollout_is_threshold=2.0",
+                                     "algorithm.rollout_correction.rollout_rs=seq_mean_k1",
+                                     "algorithm.rollout_correction.rollout_rs_threshold=0.99_1.001"))) == 0
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2, 3] and len(seen) == 3
+    for r, (inputs, batch, _) in zip(rows, seen):
+        old, rollout, mask = inputs["old_log_probs"], inputs["rollout_log_probs"], inputs["response_mask"].float()
+        mean = lambda x, m: float((x * m).sum() / m.sum())  # noqa: E731
+        log_r = old - rollout
+        assert r["rollout_corr/kl"] == pytest.approx(mean(rollout - old, mask), abs=1e-6)
+        assert r["rollout_corr/rollout_is_mean"] == pytest.approx(mean(torch.exp(log_r).clamp(max=2.0), mask), abs=1e-6)
+        seq_k1 = (-log_r * mask).sum(1) / mask.sum(1)
+        keep = (seq_k1 >= torch.log(torch.tensor(0.99))) & (seq_k1 <= torch.log(torch.tensor(1.001)))
+        assert torch.equal(batch["response_mask"].float(), mask * keep[:, None].float())
+        assert r["rollout_corr/rollout_rs_seq_masked_fraction"] == pytest.approx(1 - float(keep.float().mean()), abs=1e-6)
+        assert {"rollout_corr/chi2_token", "rollout_corr/rollout_is_eff_sample_size", "rollout_corr/training_ppl",
+                "rollout_corr/rollout_rs_seq_mean_k1_mean", "rollout_corr/rollout_rs_masked_fraction"} <= set(r)
+        if r["async/staleness/max"] == 0:  # sampled by the published weights: the same policy, no rejection
+            assert abs(r["rollout_corr/kl"]) < 1e-4 and r["rollout_corr/rollout_rs_masked_fraction"] == 0.0
+    stale = [r for r in rows if r["async/staleness/mean"] == 1]
+    assert stale and all(abs(r["rollout_corr/kl"]) > 1e-5 for r in stale)  # the version before sampled them

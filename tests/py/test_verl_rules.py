@@ -150,14 +150,18 @@ def test_rollout_correction_settings_it_cannot_honour_are_refused_by_name():
     (problem,) = problems("algorithm.rollout_correction.bypass_mode=True",
                           "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", *hf)
     assert "loss_mode='gspo' is not supported" in problem and "set loss_mode=vanilla" in problem
-    (problem,) = problems("algorithm.rollout_correction.bypass_mode=True", "algorithm.rollout_correction.rollout_is=token",
-                          "algorithm.rollout_correction.rollout_is_batch_normalize=True", *hf)
-    assert "rollout_is_batch_normalize=True with bypass_mode=True is not supported" in problem
+    # normalised over the data-parallel ranks in every micro-batch, as verl (test_rollout_correction_dp.py)
+    assert problems("algorithm.rollout_correction.bypass_mode=True", "algorithm.rollout_correction.rollout_is=token",
+                    "algorithm.rollout_correction.rollout_is_batch_normalize=True", *hf) == []
     (problem,) = problems("algorithm.rollout_correction.loss_type=pg", *hf)
     assert "choose one of ppo_clip, reinforce" in problem
-    (problem,) = problems("algorithm.rollout_correction.rollout_rs=token_k1",
-                          "algorithm.rollout_correction.rollout_rs_threshold=2.0", "async_training.enable=True", *hf)
-    assert "async_training.enable=True is not supported" in problem
+    # the fully-async trainer corrects as verl's (test_async.py, test_async_ray.py); not on top of its reweighting
+    async_rs = ("algorithm.rollout_correction.rollout_rs=token_k1", "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+                "async_training.enable=True", "actor_rollout_ref.rollout.nnodes=1",
+                "actor_rollout_ref.rollout.n_gpus_per_node=1", *hf)
+    assert problems(*async_rs) == []
+    (problem,) = problems(*async_rs, "async_training.stale_policy=reweight")
+    assert "stale_policy=reweight is not supported" in problem
     (problem,) = problems("algorithm.rollout_correction.rollout_is=token",
                           "actor_rollout_ref.actor.policy_loss.loss_mode=cispo", *hf)
     assert "loss_mode='cispo' is not supported" in problem and "vanilla" in problem

@@ -20,6 +20,11 @@ def active(rc: Any) -> bool:
     return rc is not None and (rc.rollout_is is not None or rc.rollout_rs is not None)
 
 
+def needs_rollout_log_probs(rc: Any) -> bool:
+    """Whether the correction reads the rollout's own log-probs (anything asked for, or bypass mode)."""
+    return rc is not None and (active(rc) or bool(rc.bypass_mode))
+
+
 def parse_is_threshold(spec: Any) -> Tuple[float, Optional[float]]:
     """rollout_is_threshold -> (upper, lower or None): a number / "U" is TIS, "L_U" is IcePop."""
     if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
@@ -102,7 +107,7 @@ def validate(rc: Any) -> None:
 
 def rollout_correction_problems(cfg: Any) -> List[str]:
     """What algorithm.rollout_correction cannot do in this config (preflight)."""
-    from verl_lite.config.verl_names import NOT, YET
+    from verl_lite.config.verl_names import NOT
 
     rc, rollout = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.rollout
     prefix = "algorithm.rollout_correction"
@@ -115,20 +120,17 @@ def rollout_correction_problems(cfg: Any) -> List[str]:
         problems.append(f"{prefix}.bypass_mode=True with actor_rollout_ref.actor.policy_loss.loss_mode="
                         f"{loss_mode!r} is {NOT}: bypass mode trains its own loss ({prefix}.loss_type: ppo_clip "
                         "or reinforce) in place of the configured one, as verl does; set loss_mode=vanilla")
-    if rc.bypass_mode and rc.rollout_is_batch_normalize:
-        problems.append(f"{prefix}.rollout_is_batch_normalize=True with bypass_mode=True is {YET}: verl "
-                        "normalises the weights over the data-parallel ranks in every micro-batch; set it to False, "
-                        "or bypass_mode=False")
     try:
         validate(rc)
     except ValueError as e:
         problems.append(str(e))
     if not (active(rc) or rc.bypass_mode):
         return problems
-    if cfg.async_training.enable:
-        problems.append(f"{prefix} (rollout_is / rollout_rs / bypass_mode) with async_training.enable=True is "
-                        f"{YET}: the fully-async trainer corrects staleness with async_training.stale_policy; use "
-                        "the synchronous trainer")
+    if cfg.async_training.enable and cfg.async_training.stale_policy == "reweight":
+        problems.append(f"{prefix} (rollout_is / rollout_rs / bypass_mode) with async_training.stale_policy=reweight "
+                        f"is {NOT}: both correct the gap between the weights that generated and those that train, "
+                        "and together they would weigh it twice; set async_training.stale_policy=drop (the "
+                        f"default) and let {prefix} correct it")
     if rollout.name == "hf" and rollout.calculate_log_probs is not True:
         problems.append(f"{prefix} needs the rollout's log-probs: set "
                         "actor_rollout_ref.rollout.calculate_log_probs=True (the hf rollout returns them only when "

@@ -159,6 +159,13 @@ class BaseEngine(abc.ABC):
     def data_parallel_size(self) -> int:
         return 1
 
+    def data_parallel_group(self) -> Any:
+        """The process group over which the ranks that compute the loss on different data reduce a
+        statistic of the batch (verl's `distributed_masked_mean`), or None when this rank holds the
+        whole batch. Peers that hold the same data (Ulysses SP, TP) may be in it: they add the same
+        sums and counts, so a mean over the group is the data-parallel mean."""
+        return None
+
     def sequence_parallel_size(self) -> int:
         """Ranks that share each micro-batch, each running a slice of its sequence (Ulysses SP)."""
         return 1

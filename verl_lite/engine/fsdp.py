@@ -522,6 +522,12 @@ class TorchLMEngine(BaseEngine):
     def sequence_parallel_size(self) -> int:
         return self.sp.size if self.sp else 1
 
+    def data_parallel_group(self) -> Any:
+        """Every rank of the world (the SP peers of a data-parallel rank hold the same micro-batch)."""
+        import torch.distributed as dist
+
+        return dist.group.WORLD if self.dp_size > 1 else None
+
 
 class TorchValueEngine(TorchLMEngine):
     model_type = "value_model"

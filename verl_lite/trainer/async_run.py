@@ -14,7 +14,10 @@ importance weight
 min(exp(old_log_prob - rollout_log_prob), reweight_cap) (`stale_policy=reweight`). Old log-probs
 come from the weights last published to the rollouters (a CPU snapshot on the train workers: the
 engine's `snapshot_to_cpu`, kept by `TrainWorker.save_model_to_cpu`), so PPO's clip bounds the drift
-from the policy that generated the data.
+from the policy that generated the data. algorithm.rollout_correction works as in verl's fully-async
+trainer: the rollout's log-probs (under the weights that sampled each token) play "rollout" and the
+published weights' old log-probs "old" in decoupled mode, applied before the advantages; bypass mode
+takes the rollout's log-probs as the old ones and scores none.
 
 Faults stop the run with the cause: a rollout replica that raises or dies is seen within
 POLL_S seconds; a queue that stays empty for `async_training.queue_timeout_s` raises QueueTimeout
@@ -36,7 +39,7 @@ from verl_lite.decisions import async_pools, placement
 from verl_lite.decisions.layout import train_world
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.algos import advantages
+from verl_lite.trainer.algos import advantages, rollout_correction
 from verl_lite.trainer.async_buffer import ChunkBuffer
 from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
 from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
@@ -313,18 +316,38 @@ class AsyncTrainer(StepLoop):
         tensors = {k: batch[k] for k in TRAIN_KEYS if k in batch}
         tensors["temperature"] = float(actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
-        if self.global_step % self.k:  # the weights moved on since they were published
-            lp = self.train_wg.dp_call("compute_log_prob_from", tensors, PUBLISHED)
+        correction = cfg.algorithm.rollout_correction
+        bypass = bool(correction.bypass_mode)
+        if rollout_correction.needs_rollout_log_probs(correction) and "rollout_log_probs" not in batch:
+            raise RuntimeError("algorithm.rollout_correction needs the rollout's log-probs and the rollout replicas "
+                               "sent none: set actor_rollout_ref.rollout.calculate_log_probs=True")
+        lp: Dict[str, Any] = {}
+        if bypass:  # verl's apply_bypass_mode: the rollout's log-probs are the old ones, no scoring pass
+            old = batch["rollout_log_probs"]
         else:
-            lp = self.train_wg.dp_call("compute_log_prob", tensors)
-        old = lp["old_log_probs"]
+            if self.global_step % self.k:  # the weights moved on since they were published
+                lp = self.train_wg.dp_call("compute_log_prob_from", tensors, PUBLISHED)
+            else:
+                lp = self.train_wg.dp_call("compute_log_prob", tensors)
+            old = lp["old_log_probs"]
         train_batch = dict(tensors, old_log_probs=old)
         if actor_rollout_ref.actor.use_kl_loss:
             train_batch["ref_log_prob"] = self.train_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
         timing["old_log_prob"] = time.perf_counter() - t
         rewards = batch["token_level_scores"]
-        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, batch["uid"])
         metrics: Dict[str, Any] = {}
+        generated_mask = mask  # response lengths are the generated ones
+        if not bypass and "rollout_log_probs" in batch:
+            # as verl's fully-async trainer (separation/ray_trainer.py _fit_compute_advantage), before the
+            # advantages: "rollout" = the replica's log-probs, "old" = the published weights'
+            corrected = {"old_log_probs": old, "rollout_log_probs": batch["rollout_log_probs"],
+                         "response_mask": tensors["response_mask"]}
+            metrics.update(rollout_correction.apply_to_batch(correction, corrected))
+            train_batch["response_mask"] = corrected["response_mask"]
+            if "rollout_is_weights" in corrected:
+                train_batch["rollout_is_weights"] = corrected["rollout_is_weights"]
+            mask = corrected["response_mask"].float()
+        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, batch["uid"])
         rows = torch.tensor([g["reweight"] for g in groups for _ in range(g["data"]["response_mask"].shape[0])])
         if rows.any():
             cap = float(cfg.async_training.reweight_cap)
@@ -349,11 +372,10 @@ class AsyncTrainer(StepLoop):
         timing["step"] = time.perf_counter() - t0
         staleness = torch.tensor([float(g["staleness"]) for g in groups])
         metrics.update(self._verl_metrics(groups, got, timing))
-        scores, resp_len = rewards.sum(-1), mask.sum(-1)
+        scores, resp_len = rewards.sum(-1), generated_mask.sum(-1)
         metrics.update({
             "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
             "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
-            "actor/entropy": core_algos.masked_mean(lp["entropy"], mask).item(),
             "response_length/mean": resp_len.mean().item(),
             "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
             "async/param_version": self.global_step // self.k, "async/staleness/mean": staleness.mean().item(),
@@ -365,6 +387,8 @@ class AsyncTrainer(StepLoop):
             "async/queue_capacity": got["depth"]["capacity"], "async/carry_groups": len(self.carry),
             "perf/num_sequences": int(mask.shape[0]),
         })
+        if "entropy" in lp:  # of the old log-prob pass (none in bypass mode)
+            metrics["actor/entropy"] = core_algos.masked_mean(lp["entropy"], generated_mask).item()
         metrics.update(reward_extra_metrics(batch))  # the dapo manager's overlong_buffer_cfg.log
         metrics.update(self._rollout_perf())
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})

@@ -32,6 +32,7 @@ from verl_lite.config.schema import ModelConfig, VerlLiteConfig
 from verl_lite.config.sections import as_section
 from verl_lite.data.dataset import multi_modal_fields
 from verl_lite.data.tokenizer import load_tokenizer
+from verl_lite.decisions.rollout_correction import needs_rollout_log_probs
 from verl_lite.engine.base import CPUSnapshotUnsupported
 from verl_lite.models import is_vision_language
 from verl_lite.models.hf import image_inputs, load_hf_config, model_position_ids, vl_position_ids
@@ -167,7 +168,9 @@ class RolloutWorker:
         self.prompt_width = int(cfg.data.max_prompt_length)
         self.segment = int(async_cfg.rollout_segment_tokens) or self.response_length
         self.partial = bool(async_cfg.partial_rollout)
-        self.with_log_probs = async_cfg.stale_policy == "reweight"
+        # the rollout's own log-probs: for the reweighting of stale groups, and for rollout correction
+        self.with_log_probs = (async_cfg.stale_policy == "reweight"
+                               or needs_rollout_log_probs(cfg.algorithm.rollout_correction))
         self.sampling = {"temperature": rollout_cfg.temperature, "top_k": rollout_cfg.top_k,
                          "top_p": rollout_cfg.top_p, "do_sample": rollout_cfg.do_sample}
         self.version = -1  # no weights yet: the trainer publishes version 0 before run()

@@ -342,6 +342,8 @@ class ActorRolloutRefWorker(EngineWorker):
 
         options = core_algos.policy_loss_options(actor)
         correction = self.cfg.algorithm.rollout_correction
+        # bypass mode's batch normalisation: over this micro-batch index on every data-parallel rank
+        dp_group = self.actor.data_parallel_group() if correction.bypass_mode else None
 
         def make_loss(gtok: int, gseq: int):
             def loss_fn(out, mb):
@@ -351,7 +353,7 @@ class ActorRolloutRefWorker(EngineWorker):
                 if correction.bypass_mode:  # old = the rollout's log-probs; verl's bypass-mode loss
                     pg, correction_metrics = rollout_correction.bypass_policy_loss(
                         correction, old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c, mode,
-                        global_batch_size=gseq, global_token_num=gtok)
+                        global_batch_size=gseq, global_token_num=gtok, group=dp_group)
                 else:
                     pg = core_algos.compute_policy_loss(
                         actor.policy_loss.loss_mode, old, out["log_probs"], mb["advantages"], mask, low, high,

@@ -172,7 +172,7 @@ class CriticConfig:
 
 @dataclass
 class RolloutCorrectionConfig:
-    # verl's rollout correction (synchronous trainer), for the gap between the policy
+    # verl's rollout correction (synchronous and fully-async trainers), for the gap between the policy
     # that sampled (the rollout's own log-probs: rollout.calculate_log_probs=True) and the actor's old
     # log-probs. Importance weights old/rollout multiply the per-token policy loss: null = none, token
     # (one weight per token), sequence (the product over the response). Metrics rollout_corr/*.
@@ -180,7 +180,8 @@ class RolloutCorrectionConfig:
     # A number U truncates the weights at U (TIS); a "L_U" string (e.g. "0.5_5.0") zeroes weights
     # outside [L, U] (IcePop).
     rollout_is_threshold: Any = 2.0
-    # Divide the weights by their batch mean (per token, or per sequence with rollout_is=sequence).
+    # Divide the weights by their batch mean (per token, or per sequence with rollout_is=sequence);
+    # in bypass mode the mean of the micro-batch over every data-parallel rank, as verl.
     rollout_is_batch_normalize: bool = False
     # Rejection: comma-separated criteria on k1 = -log r, k2 = (log r)^2/2 or k3 = r - 1 - log r
     # (r = old/rollout), per token (token_k1/k2/k3) or per response (seq_sum_k1/k2/k3,
@@ -307,7 +308,8 @@ class AsyncTrainingConfig:
     # Groups more than ceil(staleness_threshold) weight versions old when trained on (the rollouter's
     # budget keeps them from arising, except a rollout resumed across several syncs or replicas that
     # finish out of order): drop them, or train on them with advantages scaled by a truncated
-    # importance weight (reweight_cap).
+    # importance weight (reweight_cap). reweight is refused with algorithm.rollout_correction (which
+    # corrects the same gap).
     stale_policy: str = "drop"
     # New tokens a rollout generates between two looks for new weights; 0 = whole responses (a
     # sync then waits for the responses in flight). Smaller values cut rollouts at a sync sooner.

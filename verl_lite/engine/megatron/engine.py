@@ -426,6 +426,15 @@ class MegatronLMEngine(BaseEngine):
     def is_data_parallel_leader(self) -> bool:
         return parallel.is_data_parallel_leader()
 
+    def data_parallel_group(self) -> Any:
+        """Megatron's data-parallel group of this rank: its peers on the same TP rank and pipeline stage,
+        so only last-stage ranks (the ones that compute the loss) reduce together."""
+        from megatron.core import parallel_state as mpu
+
+        if not mpu.model_parallel_is_initialized() or mpu.get_data_parallel_world_size() == 1:
+            return None
+        return mpu.get_data_parallel_group()
+
 
 class MegatronValueEngine(MegatronLMEngine):
     """Critic on megatron-core: the LM's trunk with a scalar head; outputs values (B, R)."""

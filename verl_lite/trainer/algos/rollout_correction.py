@@ -14,7 +14,8 @@ As `verl/trainer/ppo/rollout_corr_helper.py` defines it, tensors (B, R):
 - metrics: rollout_corr/<verl's names>, IS and RS statistics plus the off-policy diagnostics
   (kl, k3_kl, ppl, chi2), computed on the mask before rejection.
 - bypass mode (`bypass_policy_loss`): the same, per micro-batch, between the current policy and the
-  rollout's log-probs, which are the old ones; then verl's ppo_clip or reinforce loss.
+  rollout's log-probs, which are the old ones; then verl's ppo_clip or reinforce loss. Its batch
+  normalisation is over the micro-batch of every data-parallel rank (an all-reduce, as verl's).
 tests/py/test_rollout_correction_table.py compares all of it with verl's own functions.
 """
 
@@ -28,7 +29,7 @@ import torch
 from verl_lite.trainer.core_algos import masked_mean, masked_sum
 
 from verl_lite.decisions.rollout_correction import (IS_LEVELS, LOSS_TYPES, RS_OPTIONS, SAFETY_BOUND,  # noqa: F401
-                                                    active, parse_is_threshold, parse_rs,
+                                                    active, needs_rollout_log_probs, parse_is_threshold, parse_rs,
                                                     rollout_correction_problems, validate)
 
 
@@ -48,8 +49,10 @@ def _seq_stats(prefix: str, seq: torch.Tensor, centre: float) -> Dict[str, float
 
 
 def is_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str, threshold: Any,
-               batch_normalize: bool) -> Tuple[torch.Tensor, Dict[str, float]]:
-    """The importance weights (B, R), 0 on padding, and verl's rollout_is_* metrics (unprefixed)."""
+               batch_normalize: bool, group: Any = None) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """The importance weights (B, R), 0 on padding, and verl's rollout_is_* metrics (unprefixed).
+    `group`: the process group whose ranks hold the rest of the batch (bypass mode's micro-batches on
+    several data-parallel ranks); batch_normalize then divides by the mean over all of them."""
     if level not in IS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_is={level!r}: choose null, token or sequence")
     upper, lower = parse_is_threshold(threshold)
@@ -95,10 +98,10 @@ def is_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str, threshol
     w = w.detach()
     if batch_normalize:
         if level == "token":
-            mean = _global_masked_mean(w, mask)
+            mean = _global_masked_mean(w, mask, group)
         else:
             seq_valid = (mask.sum(-1) > 0).to(w.dtype)
-            mean = _global_masked_mean(masked_mean(w, mask, dim=-1), seq_valid)
+            mean = _global_masked_mean(masked_mean(w, mask, dim=-1), seq_valid, group)
         if mean > 1e-8:
             w = w / mean
             m["rollout_is_batch_norm_factor"] = mean.item()
@@ -107,9 +110,17 @@ def is_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str, threshol
     return w, m
 
 
-def _global_masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The masked mean; the driver holds the whole batch, so it is the batch's (verl reduces over ranks)."""
-    return (values * mask).sum() / mask.sum().clamp_min(1e-8)
+def _global_masked_mean(values: torch.Tensor, mask: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """The masked mean over this rank's values (the driver holds the whole batch), or with `group` over
+    every rank of it: the sums and counts are all-reduced, as verl's `distributed_masked_mean`
+    (a collective: every rank of the group calls it for the same micro-batch index)."""
+    if group is None:
+        return (values * mask).sum() / mask.sum().clamp_min(1e-8)
+    import torch.distributed as dist
+
+    total = torch.stack([(values * mask).sum(), mask.to(values.dtype).sum()])
+    dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
+    return total[0] / total[1]
 
 
 def rejection_mask(log_ratio: torch.Tensor, mask: torch.Tensor, rollout_rs: str,
@@ -207,9 +218,10 @@ def offpolicy_metrics(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor
     return m
 
 
-def compute(rc: Any, old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor,
-            response_mask: torch.Tensor) -> Tuple[Optional[torch.Tensor], torch.Tensor, Dict[str, float]]:
-    """(importance weights or None, response mask after rejection, metrics prefixed rollout_corr/)."""
+def compute(rc: Any, old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor,
+            group: Any = None) -> Tuple[Optional[torch.Tensor], torch.Tensor, Dict[str, float]]:
+    """(importance weights or None, response mask after rejection, metrics prefixed rollout_corr/).
+    `group`: see is_weights (used only by rollout_is_batch_normalize)."""
     if not response_mask.any():
         raise ValueError("rollout correction: the batch has no response token")
     if old_log_prob.shape != rollout_log_prob.shape or old_log_prob.shape != response_mask.shape:
@@ -220,7 +232,7 @@ def compute(rc: Any, old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor,
     weights = None
     if rc.rollout_is is not None and rc.rollout_is_threshold is not None:
         weights, is_m = is_weights(log_ratio, response_mask, rc.rollout_is, rc.rollout_is_threshold,
-                                   bool(rc.rollout_is_batch_normalize))
+                                   bool(rc.rollout_is_batch_normalize), group)
         metrics.update(is_m)
     new_mask = response_mask.clone()
     if rc.rollout_rs is not None:
@@ -248,16 +260,19 @@ def apply_to_batch(rc: Any, batch: Dict[str, Any]) -> Dict[str, float]:
 def bypass_policy_loss(rc: Any, rollout_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                        response_mask: torch.Tensor, clip_ratio_low: float, clip_ratio_high: float,
                        clip_ratio_c: float, loss_agg_mode: str, global_batch_size: Optional[int] = None,
-                       global_token_num: Optional[int] = None) -> Tuple[Dict[str, torch.Tensor], Dict[str, float]]:
+                       global_token_num: Optional[int] = None,
+                       group: Any = None) -> Tuple[Dict[str, torch.Tensor], Dict[str, float]]:
     """verl's bypass mode (`compute_policy_loss_bypass_mode`): the rollout's log-probs are the old ones;
     the weights and the rejection are measured per micro-batch between the current policy and the
     rollout's, then loss_type=ppo_clip trains PPO's clipped loss against the rollout log-probs on the
     kept tokens (no weights: the ratio is the correction), reinforce trains -A * w * log_prob.
+    With rollout_is_batch_normalize the weights are divided by their mean over the micro-batches of
+    this index on every rank of `group` (the engine's data-parallel group), as verl does.
     Returns ({"pg_loss", <verl's metric names without "actor/">}, rollout_corr/* metrics)."""
     from verl_lite.trainer.core_algos import agg_loss, compute_policy_loss_vanilla
 
     with torch.no_grad():
-        weights, mask, metrics = compute(rc, log_prob.detach(), rollout_log_prob, response_mask)
+        weights, mask, metrics = compute(rc, log_prob.detach(), rollout_log_prob, response_mask, group)
     if rc.loss_type == "reinforce":
         pg_losses = -advantages * log_prob * (weights if weights is not None else 1.0)
         pg = {"pg_loss": agg_loss(pg_losses, mask, loss_agg_mode, global_batch_size, global_token_num),
