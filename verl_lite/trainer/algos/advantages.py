@@ -429,3 +429,34 @@ def compute_advantage(algorithm: Any, token_level_rewards: torch.Tensor, respons
         kwargs.update(reward_components=reward_components, response_lengths=response_lengths,
                       norm_adv_by_std_in_grpo=bool(algorithm.norm_adv_by_std_in_grpo))
     return fn(**kwargs)
+
+
+def variance_proxy_metrics(old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor, advantages: torch.Tensor,
+                           response_mask: torch.Tensor, rollout_is_weights: Optional[torch.Tensor] = None,
+                           gradient_norm: Optional[float] = None) -> Dict[str, float]:
+    """verl's variance_proxy/* metrics (compute_variance_proxy_metrics), logged whenever sum_pi_squared is
+    computed: with W = sum_t (1 - 2 pi_t + sum_pi_squared_t) over the response (times the IS weight squared
+    per token when given) and A the response's mean advantage, proxy2 = E[A^2 max(W, 0)] (with IS weights
+    E[mean(rho)^2 A^2 W_unweighted]), proxy1 = grad_norm^2, proxy3 = max(0, (proxy2 - proxy1) / (N - 1))."""
+    with torch.no_grad():
+        w = 1 - 2 * torch.exp(old_log_probs) + sum_pi_squared
+        if rollout_is_weights is not None:
+            w = w * rollout_is_weights.detach() ** 2
+        mask = response_mask.float()
+        adv = (advantages * mask).sum(-1) / (mask.sum(-1) + 1e-8)
+        w_values = (w * mask).sum(-1)
+        if rollout_is_weights is not None:
+            is_scalar = (rollout_is_weights * mask).sum(-1) / (mask.sum(-1) + 1e-8)
+            w_original = ((w / torch.clamp(rollout_is_weights.detach() ** 2, min=1e-10)) * mask).sum(-1)
+            proxy2 = ((is_scalar ** 2) * (adv ** 2) * torch.clamp(w_original, min=0.0)).mean()
+        else:
+            proxy2 = (adv ** 2 * torch.clamp(w_values, min=0.0)).mean()
+        proxy1 = float(gradient_norm) ** 2 if gradient_norm is not None else None
+        proxy3 = 0.0
+        if proxy1 is not None and adv.shape[0] > 1:
+            proxy3 = max(0.0, float((proxy2 - proxy1) / (adv.shape[0] - 1)))
+        return {"variance_proxy/proxy1_signal_strength": proxy1 if proxy1 is not None else 0.0,
+                "variance_proxy/proxy2_total_power": float(proxy2),
+                "variance_proxy/proxy3_pure_noise": proxy3,
+                "variance_proxy/expected_a_squared": float((adv ** 2).mean()),
+                "variance_proxy/expected_w": float(w_values.mean())}
