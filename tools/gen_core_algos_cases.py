@@ -171,6 +171,22 @@ def verl_estimate(core_algos, AlgoConfig, name, x):
     return core_algos.get_adv_estimator_fn(name)(**kwargs)
 
 
+GRAD_NORM = 0.7  # the actor's gradient norm the variance proxies are given
+
+
+def verl_variance_proxy(x, advantages):
+    """verl's compute_variance_proxy_metrics (logged whenever sum_pi_squared is computed)."""
+    from verl import DataProto
+    from verl.trainer.ppo.metric_utils import compute_variance_proxy_metrics
+
+    tensors = {"old_log_probs": x["old_log_probs"].clone(), "sum_pi_squared": x["sum_pi_squared"].clone(),
+               "advantages": advantages, "response_mask": x["mask"].clone()}
+    if x["rollout_is_weights"] is not None:
+        tensors["rollout_is_weights"] = x["rollout_is_weights"].clone()
+    metrics = compute_variance_proxy_metrics(DataProto.from_dict(tensors=tensors), gradient_norm=GRAD_NORM)
+    return {"gradient_norm": GRAD_NORM, "metrics": {k: f32(float(v)) for k, v in metrics.items()}}
+
+
 def loss_inputs():
     cases = []
     for seed in SEEDS:
@@ -232,7 +248,11 @@ def main() -> int:
                 outputs[name] = {"advantages": rows(adv), "returns": rows(ret)}
             except (ValueError, AssertionError) as e:
                 outputs[name] = {"error": type(e).__name__, "message": str(e)}
-        table["estimators"].append({"case": case, "inputs": inputs, "outputs": outputs})
+        entry = {"case": case, "inputs": inputs, "outputs": outputs}
+        if "advantages" in outputs["optimal_token_baseline"]:  # verl's variance proxies on the OTB advantages
+            entry["variance_proxy"] = verl_variance_proxy(x, torch.tensor(outputs["optimal_token_baseline"]
+                                                                          ["advantages"]))
+        table["estimators"].append(entry)
     seed = 1234
     for case, x in loss_inputs():
         table["loss_inputs"][case] = {k: rows(v) for k, v in x.items()}

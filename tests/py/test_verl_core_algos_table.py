@@ -169,3 +169,27 @@ def test_a_users_estimator_registers_by_name_and_a_name_is_taken_once(monkeypatc
     assert adv.tolist() == [[2.0, 2.0]]
     with pytest.raises(ValueError, match="'rloo' is registered twice"):
         advantages.register_adv_est("rloo")(mine)
+
+
+VARIANCE_CASES = [e["case"] for e in TABLE["estimators"] if "variance_proxy" in e]
+
+
+@pytest.mark.parametrize("case", VARIANCE_CASES)
+def test_the_variance_proxy_metrics_equal_verls(case):
+    entry = next(e for e in TABLE["estimators"] if e["case"] == case)
+    x, want = entry["inputs"], entry["variance_proxy"]
+    weights = x["rollout_is_weights"]
+    ours = advantages.variance_proxy_metrics(
+        torch.tensor(x["old_log_probs"]), torch.tensor(x["sum_pi_squared"]),
+        torch.tensor(entry["outputs"]["optimal_token_baseline"]["advantages"]), torch.tensor(x["mask"]),
+        None if weights is None else torch.tensor(weights), want["gradient_norm"])
+    assert set(ours) == set(want["metrics"])
+    for key, value in want["metrics"].items():
+        close(ours[key], value, f"{key} ({case})")
+
+
+def test_the_variance_proxy_cases_cover_both_branches():
+    cases = [e for e in TABLE["estimators"] if "variance_proxy" in e]
+    assert len(cases) == len(TABLE["estimators"])
+    assert {e["inputs"]["rollout_is_weights"] is None for e in cases} == {True, False}
+    assert any(e["variance_proxy"]["metrics"]["variance_proxy/proxy3_pure_noise"] > 0 for e in cases)

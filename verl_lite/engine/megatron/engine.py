@@ -287,6 +287,9 @@ class MegatronLMEngine(BaseEngine):
         responses = batch["responses"]
         r = responses.shape[1]
         logits = output[:, -r - 1 : -1, :]  # position t predicts token t + 1
+        temperature = float(batch.get("temperature", 1.0) or 1.0)  # the rollout's, as the torch engine divides
+        if temperature != 1.0:
+            logits = logits / temperature
         role = self.engine_config  # the role's log-prob settings, as on the torch engine (engine/fused.py)
         chunk = int(role.entropy_from_logits_chunk_size) if role.entropy_from_logits_with_chunking else None
         # sum_pi_squared first: it reads the logits without changing them (verl's order too)
