@@ -10,10 +10,12 @@ verl_lite's. It installs nothing; the environment is made once:
     python tools/gen_core_algos_cases.py                  # rewrites the table
 
 Inputs (float32, B responses x R tokens): ragged response masks (lengths 0..R, an empty row
-included; one case with holes in the masks, as multi-turn responses have), groups of several responses and of one, tied scores within a group, all-zero rewards,
-outcome rewards on the last token and rewards spread over tokens, three seeds; for the optimal token
-baselines the old log-probs and sum_pi_squared of a small softmax, with and without rollout IS
-weights; for gdpo two reward components per response, with and without weights. Each case records
+included; one case with holes in the masks, as multi-turn responses have), groups of several
+responses and of one, tied scores within a group, all-zero rewards, outcome rewards on the last
+token and rewards spread over tokens, three seeds; for the optimal token baselines the old
+log-probs and sum_pi_squared of a small softmax, with and without rollout IS weights (and verl's
+variance_proxy metrics on their advantages); for gdpo two reward components per response, with
+and without weights. Each case records
 its inputs and verl's outputs (or the error verl raises); losses also record the gradient of the
 loss with respect to log_prob and their metrics under verl's names. clip_cov draws with torch's
 global generator: the case records the seed set just before the call.

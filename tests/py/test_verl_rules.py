@@ -325,7 +325,8 @@ SPSQ = "actor_rollout_ref.actor.calculate_sum_pi_squared=True"
 
 @pytest.mark.parametrize("overrides, why", [
     (["algorithm.adv_estimator=optimal_token_baseline"], "needs sum_pi_squared from the actor's log-prob pass"),
-    (["algorithm.adv_estimator=tir_optimal_token_baseline"], "set actor_rollout_ref.actor.calculate_sum_pi_squared=True"),
+    (["algorithm.adv_estimator=tir_optimal_token_baseline"],
+     "set actor_rollout_ref.actor.calculate_sum_pi_squared=True"),
     ([SPSQ, "actor_rollout_ref.model.use_fused_kernels=True"], "the fused kernels never form the logits"),
     ([SPSQ, "algorithm.rollout_correction.bypass_mode=True"], "runs no actor log-prob pass"),
     (["algorithm.adv_estimator=gdpo"], "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys"),

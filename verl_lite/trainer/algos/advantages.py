@@ -4,7 +4,9 @@ Each estimator is defined as verl defines it (`verl/trainer/ppo/core_algos.py`) 
 (advantages, returns), both (B, R). Inputs, as verl's `ray_trainer.compute_advantage` gives them:
 token_level_rewards and response_mask (B, R); `index` the prompt uid of each response (responses of
 one prompt form a group); `config` the algorithm section (gamma, norm_adv_by_std_in_grpo, ...);
-`reward_baselines` (B,) the greedy response's reward for remax; `values` (B, R) for gae.
+`reward_baselines` (B,) the greedy response's reward for remax; `values` (B, R) for gae;
+`old_log_probs`, `sum_pi_squared` and `rollout_is_weights` (B, R) for the optimal token baselines;
+`reward_components` (per-response lists by the score function's dict keys) for gdpo.
 tests/py/test_verl_core_algos_table.py compares every estimator with verl's own on a committed table.
 
 A user's own estimator registers with `@register_adv_est("name")` and receives the same keywords.
