@@ -84,12 +84,19 @@ def test_verls_other_reward_managers_are_refused_by_name(name):
 
 
 def test_the_gdpo_manager_keeps_every_key_of_a_dict_and_acc_for_a_number():
-    gdpo = build_reward_manager(load_config(["reward_model.reward_manager=gdpo"]))
-    gdpo.score_fn = lambda **kw: ({"score": 1.5, "accuracy_reward": 1.0, "format_reward": 0.5}
-                                  if kw["solution_str"] == "x" else 0.25)
-    assert gdpo.score(["d", "d"], ["x", "z"], ["y", "y"]) == (
+    gdpo = build_reward_manager(load_config(["reward_model.reward_manager=gdpo", "trainer.experiment_name=qwen3_8b"]))
+    seen = []
+
+    def score(**kw):
+        seen.append(kw["extra_info"])
+        return {"score": 1.5, "accuracy_reward": 1.0, "format_reward": 0.5} if kw["solution_str"] == "x" else 0.25
+
+    gdpo.score_fn = score
+    assert gdpo.score(["d", "d"], ["x", "z"], ["y", "y"], [{"index": 3}, None]) == (
         [1.5, 0.25], {"score": [1.5, None], "accuracy_reward": [1.0, None], "format_reward": [0.5, None],
                       "acc": [None, 0.25]})
+    # as verl's manager: the experiment name in each extra_info (verl's rlla score reads it)
+    assert seen == [{"index": 3, "experiment_name": "qwen3_8b"}, {"experiment_name": "qwen3_8b"}]
 
 
 def test_reward_kwargs_without_the_dapo_manager_and_an_incomplete_overlong_buffer_are_refused():

@@ -58,7 +58,18 @@ def _record_acc(pairs: List[Tuple[str, Any]], scores: List[float], extra: Dict[s
 class GDPORewardManager(RewardManager):
     """verl's GDPORewardManager (reward_manager=gdpo): the naive manager's scores, `acc` recorded for
     numeric results, and every key of a returned dict kept per response: the reward components
-    algorithm.adv_estimator=gdpo reads by algorithm.gdpo_reward_keys."""
+    algorithm.adv_estimator=gdpo reads by algorithm.gdpo_reward_keys. As verl's, it puts
+    trainer.experiment_name into each sample's extra_info (verl's rlla.py score picks the chat format
+    by it)."""
+
+    def __init__(self, score_fn: Optional[Callable] = None, experiment_name: str = "default"):
+        super().__init__(score_fn)
+        self.experiment_name = experiment_name
+
+    def _results(self, data_sources, solution_strs, ground_truths, extra_infos) -> List[Tuple[str, Any]]:
+        infos = [None] * len(solution_strs) if extra_infos is None else extra_infos
+        infos = [dict(info or {}, experiment_name=self.experiment_name) for info in infos]
+        return super()._results(data_sources, solution_strs, ground_truths, infos)
 
     def _collect(self, pairs: List[Tuple[str, Any]],
                  response_lengths: Optional[Sequence[int]]) -> Tuple[List[float], Dict[str, List[Any]]]:

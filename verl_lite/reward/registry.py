@@ -69,4 +69,6 @@ def build_reward_manager(cfg: Any) -> Any:
     score_fn = load_custom_reward_fn(custom.path, custom.name) if custom.path else None
     if cfg.reward_model.reward_manager == "dapo":
         return cls(score_fn, cfg.reward_model.reward_kwargs)
+    if cfg.reward_model.reward_manager == "gdpo":
+        return cls(score_fn, str(cfg.trainer.experiment_name))
     return cls(score_fn)
