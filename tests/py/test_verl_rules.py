@@ -333,6 +333,9 @@ SPSQ = "actor_rollout_ref.actor.calculate_sum_pi_squared=True"
     (["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a,b]", "+algorithm.gdpo_reward_weights=[1.0]"],
      "1 weights for 2 gdpo_reward_keys"),
     (["algorithm.adv_estimator=grpo", "+algorithm.gdpo_reward_keys=[a]"], "only gdpo reads them"),
+    ([SPSQ, "async_training.enable=True"], "the fully-async trainer's advantages read no sum_pi_squared"),
+    (["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a]", "async_training.enable=True"],
+     "the fully-async trainer's advantages read no reward components"),
 ])
 def test_the_optimal_token_baselines_and_gdpo_refuse_what_they_cannot_run(overrides, why):
     found = collect_problems(load_config(["trainer.device=cpu", *overrides]), for_training=False)
