@@ -10,8 +10,12 @@ verl_lite's. It installs nothing; the environment is made once:
     python tools/gen_core_algos_cases.py                  # rewrites the table
 
 Inputs (float32, B responses x R tokens): ragged response masks (lengths 0..R, an empty row
-included), groups of several responses and of one, tied scores within a group, all-zero rewards,
-outcome rewards on the last token and rewards spread over tokens, three seeds. Each case records
+included; one case with holes in the masks, as multi-turn responses have), groups of several
+responses and of one, tied scores within a group, all-zero rewards, outcome rewards on the last
+token and rewards spread over tokens, three seeds; for the optimal token baselines the old
+log-probs and sum_pi_squared of a small softmax, with and without rollout IS weights (and verl's
+variance_proxy metrics on their advantages); for gdpo two reward components per response, with
+and without weights. Each case records
 its inputs and verl's outputs (or the error verl raises); losses also record the gradient of the
 loss with respect to log_prob and their metrics under verl's names. clip_cov draws with torch's
 global generator: the case records the seed set just before the call.
@@ -35,7 +39,11 @@ LOSS_B, LOSS_R = 5, 7
 SEEDS = (0, 1, 2)
 AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo",
-              "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg", "remax")
+              "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg", "remax", "optimal_token_baseline",
+              "tir_optimal_token_baseline", "gdpo")
+OTB = ("optimal_token_baseline", "tir_optimal_token_baseline")
+GDPO_KEYS = ("accuracy_reward", "format_reward")
+VOCAB = 5  # the old policy's softmax over a small vocabulary gives old_log_probs and sum_pi_squared
 LOSSES = ("vanilla", "gspo", "geo_mean", "dppo_tv", "dppo_kl", "sapo", "gpg", "clip_cov", "kl_cov", "dro", "cispo")
 # actor settings: verl's defaults (dro_beta null: dro refuses), and one where every loss's own knobs bite
 LOSS_SETTINGS = {
@@ -101,7 +109,37 @@ def estimator_inputs():
                                            values=torch.randn(B, R, generator=g) * mask,
                                            reward_baselines=torch.full((B,), 0.5), gamma=1.0, lam=1.0,
                                            norm_adv_by_std_in_grpo=seed != 2)))
+    # multi-turn-like masks with holes (tool output between turns) and an empty response
+    holes = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 0, 1, 0, 1, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0],
+                          [1, 1, 0, 1, 0, 0], [1, 1, 1, 0, 0, 1], [1, 0, 0, 1, 0, 0], [0, 1, 1, 0, 0, 0]]).float()
+    g = torch.Generator().manual_seed(99)
+    holed = torch.zeros(B, R)
+    holed[:, -1] = torch.randint(0, 3, (B,), generator=g).float()
+    cases.append(("holes", dict(rewards=(torch.randn(B, R, generator=g) * 0.3 + holed) * holes, mask=holes,
+                                index=index, values=torch.randn(B, R, generator=g) * holes,
+                                reward_baselines=torch.zeros(B), gamma=1.0, lam=1.0, norm_adv_by_std_in_grpo=True)))
+    for number, (_, x) in enumerate(cases):
+        x.update(policy_inputs(number, x["mask"]))
     return cases
+
+
+def policy_inputs(number: int, mask: torch.Tensor) -> dict:
+    """The optimal token baseline's and gdpo's inputs of case `number`, from a generator of their own (the
+    other inputs stay as they were): old log-probs of sampled tokens and sum_pi_squared from a random
+    softmax over VOCAB tokens (sharper in odd cases), rollout IS weights in every other case, two reward
+    components per response (ties and zeros: few values), gdpo weights in every third case."""
+    g = torch.Generator().manual_seed(1000 + number)
+    logits = torch.randn(B, R, VOCAB, generator=g) * (3.0 if number % 2 else 1.0)
+    probs = torch.softmax(logits, dim=-1)
+    tokens = torch.multinomial(probs.reshape(-1, VOCAB), 1, generator=g).reshape(B, R)
+    old = torch.log(probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)) * mask
+    sum_pi_sq = (probs ** 2).sum(-1) * mask
+    is_weights = (torch.rand(B, R, generator=g) * 1.5 + 0.25) * mask if number % 2 == 0 else None
+    components = {"accuracy_reward": (torch.randint(0, 2, (B,), generator=g).float()).tolist(),
+                  "format_reward": (torch.randint(0, 3, (B,), generator=g).float() * 0.5).tolist()}
+    weights = [1.0, 0.5] if number % 3 == 0 else None
+    return dict(old_log_probs=old, sum_pi_squared=sum_pi_sq, rollout_is_weights=is_weights,
+                reward_components=components, gdpo_reward_weights=weights)
 
 
 def verl_estimate(core_algos, AlgoConfig, name, x):
@@ -114,10 +152,41 @@ def verl_estimate(core_algos, AlgoConfig, name, x):
     if name in ("grpo", "grpo_vectorized"):  # verl's own function, with its norm_adv_by_std_in_grpo argument
         return core_algos.get_adv_estimator_fn(name)(rewards, mask, index,
                                                      norm_adv_by_std_in_grpo=x["norm_adv_by_std_in_grpo"])
+    if name == "gdpo":  # verl's trainer passes non_tensor_batch and batch; the components sit on the last token
+        config = AlgoConfig(gamma=x["gamma"], lam=x["lam"], adv_estimator=name, gdpo_reward_keys=list(GDPO_KEYS),
+                            gdpo_reward_weights=x["gdpo_reward_weights"])
+        prompt = torch.ones(mask.shape[0], 3, dtype=torch.long)
+        batch = {"prompts": prompt, "attention_mask": torch.cat([prompt, mask.long()], dim=1)}
+        non_tensor = {k: np.array(v, dtype=object) for k, v in x["reward_components"].items()}
+        non_tensor["uid"] = index
+        # verl's trainer calls gdpo without norm_adv_by_std_in_grpo (always True); verl_lite applies the
+        # setting, so the table calls verl's function with it
+        return core_algos.get_adv_estimator_fn(name)(token_level_rewards=rewards, response_mask=mask, index=index,
+                                                     config=config, non_tensor_batch=non_tensor, batch=batch,
+                                                     norm_adv_by_std_in_grpo=x["norm_adv_by_std_in_grpo"])
     kwargs = {"token_level_rewards": rewards, "response_mask": mask, "config": config, "index": index}
+    if name in OTB:  # as verl's trainer passes them
+        kwargs.update(old_log_probs=x["old_log_probs"].clone(), sum_pi_squared=x["sum_pi_squared"].clone(),
+                      rollout_is_weights=None if x["rollout_is_weights"] is None else x["rollout_is_weights"].clone())
     if name == "remax":
         kwargs["reward_baselines"] = x["reward_baselines"].clone()
     return core_algos.get_adv_estimator_fn(name)(**kwargs)
+
+
+GRAD_NORM = 0.7  # the actor's gradient norm the variance proxies are given
+
+
+def verl_variance_proxy(x, advantages):
+    """verl's compute_variance_proxy_metrics (logged whenever sum_pi_squared is computed)."""
+    from verl import DataProto
+    from verl.trainer.ppo.metric_utils import compute_variance_proxy_metrics
+
+    tensors = {"old_log_probs": x["old_log_probs"].clone(), "sum_pi_squared": x["sum_pi_squared"].clone(),
+               "advantages": advantages, "response_mask": x["mask"].clone()}
+    if x["rollout_is_weights"] is not None:
+        tensors["rollout_is_weights"] = x["rollout_is_weights"].clone()
+    metrics = compute_variance_proxy_metrics(DataProto.from_dict(tensors=tensors), gradient_norm=GRAD_NORM)
+    return {"gradient_norm": GRAD_NORM, "metrics": {k: f32(float(v)) for k, v in metrics.items()}}
 
 
 def loss_inputs():
@@ -169,7 +238,11 @@ def main() -> int:
     for case, x in estimator_inputs():
         inputs = {"rewards": rows(x["rewards"]), "mask": rows(x["mask"]), "index": x["index"],
                   "values": rows(x["values"]), "reward_baselines": rows(x["reward_baselines"]),
-                  "gamma": x["gamma"], "lam": x["lam"], "norm_adv_by_std_in_grpo": x["norm_adv_by_std_in_grpo"]}
+                  "gamma": x["gamma"], "lam": x["lam"], "norm_adv_by_std_in_grpo": x["norm_adv_by_std_in_grpo"],
+                  "old_log_probs": rows(x["old_log_probs"]), "sum_pi_squared": rows(x["sum_pi_squared"]),
+                  "rollout_is_weights": None if x["rollout_is_weights"] is None else rows(x["rollout_is_weights"]),
+                  "reward_components": {k: [f32(v) for v in vs] for k, vs in x["reward_components"].items()},
+                  "gdpo_reward_keys": list(GDPO_KEYS), "gdpo_reward_weights": x["gdpo_reward_weights"]}
         outputs = {}
         for name in ESTIMATORS:
             try:
@@ -177,7 +250,11 @@ def main() -> int:
                 outputs[name] = {"advantages": rows(adv), "returns": rows(ret)}
             except (ValueError, AssertionError) as e:
                 outputs[name] = {"error": type(e).__name__, "message": str(e)}
-        table["estimators"].append({"case": case, "inputs": inputs, "outputs": outputs})
+        entry = {"case": case, "inputs": inputs, "outputs": outputs}
+        if "advantages" in outputs["optimal_token_baseline"]:  # verl's variance proxies on the OTB advantages
+            entry["variance_proxy"] = verl_variance_proxy(x, torch.tensor(outputs["optimal_token_baseline"]
+                                                                          ["advantages"]))
+        table["estimators"].append(entry)
     seed = 1234
     for case, x in loss_inputs():
         table["loss_inputs"][case] = {k: rows(v) for k, v in x.items()}

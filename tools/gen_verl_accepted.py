@@ -54,8 +54,6 @@ REVIEWED = [
      "verl_lite's torch engine is FSDP2 (fully_shard); verl's FSDP1 (fsdp) runs on it too"),
     ("distillation.enabled", None, "no distillation"),
     ("actor_rollout_ref.model.mtp.enable", None, "no multi-token prediction head"),
-    ("actor_rollout_ref.actor.calculate_sum_pi_squared", [False],
-     "no sum of squared token probabilities is computed (only optimal_token_baseline reads it), as in verl_lite"),
     ("reward.reward_model.enable_resource_pool", None, "no reward model, so no pool of its own"),
     # the settings of a feature at verl's default, where the feature's own switch is refused when on
     # (above: mtp.enable, distillation.enabled; the profiler's switches are in the schema):

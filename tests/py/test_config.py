@@ -266,12 +266,22 @@ def test_enum_like_settings_reject_other_values_and_list_the_allowed_ones(overri
 
 @pytest.mark.parametrize("override, why", [
     ("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode", "verl sets it itself with algorithm.rollout_correction"),
-    ("algorithm.adv_estimator=gdpo", "it normalises each reward component"),
-    ("algorithm.adv_estimator=optimal_token_baseline", "it needs sum_pi_squared"),
 ])
 def test_verls_values_that_need_what_verl_lite_lacks_are_refused_with_what_is_missing(override, why):
     (problem,) = problems_of(override)
     assert problem.startswith(f"{override} is not supported by verl_lite: {why}")
+
+
+SPSQ = "actor_rollout_ref.actor.calculate_sum_pi_squared=True"
+
+
+def test_the_optimal_token_baselines_and_gdpo_load_with_their_inputs():
+    cfg = load_config(["algorithm.adv_estimator=optimal_token_baseline", SPSQ])
+    assert cfg.actor_rollout_ref.actor.calculate_sum_pi_squared is True
+    cfg = load_config(["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[accuracy_reward,format_reward]",
+                       "reward.reward_manager.name=gdpo"])
+    assert list(cfg.algorithm.gdpo_reward_keys) == ["accuracy_reward", "format_reward"]
+    assert cfg.reward_model.reward_manager == "gdpo"
 
 
 def test_every_kl_name_the_loss_accepts_is_accepted_by_the_config_too():

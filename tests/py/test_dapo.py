@@ -76,11 +76,27 @@ def test_a_dict_result_brings_its_own_keys_and_the_naive_manager_records_no_acc(
     assert plain.score(["d"], ["x"], ["y"]) == ([0.5], {})  # verl's naive manager records no acc for a number
 
 
-@pytest.mark.parametrize("name", ["prime", "batch", "gdpo", "remote", "rate_limited"])
+@pytest.mark.parametrize("name", ["prime", "batch", "remote", "rate_limited"])
 def test_verls_other_reward_managers_are_refused_by_name(name):
     problems = reward_manager_problems(load_config([f"reward_model.reward_manager={name}"]))
     assert len(problems) == 1 and f"verl's {name} reward manager is not supported" in problems[0]
-    assert "supported: naive, dapo" in problems[0]
+    assert "supported: naive, dapo, gdpo" in problems[0]
+
+
+def test_the_gdpo_manager_keeps_every_key_of_a_dict_and_acc_for_a_number():
+    gdpo = build_reward_manager(load_config(["reward_model.reward_manager=gdpo", "trainer.experiment_name=qwen3_8b"]))
+    seen = []
+
+    def score(**kw):
+        seen.append(kw["extra_info"])
+        return {"score": 1.5, "accuracy_reward": 1.0, "format_reward": 0.5} if kw["solution_str"] == "x" else 0.25
+
+    gdpo.score_fn = score
+    assert gdpo.score(["d", "d"], ["x", "z"], ["y", "y"], [{"index": 3}, None]) == (
+        [1.5, 0.25], {"score": [1.5, None], "accuracy_reward": [1.0, None], "format_reward": [0.5, None],
+                      "acc": [None, 0.25]})
+    # as verl's manager: the experiment name in each extra_info (verl's rlla score reads it)
+    assert seen == [{"index": 3, "experiment_name": "qwen3_8b"}, {"experiment_name": "qwen3_8b"}]
 
 
 def test_reward_kwargs_without_the_dapo_manager_and_an_incomplete_overlong_buffer_are_refused():

@@ -136,6 +136,9 @@ def _phase_tp2(rank, rec, ckpt_dir):
     out = lm.forward_backward([batch], forward_only=True, calculate_entropy=True)[0]
     rec["tp2_log_probs"], rec["tp2_entropy"] = out["log_probs"], out["entropy"]
     rec["tp2_logits"] = full_logits(lm, batch)
+    # actor.calculate_sum_pi_squared: each rank's partial sums all-reduced over TP, at the batch's temperature
+    rec["tp2_sum_pi_squared"] = lm.forward_backward([dict(batch, temperature=0.7)], forward_only=True,
+                                                    calculate_sum_pi_squared=True)[0]["sum_pi_squared"]
     rec["tp2_topology"] = (lm.data_parallel_rank(), lm.data_parallel_size(), lm.is_data_parallel_leader())
 
     stream = lm.export_hf_weights()
@@ -159,6 +162,10 @@ def _phase_tp2(rank, rec, ckpt_dir):
     full[..., 49] = 30.0
     lp, ent = vocab_parallel_log_probs(full.chunk(2, -1)[rank], targets, 49, True)
     want = torch.log_softmax(full[..., :49], -1)
+    from verl_lite.engine.megatron.batch import vocab_parallel_sum_pi_squared
+
+    spsq = vocab_parallel_sum_pi_squared(full.chunk(2, -1)[rank], 49, chunk_size=4)
+    rec["padded_vocab_spsq_gap"] = (spsq - (want.exp() ** 2).sum(-1)).abs().max().item()
     rec["padded_vocab_gap"] = max((lp - want.gather(-1, targets[..., None])[..., 0]).abs().max().item(),
                                   (ent + (want.exp() * want).sum(-1)).abs().max().item())
     # entropy_from_logits_with_chunking + entropy_checkpointing across the TP ranks: same values and gradients
@@ -280,6 +287,14 @@ def test_tp2_logits_match_tp1_within_1e_5(run):
 
 def test_chunked_and_checkpointed_tp_log_probs_give_the_whole_passs_values_and_gradients(run):
     assert run[0]["chunked_tp_gap"] < 1e-5 and run[1]["chunked_tp_gap"] < 1e-5
+
+
+def test_tp2_sum_pi_squared_equals_a_direct_softmax_of_the_gathered_logits(run):
+    probs = torch.softmax(run[0]["tp2_logits"][:, -R - 1:-1].float() / 0.7, dim=-1)
+    for rec in run:
+        assert rec["tp2_sum_pi_squared"].shape == (B, R)
+        assert (rec["tp2_sum_pi_squared"] - (probs ** 2).sum(-1)).abs().max() < 1e-5
+        assert rec["padded_vocab_spsq_gap"] < 1e-6  # padded vocabulary entries left out, in chunks
 
 
 def test_both_tp_ranks_return_the_same_log_probs(run):

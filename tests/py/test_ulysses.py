@@ -77,6 +77,9 @@ def _compare(rank, world, rec, model, role, checkpointing=False):
                      section(ulysses_sequence_parallel_size=sp), OptimConfig(lr=1e-3), "cpu", role)
         engine.initialize()
         runs[name] = _run(engine, loss, entropy)
+        if role == "actor":  # actor.calculate_sum_pi_squared's pass: the same weights (no step was taken)
+            rec.setdefault("sum_pi_squared", {})[name] = engine.forward_backward(
+                [_batch()], forward_only=True, calculate_sum_pi_squared=True)[0]["sum_pi_squared"]
         if sp > 1:
             rec["topology"] = {"dp_rank": engine.data_parallel_rank(), "dp_size": engine.data_parallel_size(),
                                "leader": engine.is_data_parallel_leader()}
@@ -158,6 +161,16 @@ def test_actor_log_probs_entropy_and_gradients_with_sp2_equal_the_plain_engine(c
     assert [r["topology"] for r in recs] == [{"dp_rank": 0, "dp_size": 1, "leader": True},
                                              {"dp_rank": 0, "dp_size": 1, "leader": False}]
     assert recs[0]["dispatch"] == (["shard0", "shard0"], [(0, 0)])
+
+
+def test_sum_pi_squared_with_sp2_equals_the_plain_engines(compared):
+    import torch
+
+    mask = _batch()["response_mask"].bool()
+    for rec in compared["actor"]:
+        got = rec["sum_pi_squared"]
+        for ref in ("padded", "packed"):
+            assert torch.allclose(got["sp"][mask], got[ref][mask], atol=TOL, rtol=TOL), (ref, got)
 
 
 def test_fewer_kv_heads_than_sp_ranks_and_gradient_checkpointing_give_the_same_outputs_and_gradients(compared):

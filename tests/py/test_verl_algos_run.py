@@ -128,3 +128,46 @@ def test_remax_subtracts_the_reward_of_a_greedy_response_to_each_prompt(data_dir
         # the first token's advantage: the response's whole reward minus its prompt's greedy reward
         score = (call["token_level_rewards"] * call["response_mask"]).sum(-1)
         assert torch.allclose(call["advantages"][:, 0], score - base)
+
+
+GDPO_SCORE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    accuracy = float(str(ground_truth) in solution_str)
+    fmt = 0.5 * float(solution_str[:1].isdigit())
+    return {"score": accuracy + fmt, "accuracy_reward": accuracy, "format_reward": fmt}
+'''
+
+
+@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline", "gdpo"])
+def test_the_optimal_token_baselines_and_gdpo_train_with_their_inputs(data_dir, tmp_path, monkeypatch, estimator):
+    calls = _recording(monkeypatch, estimator)
+    out = tmp_path / estimator
+    extra = [f"algorithm.adv_estimator={estimator}", "trainer.test_freq=-1", "trainer.val_before_train=False"]
+    if estimator == "gdpo":
+        score = tmp_path / "score.py"
+        score.write_text(GDPO_SCORE)
+        extra += ["+algorithm.gdpo_reward_keys=[accuracy_reward,format_reward]",
+                  "+algorithm.gdpo_reward_weights=[1.0,2.0]", "reward.reward_manager.name=gdpo",
+                  f"reward.custom_reward_function.path={score}", "reward.custom_reward_function.name=compute_score"]
+    else:
+        extra.append("actor_rollout_ref.actor.calculate_sum_pi_squared=True")
+    run_training(tiny_overrides(data_dir, out, 2, *extra))
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2] and all(r["actor/grad_norm"] > 0 for r in rows)
+    assert len(calls) == 2
+    for call in calls:
+        mask = call["response_mask"].bool()
+        assert mask.shape == (64, 3)
+        if estimator == "gdpo":  # the components of the score function's dicts, one per response
+            comps = call["reward_components"]
+            assert len(comps["accuracy_reward"]) == 64 and set(comps["format_reward"]) <= {0.0, 0.5}
+            assert call["config"].gdpo_reward_weights == [1.0, 2.0]
+        else:  # the actor's old log-probs and sum_pi_squared, a probability's sum of squares, on every token
+            spsq = call["sum_pi_squared"]
+            assert spsq.shape == (64, 3) and ((spsq[mask] > 0) & (spsq[mask] <= 1)).all()
+            assert (call["old_log_probs"][mask] < 0).all()
+        assert torch.isfinite(call["advantages"]).all() and call["advantages"][mask].abs().sum() > 0
+    if estimator == "gdpo":
+        assert {"gdpo/accuracy_reward/mean", "gdpo/format_reward/max"} <= set(rows[0])
+    else:
+        assert rows[0]["variance_proxy/expected_w"] > 0 and "variance_proxy/proxy3_pure_noise" in rows[0]

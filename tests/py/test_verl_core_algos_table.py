@@ -58,10 +58,15 @@ def test_each_advantage_estimator_equals_verls(case, name):
     entry = next(e for e in TABLE["estimators"] if e["case"] == case)
     x, want = entry["inputs"], entry["outputs"][name]
     algorithm = SimpleNamespace(adv_estimator=name, gamma=x["gamma"], lam=x["lam"],
-                                norm_adv_by_std_in_grpo=x["norm_adv_by_std_in_grpo"])
+                                norm_adv_by_std_in_grpo=x["norm_adv_by_std_in_grpo"],
+                                gdpo_reward_keys=x["gdpo_reward_keys"], gdpo_reward_weights=x["gdpo_reward_weights"])
+    weights = x["rollout_is_weights"]
     call = lambda: advantages.compute_advantage(  # noqa: E731
         algorithm, torch.tensor(x["rewards"]), torch.tensor(x["mask"]), x["index"], values=torch.tensor(x["values"]),
-        reward_baselines=torch.tensor(x["reward_baselines"]) if name == "remax" else None)
+        reward_baselines=torch.tensor(x["reward_baselines"]) if name == "remax" else None,
+        old_log_probs=torch.tensor(x["old_log_probs"]), sum_pi_squared=torch.tensor(x["sum_pi_squared"]),
+        rollout_is_weights=None if weights is None else torch.tensor(weights),
+        reward_components=x["reward_components"])
     if "error" in want:
         with pytest.raises(ValueError):
             call()
@@ -120,11 +125,32 @@ def test_the_table_exercises_the_edges_it_claims():
     assert max(active) > 0 and not any(math.isnan(v) for v in active)
 
 
-def test_refused_names_say_what_is_missing():
-    algorithm = SimpleNamespace(adv_estimator="optimal_token_baseline", gamma=1.0, lam=1.0, norm_adv_by_std_in_grpo=True)
+def test_the_new_estimators_inputs_vary_where_they_matter():
+    # IS weights and gdpo weights both present and absent; tir differs from otb on the masks with holes
+    cases = {e["case"]: e for e in TABLE["estimators"]}
+    assert {e["inputs"]["rollout_is_weights"] is None for e in cases.values()} == {True, False}
+    assert {e["inputs"]["gdpo_reward_weights"] is None for e in cases.values()} == {True, False}
+    holes = cases["holes"]["outputs"]
+    assert holes["tir_optimal_token_baseline"]["advantages"] != holes["optimal_token_baseline"]["advantages"]
+
+
+def test_missing_inputs_say_what_is_missing():
     t = torch.zeros(2, 2)
-    with pytest.raises(ValueError, match="optimal_token_baseline.*not supported by verl_lite: it needs sum_pi_squared"):
-        advantages.compute_advantage(algorithm, t, t, ["a", "a"])
+    otb = SimpleNamespace(adv_estimator="optimal_token_baseline", gamma=1.0, lam=1.0, norm_adv_by_std_in_grpo=True)
+    with pytest.raises(ValueError, match="optimal_token_baseline needs sum_pi_squared.*calculate_sum_pi_squared=True"):
+        advantages.compute_advantage(otb, t, t, ["a", "a"], old_log_probs=t)
+    gdpo = SimpleNamespace(adv_estimator="gdpo", norm_adv_by_std_in_grpo=True, gdpo_reward_keys=["fmt", "acc"],
+                           gdpo_reward_weights=None)
+    with pytest.raises(ValueError, match=r"gdpo_reward_keys \['acc'\] are not among the reward's extra keys \(fmt\)"):
+        advantages.compute_advantage(gdpo, t, torch.ones(2, 2), ["a", "a"], reward_components={"fmt": [1.0, 0.0]})
+    gdpo.gdpo_reward_weights = [1.0]
+    with pytest.raises(ValueError, match="1 weights for 2 gdpo_reward_keys"):
+        advantages.compute_advantage(gdpo, t, torch.ones(2, 2), ["a", "a"],
+                                     reward_components={"fmt": [1.0, 0.0], "acc": [0.0, 1.0]})
+
+
+def test_refused_names_say_what_is_missing():
+    t = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="bypass_mode.*not supported by verl_lite: .*rollout_correction"):
         core_algos.compute_policy_loss("bypass_mode", t, t, t, t)
     with pytest.raises(ValueError, match="'nope' is not supported: choose one of gae, grpo"):
@@ -143,3 +169,27 @@ def test_a_users_estimator_registers_by_name_and_a_name_is_taken_once(monkeypatc
     assert adv.tolist() == [[2.0, 2.0]]
     with pytest.raises(ValueError, match="'rloo' is registered twice"):
         advantages.register_adv_est("rloo")(mine)
+
+
+VARIANCE_CASES = [e["case"] for e in TABLE["estimators"] if "variance_proxy" in e]
+
+
+@pytest.mark.parametrize("case", VARIANCE_CASES)
+def test_the_variance_proxy_metrics_equal_verls(case):
+    entry = next(e for e in TABLE["estimators"] if e["case"] == case)
+    x, want = entry["inputs"], entry["variance_proxy"]
+    weights = x["rollout_is_weights"]
+    ours = advantages.variance_proxy_metrics(
+        torch.tensor(x["old_log_probs"]), torch.tensor(x["sum_pi_squared"]),
+        torch.tensor(entry["outputs"]["optimal_token_baseline"]["advantages"]), torch.tensor(x["mask"]),
+        None if weights is None else torch.tensor(weights), want["gradient_norm"])
+    assert set(ours) == set(want["metrics"])
+    for key, value in want["metrics"].items():
+        close(ours[key], value, f"{key} ({case})")
+
+
+def test_the_variance_proxy_cases_cover_both_branches():
+    cases = [e for e in TABLE["estimators"] if "variance_proxy" in e]
+    assert len(cases) == len(TABLE["estimators"])
+    assert {e["inputs"]["rollout_is_weights"] is None for e in cases} == {True, False}
+    assert any(e["variance_proxy"]["metrics"]["variance_proxy/proxy3_pure_noise"] > 0 for e in cases)

@@ -322,3 +322,34 @@ def test_run_without_the_preflight_still_refuses_a_verl_setting_it_would_ignore(
     with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.mode='server'"):
         run(cfg)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+SPSQ = "actor_rollout_ref.actor.calculate_sum_pi_squared=True"
+
+
+@pytest.mark.parametrize("overrides, why", [
+    (["algorithm.adv_estimator=optimal_token_baseline"], "needs sum_pi_squared from the actor's log-prob pass"),
+    (["algorithm.adv_estimator=tir_optimal_token_baseline"],
+     "set actor_rollout_ref.actor.calculate_sum_pi_squared=True"),
+    ([SPSQ, "actor_rollout_ref.model.use_fused_kernels=True"], "the fused kernels never form the logits"),
+    ([SPSQ, "algorithm.rollout_correction.bypass_mode=True"], "runs no actor log-prob pass"),
+    (["algorithm.adv_estimator=gdpo"], "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys"),
+    (["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a,b]", "+algorithm.gdpo_reward_weights=[1.0]"],
+     "1 weights for 2 gdpo_reward_keys"),
+    (["algorithm.adv_estimator=grpo", "+algorithm.gdpo_reward_keys=[a]"], "only gdpo reads them"),
+    ([SPSQ, "async_training.enable=True"], "the fully-async trainer's advantages read no sum_pi_squared"),
+    (["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a]", "async_training.enable=True"],
+     "the fully-async trainer's advantages read no reward components"),
+])
+def test_the_optimal_token_baselines_and_gdpo_refuse_what_they_cannot_run(overrides, why):
+    found = collect_problems(load_config(["trainer.device=cpu", *overrides]), for_training=False)
+    assert any(why in p for p in found), found
+
+
+def test_the_optimal_token_baselines_and_gdpo_with_their_inputs_pass_the_checks():
+    for overrides in (["algorithm.adv_estimator=optimal_token_baseline", SPSQ],
+                      ["algorithm.adv_estimator=tir_optimal_token_baseline", SPSQ],
+                      ["algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[a,b]",
+                       "+algorithm.gdpo_reward_weights=[1.0,0.5]", "reward.reward_manager.name=gdpo"]):
+        found = collect_problems(load_config(["trainer.device=cpu", *overrides]), for_training=False)
+        assert not [p for p in found if "sum_pi_squared" in p or "gdpo" in p], found

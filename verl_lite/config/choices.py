@@ -64,18 +64,10 @@ REFUSED_POLICY_LOSSES = {
 }
 # algorithm.adv_estimator: verl's registered estimators that verl_lite runs (trainer/algos/advantages.py)
 ADV_ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo",
-                  "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg", "remax")
-# verl's estimators that need what verl_lite lacks: name -> what is missing
-REFUSED_ADV_ESTIMATORS = {
-    "optimal_token_baseline": "it needs sum_pi_squared (the sum of squared token probabilities over the vocabulary, "
-                              "verl's actor.calculate_sum_pi_squared) from the actor's log-prob pass, which verl_lite's "
-                              "engines do not compute: use grpo or rloo",
-    "tir_optimal_token_baseline": "it needs sum_pi_squared from the actor's log-prob pass "
-                                  "(actor.calculate_sum_pi_squared), which verl_lite's engines do not compute, and "
-                                  "multi-turn rollouts: use grpo or rloo",
-    "gdpo": "it normalises each reward component (algorithm.gdpo_reward_keys) separately, and verl_lite's reward "
-            "keeps one score per response: use grpo",
-}
+                  "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg", "remax", "optimal_token_baseline",
+                  "tir_optimal_token_baseline", "gdpo")
+# verl's estimators that need what verl_lite lacks: name -> what is missing (none at the pinned commit)
+REFUSED_ADV_ESTIMATORS: Dict[str, str] = {}
 
 # Dotted key -> allowed values. None in a tuple means null is allowed (ref/critic inherit the
 # actor's strategy when null).

@@ -135,11 +135,6 @@ INSTEAD: List[Tuple[str, str]] = [
     ("algorithm.filter_groups.max_inflight_gen_batches",
      f"{NOT}: verl's streaming refill of single prompts in flight (its V1 replay buffer); dynamic sampling here "
      "generates one batch of data.gen_batch_size prompts at a time, as verl's DAPO recipe does; remove it"),
-    ("actor_rollout_ref.actor.calculate_sum_pi_squared", f"the sum of squared token probabilities over the vocabulary "
-                                                         f"is {YET}: it feeds algorithm.adv_estimator="
-                                                         "optimal_token_baseline, which is refused; remove it"),
-    ("algorithm.gdpo_reward_*", f"per-component rewards (GDPO) are {YET}: the reward keeps one score per response; "
-                                "use algorithm.adv_estimator=grpo and remove it"),
     ("actor_rollout_ref.model.mtp*", f"multi-token prediction (MTP) is {YET}: remove it"),
     ("actor_rollout_ref.rollout.multi_turn*", f"multi-turn rollouts and tools are {YET}: each "
                                               "prompt gets one response"),

@@ -80,8 +80,12 @@ class BaseEngine(abc.ABC):
         loss_fn: Optional[LossFn] = None,
         forward_only: bool = False,
         calculate_entropy: bool = False,
+        calculate_sum_pi_squared: bool = False,
     ) -> List[Dict[str, Any]]:
         """Run forward (and backward of `loss_fn`'s loss unless forward_only) on each micro-batch.
+        `calculate_sum_pi_squared` (forward_only): also "sum_pi_squared", the sum over the vocabulary
+        of the squared token probabilities at each response position (verl's, for the optimal token
+        baselines).
 
         Gradients accumulate across micro-batches; the caller scales each loss. Returns the
         forward outputs (detached, on CPU) with the loss function's metrics under "metrics".

@@ -236,7 +236,8 @@ class TorchLMEngine(BaseEngine):
                              "ulysses_sequence_parallel_size=1")
         return pixels
 
-    def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:
+    def _forward(self, mb: Dict[str, Any], calculate_entropy: bool,
+                 calculate_sum_pi_squared: bool = False) -> Dict[str, Any]:
         dev = torch_device(self.device)
         input_ids = mb["input_ids"].to(dev)
         attention_mask = mb["attention_mask"].to(dev)
@@ -259,16 +260,21 @@ class TorchLMEngine(BaseEngine):
             output = head.pick(self.module(input_ids=input_ids, attention_mask=attention_mask,
                                            position_ids=position_ids, use_cache=False, **pixels,
                                            **head.model_kwargs()))
-        return head(self.module, output, mb["responses"].to(dev), mb.get("temperature", 1.0), calculate_entropy)
+        return head(self.module, output, mb["responses"].to(dev), mb.get("temperature", 1.0), calculate_entropy,
+                    calculate_sum_pi_squared)
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
-                         forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:
+                         forward_only: bool = False, calculate_entropy: bool = False,
+                         calculate_sum_pi_squared: bool = False) -> List[Dict[str, Any]]:
+        """`calculate_sum_pi_squared` (forward-only passes): also "sum_pi_squared", (B, R)."""
+        if calculate_sum_pi_squared and not forward_only:
+            raise ValueError("calculate_sum_pi_squared is computed in the forward-only log-prob pass, not in training")
         results = []
         compute = fsdp_policy.compute_context(self.precision, torch_device(self.device).type)
         for mb in micro_batches:
             if forward_only:
                 with torch.no_grad(), compute:
-                    out = self._forward(mb, calculate_entropy)
+                    out = self._forward(mb, calculate_entropy, calculate_sum_pi_squared)
                     metrics: Dict[str, float] = {}
                     if loss_fn is not None:
                         _, metrics = loss_fn(out, mb)
@@ -539,7 +545,10 @@ class TorchValueEngine(TorchLMEngine):
             torch.manual_seed(int(self.model_config.init_seed) + 1)
             return ValueHeadModel(lm)
 
-    def _forward(self, mb: Dict[str, Any], calculate_entropy: bool) -> Dict[str, Any]:
+    def _forward(self, mb: Dict[str, Any], calculate_entropy: bool,
+                 calculate_sum_pi_squared: bool = False) -> Dict[str, Any]:
+        if calculate_sum_pi_squared:
+            raise ValueError(f"{self.role}: a value model has no token distribution: no sum_pi_squared")
         dev = torch_device(self.device)
         inputs = {k: mb[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids")}
         pixels = self._image_kwargs(mb, dev)

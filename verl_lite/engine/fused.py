@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from verl_lite.engine.logits import log_prob_outputs, log_probs_and_entropy
+from verl_lite.engine.logits import log_prob_outputs, log_probs_and_entropy, sum_pi_squared
 
 # tokens per chunk of the fused path: verl's FusedLinearForPPO default
 FUSED_CHUNK = 512
@@ -104,6 +104,11 @@ def fused_log_probs_and_entropy(hidden: torch.Tensor, weight: torch.Tensor, targ
     return log_probs.view(batch, length), (entropy.view(batch, length) if with_entropy else None)
 
 
+SUM_PI_SQUARED_FUSED = ("actor_rollout_ref.actor.calculate_sum_pi_squared=True is not supported with "
+                        "actor_rollout_ref.model.use_fused_kernels=True (as in verl): the fused log-prob kernels "
+                        "never form the logits that sum_pi_squared sums over; set use_fused_kernels=False")
+
+
 class LogProbHead:
     """How the torch engine gets log-probs out of its causal LM for a role: what to ask the model for
     (`model_kwargs`, `pick`) and how to turn that into log-probs and entropy (`__call__`).
@@ -137,19 +142,25 @@ class LogProbHead:
         return result.hidden_states[-1] if self.fused else result.logits
 
     def __call__(self, module: torch.nn.Module, output: torch.Tensor, responses: torch.Tensor, temperature: float,
-                 with_entropy: bool) -> Dict[str, torch.Tensor]:
-        """{"log_probs", "entropy"?} (B, R) of `responses` from `pick`'s tensor over the whole sequence
-        (position t predicts token t + 1)."""
+                 with_entropy: bool, with_sum_pi_squared: bool = False) -> Dict[str, torch.Tensor]:
+        """{"log_probs", "entropy"?, "sum_pi_squared"?} (B, R) of `responses` from `pick`'s tensor over the
+        whole sequence (position t predicts token t + 1). sum_pi_squared (over the vocabulary of the
+        tempered softmax, as verl) needs the logits: the fused head, which never forms them, refuses it."""
         resp_len = responses.shape[1]
         output = output[:, -resp_len - 1:-1, :]
         temperature = float(temperature or 1.0)
         if self.fused:
+            if with_sum_pi_squared:
+                raise ValueError(SUM_PI_SQUARED_FUSED)
             return self._fused(module, output, responses, temperature, with_entropy)
         logits = output.float()
         if temperature != 1.0:
             logits = logits / temperature
-        return log_prob_outputs(*log_probs_and_entropy(logits, responses, with_entropy, self.compiled,
-                                                       chunk_size=self.chunk_size, checkpoint=self.checkpoint))
+        out = log_prob_outputs(*log_probs_and_entropy(logits, responses, with_entropy, self.compiled,
+                                                      chunk_size=self.chunk_size, checkpoint=self.checkpoint))
+        if with_sum_pi_squared:
+            out["sum_pi_squared"] = sum_pi_squared(logits, chunk_size=self.chunk_size)
+        return out
 
     @staticmethod
     def _fused(module: torch.nn.Module, hidden: torch.Tensor, responses: torch.Tensor, temperature: float,

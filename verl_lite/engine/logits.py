@@ -143,6 +143,35 @@ def _log_probs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, with_ent
     return log_probs, entropy
 
 
+def sum_pi_squared(logits: torch.Tensor, vocab_start: int = 0, vocab_size: Optional[int] = None,
+                   reduce_max: Optional[Reduce] = None, reduce_sum: Optional[Reduce] = None,
+                   chunk_size: Optional[int] = None) -> torch.Tensor:
+    """sum over the vocabulary of softmax(logits)^2, (B, R) float32, detached: verl's sum_pi_squared
+    (actor.calculate_sum_pi_squared), which the optimal token baselines read. Computed as
+    sum(exp(z - m)^2) / sum(exp(z - m))^2 with m the max logit, so a vocabulary split over TP ranks
+    (`vocab_start`, `vocab_size`, `reduce_max`, `reduce_sum` as in `log_probs_and_entropy`) all-reduces
+    each rank's two partial sums, as verl's vocab_parallel_sum_pi_squared. `chunk_size`: that many
+    tokens at a time (the role's entropy_from_logits_with_chunking), same numbers."""
+    batch, length, local_v = logits.shape
+    flat = logits.detach().reshape(batch * length, local_v)
+    step = int(chunk_size) if chunk_size else max(batch * length, 1)
+    reduce_sum = reduce_sum or (lambda t: t)
+    parts = []
+    with torch.no_grad():
+        for start in range(0, batch * length, step):
+            z = flat[start:start + step].float()
+            if vocab_size is not None and vocab_start + local_v > vocab_size:
+                index = torch.arange(vocab_start, vocab_start + local_v, device=z.device)
+                z = z.masked_fill(index >= vocab_size, _NEG)
+            peak = z.max(dim=-1, keepdim=True).values
+            if reduce_max is not None:
+                reduce_max(peak)
+            e = (z - peak).exp()
+            total, squares = reduce_sum(e.sum(dim=-1)), reduce_sum((e * e).sum(dim=-1))
+            parts.append(squares / total.pow(2))
+    return (torch.cat(parts) if parts else flat.new_zeros(0, dtype=torch.float32)).reshape(batch, length)
+
+
 def log_prob_outputs(log_probs: torch.Tensor, entropy: Optional[torch.Tensor]) -> Dict[str, torch.Tensor]:
     """An engine's forward outputs: {"log_probs"} and, when computed, {"entropy"}."""
     out = {"log_probs": log_probs}

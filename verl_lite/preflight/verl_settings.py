@@ -205,6 +205,48 @@ def _checkpoint_problems(section: Any, prefix: str) -> List[str]:
     return []
 
 
+OTB_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
+
+
+def _otb_and_gdpo_problems(cfg: Any) -> List[str]:
+    """The optimal token baselines need sum_pi_squared from the actor's log-prob pass; gdpo needs its keys."""
+    problems = []
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    spsq = bool(actor.calculate_sum_pi_squared)
+    if algo.adv_estimator in OTB_ESTIMATORS and not spsq:
+        problems.append(f"algorithm.adv_estimator={algo.adv_estimator} needs sum_pi_squared from the actor's log-prob "
+                        "pass (verl asserts it): set actor_rollout_ref.actor.calculate_sum_pi_squared=True")
+    if spsq and cfg.actor_rollout_ref.model.use_fused_kernels:
+        problems.append("actor_rollout_ref.actor.calculate_sum_pi_squared=True with actor_rollout_ref.model."
+                        "use_fused_kernels=True is not supported (as in verl): the fused kernels never form the "
+                        "logits sum_pi_squared sums over; set use_fused_kernels=False")
+    if spsq and algo.rollout_correction.bypass_mode:
+        problems.append("actor_rollout_ref.actor.calculate_sum_pi_squared=True with algorithm.rollout_correction."
+                        "bypass_mode=True: bypass mode takes the rollout's log-probs as the old ones and runs no "
+                        "actor log-prob pass, where sum_pi_squared is computed; set bypass_mode=False")
+    if spsq and cfg.async_training.enable:
+        problems.append(f"actor_rollout_ref.actor.calculate_sum_pi_squared=True with async_training.enable=True is "
+                        f"{YET}: the fully-async trainer's advantages read no sum_pi_squared; use the synchronous "
+                        "trainer (async_training.enable=False)")
+    if algo.adv_estimator == "gdpo":
+        keys, weights = list(algo.gdpo_reward_keys or []), algo.gdpo_reward_weights
+        if not keys:
+            problems.append("algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the keys of the reward "
+                            "components the score function returns in its dict (e.g. ['accuracy_reward', "
+                            "'format_reward'])")
+        elif weights is not None and len(weights) != len(keys):
+            problems.append(f"algorithm.gdpo_reward_weights has {len(weights)} weights for {len(keys)} "
+                            f"gdpo_reward_keys {keys}: give one weight per key, or null for 1 each")
+        if cfg.async_training.enable:
+            problems.append(f"algorithm.adv_estimator=gdpo with async_training.enable=True is {YET}: the fully-async "
+                            "trainer's advantages read no reward components; use async_training.enable=False")
+    elif algo.gdpo_reward_keys or algo.gdpo_reward_weights is not None:
+        problems.append(f"algorithm.gdpo_reward_keys / gdpo_reward_weights are set with algorithm.adv_estimator="
+                        f"{algo.adv_estimator}: only gdpo reads them (as in verl); set adv_estimator=gdpo, or remove "
+                        "them")
+    return problems
+
+
 def _run_problems(cfg: Any) -> List[str]:
     problems = []
     algo = cfg.algorithm
@@ -217,6 +259,7 @@ def _run_problems(cfg: Any) -> List[str]:
         problems.append(f"algorithm.adv_estimator=grpo_passk with actor_rollout_ref.rollout.n="
                         f"{cfg.actor_rollout_ref.rollout.n}: Pass@k compares each prompt's best and second-best "
                         "responses (verl raises on a group of one); set actor_rollout_ref.rollout.n >= 2")
+    problems.extend(_otb_and_gdpo_problems(cfg))
     if cfg.algorithm.use_kl_in_reward and cfg.async_training.enable:
         problems.append(f"algorithm.use_kl_in_reward=True with async_training.enable=True is {YET}: the fully-async "
                         "trainer builds no ref model; use actor_rollout_ref.actor.use_kl_loss=True")

@@ -46,6 +46,38 @@ def overlong_problems(reward_kwargs: Any) -> List[str]:
     return problems
 
 
+def _record_acc(pairs: List[Tuple[str, Any]], scores: List[float], extra: Dict[str, List[Any]]) -> None:
+    """verl's `acc` = the score, for each result that is a number (not a dict)."""
+    if any(not isinstance(result, dict) for _, result in pairs):
+        acc = extra.setdefault("acc", [None] * len(scores))
+        for i, (_, result) in enumerate(pairs):
+            if not isinstance(result, dict):
+                acc[i] = scores[i]
+
+
+class GDPORewardManager(RewardManager):
+    """verl's GDPORewardManager (reward_manager=gdpo): the naive manager's scores, `acc` recorded for
+    numeric results, and every key of a returned dict kept per response: the reward components
+    algorithm.adv_estimator=gdpo reads by algorithm.gdpo_reward_keys. As verl's, it puts
+    trainer.experiment_name into each sample's extra_info (verl's rlla.py score picks the chat format
+    by it)."""
+
+    def __init__(self, score_fn: Optional[Callable] = None, experiment_name: str = "default"):
+        super().__init__(score_fn)
+        self.experiment_name = experiment_name
+
+    def _results(self, data_sources, solution_strs, ground_truths, extra_infos) -> List[Tuple[str, Any]]:
+        infos = [None] * len(solution_strs) if extra_infos is None else extra_infos
+        infos = [dict(info or {}, experiment_name=self.experiment_name) for info in infos]
+        return super()._results(data_sources, solution_strs, ground_truths, infos)
+
+    def _collect(self, pairs: List[Tuple[str, Any]],
+                 response_lengths: Optional[Sequence[int]]) -> Tuple[List[float], Dict[str, List[Any]]]:
+        scores, extra = super()._collect(pairs, response_lengths)
+        _record_acc(pairs, scores, extra)
+        return scores, extra
+
+
 class DAPORewardManager(RewardManager):
     """verl's DAPORewardManager: the naive manager's scores, `acc` recorded for numeric results, plus
     the overlong penalty when overlong_buffer_cfg.enable."""
@@ -61,11 +93,7 @@ class DAPORewardManager(RewardManager):
     def _collect(self, pairs: List[Tuple[str, Any]],
                  response_lengths: Optional[Sequence[int]]) -> Tuple[List[float], Dict[str, List[Any]]]:
         scores, extra = super()._collect(pairs, response_lengths)
-        if any(not isinstance(result, dict) for _, result in pairs):
-            acc = extra.setdefault("acc", [None] * len(scores))  # verl: acc = the score of a number
-            for i, (_, result) in enumerate(pairs):
-                if not isinstance(result, dict):
-                    acc[i] = scores[i]
+        _record_acc(pairs, scores, extra)  # verl: acc = the score of a number
         if self.buffer is None or not self.buffer.enable:
             return scores, extra
         if response_lengths is None or len(response_lengths) != len(scores):

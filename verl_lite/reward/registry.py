@@ -4,6 +4,8 @@ lookup; verl's managers verl_lite lacks are refused by name with the reason.
 
     naive  one call of the score function per response (verl's NaiveRewardManager)
     dapo   naive plus DAPO's overlong penalty and `acc` (verl's DAPORewardManager; reward_kwargs)
+    gdpo   naive plus `acc` for a score that is a number (verl's GDPORewardManager); the keys of a
+           returned dict are the reward components algorithm.adv_estimator=gdpo reads
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Dict, List
 REWARD_MANAGERS: Dict[str, str] = {
     "naive": "verl_lite.reward.manager:RewardManager",
     "dapo": "verl_lite.reward.dapo:DAPORewardManager",
+    "gdpo": "verl_lite.reward.dapo:GDPORewardManager",
 }
 # verl's other managers (verl/workers/reward_manager, verl/experimental/reward_loop/reward_manager)
 REFUSED: Dict[str, str] = {
@@ -21,7 +24,6 @@ REFUSED: Dict[str, str] = {
              "custom_reward_function.path for a scorer of your own)",
     "batch": "the batch manager calls the score function once with lists of the whole batch; use naive with a "
              "per-response custom_reward_function",
-    "gdpo": "GDPO's manager returns several reward components per response for algorithm.gdpo_reward_keys",
     "remote": "the remote manager sends each response to a reward service; use naive with a "
               "custom_reward_function that calls it (an async def is awaited, 64 at a time)",
     "rate_limited": "the rate-limited manager throttles calls to a reward API; use naive with a "
@@ -67,4 +69,6 @@ def build_reward_manager(cfg: Any) -> Any:
     score_fn = load_custom_reward_fn(custom.path, custom.name) if custom.path else None
     if cfg.reward_model.reward_manager == "dapo":
         return cls(score_fn, cfg.reward_model.reward_kwargs)
+    if cfg.reward_model.reward_manager == "gdpo":
+        return cls(score_fn, str(cfg.trainer.experiment_name))
     return cls(score_fn)

@@ -286,8 +286,10 @@ class PPOTrainer(StepLoop):
         # its bypass mode takes the rollout's log-probs as the old ones and scores none.
         correction = cfg.algorithm.rollout_correction
         bypass = bool(correction.bypass_mode)
+        # sum_pi_squared (the optimal token baselines' input) comes from the old log-prob pass, so it scores them too
+        sum_pi_squared = bool(actor_rollout_ref.actor.calculate_sum_pi_squared)
         on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
-                     and not rollout_correction.active(correction) and not bypass)
+                     and not rollout_correction.active(correction) and not bypass and not sum_pi_squared)
         score_old = not on_policy and not bypass
         use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
         def generate(fetches: int) -> Batch:
@@ -330,13 +332,20 @@ class PPOTrainer(StepLoop):
             t = time.perf_counter()
             baselines = self._greedy_rewards(_prompts_of(gen), sampling)
             timing["gen_baseline"] = time.perf_counter() - t
+        components = {k[len(EXTRA_PREFIX):]: v for k, v in gen.items() if k.startswith(EXTRA_PREFIX)}
         adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, gen["uid"], values=gen.get("values"),
-                                                reward_baselines=baselines)
+                                                reward_baselines=baselines, old_log_probs=gen.get("old_log_probs"),
+                                                sum_pi_squared=gen.get("sum_pi_squared"),
+                                                rollout_is_weights=gen.get("rollout_is_weights"),
+                                                reward_components=components,
+                                                response_lengths=generated_mask.sum(-1))
         gen["advantages"], gen["returns"] = adv, ret
         metrics: Dict[str, Any] = dict(kl_metrics)
         metrics.update(correction_metrics)
         metrics.update(sampling_metrics)
         metrics.update(reward_extra_metrics(gen))
+        if cfg.algorithm.adv_estimator == "gdpo":  # verl's per-component metrics
+            metrics.update(gdpo_metrics(cfg.algorithm.gdpo_reward_keys, components))
         train_batch = _tensors(gen)
         n_seq = mask.shape[0]
         t = time.perf_counter()
@@ -379,6 +388,10 @@ class PPOTrainer(StepLoop):
         })
         if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
             metrics["actor/entropy"] = entropy
+        if "sum_pi_squared" in gen:  # verl's variance proxies, with the actor's gradient norm when it stepped
+            metrics.update(advantages.variance_proxy_metrics(gen["old_log_probs"], gen["sum_pi_squared"], adv, mask,
+                                                             gen.get("rollout_is_weights"),
+                                                             metrics.get("actor/grad_norm")))
         # the generating thread's CPU seconds (wall time on a shared machine includes waiting for a core)
         metrics.update({f"perf/cpu_s/{k[4:]}" if k.startswith("cpu/") else f"timing_s/{k}": v for k, v in timing.items()})
         metrics["sample"] = gen["_texts"][0]
@@ -504,6 +517,17 @@ class PPOTrainer(StepLoop):
             if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
                 with self.during("saving the checkpoint of step", self.global_step):
                     self._save()
+
+
+def gdpo_metrics(keys: Sequence[str], components: Dict[str, List[Any]]) -> Dict[str, float]:
+    """verl's gdpo/<key>/{mean,std,max,min} of each reward component over the batch."""
+    out = {}
+    for key in keys or ():
+        values = np.asarray([float(v) for v in components.get(key, []) if v is not None], dtype=np.float64)
+        if values.size:
+            out.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std()),
+                        f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
+    return out
 
 
 def _merge_rank_metrics(per_rank: List[Dict[str, List[float]]]) -> Dict[str, float]:

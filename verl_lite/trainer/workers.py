@@ -286,9 +286,11 @@ class ActorRolloutRefWorker(EngineWorker):
         return self.rollout.generate(prompts, response_length, sampling)
 
     def _log_probs(self, engine, batch: Dict[str, Any], key: str, entropy: bool = False,
-                   micro: Optional[int] = None, budget_role: Optional[str] = None) -> Dict[str, Any]:
+                   micro: Optional[int] = None, budget_role: Optional[str] = None,
+                   sum_pi_squared: bool = False) -> Dict[str, Any]:
         """`budget_role`: whose token budget cuts the micro-batches (the ref's, for the ref pass run on the
-        actor's engine with LoRA); the engine's role by default."""
+        actor's engine with LoRA); the engine's role by default. `sum_pi_squared`: also verl's
+        sum_pi_squared (actor.calculate_sum_pi_squared), (B, R)."""
         section = self.cfg.actor_rollout_ref
         micro = micro_batch_size(micro, section.rollout.log_prob_micro_batch_size_per_gpu,
                                  section.actor.ppo_micro_batch_size_per_gpu)
@@ -297,15 +299,19 @@ class ActorRolloutRefWorker(EngineWorker):
                                     self._token_budget(budget_role or engine.role, training=False))
         with self.phases.phase("forward", engine.role):
             outs = engine.forward_backward(parts.parts, None, forward_only=True,
-                                           calculate_entropy=entropy)
+                                           calculate_entropy=entropy,
+                                           **({"calculate_sum_pi_squared": True} if sum_pi_squared else {}))
         res = {key: parts.gather(outs, "log_probs")}
         if entropy:
             res["entropy"] = parts.gather(outs, "entropy")
+        if sum_pi_squared:
+            res["sum_pi_squared"] = parts.gather(outs, "sum_pi_squared")
         return res
 
     @profiled_stage("actor_compute_log_prob")
     def compute_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        return self._log_probs(self.actor, batch, "old_log_probs", entropy=True)
+        return self._log_probs(self.actor, batch, "old_log_probs", entropy=True,
+                               sum_pi_squared=bool(self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared))
 
     @profiled_stage("ref_compute_log_prob")
     def compute_ref_log_prob(self, batch: Dict[str, Any]) -> Dict[str, Any]:

@@ -184,6 +184,14 @@ class ActorConfig:
     policy_loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig())
     # Entropy bonus: loss -= entropy_coeff * entropy (aggregated by loss_agg_mode); 0 = off.
     entropy_coeff: float = 0.0
+    # Also compute sum_pi_squared in the old log-prob pass: the sum over the vocabulary of the squared
+    # probabilities of the (tempered) softmax at each response token, which algorithm.adv_estimator=
+    # optimal_token_baseline and tir_optimal_token_baseline need (with either estimator it must be True,
+    # as in verl); with it the variance_proxy/* metrics are logged. It turns on the old log-prob pass.
+    # torch (padded, packed, Ulysses, chunked) and megatron engines (the vocabulary-parallel sums
+    # all-reduced over TP); refused with model.use_fused_kernels (no logits) and rollout_correction's
+    # bypass_mode (no actor log-prob pass), as in verl, and in fully-async training.
+    calculate_sum_pi_squared: bool = False
     # Add kl_loss_coef * KL(actor || ref) to the actor loss (GRPO style); builds the ref model and scores
     # ref log-probs every step.
     use_kl_loss: bool = False

@@ -209,8 +209,12 @@ class AlgorithmConfig:
     # rloo / rloo_vectorized subtract the mean of the other responses, opo a length-weighted group mean,
     # reinforce_plus_plus whitens discounted returns (gamma), reinforce_plus_plus_baseline whitens
     # score - group mean, gpg scales score - group mean by batch / non-zero scores, remax subtracts the
-    # reward of a greedy response to the prompt (one more generation per step). verl's
-    # optimal_token_baseline, tir_optimal_token_baseline and gdpo are refused (docs say why).
+    # reward of a greedy response to the prompt (one more generation per step). optimal_token_baseline
+    # gives each token position of a group its own baseline, weighted by the path-variance proxy
+    # 1 - 2 pi_t + sum_pi_squared (needs actor.calculate_sum_pi_squared=True); tir_optimal_token_baseline
+    # the same over each response's trained tokens packed together (masks with holes); gdpo normalises
+    # each reward component of gdpo_reward_keys within the group, sums them with gdpo_reward_weights and
+    # whitens the sum over the batch.
     adv_estimator: str = "gae"
     # grpo, grpo_vectorized, grpo_passk: divide by the group's reward std; False = only subtract the group
     # mean (Dr. GRPO).
@@ -226,6 +230,11 @@ class AlgorithmConfig:
     # KL estimator of the in-reward penalty: kl (k1), abs, mse (k2), low_var_kl (k3); verl's "full"
     # (needs the whole distribution) is refused.
     kl_penalty: str = "kl"
+    # gdpo: the reward components, by the keys of the dict the score function returns (e.g.
+    # ["accuracy_reward", "format_reward"]); each response's value of each key must be a number.
+    gdpo_reward_keys: Optional[List[str]] = None
+    # gdpo: one weight per gdpo_reward_keys entry for the sum of the normalised components; null = 1 each.
+    gdpo_reward_weights: Optional[List[float]] = None
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
@@ -262,7 +271,9 @@ class RewardModelConfig:
     enable: bool = False
     # How responses are scored (verl: reward.reward_manager.name): naive (one score per response, on
     # its last token) or dapo (naive plus DAPO's overlong penalty, see reward_kwargs, and `acc` = the
-    # score for filter_groups). verl's prime, batch, gdpo, remote and rate_limited are refused by name.
+    # score for filter_groups) or gdpo (verl's GDPORewardManager: naive's scores and `acc` = the score of
+    # a number; every key of a returned dict is kept, the reward components adv_estimator=gdpo reads).
+    # verl's prime, batch, remote and rate_limited are refused by name.
     reward_manager: str = "naive"
     reward_kwargs: RewardKwargsConfig = field(default_factory=RewardKwargsConfig)
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from verl_lite.engine.base import LossFn
-from verl_lite.engine.logits import log_probs_and_entropy
+from verl_lite.engine.logits import log_probs_and_entropy, sum_pi_squared
 
 BATCH_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
 
@@ -47,6 +47,30 @@ def vocab_parallel_log_probs(
     start = mpu.get_tensor_model_parallel_rank() * logits.shape[-1]
     return log_probs_and_entropy(logits, targets, with_entropy, compiled, vocab_start=start, vocab_size=vocab_size,
                                  reduce_max=reduce_max, reduce_sum=reduce, chunk_size=chunk_size, checkpoint=checkpoint)
+
+
+def vocab_parallel_sum_pi_squared(logits: torch.Tensor, vocab_size: int,
+                                  chunk_size: Optional[int] = None) -> torch.Tensor:
+    """sum over the vocabulary of softmax(logits)^2 from logits split over the vocabulary across TP
+    ranks (verl's vocab_parallel_sum_pi_squared): each rank's sums of exp(z - max) and of its square,
+    all-reduced over the TP group (the max too). (B, R, V/tp) -> (B, R), detached."""
+    from megatron.core import parallel_state as mpu
+
+    group = mpu.get_tensor_model_parallel_group()
+    split = mpu.get_tensor_model_parallel_world_size() > 1
+
+    def reduce_max(peak: torch.Tensor) -> None:
+        if split:
+            torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX, group=group)
+
+    def reduce_sum(t: torch.Tensor) -> torch.Tensor:
+        if split:
+            torch.distributed.all_reduce(t, group=group)
+        return t
+
+    start = mpu.get_tensor_model_parallel_rank() * logits.shape[-1]
+    return sum_pi_squared(logits, vocab_start=start, vocab_size=vocab_size, reduce_max=reduce_max,
+                          reduce_sum=reduce_sum, chunk_size=chunk_size)
 
 
 def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:

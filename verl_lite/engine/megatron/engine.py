@@ -287,14 +287,37 @@ class MegatronLMEngine(BaseEngine):
         responses = batch["responses"]
         r = responses.shape[1]
         logits = output[:, -r - 1 : -1, :]  # position t predicts token t + 1
+        temperature = float(batch.get("temperature", 1.0) or 1.0)  # the rollout's, as the torch engine divides
+        if temperature != 1.0:
+            logits = logits / temperature
         role = self.engine_config  # the role's log-prob settings, as on the torch engine (engine/fused.py)
         chunk = int(role.entropy_from_logits_chunk_size) if role.entropy_from_logits_with_chunking else None
-        return log_prob_outputs(*megatron_batch.vocab_parallel_log_probs(
+        # sum_pi_squared first: it reads the logits without changing them (verl's order too)
+        extra = ({"sum_pi_squared": megatron_batch.vocab_parallel_sum_pi_squared(logits, self.layout.vocab, chunk)}
+                 if self._sum_pi_squared else {})
+        out = log_prob_outputs(*megatron_batch.vocab_parallel_log_probs(
             logits, responses, self.layout.vocab, with_entropy, role.use_torch_compile, chunk_size=chunk,
             checkpoint=bool(role.entropy_checkpointing)))
+        out.update(extra)
+        return out
+
+    _sum_pi_squared = False  # set for the duration of a forward_backward(calculate_sum_pi_squared=True)
 
     def forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn] = None,
-                         forward_only: bool = False, calculate_entropy: bool = False) -> List[Dict[str, Any]]:
+                         forward_only: bool = False, calculate_entropy: bool = False,
+                         calculate_sum_pi_squared: bool = False) -> List[Dict[str, Any]]:
+        """`calculate_sum_pi_squared` (forward-only passes): also "sum_pi_squared", (B, R), from the
+        vocabulary-parallel logits (each TP rank's partial sums all-reduced)."""
+        if calculate_sum_pi_squared and not forward_only:
+            raise ValueError("calculate_sum_pi_squared is computed in the forward-only log-prob pass, not in training")
+        self._sum_pi_squared = bool(calculate_sum_pi_squared)
+        try:
+            return self._forward_backward(micro_batches, loss_fn, forward_only, calculate_entropy)
+        finally:
+            self._sum_pi_squared = False
+
+    def _forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn],
+                          forward_only: bool, calculate_entropy: bool) -> List[Dict[str, Any]]:
         from megatron.core import parallel_state as mpu
 
         if not micro_batches:
@@ -481,5 +504,7 @@ class MegatronValueEngine(MegatronLMEngine):
         return lambda name: head[name] if name in head else source(name)
 
     def _postprocess(self, output: torch.Tensor, batch: Dict[str, Any], with_entropy: bool) -> Dict[str, torch.Tensor]:
+        if self._sum_pi_squared:
+            raise ValueError(f"{self.role}: a value model has no token distribution: no sum_pi_squared")
         r = batch["responses"].shape[1]
         return {"values": output[:, -r - 1 : -1, 0].float()}
