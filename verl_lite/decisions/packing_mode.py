@@ -65,8 +65,9 @@ class Decision:
     refusal: Optional[str] = None
 
 
-# model_types whose verl_lite Megatron bridge builds the vision tower (engine/megatron/bridges/qwen3_vl.py)
-VISION_BRIDGED = ("qwen3_vl", "qwen3_vl_moe")
+# model_types whose verl_lite Megatron bridge builds the vision tower (engine/megatron/bridges/vision.py:
+# qwen3_vl.py, qwen3_5_vl.py)
+VISION_BRIDGED = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 
 
 def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not: str) -> Decision:
