@@ -205,3 +205,21 @@ def test_the_registry_builds_the_qwen3_5_vl_bridges_with_the_tower():
         bridge_for(two)
     with pytest.raises(UnsupportedModelError, match="does not cover the rotary dim 8"):
         InterleavedMRoPE(8, 10000.0, [11, 11, 10])  # the chunk's build refuses sections that miss the rotary dim
+
+
+def test_the_hf_model_copy_of_a_vision_language_export_is_the_conditional_generation_model(tmp_path):
+    """checkpoint hf_model from the export stream (what the Megatron bridges give: the tower with the
+    text model, the checkpoint's names): written as Qwen3_5ForConditionalGeneration with its whole
+    config, strictly (no tensor missing or extra), and transformers loads it back bitwise."""
+    from transformers import AutoModelForImageTextToText
+
+    from verl_lite.engine.hf_export import save_hf_model
+
+    config = tiny_config(DENSE)
+    state = _hf_class(DENSE)(config).state_dict()
+    out = save_hf_model(str(tmp_path / "hf"), iter(state.items()), config, "language_model", "tiny-qwen3_5", False,
+                        strict=True, role="actor")
+    loaded = AutoModelForImageTextToText.from_pretrained(out)
+    assert type(loaded).__name__ == "Qwen3_5ForConditionalGeneration"
+    assert loaded.config.architectures == ["Qwen3_5ForConditionalGeneration"]
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in state.items())
