@@ -120,6 +120,35 @@ def _scenario(rank, rec, out_dir):
     for kind, tp, pp, ep in LAYOUTS:
         _check_layout(rec, refs, paths, kind, tp, pp, ep)
         mpu.destroy_model_parallel()
+    _check_packed_text(rec, refs, paths)
+    mpu.destroy_model_parallel()
+
+
+def _check_packed_text(rec, refs, paths):
+    """use_remove_padding=True on the vision-language bridge (TP=2, sequence parallel): a text-only
+    micro-batch runs packed with transformers' log-probs; one with images is refused."""
+    from megatron_world import padded_batch
+
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+
+    _, hf_model, _, vl_batch = refs[MOE]
+    model, actor = megatron_sections(paths[MOE], 2, 1, 1, init_seed=SEED)
+    model.use_remove_padding = True
+    engine = MegatronLMEngine(model, actor, None, "cpu", "actor")
+    engine.initialize()
+    rec["packed"] = engine.remove_padding
+    text = padded_batch(3, 12, 4, left_pad={0: 5, 2: 2}, ended_early=(1,), seed=3, vocab=400)
+    with torch.no_grad():
+        reference = hf_model(input_ids=text["input_ids"], attention_mask=text["attention_mask"],
+                             position_ids=text["position_ids"]).logits
+    log_probs = engine.forward_backward([text], forward_only=True)[0]["log_probs"]
+    resp = text["response_mask"].bool()
+    rec["packed_text_log_prob_diff"] = (log_probs - response_log_probs(reference, text))[resp].abs().max().item()
+    try:
+        engine.forward_backward([vl_batch], forward_only=True)
+        rec["packed_images"] = "no error"
+    except ValueError as e:
+        rec["packed_images"] = str(e)
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +187,14 @@ def test_qwen3_5_vl_pixels_reach_the_log_probs_and_dropped_pixel_inputs_are_refu
         changes = {k: rec[f"{k}:pixels_change_log_probs"] for kind in (DENSE, MOE) for k in _keys(kind)}
         assert min(changes.values()) > 1e-3, changes
         assert "multi_modal_inputs" in rec["dropped"] and "image tokens" in rec["dropped"], rec["dropped"]
+
+
+def test_use_remove_padding_packs_text_only_micro_batches_and_refuses_packed_images(run):
+    for rec in run:
+        assert rec["packed"] is True
+        assert rec["packed_text_log_prob_diff"] < 1e-5, rec["packed_text_log_prob_diff"]
+        assert "use_remove_padding=True: a micro-batch with images is refused packed" in rec["packed_images"], \
+            rec["packed_images"]
 
 
 def test_qwen3_5_vl_tower_sits_on_the_first_pipeline_stage_only(run):

@@ -312,6 +312,9 @@ class MegatronLMEngine(BaseEngine):
         variable = pipelined and len({tuple(mb["input_ids"].shape) for mb in micro_batches}) > 1
         pad_id = int(getattr(self.hf_config, "pad_token_id", 0) or 0)
         if self.remove_padding:
+            if self.bridge is not None and self.bridge.has_vision and any(
+                    m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
+                raise ValueError(f"{self.role}: model.use_remove_padding=True: {packing_mode.VISION_PACKED_REFUSAL}")
             # each sequence aligned to TP, as verl's preprocess_packed_seqs; packed shapes differ per micro-batch
             align = mpu.get_tensor_model_parallel_world_size()
             prepared = [megatron_batch.prepare_packed_batch(mb, self._torch_device(), pad_id, align=align)
