@@ -211,10 +211,11 @@ for _architecture in ("Qwen3ForCausalLM", "Qwen3ForTokenClassification"):
     BRIDGES.register(_architecture, "verl_lite.engine.megatron.bridges.qwen3:Qwen3Bridge")
 BRIDGES.register("Qwen3_5ForCausalLM", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5Bridge")
 BRIDGES.register("Qwen3_5MoeForCausalLM", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5MoeBridge")
-# Vision-language checkpoints: the text model is built, the vision tower left out (text RL).
-BRIDGES.register("Qwen3_5ForConditionalGeneration", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5VLBridge")
-BRIDGES.register("Qwen3_5MoeForConditionalGeneration", "verl_lite.engine.megatron.bridges.qwen3_5:Qwen3_5MoeVLBridge")
-# Qwen3-VL: the vision tower (replicated over TP, on the first pipeline stage) and the text model.
+# Vision-language checkpoints: the vision tower (replicated over TP, on the first pipeline stage) and
+# the text model.
+BRIDGES.register("Qwen3_5ForConditionalGeneration", "verl_lite.engine.megatron.bridges.qwen3_5_vl:Qwen3_5VLBridge")
+BRIDGES.register("Qwen3_5MoeForConditionalGeneration",
+                 "verl_lite.engine.megatron.bridges.qwen3_5_vl:Qwen3_5MoeVLBridge")
 BRIDGES.register("Qwen3VLForConditionalGeneration", "verl_lite.engine.megatron.bridges.qwen3_vl:Qwen3VLBridge")
 BRIDGES.register("Qwen3VLMoeForConditionalGeneration", "verl_lite.engine.megatron.bridges.qwen3_vl:Qwen3VLMoeBridge")
 

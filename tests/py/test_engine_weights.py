@@ -106,21 +106,26 @@ def test_qwen3_next_is_refused_with_the_reason_and_a_fix():
 
 
 def test_qwen3_5_configs_get_their_bridges_and_a_gdn_free_config_is_refused():
-    from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5Bridge, Qwen3_5MoeVLBridge
+    from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5Bridge
+    from verl_lite.engine.megatron.bridges.qwen3_5_vl import Qwen3_5MoeVLBridge
 
     dense = json.loads((REPO_ROOT / "verl_lite/assets/tiny-qwen3_5/config.json").read_text())
     assert type(bridge_for(dense)) is Qwen3_5Bridge
-    vl = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}
+    vl = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", "image_token_id": 5,
           "vision_config": {}, "text_config": {**dense, "model_type": "qwen3_5_moe_text", "num_experts": 4,
                                                  "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-                                                 "shared_expert_intermediate_size": 32}}
+                                                 "shared_expert_intermediate_size": 32, "rope_parameters": rope}}
     bridge = bridge_for(vl)
     assert type(bridge) is Qwen3_5MoeVLBridge
     checkpoint = {"model.language_model.layers.0.mlp.gate.weight": torch.ones(4, 64)}  # a VL checkpoint's name
     layout = Layout(hidden=64, ffn=32, heads=4, groups=2, head_dim=16, vocab=48)
     router = bridge.hf_to_megatron("decoder.layers.0.mlp.router.weight", layout, checkpoint.__getitem__)
     assert torch.equal(router, torch.ones(4, 64))
-    assert bridge.megatron_to_hf("decoder.layers.0.mlp.router.weight", router, layout)[0][0] == "model.layers.0.mlp.gate.weight"
+    assert bridge.megatron_to_hf("decoder.layers.0.mlp.router.weight", router, layout)[0][0] == \
+        "model.language_model.layers.0.mlp.gate.weight"  # the conditional-generation model's names, as it loaded
+    assert bridge.megatron_to_hf("vision.blocks.0.attn.qkv.weight", router, layout)[0][0] == \
+        "model.visual.blocks.0.attn.qkv.weight"
     assert bridge.transformer_config_kwargs()["num_moe_experts"] == 4
     with pytest.raises(UnsupportedModelError, match="no linear_attention layer"):
         bridge_for({**dense, "layer_types": ["full_attention", "full_attention"]})

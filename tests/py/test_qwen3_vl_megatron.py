@@ -442,10 +442,12 @@ def test_the_padded_only_decision_names_exactly_the_vision_bridges():
     for (architecture, *_rest) in BRIDGES.keys():
         bridge = BRIDGES.load(architecture)
         if getattr(bridge, "has_vision", False):
-            vision.update(bridge.model_types)
+            vision.update(bridge.vl_model_types)  # the config.json's model_type (Qwen3.5's text model has its own)
     assert vision == set(VISION_BRIDGED)
-    assert decide_megatron(True, "npu", None, {}, vision=True).refusal
+    packed = decide_megatron(True, "npu", None, {}, vision=True)  # text-only micro-batches pack
+    assert packed.packed and not packed.refusal and "a micro-batch with images is refused packed" in packed.why
     assert not decide_megatron(None, "npu", None, {}, vision=True).packed
+    assert decide_megatron(True, "npu", None, {"use_flash_attn": False}, vision=True).refusal  # the usual rules
     assert decide_megatron(None, "npu", None, {}, vision=True, external=True).packed  # Megatron-Bridge's own
 
 

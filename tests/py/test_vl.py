@@ -358,32 +358,39 @@ def test_packed_gdn_refuses_3d_positions(model_path, rollout_out):
     torch.testing.assert_close(packed[:, 3:], second, rtol=1e-5, atol=1e-5)  # the second sequence starts afresh
 
 
-@pytest.mark.parametrize("model_path", ["qwen3_vl", "qwen3_5"], indirect=True)  # one text-only bridge and one with the tower
-def test_the_megatron_engine_refuses_images_for_a_bridge_without_the_tower(model_path, rollout_out, hf_model):
-    """Qwen3.5's Megatron bridge builds the text model only: a batch with images is refused there (it
-    would run without them), a text batch passes; Qwen3-VL's bridge takes images."""
-    from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5VLBridge
-    from verl_lite.engine.megatron.bridges.qwen3_vl import Qwen3VLBridge
+@pytest.mark.parametrize("model_path", ["qwen3_vl", "qwen3_5"], indirect=True)  # the two families with the tower
+def test_the_megatron_engine_takes_images_with_the_tower_and_refuses_them_for_a_text_bridge(
+        model_path, rollout_out, hf_model):
+    """Qwen3-VL's and Qwen3.5's conditional-generation bridges build the vision tower and take a batch
+    with images; the text model's bridge (Qwen3_5ForCausalLM from the same text config) refuses it
+    (it would run without them), a text batch passes both."""
+    from verl_lite.engine.megatron.bridges import bridge_for
     from verl_lite.engine.megatron.engine import refuse_images_without_tower
     from verl_lite.models.hf import load_hf_config
 
     _, out = rollout_out
-    bridge = (Qwen3_5VLBridge if hf_model.config.model_type == "qwen3_5" else Qwen3VLBridge)(
-        load_hf_config(ModelConfig(path=model_path)))
+    config = load_hf_config(ModelConfig(path=model_path))
+    bridge = bridge_for(config)
+    assert bridge.has_vision and type(bridge).__name__ == (
+        "Qwen3_5VLBridge" if config.model_type == "qwen3_5" else "Qwen3VLBridge")
     images = [{"input_ids": out["input_ids"], "multi_modal_inputs": out["multi_modal_inputs"]}]
-    refuse_images_without_tower("actor", bridge, [{"input_ids": out["input_ids"], "multi_modal_inputs": [None] * 4}])
-    if bridge.has_vision:
-        refuse_images_without_tower("actor", bridge, images)
-    else:
-        with pytest.raises(ValueError, match="Qwen3_5VLBridge builds no vision tower .*strategy=fsdp"):
-            refuse_images_without_tower("actor", bridge, images)
+    text_rows = [{"input_ids": out["input_ids"], "multi_modal_inputs": [None] * 4}]
+    refuse_images_without_tower("actor", bridge, images)
+    refuse_images_without_tower("actor", bridge, text_rows)
+    if config.model_type == "qwen3_5":
+        from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5Bridge
+
+        text = Qwen3_5Bridge(config.text_config)
+        refuse_images_without_tower("actor", text, text_rows)
+        with pytest.raises(ValueError, match="Qwen3_5Bridge builds no vision tower .*strategy=fsdp"):
+            refuse_images_without_tower("actor", text, images)
 
 
 @pytest.mark.parametrize("model_path", ["qwen3_5"], indirect=True)  # Qwen3.5's text-only export
 def test_the_hf_rollout_takes_a_text_only_export_and_then_refuses_images(model_path, tokenizer, examples, hf_model):
-    """Megatron's Qwen3.5 bridges export the text model's names (Qwen3_5ForCausalLM: `model.*`, no tower);
-    the hf rollout of the conditional-generation checkpoint takes them into its language model, and with
-    no tower synced refuses prompts with images instead of using stale tower weights."""
+    """A text-only export (Qwen3_5ForCausalLM's names: `model.*`, no tower): the hf rollout of the
+    conditional-generation checkpoint takes it into its language model, and with no tower synced
+    refuses prompts with images instead of using stale tower weights."""
     from transformers import AutoModelForCausalLM
 
     from verl_lite.rollout.hf import HFRollout

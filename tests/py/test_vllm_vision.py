@@ -184,6 +184,27 @@ def test_update_weights_sends_checkpoint_names_and_the_experts_in_the_checkpoint
     assert any(n.startswith("model.visual.") for n in sent)
 
 
+def test_a_conditional_generation_export_reaches_a_text_path_rollout_under_the_causal_lms_names(tmp_path):
+    """Qwen3.5's conditional-generation export (the torch engine's, and Megatron's with the tower:
+    `model.language_model.*`, `model.visual.*`) into the vLLM rollout of that checkpoint, which keeps
+    the text path: the text model's tensors arrive under Qwen3_5ForCausalLM's names, the tower's stay
+    out, and every tensor the rollout expects is set."""
+    from test_qwen3_5_vl_megatron import tiny_config
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    cfg = tiny_config("qwen3_5")
+    rollout = fake_rollout(config_dir(tmp_path, cfg, "qwen3_5_vl"))
+    assert not rollout.vision_language
+    state = Qwen3_5ForConditionalGeneration(cfg).state_dict()
+    assert any(n.startswith("model.visual.") for n in state)
+    rollout.update_weights(iter(state.items()), 1)
+    sent = {n: t for bucket in rollout.llm.buckets for n, t in bucket}
+    assert set(sent) == set(rollout.expected)  # the causal LM's names, no tower
+    assert torch.equal(sent["model.embed_tokens.weight"], state["model.language_model.embed_tokens.weight"])
+    with pytest.raises(vr.WeightSyncError, match="has no counterpart"):
+        rollout.update_weights(iter([("model.language_model.layers.9.bogus", torch.zeros(1))]), 2)
+
+
 def test_only_qwen3_vl_takes_the_image_text_class_other_towers_keep_the_text_path():
     """Qwen3.5's checkpoints carry a vision tower that its text RL drops: its sync stays
     Qwen3_5ForCausalLM's names, as before; a Qwen3-VL sync is the image-text-to-text model's."""

@@ -33,6 +33,10 @@ What auto picks (and what True can do), per engine:
 | megatron, Gated DeltaNet | as above | as above | fla (cuda) / Ascend (npu): cu_seqlens | packed | packed |
 | megatron, Gated DeltaNet | as above | as above | torch rule: run per sequence | padded | packed |
 
+Megatron vision-language bridges (Qwen3-VL, Qwen3.5 `...ForConditionalGeneration`): auto runs
+padded (image embeddings and 3-D positions sit in the padded layout); True packs text-only
+micro-batches where the table packs, and the engine refuses a packed micro-batch with images.
+
 Megatron refusals (True; auto runs padded): on npu with MindSpeed flash attention off
 (`use_flash_attn=False`) or with the batch-invariant attention (`use_flash_attn_npu_batch_invariant`),
 whose forward replaces the one taking TND; a Megatron-Bridge / mbridge build on cpu (their layer
@@ -65,8 +69,9 @@ class Decision:
     refusal: Optional[str] = None
 
 
-# model_types whose verl_lite Megatron bridge builds the vision tower (engine/megatron/bridges/qwen3_vl.py)
-VISION_BRIDGED = ("qwen3_vl", "qwen3_vl_moe")
+# model_types whose verl_lite Megatron bridge builds the vision tower (engine/megatron/bridges/vision.py:
+# qwen3_vl.py, qwen3_5_vl.py)
+VISION_BRIDGED = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
 
 
 def _finish(setting: Optional[bool], can: bool, native: bool, how: str, why_not: str) -> Decision:
@@ -109,12 +114,26 @@ def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overri
     for an attention-only model. `external`: the model is built by Megatron-Bridge / mbridge.
     `te_installed`: whether Transformer Engine imports (cuda with verl_lite's own layer specs); None =
     not known here (the preflight): assumed, and the engine decides on the node. `vision`: a
-    vision-language model through verl_lite's own bridge (padded only)."""
+    vision-language model through verl_lite's own bridge: auto runs padded (images need the padded
+    layout), True packs text-only micro-batches and the engine refuses a packed one with images."""
     setting = tri_state(setting)
-    if vision and not external:
-        return _finish(setting, False, False, "", "a vision-language model on verl_lite's Megatron bridge takes padded "
-                       "micro-batches only (image embeddings and 3-D rotary positions are placed in the padded "
-                       "layout); set use_remove_padding=False or leave it null")
+    decision = _decide_megatron(setting, device, gdn_kernel, overrides, external, te_installed)
+    if not vision or external or not decision.packed:
+        return decision
+    if setting is None:  # auto: images need the padded layout
+        return Decision(False, "padded (auto): a vision-language model on verl_lite's Megatron bridge places image "
+                               "embeddings and 3-D rotary positions in the padded layout; True packs text-only "
+                               f"micro-batches ({decision.why.split(': ', 1)[-1]})")
+    return Decision(True, f"{decision.why}; text-only micro-batches: {VISION_PACKED_REFUSAL}")
+
+
+# what a packed micro-batch with images gets on a vision-language bridge (the engine raises it)
+VISION_PACKED_REFUSAL = ("a micro-batch with images is refused packed (its image embeddings and 3-D rotary positions "
+                         "need the padded layout): set use_remove_padding=False or leave it null for image data")
+
+
+def _decide_megatron(setting: Optional[bool], device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
+                     external: bool, te_installed: Optional[bool]) -> Decision:
     if device == "cpu":
         if external:
             return _finish(setting, False, False, "", "a Megatron-Bridge / mbridge model on cpu has no packed "
@@ -168,5 +187,7 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
     kernel = None
     if gdn:
         kernel = bridge_choice.gdn_kernel(device, overrides, bridge_choice.installed_here()["fla"])
-    vision = shape is not None and bool(shape.hf.get("vision_config")) and shape.hf.get("model_type") in VISION_BRIDGED
+    # transformers gives these model types a vision config (its default) when config.json has none, so
+    # the engine builds the tower for them either way (a shipped shape lists only the text settings)
+    vision = shape is not None and shape.hf.get("model_type") in VISION_BRIDGED
     return decide_megatron(setting, device, kernel, overrides, external=external, vision=vision)

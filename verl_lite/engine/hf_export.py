@@ -77,11 +77,19 @@ def check_loadable(path: str, contents: Contents, role: str, current: Dict[str, 
 
 
 def hf_class_and_config(hf_config: Any, model_type: str) -> Tuple[Any, Any]:
-    """(transformers auto class, config to write) for an engine's model: the causal LM's config (a
-    vision-language config's text model), or the token-classification config with one label."""
-    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+    """(transformers auto class, config to write) for an engine's model: a vision-language model's
+    image-text-to-text class and its whole config (the engines export the vision tower with the text
+    model, under the checkpoint's names), the causal LM's config (a text model), or the
+    token-classification config with one label (a critic: its text model)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForTokenClassification
 
     config = copy.deepcopy(hf_config)
+    vision_language = AutoModelForImageTextToText._model_mapping
+    if model_type == "language_model" and getattr(config, "vision_config", None) is not None \
+            and type(config) in vision_language:
+        cls = vision_language[type(config)]
+        config.architectures = [cls.__name__]
+        return cls, config
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if text is not config:
         config = copy.deepcopy(text)

@@ -72,9 +72,9 @@ def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool
 def vision_tower(hf: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The vision tower verl_lite's Megatron bridge builds for this config.json (None: none), as the
     summary and the DeepStack rule read it."""
-    if not hf or not hf.get("vision_config") or hf.get("model_type") not in VISION_BRIDGED:
+    if not hf or hf.get("model_type") not in VISION_BRIDGED:
         return None
-    vision = hf["vision_config"]
+    vision = hf.get("vision_config") or {}  # none in config.json: transformers' default (depth unknown here)
     return {"depth": vision.get("depth"), "deepstack": len(vision.get("deepstack_visual_indexes") or [])}
 
 

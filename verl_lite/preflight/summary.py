@@ -122,7 +122,8 @@ def _bridge_lines(cfg: Any, view: RoleView) -> List[str]:
     tower = vision_tower(hf) if choice.kind == bridge_choice.VERL_LITE else None
     if tower is not None:
         deep = tower["deepstack"]
-        lines.append(f"  vision tower: {tower['depth']} blocks, replicated on every TP rank (not tensor-parallel), on the "
+        blocks = f"{tower['depth']} blocks, " if tower["depth"] else ""
+        lines.append(f"  vision tower: {blocks}replicated on every TP rank (not tensor-parallel), on the "
                      f"first pipeline stage{f' with the DeepStack layers 0..{deep - 1}' if deep else ''}")
     overrides = bridge_choice.overrides_of(view.section.megatron)
     if choice.kind == bridge_choice.VERL_LITE and bridge_choice.mindspeed_bridge_requested(device, overrides):

@@ -89,9 +89,9 @@ class HFRollout:
         """Copy exported weights into the rollout model as they arrive (an engine's `export_hf_weights()`
         stream, or the items of a dict that crossed Ray); every rollout tensor must be covered.
 
-        A vision-language rollout also takes a text-only export (the text model's names `model.*`, as
-        Megatron's Qwen3.5 conditional-generation bridges export without the tower): the tensors go to
-        `model.language_model.*`, the vision tower keeps its weights and prompts with images are refused."""
+        A vision-language rollout also takes a text-only export (the text model's names `model.*`, e.g.
+        a causal-LM checkpoint's): the tensors go to `model.language_model.*`, the vision tower keeps its
+        weights and prompts with images are refused."""
         state = self.model.state_dict()
         seen = set()
         for name, tensor in named_tensors:
@@ -136,8 +136,9 @@ class HFRollout:
             pixels = image_inputs(mm, self.device)
             if pixels and not self.tower_synced:
                 raise ValueError("the prompts have images (multi_modal_inputs) but the last weight sync carried no "
-                                 "vision tower (a text-only export: Megatron's Qwen3.5 bridges leave the tower out); "
-                                 "train a model with images on the torch engine (strategy=fsdp)")
+                                 "vision tower (a text-only export, the text model's names only); "
+                                 "sync from an engine that builds the tower (strategy=fsdp, or Megatron's "
+                                 "vision-language bridges)")
             if pixels:  # the processor's token types, as generate needs them for the 3-D positions
                 kwargs.update(pixels, mm_token_type_ids=mm_token_type_ids(input_ids, self.model.config))
         elif mm is not None and any(mm):

@@ -88,6 +88,22 @@ def to_vllm_checkpoint(model_type: str, name: str, tensor: torch.Tensor) -> Tupl
     return name, tensor
 
 
+def to_text_path(named_tensors: Iterable[Tuple[str, torch.Tensor]],
+                 expected: Dict[str, Any]) -> Iterator[Tuple[str, torch.Tensor]]:
+    """A conditional-generation export (`model.language_model.*`, `model.visual.*`, `lm_head.*`: the
+    torch engine's and the Megatron Qwen3.5 vision-language bridges' names) for a rollout that keeps
+    the text path (`expected` holds the causal LM's names, `model.*`): the text model's tensors under
+    the causal LM's names, the vision tower's left out (this rollout refuses images). Names the
+    rollout expects pass as they are."""
+    for name, tensor in named_tensors:
+        if name not in expected:
+            if name.startswith("model.visual."):
+                continue
+            if name.startswith("model.language_model."):
+                name = "model." + name[len("model.language_model."):]
+        yield name, tensor
+
+
 def hf_model_class(hf_config: Any) -> Any:
     """transformers' auto class for the config: image-text-to-text for Qwen3-VL (it has no causal-LM
     class), causal LM otherwise."""
@@ -434,6 +450,8 @@ class VLLMRollout:
         # have come, whichever bucket brings them.
         self.llm.collective_rpc(_begin_sync)
         try:
+            if not self.vision_language:
+                named_tensors = to_text_path(named_tensors, self.expected)
             checked = (to_vllm_checkpoint(self.model_type, n, t) for n, t in self._checked(named_tensors, seen))
             for bucket in buckets(checked, budget, self.device, mib):
                 self.llm.collective_rpc(_load_bucket, args=(bucket,))

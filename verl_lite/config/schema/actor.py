@@ -119,7 +119,8 @@ class CheckpointConfig:
     # What each checkpoint of the role holds (verl's names): model (the weights in the engine's own
     # files and layout), optimizer (its state), extra (LR schedule and RNG state), hf_model (an HF model
     # dir <role>/huggingface: config.json, safetensors and the tokenizer, which transformers'
-    # from_pretrained loads; a vision-language checkpoint's text model, as the engine trains it).
+    # from_pretrained loads; a vision-language model is written whole, vision tower included, as its
+    # ...ForConditionalGeneration class, the checkpoint's names).
     save_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     # What a resume loads; null = save_contents (verl's default, written ${.save_contents} there). model and
     # hf_model both load the weights, from the engine's files when model is listed, else from the HF copy

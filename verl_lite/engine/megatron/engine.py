@@ -58,14 +58,14 @@ logger = logging.getLogger(__name__)
 
 
 def refuse_images_without_tower(role: str, bridge: Any, micro_batches: List[Dict[str, Any]]) -> None:
-    """A micro-batch with images (multi_modal_inputs) needs a bridge that builds the vision tower: the
-    text-only bridges (Qwen3.5's ...ForConditionalGeneration leaves its tower out) would drop them."""
+    """A micro-batch with images (multi_modal_inputs) needs a bridge that builds the vision tower
+    (Qwen3-VL, Qwen3.5's ...ForConditionalGeneration): a text model's bridge would drop them."""
     if bridge is not None and getattr(bridge, "has_vision", False):
         return
     if any(m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
         raise ValueError(f"{role}: the batch has images (multi_modal_inputs) but {type(bridge).__name__} builds no "
-                         "vision tower on the Megatron engine (Qwen3.5's is left out: text only); run the images on "
-                         "the torch engine (strategy=fsdp), or a Qwen3-VL model on Megatron")
+                         "vision tower on the Megatron engine (a text model); use the vision-language checkpoint "
+                         "(Qwen3-VL, Qwen3.5 ...ForConditionalGeneration), or the torch engine (strategy=fsdp)")
 
 
 class MegatronLMEngine(BaseEngine):
@@ -335,6 +335,9 @@ class MegatronLMEngine(BaseEngine):
         variable = pipelined and len({tuple(mb["input_ids"].shape) for mb in micro_batches}) > 1
         pad_id = int(getattr(self.hf_config, "pad_token_id", 0) or 0)
         if self.remove_padding:
+            if self.bridge is not None and self.bridge.has_vision and any(
+                    m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
+                raise ValueError(f"{self.role}: model.use_remove_padding=True: {packing_mode.VISION_PACKED_REFUSAL}")
             # each sequence aligned to TP, as verl's preprocess_packed_seqs; packed shapes differ per micro-batch
             align = mpu.get_tensor_model_parallel_world_size()
             prepared = [megatron_batch.prepare_packed_batch(mb, self._torch_device(), pad_id, align=align)

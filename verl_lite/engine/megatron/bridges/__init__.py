@@ -6,9 +6,10 @@ looked up by the HF config's `architectures` name in `verl_lite.registry.BRIDGES
 
 A new family is a `ModelBridge` subclass in a module of this package, registered in
 `verl_lite/registry.py` under its HF architecture names. `ModelBridge` in `base` says what a
-bridge provides; `qwen3` (Qwen3 dense), `qwen3_5` (Qwen3.5 dense and MoE, and their
-conditional-generation checkpoints without the vision tower) and `qwen3_vl` (Qwen3-VL dense and
-MoE with the vision tower) are the built-in ones.
+bridge provides; `qwen3` (Qwen3 dense), `qwen3_5` (Qwen3.5 dense and MoE),
+`qwen3_5_vl` (their conditional-generation checkpoints with Qwen3.5's vision tower) and `qwen3_vl`
+(Qwen3-VL dense and MoE with the vision tower) are the built-in ones; `vision` holds what the
+vision-language bridges share (the tower on the first stage, its hooks, the interleaved mrope).
 """
 
 from __future__ import annotations

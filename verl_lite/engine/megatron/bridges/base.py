@@ -226,7 +226,9 @@ class ModelBridge(abc.ABC):
         """Called after every parameter was loaded: drop what the load kept (read caches)."""
 
     def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: Layout) -> torch.Tensor:
-        """The HF tensor from the full (TP-gathered) one: drops megatron's vocabulary padding."""
-        if hf_name in ("model.embed_tokens.weight", "lm_head.weight") and full.shape[0] != layout.vocab:
+        """The HF tensor from the full (TP-gathered) one: drops megatron's vocabulary padding (the
+        embedding under the bridge's `hf_prefix`, `model.` unless it says otherwise)."""
+        embedding = getattr(self, "hf_prefix", "model.") + "embed_tokens.weight"
+        if hf_name in (embedding, "lm_head.weight") and full.shape[0] != layout.vocab:
             return full[: layout.vocab]
         return full

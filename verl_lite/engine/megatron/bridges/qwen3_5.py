@@ -1,11 +1,8 @@
 """Qwen3.5 bridges: HF `Qwen3_5ForCausalLM` (model_type qwen3_5_text) and `Qwen3_5MoeForCausalLM`
-(qwen3_5_moe_text) on megatron-core 0.16's GPT model, and the conditional-generation checkpoints
-`Qwen3_5ForConditionalGeneration` / `Qwen3_5MoeForConditionalGeneration`, of which the text model
-(`text_config`, weights under `model.language_model.`) is built and the vision tower is left out:
-RL on text does not run it (a log line says so when such a bridge is made). Their export carries
-the text model under transformers' CausalLM names, as AutoModelForCausalLM builds it from such a
-config. Multi-token-prediction layers (`mtp_num_hidden_layers`, `mtp.*` weights) are not built,
-as in transformers' CausalLM.
+(qwen3_5_moe_text) on megatron-core 0.16's GPT model. The conditional-generation checkpoints
+(`Qwen3_5ForConditionalGeneration` / `Qwen3_5MoeForConditionalGeneration`: this text model with
+Qwen3.5's vision tower) are qwen3_5_vl.py's bridges, built on these. Multi-token-prediction layers
+(`mtp_num_hidden_layers`, `mtp.*` weights) are not built, as in transformers.
 
 The model (semantics read from transformers' qwen3_5 / qwen3_5_moe modeling):
 - hybrid layers from the HF config's `layer_types` ("linear_attention" / "full_attention"; older
@@ -241,25 +238,3 @@ class Qwen3_5MoeBridge(Qwen3_5Bridge):
             # Transformer Engine imports. None selects its torch.mm path.
             moe_utils.te_general_gemm = None
         return local_spec.submodules.mlp  # MoELayer with SequentialMLP experts and the shared expert
-
-
-class _VisionLeftOut:
-    """Conditional-generation checkpoints: the text model only. Its weights load from
-    `model.language_model.*` (or `model.*`); the export uses transformers' Qwen3_5(Moe)ForCausalLM
-    names (`model.*`, `lm_head.weight`), which is what AutoModelForCausalLM builds from such a config;
-    the hf rollout of the conditional-generation model takes them into its language model (its vision
-    tower unsynced, so it refuses images) and the engine refuses batches with images."""
-
-    def __init__(self, hf_config: Any):
-        super().__init__(hf_config)  # type: ignore[call-arg]
-        if hf_field(hf_config, "vision_config", None) is not None:
-            logger.info("%s: building the text model of %s; its vision tower is left out (text RL does not run it)",
-                        type(self).__name__, (hf_field(hf_config, "architectures") or ["?"])[0])
-
-
-class Qwen3_5VLBridge(_VisionLeftOut, Qwen3_5Bridge):
-    """`Qwen3_5ForConditionalGeneration`: the dense text model; the vision tower is left out."""
-
-
-class Qwen3_5MoeVLBridge(_VisionLeftOut, Qwen3_5MoeBridge):
-    """`Qwen3_5MoeForConditionalGeneration`: the MoE text model; the vision tower is left out."""
