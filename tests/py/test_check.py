@@ -750,10 +750,12 @@ def test_check_1_on_the_qwen3_5_scripts_for_npu_prints_bridge_kernel_and_the_shi
     assert "where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge" in out
     assert out.count("  GDN kernel  : Ascend flash_gated_delta_rule (flash-linear-attention-npu) (takes packed input)") == 2
     # a ...ForConditionalGeneration checkpoint: its bridge builds the tower (transformers' default vision
-    # config where config.json, here the text-only shape, has none) and takes padded micro-batches
+    # config where config.json, here the text-only shape, has none); text-only micro-batches pack on the
+    # Ascend kernel, those with images run padded
     assert out.count("  vision tower: replicated on every TP rank (not tensor-parallel), on the first pipeline "
                      "stage\n") == 2
-    assert out.count("batches     : padded (auto): a vision-language model") == 2
+    assert out.count("batches     : packed (auto): MindSpeed flash attention (TND); GDN layers: the Ascend kernel "
+                     "(cu_seqlens); micro-batches with images run padded") == 2
     assert (
         "critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
         "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine" in out

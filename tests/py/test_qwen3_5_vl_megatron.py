@@ -149,6 +149,14 @@ def _check_packed_text(rec, refs, paths):
         rec["packed_images"] = "no error"
     except ValueError as e:
         rec["packed_images"] = str(e)
+    # auto (null) on the same packed-capable model: a call with images runs padded, text-only ones packed
+    engine.model_config.use_remove_padding = None
+    reference = hf_logits(hf_model, vl_batch)
+    resp = vl_batch["response_mask"].bool()
+    log_probs = engine.forward_backward([vl_batch], forward_only=True)[0]["log_probs"]
+    rec["auto_images_log_prob_diff"] = (log_probs - response_log_probs(reference, vl_batch))[resp].abs().max().item()
+    blank = engine.forward_backward([_blank(vl_batch)], forward_only=True)[0]["log_probs"]
+    rec["auto_pixels_change_log_probs"] = (log_probs - blank)[resp].abs().max().item()
 
 
 @pytest.fixture(scope="module")
@@ -189,12 +197,15 @@ def test_qwen3_5_vl_pixels_reach_the_log_probs_and_dropped_pixel_inputs_are_refu
         assert "multi_modal_inputs" in rec["dropped"] and "image tokens" in rec["dropped"], rec["dropped"]
 
 
-def test_use_remove_padding_packs_text_only_micro_batches_and_refuses_packed_images(run):
+def test_packing_runs_text_only_micro_batches_packed_and_those_with_images_padded_under_auto_refused_under_true(run):
     for rec in run:
         assert rec["packed"] is True
         assert rec["packed_text_log_prob_diff"] < 1e-5, rec["packed_text_log_prob_diff"]
         assert "use_remove_padding=True: a micro-batch with images is refused packed" in rec["packed_images"], \
             rec["packed_images"]
+        # auto: the micro-batch with images runs padded on the model built for packed input
+        assert rec["auto_images_log_prob_diff"] < 1e-5, rec["auto_images_log_prob_diff"]
+        assert rec["auto_pixels_change_log_probs"] > 1e-3, rec["auto_pixels_change_log_probs"]
 
 
 def test_qwen3_5_vl_tower_sits_on_the_first_pipeline_stage_only(run):

@@ -420,7 +420,7 @@ def test_the_check_accepts_a_real_qwen3_vl_moe_config_json_naming_the_bridge_and
     assert "bridge      : verl_lite registry (Qwen3VLMoeForConditionalGeneration)" in out
     assert "vision tower: 27 blocks, replicated on every TP rank (not tensor-parallel), on the first pipeline stage " \
            "with the DeepStack layers 0..2" in out
-    assert "batches     : padded (auto): a vision-language model" in out
+    assert "; micro-batches with images run padded (image embeddings and 3-D rotary positions" in out
 
 
 def test_deepstack_layers_need_the_first_pipeline_stage_in_the_preflight_arithmetic():
@@ -434,7 +434,7 @@ def test_deepstack_layers_need_the_first_pipeline_stage_in_the_preflight_arithme
     assert deepstack_stage_problem(3, 4, 1, None, None, "p") is None  # one stage holds them all
 
 
-def test_the_padded_only_decision_names_exactly_the_vision_bridges():
+def test_the_images_padded_decision_names_exactly_the_vision_bridges():
     from verl_lite.decisions.packing_mode import VISION_BRIDGED, decide_megatron
     from verl_lite.registry import BRIDGES
 
@@ -446,7 +446,9 @@ def test_the_padded_only_decision_names_exactly_the_vision_bridges():
     assert vision == set(VISION_BRIDGED)
     packed = decide_megatron(True, "npu", None, {}, vision=True)  # text-only micro-batches pack
     assert packed.packed and not packed.refusal and "a micro-batch with images is refused packed" in packed.why
-    assert not decide_megatron(None, "npu", None, {}, vision=True).packed
+    auto = decide_megatron(None, "npu", None, {}, vision=True)  # text-only packed, images padded by the engine
+    assert auto.packed and not auto.refusal and "micro-batches with images run padded" in auto.why
+    assert not decide_megatron(None, "npu", None, {"use_flash_attn": False}, vision=True).packed  # the usual rules
     assert decide_megatron(True, "npu", None, {"use_flash_attn": False}, vision=True).refusal  # the usual rules
     assert decide_megatron(None, "npu", None, {}, vision=True, external=True).packed  # Megatron-Bridge's own
 
@@ -506,6 +508,7 @@ def mindspeed_run(spawn_ranks):
 
 def test_the_mindspeed_npu_engine_takes_the_vl_batch_and_trains(mindspeed_run):
     rec = mindspeed_run
-    assert rec["class"] == "MindSpeedLMEngine" and rec["packed"] is False
+    # auto packs on MindSpeed's flash attention (TND); this batch has images, so it ran padded
+    assert rec["class"] == "MindSpeedLMEngine" and rec["packed"] is True
     assert rec["log_prob_diff"] < 1e-5, rec["log_prob_diff"]
     assert rec["losses"][-1] < rec["losses"][0], rec["losses"]

@@ -33,9 +33,11 @@ What auto picks (and what True can do), per engine:
 | megatron, Gated DeltaNet | as above | as above | fla (cuda) / Ascend (npu): cu_seqlens | packed | packed |
 | megatron, Gated DeltaNet | as above | as above | torch rule: run per sequence | padded | packed |
 
-Megatron vision-language bridges (Qwen3-VL, Qwen3.5 `...ForConditionalGeneration`): auto runs
-padded (image embeddings and 3-D positions sit in the padded layout); True packs text-only
-micro-batches where the table packs, and the engine refuses a packed micro-batch with images.
+Megatron vision-language bridges (Qwen3-VL, Qwen3.5 `...ForConditionalGeneration`): image
+embeddings and 3-D positions sit in the padded layout, so a micro-batch with images always runs
+padded. Where the table packs, auto packs the text-only micro-batches and runs those with images
+padded (the same built model takes both); True packs text-only micro-batches and the engine refuses
+a micro-batch with images.
 
 Megatron refusals (True; auto runs padded): on npu with MindSpeed flash attention off
 (`use_flash_attn=False`) or with the batch-invariant attention (`use_flash_attn_npu_batch_invariant`),
@@ -114,22 +116,23 @@ def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overri
     for an attention-only model. `external`: the model is built by Megatron-Bridge / mbridge.
     `te_installed`: whether Transformer Engine imports (cuda with verl_lite's own layer specs); None =
     not known here (the preflight): assumed, and the engine decides on the node. `vision`: a
-    vision-language model through verl_lite's own bridge: auto runs padded (images need the padded
-    layout), True packs text-only micro-batches and the engine refuses a packed one with images."""
+    vision-language model through verl_lite's own bridge: micro-batches with images run padded
+    (their image embeddings and 3-D positions need the padded layout): under auto the engine pads
+    those and packs the text-only ones, under True it refuses them."""
     setting = tri_state(setting)
     decision = _decide_megatron(setting, device, gdn_kernel, overrides, external, te_installed)
     if not vision or external or not decision.packed:
         return decision
-    if setting is None:  # auto: images need the padded layout
-        return Decision(False, "padded (auto): a vision-language model on verl_lite's Megatron bridge places image "
-                               "embeddings and 3-D rotary positions in the padded layout; True packs text-only "
-                               f"micro-batches ({decision.why.split(': ', 1)[-1]})")
+    if setting is None:  # auto: the text-only micro-batches packed, those with images padded
+        return Decision(True, f"{decision.why}; micro-batches with images run padded (image embeddings and 3-D "
+                              "rotary positions are placed in the padded layout)")
     return Decision(True, f"{decision.why}; text-only micro-batches: {VISION_PACKED_REFUSAL}")
 
 
 # what a packed micro-batch with images gets on a vision-language bridge (the engine raises it)
 VISION_PACKED_REFUSAL = ("a micro-batch with images is refused packed (its image embeddings and 3-D rotary positions "
-                         "need the padded layout): set use_remove_padding=False or leave it null for image data")
+                         "need the padded layout): leave use_remove_padding null (auto pads the micro-batches with "
+                         "images and packs the others) or set it False")
 
 
 def _decide_megatron(setting: Optional[bool], device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],

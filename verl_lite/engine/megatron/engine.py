@@ -334,10 +334,13 @@ class MegatronLMEngine(BaseEngine):
         # sent first (megatron's variable_seq_lengths); equal shapes keep one fixed p2p shape.
         variable = pipelined and len({tuple(mb["input_ids"].shape) for mb in micro_batches}) > 1
         pad_id = int(getattr(self.hf_config, "pad_token_id", 0) or 0)
-        if self.remove_padding:
-            if self.bridge is not None and self.bridge.has_vision and any(
-                    m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
+        packed = self.remove_padding
+        if packed and self.bridge is not None and self.bridge.has_vision and any(
+                m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
+            if packing_mode.tri_state(self.model_config.use_remove_padding) is True:
                 raise ValueError(f"{self.role}: model.use_remove_padding=True: {packing_mode.VISION_PACKED_REFUSAL}")
+            packed = False  # auto: a call with images runs padded (the packed-capable model takes both layouts)
+        if packed:
             # each sequence aligned to TP, as verl's preprocess_packed_seqs; packed shapes differ per micro-batch
             align = mpu.get_tensor_model_parallel_world_size()
             prepared = [megatron_batch.prepare_packed_batch(mb, self._torch_device(), pad_id, align=align)
