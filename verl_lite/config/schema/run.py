@@ -460,6 +460,9 @@ class GlobalProfilerConfig:
     save_path: str = "outputs/profile"
     # Settings of the tools that are the run's, not a role's (verl's global_tool_config).
     global_tool_config: GlobalToolConfig = field(default_factory=GlobalToolConfig)
+    # Move the rollout's own traces from their replica directories up into save_path when they are written
+    # (verl's relocate_results; see <role>.profiler.relocate_results, which follow this one).
+    relocate_results: bool = False
 
 
 @dataclass
