@@ -321,6 +321,27 @@ def test_torch_memory_records_the_step_and_dumps_a_snapshot_with_torchs_own_argu
     assert pickle.loads(Path(snapshot).read_bytes())["segments"] == []
 
 
+def test_torch_memory_on_npu_records_torch_npus_allocation_history_as_verl_reads_it(torch_npu_double, tmp_path):
+    from torch_npu.npu import memory
+
+    memory.CALLS.clear()
+    line = ["trainer.device=npu", "global_profiler.tool=torch_memory", "global_profiler.steps=[2]",
+            f"global_profiler.save_path={tmp_path}", "actor_rollout_ref.actor.profiler.enable=True"]
+    assert _problems(*line[1:], device="npu") == []
+    cfg = load_config(line)
+    prof = WorkerProfiler(cfg, "actor", "actor_rollout", 0, "npu")
+    prof.start(2)
+    with prof.stage("actor_update"):
+        pass
+    snapshot = str(tmp_path / "step2" / f"torch_memory_rank0_pid{os.getpid()}.pickle")
+    assert prof.stop() == [snapshot]
+    # verl's enable_memory_visualize passes the keywords torch_npu's function has: context, stacks, max_entries
+    assert memory.CALLS == [("record", {"enabled": "all", "context": "all", "stacks": "all", "max_entries": 100000}),
+                            ("dump", snapshot), ("record", {"enabled": None, "context": "all", "stacks": "all",
+                                                            "max_entries": memory.sys.maxsize})]
+    assert pickle.loads(Path(snapshot).read_bytes())["segments"] == []
+
+
 def _problems(*lines, device="cpu"):
     return profiler_problems(_cfg(*lines, device=device), device)
 
@@ -329,8 +350,7 @@ def _problems(*lines, device="cpu"):
     ("npu", "cpu", "with trainer.device=cpu is not supported: the Ascend profiler (torch_npu.profiler) records "
                    "NPUs only"),
     ("npu", "cuda", "with trainer.device=cuda is not supported: the Ascend profiler"),
-    ("torch_memory", "cpu", "torch.cuda.memory's allocation history exists only on CUDA devices"),
-    ("torch_memory", "npu", "with trainer.device=npu is not supported: torch.cuda.memory's"),
+    ("torch_memory", "cpu", "exists only on CUDA and Ascend devices"),
     ("nsys", "cuda", "run the training command under `nsys profile` yourself"),
     ("precision_debugger", "npu", "msprobe's precision debugger is not supported"),
     ("perf", "cpu", "choose one of torch, npu, torch_memory (or null)"),

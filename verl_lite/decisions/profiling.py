@@ -28,12 +28,13 @@ REFUSED_TOOLS = {
     "precision_debugger": "msprobe's precision debugger is not supported by verl_lite: use global_profiler.tool=torch "
                           "(or npu on Ascend)",
 }
-# the device each tool needs (None: any)
-TOOL_DEVICE = {"torch": None, "npu": "npu", "torch_memory": "cuda"}
+# the devices each tool runs on (None: any)
+TOOL_DEVICE = {"torch": None, "npu": ("npu",), "torch_memory": ("cuda", "npu")}
 WHY_DEVICE = {
     "npu": "the Ascend profiler (torch_npu.profiler) records NPUs only; use global_profiler.tool=torch",
-    "torch_memory": "torch.cuda.memory's allocation history exists only on CUDA devices; use global_profiler.tool="
-                    "torch with <role>.profiler.tool_config.torch.contents=[memory]",
+    "torch_memory": "the allocation history (torch.cuda.memory's, torch_npu's on Ascend, as verl reads it from the "
+                    "device's torch module) exists only on CUDA and Ascend devices; use global_profiler.tool=torch "
+                    "with <role>.profiler.tool_config.torch.contents=[memory]",
 }
 # role -> where its profiler section lives
 SECTIONS = {"actor": "actor_rollout_ref.actor", "rollout": "actor_rollout_ref.rollout",
@@ -171,7 +172,7 @@ def _tool_problems(g: Any, device: str) -> List[str]:
         why = REFUSED_TOOLS.get(g.tool)
         return [f"global_profiler.tool={g.tool!r}: " + (why or f"choose one of {', '.join(PROFILER_TOOLS)} (or null)")]
     needs = TOOL_DEVICE[g.tool]
-    if needs is not None and device != needs:
+    if needs is not None and device not in needs:
         return [f"global_profiler.tool={g.tool!r} with trainer.device={device} is not supported: {WHY_DEVICE[g.tool]}"]
     depth = g.global_tool_config.torch_memory.stack_depth
     if g.tool == "torch_memory" and depth != TORCH_MEMORY_STACK_DEPTH:

@@ -9,7 +9,8 @@ actor's settings; the critic's workers the critic. One recording per step with e
 Tools: torch (torch.profiler, a chrome trace `<save_path>/<worker>_<stage|train>_step<N>_rank<R>
 [-of-<W>][_tp.._pp.._dp.._cp..]_pid<P>_<time>.json.gz`, named as verl's build_trace_basename does),
 npu (torch_npu.profiler with verl's mapping of tool_config.npu, under `<save_path>/<stage|train>`),
-torch_memory (a torch.cuda.memory snapshot, `<save_path>/step<N>/torch_memory_rank<R>_pid<P>.pickle`).
+torch_memory (a snapshot of torch.cuda.memory's allocation history, torch_npu's on Ascend,
+`<save_path>/step<N>/torch_memory_rank<R>_pid<P>.pickle`).
 Roles sharing a process (trainer.ray=false) share one recording: torch.profiler takes one at a time.
 
 The rollout's own traces (tool torch, rollout.profiler.tool_config.torch.discrete): each generation of a
@@ -187,12 +188,15 @@ class _NpuRecording:
 
 
 class _MemoryRecording:
-    """torch.cuda.memory's allocation history over the recording, dumped as a snapshot at its end."""
+    """The device's allocation history over the recording, dumped as a snapshot at its end: torch.cuda.memory's,
+    on Ascend torch_npu's (torch.npu.memory, which verl's get_torch_device() reaches there)."""
 
-    def __init__(self, g: Any, save_path: str, step: Optional[int], rank: int):
+    def __init__(self, g: Any, save_path: str, step: Optional[int], rank: int, device: str = "cuda"):
+        import importlib
+
         import torch
 
-        self.memory = torch.cuda.memory
+        self.memory = importlib.import_module("torch_npu").npu.memory if device == "npu" else torch.cuda.memory
         self.path = os.path.join(save_path, f"step{step}", f"torch_memory_rank{rank}_pid{os.getpid()}.pickle")
         # verl's context/stacks: every event, with Python and C++ frames
         self.memory._record_memory_history(
@@ -259,7 +263,7 @@ class WorkerProfiler:
             return _TorchRecording(tool_config(self.own, "torch"), self.device, self.save_path, base)
         if self.tool == "npu":
             return _NpuRecording(tool_config(self.own, "npu"), self.save_path, role)
-        return _MemoryRecording(self.cfg.global_profiler, self.save_path, self.step, self.rank)
+        return _MemoryRecording(self.cfg.global_profiler, self.save_path, self.step, self.rank, self.device)
 
     def start(self, step: int) -> None:
         if not self.on and not self.rollout_on:
