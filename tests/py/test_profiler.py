@@ -402,6 +402,7 @@ def test_the_ref_section_may_repeat_the_actors_settings_but_not_differ_and_the_r
     assert _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=True",
                      "actor_rollout_ref.rollout.profiler.ranks=[0]",
                      "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
+                     "actor_rollout_ref.rollout.profiler.tool_config.torch.contents=[cuda]",
                      "actor_rollout_ref.rollout.profiler.relocate_results=True") == []
     assert _problems(*on, "actor_rollout_ref.rollout.profiler.enable=True",
                      "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True") == []
@@ -410,6 +411,13 @@ def test_the_ref_section_may_repeat_the_actors_settings_but_not_differ_and_the_r
     assert "the rollout's generation runs in the actor's workers" in problem
     assert _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=False",
                      "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True") == []
+    # its traces are cut from the actor's traces of whole steps, which record the actor's contents
+    discrete = ["actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True"]
+    (problem,) = _problems(*on, *actor, *discrete)  # the rollout's contents: verl's default []
+    assert problem.startswith("actor_rollout_ref.rollout.profiler.tool_config.torch.contents=[] differs from "
+                              "actor_rollout_ref.actor.profiler.tool_config.torch.contents=['cuda']: the rollout's "
+                              "traces are cut from the actor's")
+    assert _problems(*on, *actor, *discrete, "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True") == []
     # a rollout section that records nothing (verl's servers record in discrete mode only)
     (problem,) = _problems(*on, "actor_rollout_ref.rollout.profiler.enable=True")
     assert problem.startswith("actor_rollout_ref.rollout.profiler.enable=True with actor_rollout_ref.rollout.profiler."

@@ -247,6 +247,13 @@ def _rollout_problems(cfg: Any) -> List[str]:
                 f"traces of whole steps (stage generate_sequences); verl_lite cannot leave it out: leave {name}."
                 f"profiler.enable out (it follows the actor's), or set actor_rollout_ref.actor.profiler.tool_config."
                 f"torch.discrete=True"]
+    mine, theirs = list(own.tool_config.torch.contents), list(actor.tool_config.torch.contents)
+    if actor_window and own.enable and discrete(own, "torch") and mine != theirs:
+        return [f"{name}.profiler.tool_config.torch.contents={mine!r} differs from actor_rollout_ref.actor.profiler."
+                f"tool_config.torch.contents={theirs!r}: the rollout's traces are cut from the actor's traces of whole "
+                f"steps (the generation runs in the actor's process, where torch.profiler records one trace at a "
+                f"time), which record the actor's contents; set the same contents, or actor_rollout_ref.actor.profiler."
+                f"tool_config.torch.discrete=True"]
     if own.enable and not discrete(own, "torch") and not actor.enable:
         return [f"{name}.profiler.enable=True with {name}.profiler.tool_config.torch.discrete=False records nothing: "
                 f"verl's rollout servers record their own traces in discrete mode only (and the actor, which would "
