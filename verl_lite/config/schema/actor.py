@@ -91,8 +91,9 @@ class ProfilerConfig:
     # <save_path>/agent_loop_rollout_replica_<r>/, become <save_path>/rollout-replica<r>_<file> (or
     # rollout-replica<r>-globalrank<g>_<file> for a replica of several ranks). The training roles' traces
     # are in save_path already (verl moves only nsys's and the rollout engines'). Follows
-    # global_profiler.relocate_results (the rollout's and the ref's: the actor's) unless set.
-    relocate_results: bool = "${global_profiler.relocate_results}"  # type: ignore[assignment]
+    # global_profiler.relocate_results (the rollout's and the ref's: the actor's) unless set; false in a
+    # section built on its own (verl's oc.select default).
+    relocate_results: bool = "${oc.select:global_profiler.relocate_results,false}"  # type: ignore[assignment]
 
 
 def _rollout_profiler() -> ProfilerConfig:
@@ -122,7 +123,7 @@ def _colocated_profiler(enable: bool) -> ProfilerConfig:
                                       level=actor + "tool_config.npu.level}",
                                       analysis=actor + "tool_config.npu.analysis}",  # type: ignore[arg-type]
                                       discrete=actor + "tool_config.npu.discrete}")),  # type: ignore[arg-type]
-        relocate_results=actor + "relocate_results}",  # type: ignore[arg-type]
+        relocate_results="${oc.select:actor_rollout_ref.actor.profiler.relocate_results,false}",  # type: ignore[arg-type]
     )
 
 
