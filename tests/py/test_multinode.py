@@ -61,6 +61,19 @@ def test_consecutive_ranks_share_a_node_so_tensor_parallel_groups_stay_inside_on
     assert all(slots[r][0] == slots[r + 1][0] for r in range(0, 16, 2))
 
 
+def test_a_lost_node_is_named_alike_for_a_worker_rank_and_a_rollout_replica():
+    from verl_lite.trainer.worker_group import NodeLostError, node_lost_error
+
+    node = "10.0.0.2 (node id 0123456789ab)"
+    e = node_lost_error("actor rank", (1, node), [11, 12], "update_actor")
+    assert isinstance(e, NodeLostError) and e.node == node
+    assert str(e) == f"actor rank 1 (pid 12) failed in update_actor: its node {node} left the cluster"
+    # a pid not known (None, or past the list): the line leaves it out
+    assert str(node_lost_error("rollout replica", (0, node), [None], "run")) == (
+        f"rollout replica 0 failed in run: its node {node} left the cluster")
+    assert str(node_lost_error("critic rank", (3, node), [], "x")).startswith("critic rank 3 failed in x:")
+
+
 def test_the_cluster_wait_counts_the_nodes_and_devices_the_pools_need_and_names_what_is_missing():
     need = plan.cluster_need(_cfg(2, 8), "npu")
     assert (need.nodes, need.devices) == (2, 16)

@@ -1,7 +1,9 @@
 """global_profiler / <role>.profiler as verl's DistProfiler records them: torch.profiler traces of the listed
-steps, one per step (stages as named ranges) or one per stage (discrete), in verl's file layout; the Ascend
-profiler through a contract double of torch_npu.profiler; torch.cuda.memory snapshots; the tools and
-settings verl_lite cannot run refused with the reason."""
+steps, one per step (stages as named ranges) or one per stage (discrete), in verl's file layout; the rollout's
+own traces (discrete) in verl's engine layout, moved up by relocate_results under verl's names (its replica
+selection and names compared with verl's own functions on a committed table, tools/gen_profiler_cases.py);
+the Ascend profiler through a contract double of torch_npu.profiler; torch.cuda.memory snapshots; the tools
+and settings verl_lite cannot run refused with the reason."""
 
 from __future__ import annotations
 
@@ -22,7 +24,10 @@ from verl_lite.preflight.run import compose_and_check
 from verl_lite.trainer.profiling import WorkerProfiler, profiler_problems
 
 NPU_DOUBLE = Path(__file__).resolve().parent / "torch_npu_double"
+ROLLOUT_CASES = Path(__file__).resolve().parent / "data" / "profiler_rollout_cases.json"
 ACTOR_STAGES = {"generate_sequences", "actor_compute_log_prob", "ref_compute_log_prob", "actor_update"}
+# the name of a rollout trace (vLLM's name of the worker of a one-rank engine, torch's tensorboard_trace_handler's time)
+ROLLOUT_TRACE = r"rank0\.\d+\.pt\.trace\.json\.gz"
 
 
 @pytest.fixture(scope="module")
@@ -78,17 +83,56 @@ def test_discrete_writes_one_trace_per_stage_holding_that_stage_only(data_dir, t
                     "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=True",
                     "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True",
                     "actor_rollout_ref.ref.profiler.enable=True",
-                    "actor_rollout_ref.ref.profiler.tool_config.torch.discrete=True")
+                    "actor_rollout_ref.ref.profiler.tool_config.torch.discrete=True",
+                    "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True")
     by_stage = {}
     for trace in traces.iterdir():
+        if trace.is_dir():
+            continue
         stage = next(s for s in ACTOR_STAGES if re.fullmatch(_trace_name("actor-rollout-ref", s.replace("_", "-"), 1),
                                                              trace.name))
         by_stage.setdefault(stage, []).append(trace)
-    assert set(by_stage) == ACTOR_STAGES
+    # the generation is the rollout's: its trace is in the replica's directory, as verl's engines write it
+    assert set(by_stage) == ACTOR_STAGES - {"generate_sequences"}
+    (rollout,) = (traces / "agent_loop_rollout_replica_0").iterdir()
+    assert re.fullmatch(ROLLOUT_TRACE, rollout.name), rollout.name
+    by_stage["generate_sequences"] = [rollout]
     for stage, files in by_stage.items():
         for trace in files:
             names = _names(trace)
             assert stage in names and not (ACTOR_STAGES - {stage}) & names, (stage, trace.name)
+            assert any(n.startswith("aten::") for n in names)
+
+
+def test_the_rollouts_own_traces_beside_the_actors_trace_of_each_step_relocated_as_verl_names_them(data_dir,
+                                                                                                    tmp_path):
+    # verl's examples/profile/run_qwen2_5_7b_torch_profile.sh: the actor's traces of whole steps, the rollout's
+    # discrete, relocate_results on
+    traces = _train(data_dir, tmp_path, "algorithm.adv_estimator=grpo", "global_profiler.steps=[1,2]",
+                    "global_profiler.relocate_results=True", "actor_rollout_ref.actor.profiler.enable=True",
+                    "actor_rollout_ref.actor.profiler.ranks=[0]",
+                    "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=False",
+                    "actor_rollout_ref.rollout.profiler.enable=True", "actor_rollout_ref.rollout.profiler.ranks=[0]",
+                    "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True")
+    files = sorted(p.name for p in traces.iterdir() if p.is_file())
+    actor = [f for f in files if f.startswith("actor-rollout_")]
+    rollout = sorted((f for f in files if f.startswith("rollout-replica0_")), key=lambda f: int(f.split(".")[1]))
+    assert len(actor) == 2 and len(rollout) == 2 and len(files) == 4, files
+    for step, (a, r) in enumerate(zip(sorted(actor, key=lambda f: "step2" in f), rollout), start=1):
+        assert re.fullmatch(_trace_name("actor-rollout", "train", step), a), a
+        assert re.fullmatch("rollout-replica0_" + ROLLOUT_TRACE, r), r
+        whole, generation = _events(traces / a), _events(traces / r)
+        # the rollout's trace: the generation's range and what ran inside it, none of the step's other stages
+        assert sum(e.get("name") == "generate_sequences" for e in generation) == 1
+        assert not {"actor_update", "actor_compute_log_prob"} & {e.get("name") for e in generation}
+        inside = [e for e in generation if e.get("ph") == "X" and e.get("name", "").startswith("aten::")]
+        assert inside and all(e in whole for e in inside)
+        (span,) = [e for e in generation if e.get("name") == "generate_sequences"]
+        assert all(span["ts"] <= e["ts"] and e["ts"] + e.get("dur", 0) <= span["ts"] + span["dur"] for e in inside)
+        # the actor's trace of the step holds the generation too (it runs in the actor's process)
+        assert {"generate_sequences", "actor_update"} <= {e.get("name") for e in whole}
+    # relocated: the replica's directory is left empty, as verl leaves it
+    assert list((traces / "agent_loop_rollout_replica_0").iterdir()) == []
 
 
 def test_continuous_steps_share_one_trace_and_contents_shapes_records_input_shapes(data_dir, tmp_path):
@@ -134,6 +178,59 @@ def test_ranks_are_selected_as_verl_selects_them(tmp_path, rank, ranks, all_rank
 
         named = dist.get_rank() if dist.is_initialized() else rank
         assert re.search(rf"_rank{named}(-of-\d+)?_", written[0]), written[0]
+
+
+def _rollout_section(enable, all_ranks, ranks, relocate=True, tmp_path="x"):
+    return _cfg("global_profiler.tool=torch", "global_profiler.steps=[1]", f"global_profiler.save_path={tmp_path}",
+                f"global_profiler.relocate_results={relocate}", f"actor_rollout_ref.rollout.profiler.enable={enable}",
+                f"actor_rollout_ref.rollout.profiler.all_ranks={all_ranks}",
+                f"actor_rollout_ref.rollout.profiler.ranks={list(ranks)}",
+                "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True")
+
+
+def test_rollout_replicas_are_selected_and_their_traces_renamed_as_verls_own_functions_do():
+    from verl_lite.decisions.profiling import keep_global_ranks, relocated_name, replica_profiled, section
+
+    table = json.loads(ROLLOUT_CASES.read_text())
+    assert len(table["selection"]) == 32 and len(table["relocation"]) == 48
+    for case in table["selection"]:
+        own = section(_rollout_section(case["enable"], case["all_ranks"], case["ranks"]), "rollout")
+        assert [r for r in range(4) if replica_profiled(own, r, case["world_size"])] == case["replicas"], case
+    for case in table["relocation"]:
+        own = section(_rollout_section(True, case["all_ranks"], case["ranks"]), "rollout")
+        got = {name: relocated_name(name, case["replica"], case["world_size"], keep_global_ranks(own))
+               for name in case["moved"]}
+        assert got == case["moved"], case
+        assert sorted(n for n, moved in got.items() if moved is None) == case["left"]
+
+
+def test_a_rollout_rank_the_ranks_leave_out_records_but_stays_in_its_replicas_directory(tmp_path):
+    import torch
+
+    from verl_lite.trainer.profiling import RolloutReplica
+
+    # replicas of two ranks (vllm TP=2), ranks=[0]: replica 0 records on both ranks (an engine records its whole
+    # replica, as verl's); relocation moves global rank 0's trace up and leaves rank 1's where it was written
+    cfg = _rollout_section(True, False, [0], tmp_path=tmp_path)
+    written = {}
+    for rank in (0, 1):
+        prof = WorkerProfiler(cfg, "actor", "actor_rollout", rank, "cpu",
+                              rollout=RolloutReplica(0, 2, f"dp0_pp0_tp{rank}_dcp0_ep{rank}_rank{rank}"))
+        prof.start(1)
+        with prof.stage("generate_sequences"):
+            torch.ones(3).mul(2)
+        written[rank] = prof.stop()
+    (zero,), (one,) = written[0], written[1]
+    assert re.fullmatch(r"rollout-replica0-globalrank0_dp0_pp0_tp0_dcp0_ep0_rank0\.\d+\.pt\.trace\.json\.gz",
+                        os.path.basename(zero)) and os.path.dirname(zero) == str(tmp_path)
+    assert os.path.dirname(one) == str(tmp_path / "agent_loop_rollout_replica_0")
+    assert "generate_sequences" in _names(Path(one))
+    # replica 1 (ranks 2, 3) is not selected: nothing recorded
+    prof = WorkerProfiler(cfg, "actor", "actor_rollout", 2, "cpu", rollout=RolloutReplica(1, 2, "x"))
+    prof.start(1)
+    with prof.stage("generate_sequences"):
+        pass
+    assert prof.stop() == []
 
 
 @pytest.fixture
@@ -224,6 +321,27 @@ def test_torch_memory_records_the_step_and_dumps_a_snapshot_with_torchs_own_argu
     assert pickle.loads(Path(snapshot).read_bytes())["segments"] == []
 
 
+def test_torch_memory_on_npu_records_torch_npus_allocation_history_as_verl_reads_it(torch_npu_double, tmp_path):
+    from torch_npu.npu import memory
+
+    memory.CALLS.clear()
+    line = ["trainer.device=npu", "global_profiler.tool=torch_memory", "global_profiler.steps=[2]",
+            f"global_profiler.save_path={tmp_path}", "actor_rollout_ref.actor.profiler.enable=True"]
+    assert _problems(*line[1:], device="npu") == []
+    cfg = load_config(line)
+    prof = WorkerProfiler(cfg, "actor", "actor_rollout", 0, "npu")
+    prof.start(2)
+    with prof.stage("actor_update"):
+        pass
+    snapshot = str(tmp_path / "step2" / f"torch_memory_rank0_pid{os.getpid()}.pickle")
+    assert prof.stop() == [snapshot]
+    # verl's enable_memory_visualize passes the keywords torch_npu's function has: context, stacks, max_entries
+    assert memory.CALLS == [("record", {"enabled": "all", "context": "all", "stacks": "all", "max_entries": 100000}),
+                            ("dump", snapshot), ("record", {"enabled": None, "context": "all", "stacks": "all",
+                                                            "max_entries": memory.sys.maxsize})]
+    assert pickle.loads(Path(snapshot).read_bytes())["segments"] == []
+
+
 def _problems(*lines, device="cpu"):
     return profiler_problems(_cfg(*lines, device=device), device)
 
@@ -232,8 +350,7 @@ def _problems(*lines, device="cpu"):
     ("npu", "cpu", "with trainer.device=cpu is not supported: the Ascend profiler (torch_npu.profiler) records "
                    "NPUs only"),
     ("npu", "cuda", "with trainer.device=cuda is not supported: the Ascend profiler"),
-    ("torch_memory", "cpu", "torch.cuda.memory's allocation history exists only on CUDA devices"),
-    ("torch_memory", "npu", "with trainer.device=npu is not supported: torch.cuda.memory's"),
+    ("torch_memory", "cpu", "exists only on CUDA and Ascend devices"),
     ("nsys", "cuda", "run the training command under `nsys profile` yourself"),
     ("precision_debugger", "npu", "msprobe's precision debugger is not supported"),
     ("perf", "cpu", "choose one of torch, npu, torch_memory (or null)"),
@@ -274,25 +391,37 @@ def test_bad_steps_contents_levels_and_a_missing_tool_are_refused():
                      "actor_rollout_ref.actor.profiler.enable=True") == []
 
 
-def test_the_ref_and_rollout_sections_may_repeat_the_actors_settings_but_not_differ():
+def test_the_ref_section_may_repeat_the_actors_settings_but_not_differ_and_the_rollouts_is_its_own_on_torch():
     on = ["global_profiler.tool=torch", "global_profiler.steps=[1]"]
     (problem,) = _problems(*on, "actor_rollout_ref.ref.profiler.enable=True")
     assert problem.startswith("actor_rollout_ref.ref.profiler.enable=True with actor_rollout_ref.actor.profiler."
                               "enable=False: the ref runs in the actor's workers")
     actor = ["actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.actor.profiler.ranks=[0,1]",
              "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cuda]"]
+    # the rollout's own settings (verl's rollout servers read them)
     assert _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=True",
-                     "actor_rollout_ref.rollout.profiler.ranks=[0,1]",
-                     "actor_rollout_ref.rollout.profiler.tool_config.torch.contents=[cuda]") == []
-    problems = _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=True",
-                         "actor_rollout_ref.rollout.profiler.ranks=[0]",
-                         "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True")
-    # contents is not set: the rollout's follows the actor's, as in verl
-    assert [p.split(" differs")[0] for p in problems] == [
-        "actor_rollout_ref.rollout.profiler.ranks=[0]",
-        "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True"]
+                     "actor_rollout_ref.rollout.profiler.ranks=[0]",
+                     "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
+                     "actor_rollout_ref.rollout.profiler.tool_config.torch.contents=[cuda]",
+                     "actor_rollout_ref.rollout.profiler.relocate_results=True") == []
+    assert _problems(*on, "actor_rollout_ref.rollout.profiler.enable=True",
+                     "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True") == []
+    # the actor's traces of whole steps hold the generation: it cannot be left out
     (problem,) = _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=False")
     assert "the rollout's generation runs in the actor's workers" in problem
+    assert _problems(*on, *actor, "actor_rollout_ref.rollout.profiler.enable=False",
+                     "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True") == []
+    # its traces are cut from the actor's traces of whole steps, which record the actor's contents
+    discrete = ["actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True"]
+    (problem,) = _problems(*on, *actor, *discrete)  # the rollout's contents: verl's default []
+    assert problem.startswith("actor_rollout_ref.rollout.profiler.tool_config.torch.contents=[] differs from "
+                              "actor_rollout_ref.actor.profiler.tool_config.torch.contents=['cuda']: the rollout's "
+                              "traces are cut from the actor's")
+    assert _problems(*on, *actor, *discrete, "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True") == []
+    # a rollout section that records nothing (verl's servers record in discrete mode only)
+    (problem,) = _problems(*on, "actor_rollout_ref.rollout.profiler.enable=True")
+    assert problem.startswith("actor_rollout_ref.rollout.profiler.enable=True with actor_rollout_ref.rollout.profiler."
+                              "tool_config.torch.discrete=False records nothing")
     npu = ["global_profiler.tool=npu", "global_profiler.steps=[1]", "actor_rollout_ref.actor.profiler.enable=True",
            "actor_rollout_ref.actor.profiler.tool_config.npu.level=level1", "actor_rollout_ref.ref.profiler.enable=True"]
     assert _problems(*npu, "actor_rollout_ref.ref.profiler.tool_config.npu.level=level1", device="npu") == []

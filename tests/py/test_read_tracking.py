@@ -89,6 +89,9 @@ def base(data_dir, out):
         "actor_rollout_ref.actor.profiler.ranks=[0]", "actor_rollout_ref.actor.profiler.tool_config.torch.contents=[cpu]",
         "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=False", "global_profiler.profile_continuous_steps=False",
         "actor_rollout_ref.rollout.profiler.enable=True", "actor_rollout_ref.rollout.profiler.ranks=[0]",
+        "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
+        "actor_rollout_ref.rollout.profiler.tool_config.torch.contents=[cpu]",
+        "actor_rollout_ref.rollout.profiler.relocate_results=True", "actor_rollout_ref.rollout.profiler.all_ranks=False",
     ]
 
 
@@ -279,8 +282,11 @@ SHOWN_ELSEWHERE = {
        for key in ("contents", "level", "analysis")},
     "actor_rollout_ref.actor.profiler.tool_config.npu.discrete": (
         "test_profiler", "test_npu_discrete_records_each_stage_in_its_own_directory_cpu_only_by_default"),
+    # the sections' relocate_results follow it (interpolated): read as the rollout's, which a tracked run sets
+    "global_profiler.relocate_results": (
+        "test_profiler", "test_the_rollouts_own_traces_beside_the_actors_trace_of_each_step_relocated_as_verl_names_them"),
     **{f"actor_rollout_ref.ref.profiler.tool_config.npu.{key}": (
-        "test_profiler", "test_the_ref_and_rollout_sections_may_repeat_the_actors_settings_but_not_differ")
+        "test_profiler", "test_the_ref_section_may_repeat_the_actors_settings_but_not_differ_and_the_rollouts_is_its_own_on_torch")
        for key in ("contents", "level", "analysis", "discrete")},
     # set by verl's VL runs, which compose now that data.image_key is taken
     "actor_rollout_ref.model.target_modules": ("test_lora",

@@ -146,6 +146,33 @@ def test_calculate_log_probs_false_leaves_the_rollout_log_probs_out(rollout, mon
     assert "rollout_log_probs" not in out and out["responses"].shape == (4, R)
 
 
+def test_the_rollouts_own_profiler_trace_of_a_generation_is_named_as_vllm_names_its_workers_traces(rollout, tmp_path):
+    import gzip
+    import json
+    import os
+    import re
+
+    from verl_lite.config import load_config
+    from verl_lite.trainer.profiling import RolloutReplica, WorkerProfiler
+
+    cfg = load_config(["trainer.device=cpu", "global_profiler.tool=torch", "global_profiler.steps=[1]",
+                       f"global_profiler.save_path={tmp_path}", "actor_rollout_ref.rollout.profiler.enable=True",
+                       "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True"])
+    # one engine in this process: a replica of one rank, named by vLLM's own get_worker_rank_suffix (rank0 for a
+    # dense model: vLLM builds its expert-parallel group, which the long name reads, for MoE models only)
+    assert rollout.replica_world_size() == 1 and rollout.trace_worker_name() == "rank0"
+    prof = WorkerProfiler(cfg, "actor", "actor_rollout", 0, "cpu",
+                          rollout=RolloutReplica(0, rollout.replica_world_size(), rollout.trace_worker_name()))
+    prof.start(1)
+    with prof.stage("generate_sequences"):
+        rollout.generate(prompts(n_prompts=2, n=2, seed=3), R, SAMPLE)
+    (trace,) = prof.stop()
+    assert os.path.dirname(trace) == str(tmp_path / "agent_loop_rollout_replica_0")
+    assert re.fullmatch(r"rank0\.\d+\.pt\.trace\.json\.gz", os.path.basename(trace))
+    names = {e.get("name", "") for e in json.loads(gzip.decompress(open(trace, "rb").read()))["traceEvents"]}
+    assert "generate_sequences" in names and any(n.startswith("aten::") for n in names)
+
+
 def test_weight_sync_from_the_torch_engine_twice(rollout, torch_actor):
     for step in range(2):
         out = rollout.generate(prompts(seed=20 + step), R, SAMPLE)

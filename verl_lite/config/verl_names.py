@@ -162,10 +162,10 @@ INSTEAD: List[Tuple[str, str]] = [
     ("*.fsdp_config.turbo_config*", f"verl's FSDP-turbo engine is {NOT}: use strategy=fsdp2 (FSDP2)"),
     ("distillation*", f"on-policy distillation is {YET}"),
     ("*profiler*", f"this profiler setting is {YET}: verl_lite profiles with global_profiler.tool (torch, npu, "
-                   "torch_memory), steps, profile_continuous_steps, save_path and global_tool_config.torch_memory, and "
-                   "the <role>.profiler sections of actor, ref, rollout and critic (enable, all_ranks, ranks, "
-                   "tool_config.torch.{contents,discrete}, tool_config.npu.{contents,level,analysis,discrete}); "
-                   "leave the line out"),
+                   "torch_memory), steps, profile_continuous_steps, save_path, relocate_results and "
+                   "global_tool_config.torch_memory, and the <role>.profiler sections of actor, ref, rollout and "
+                   "critic (enable, all_ranks, ranks, relocate_results, tool_config.torch.{contents,discrete}, "
+                   "tool_config.npu.{contents,level,analysis,discrete}); leave the line out"),
     ("hydra.*", f"Hydra's own settings are {NOT}: verl_lite composes its own schema; leave the line out"),
 ]
 

@@ -4,11 +4,19 @@ the preflight's rules and the choices the workers make, torch-free (trainer/prof
 A worker process records the roles it hosts: the actor's workers the actor, the rollout and the ref
 (as verl's colocated actor_rollout_ref worker, whose profiler is the actor's), the critic's the critic.
 Each hosted role's work is a stage, named as verl names it.
+
+With global_profiler.tool=torch the rollout's section is its own, as verl's rollout servers read it:
+with tool_config.torch.discrete=True each generation of a profiled step is a trace of its own, of the
+rollout replicas its ranks select (verl's build_rollout_dist_profiler), written where verl's engines
+write them (`<save_path>/agent_loop_rollout_replica_<r>/`) and, with relocate_results, moved up into
+save_path as verl's relocate_rollout_traces names them; with discrete=False verl's servers record
+nothing of their own (the generation is then a range of the actor's trace when the actor records).
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+import re
+from typing import Any, Iterable, List, Optional, Set, Tuple
 
 from verl_lite.config.choices import NPU_PROFILER_CONTENTS, NPU_PROFILER_LEVELS, PROFILER_TOOLS, TORCH_PROFILER_CONTENTS
 
@@ -20,12 +28,13 @@ REFUSED_TOOLS = {
     "precision_debugger": "msprobe's precision debugger is not supported by verl_lite: use global_profiler.tool=torch "
                           "(or npu on Ascend)",
 }
-# the device each tool needs (None: any)
-TOOL_DEVICE = {"torch": None, "npu": "npu", "torch_memory": "cuda"}
+# the devices each tool runs on (None: any)
+TOOL_DEVICE = {"torch": None, "npu": ("npu",), "torch_memory": ("cuda", "npu")}
 WHY_DEVICE = {
     "npu": "the Ascend profiler (torch_npu.profiler) records NPUs only; use global_profiler.tool=torch",
-    "torch_memory": "torch.cuda.memory's allocation history exists only on CUDA devices; use global_profiler.tool="
-                    "torch with <role>.profiler.tool_config.torch.contents=[memory]",
+    "torch_memory": "the allocation history (torch.cuda.memory's, torch_npu's on Ascend, as verl reads it from the "
+                    "device's torch module) exists only on CUDA and Ascend devices; use global_profiler.tool=torch "
+                    "with <role>.profiler.tool_config.torch.contents=[memory]",
 }
 # role -> where its profiler section lives
 SECTIONS = {"actor": "actor_rollout_ref.actor", "rollout": "actor_rollout_ref.rollout",
@@ -88,6 +97,74 @@ def recording_bounds(cfg: Any, step: int) -> Tuple[bool, bool]:
     return step - 1 not in steps, step + 1 not in steps
 
 
+# -- the rollout's own traces (tool=torch), as verl's rollout servers write them ----------------------
+
+ROLLOUT_STAGE = "generate_sequences"
+
+
+def rollout_records_own(cfg: Any) -> bool:
+    """Whether the rollout's section asks for traces of its own: tool torch, enable, discrete (verl's servers
+    start the engine profiler in discrete mode only)."""
+    own = section(cfg, "rollout")
+    return cfg.global_profiler.tool == "torch" and bool(own.enable) and discrete(own, "torch")
+
+
+def replica_profiled(profiler: Any, replica: int, world_size: int) -> bool:
+    """Whether rollout replica `replica` (spanning `world_size` ranks) records: verl's build_rollout_dist_profiler
+    maps the listed global ranks to the replicas owning them (rank // world_size); none listed: replica 0."""
+    if not profiler.enable:
+        return False
+    if profiler.all_ranks:
+        return True
+    ranks = list(profiler.ranks or [])
+    return replica in {int(r) // world_size for r in ranks} if ranks and world_size > 0 else replica == 0
+
+
+def keep_global_ranks(profiler: Any) -> Optional[Set[int]]:
+    """The global ranks whose rollout traces are moved up (verl's rollout_profiler_global_ranks): None = all."""
+    if profiler.all_ranks:
+        return None
+    return {int(r) for r in profiler.ranks or []} or None
+
+
+def rollout_trace_dir(save_path: str, replica: int) -> str:
+    """Where replica `replica` writes its traces (verl's rollout_trace_dir)."""
+    return f"{save_path.rstrip('/')}/agent_loop_rollout_replica_{replica}"
+
+
+# verl's readings of an engine trace's name: its tensor-parallel rank, and the dimensions that make it ambiguous
+_TRACE_TP_RANK = (re.compile(r"(?:^|[-_.])TP-(\d+)", re.IGNORECASE), re.compile(r"(?:^|[-_.])rank[-_]?(\d+)", re.IGNORECASE))
+_TRACE_MULTI_DIM = re.compile(r"(?:^|[-_.])(?:DP|PP|EP)-\d+", re.IGNORECASE)
+
+
+def trace_local_rank(name: str, world_size: int) -> Optional[int]:
+    """The rank within its replica that an engine trace's file name gives (verl's rollout_trace_local_rank)."""
+    if world_size <= 1 or _TRACE_MULTI_DIM.search(name):
+        return None
+    for pattern in _TRACE_TP_RANK:
+        match = pattern.search(name)
+        if match:
+            local = int(match.group(1))
+            return local if 0 <= local < world_size else None
+    return None
+
+
+def relocated_name(name: str, replica: int, world_size: int, keep: Optional[Iterable[int]]) -> Optional[str]:
+    """The name relocate_results gives replica `replica`'s trace `name` in save_path (verl's
+    relocate_rollout_traces): `rollout-replica<r>_<name>`, or `rollout-replica<r>-globalrank<g>_<name>` where
+    the name gives the rank in a replica of several; None for a trace of a global rank `keep` leaves out
+    (it stays in the replica's directory)."""
+    local = trace_local_rank(name, world_size) if world_size else None
+    base = replica * world_size if world_size and world_size > 0 else replica
+    global_rank = base + local if local is not None else None
+    keep = {int(r) for r in keep} if keep is not None else None
+    if keep is not None and global_rank is not None and global_rank not in keep:
+        return None
+    if global_rank is not None:
+        return f"rollout-replica{replica}-globalrank{global_rank}_{name}"
+    return f"rollout-replica{replica}_{name}"
+
+
 def _tool_problems(g: Any, device: str) -> List[str]:
     if g.tool is None:
         return []
@@ -95,7 +172,7 @@ def _tool_problems(g: Any, device: str) -> List[str]:
         why = REFUSED_TOOLS.get(g.tool)
         return [f"global_profiler.tool={g.tool!r}: " + (why or f"choose one of {', '.join(PROFILER_TOOLS)} (or null)")]
     needs = TOOL_DEVICE[g.tool]
-    if needs is not None and device != needs:
+    if needs is not None and device not in needs:
         return [f"global_profiler.tool={g.tool!r} with trainer.device={device} is not supported: {WHY_DEVICE[g.tool]}"]
     depth = g.global_tool_config.torch_memory.stack_depth
     if g.tool == "torch_memory" and depth != TORCH_MEMORY_STACK_DEPTH:
@@ -129,6 +206,8 @@ def _colocated_problems(cfg: Any, role: str) -> List[str]:
     may repeat it, not ask for something else."""
     own, actor = section(cfg, role), section(cfg, "actor")
     name, tool = SECTIONS[role], cfg.global_profiler.tool
+    if role == "rollout" and tool == "torch":
+        return _rollout_problems(cfg)
     if role == "rollout" and actor.enable and not own.enable:
         return [f"{name}.profiler.enable=False with actor_rollout_ref.actor.profiler.enable=True: the rollout's "
                 f"generation runs in the actor's workers and is recorded in their traces (stage generate_sequences); "
@@ -155,6 +234,32 @@ def _colocated_problems(cfg: Any, role: str) -> List[str]:
     return [f"{name}.profiler.{key}={mine!r} differs from actor_rollout_ref.actor.profiler.{key}={theirs!r}: the "
             f"{role} runs in the actor's workers, which record it with the actor's settings (settings of its own "
             f"are not supported); set the same value, or leave it out" for key, mine, theirs in pairs if mine != theirs]
+
+
+def _rollout_problems(cfg: Any) -> List[str]:
+    """The rollout's own section under tool=torch: its settings are its own (verl's rollout servers read them);
+    what cannot be done is a setting that records nothing, and a continuous actor trace without the generation."""
+    own, actor, name = section(cfg, "rollout"), section(cfg, "actor"), SECTIONS["rollout"]
+    actor_window = actor.enable and not discrete(actor, "torch")
+    if actor_window and not own.enable:
+        return [f"{name}.profiler.enable=False with actor_rollout_ref.actor.profiler.enable=True and its tool_config."
+                f"torch.discrete=False: the rollout's generation runs in the actor's workers and is recorded in their "
+                f"traces of whole steps (stage generate_sequences); verl_lite cannot leave it out: leave {name}."
+                f"profiler.enable out (it follows the actor's), or set actor_rollout_ref.actor.profiler.tool_config."
+                f"torch.discrete=True"]
+    mine, theirs = list(own.tool_config.torch.contents), list(actor.tool_config.torch.contents)
+    if actor_window and own.enable and discrete(own, "torch") and mine != theirs:
+        return [f"{name}.profiler.tool_config.torch.contents={mine!r} differs from actor_rollout_ref.actor.profiler."
+                f"tool_config.torch.contents={theirs!r}: the rollout's traces are cut from the actor's traces of whole "
+                f"steps (the generation runs in the actor's process, where torch.profiler records one trace at a "
+                f"time), which record the actor's contents; set the same contents, or actor_rollout_ref.actor.profiler."
+                f"tool_config.torch.discrete=True"]
+    if own.enable and not discrete(own, "torch") and not actor.enable:
+        return [f"{name}.profiler.enable=True with {name}.profiler.tool_config.torch.discrete=False records nothing: "
+                f"verl's rollout servers record their own traces in discrete mode only (and the actor, which would "
+                f"record the generation in its traces, is not profiled); set {name}.profiler.tool_config.torch."
+                f"discrete=True for a trace of each generation"]
+    return []
 
 
 def profiler_problems(cfg: Any, device: str) -> List[str]:

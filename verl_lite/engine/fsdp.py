@@ -20,7 +20,6 @@ import torch.nn as nn
 from verl_lite.checkpoint_files import CheckpointError, load_tensors
 from verl_lite.config.schema import OptimConfig
 from verl_lite.decisions.lr_schedule import TORCH_OPTIMIZERS
-from verl_lite.decisions.ulysses import setting as ulysses_setting
 from verl_lite.engine import fsdp_policy
 from verl_lite.engine import lora
 from verl_lite.engine.base import BaseEngine, LossFn
@@ -29,7 +28,7 @@ from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possibl
 from verl_lite.engine.activations import enable_activation_offload
 from verl_lite.engine.fused import LogProbHead
 from verl_lite.engine.packing import decide, packed_forward
-from verl_lite.engine.ulysses import SequenceParallel, size as sequence_parallel_size
+from verl_lite.engine.ulysses import SequenceParallel, checked as checked_sp_size, setting_of as sp_setting_of
 from verl_lite.models import resolve_model_dir
 from verl_lite.models.hf import build_causal_lm, image_inputs, model_position_ids
 
@@ -148,8 +147,9 @@ class TorchLMEngine(BaseEngine):
 
         module = self._build_module()
         check_hf_model_possible(self, module.config)
+        # the role's Ulysses size, read once: the packing decision and the SP groups use this value
+        sp_key, sp = sp_setting_of(self.role, self.engine_config)
         if self.remove_padding:
-            sp = ulysses_setting(self.engine_config, self.role)[1]
             self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None),
                                          sequence_parallel=int(sp or 1) > 1)
         if self.model_config.enable_gradient_checkpointing:
@@ -174,7 +174,7 @@ class TorchLMEngine(BaseEngine):
                 fsdp_policy.ensure_one_rank_group(self.device, self.role)
             self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
             module = self._shard(module)
-        self._sequence_parallel(module)
+        self._sequence_parallel(module, sp_key, sp)
         self.module = module
         optim = self.optim_config
         if optim is not None:
@@ -185,10 +185,10 @@ class TorchLMEngine(BaseEngine):
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, make_lr_lambda(optim, total))
         self.eval_mode()
 
-    def _sequence_parallel(self, module: nn.Module) -> None:
+    def _sequence_parallel(self, module: nn.Module, key: str, sp: Any) -> None:
+        """Ulysses SP over `sp` ranks (the role's setting `key`, read at build), checked for this model and world."""
         world = self.dp_size if self.sharded else 1
-        sp = sequence_parallel_size(self.role, self.engine_config, world, module.config,
-                                    self.model_config.use_remove_padding)
+        sp = checked_sp_size(key, sp, world, module.config, self.model_config.use_remove_padding)
         if sp > 1:
             self.sp = SequenceParallel(sp, torch_device(self.device).type)
             self.sp.attach(module)

@@ -26,7 +26,7 @@ does not have; such models are refused with the layer named.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -39,12 +39,15 @@ ATTENTION = "verl_lite_ulysses"  # the name the SP engine's model config points 
 _TAG = "_verl_lite_ulysses"  # the attribute of each attention layer holding its SequenceParallel
 
 
-def size(role: str, section: Any, world_size: int, hf_config: Any, use_remove_padding: Any) -> int:
-    """The role section's SP size (decisions/ulysses.py:setting); raises what makes it impossible for this model
-    and world."""
+def setting_of(role: str, section: Any) -> Tuple[str, Any]:
+    """(key, value) of the role section's SP size (decisions/ulysses.py:setting), read once per build."""
     from verl_lite.config.roles import SECTION
 
-    key, sp = setting(section, SECTION[role])
+    return setting(section, SECTION[role])
+
+
+def checked(key: str, sp: Any, world_size: int, hf_config: Any, use_remove_padding: Any) -> int:
+    """The SP size `key=sp` (setting_of's); raises what makes it impossible for this model and world."""
     found = problems(key, sp, world_size, hf_config, use_remove_padding)
     if found:
         raise ValueError("; ".join(found))

@@ -70,6 +70,9 @@ def environment_problems(cfg: Any, device: str, explicit: bool) -> List[str]:
     # a missing vllm is reported by preflight/rollout.py (with the install line per device)
     if cfg.global_profiler.tool == "npu" and cfg.global_profiler.steps:
         needed.append(("torch_npu", "torch_npu for global_profiler.tool=npu (its profiler, torch_npu.profiler)"))
+    if cfg.global_profiler.tool == "torch_memory" and cfg.global_profiler.steps and device == "npu":
+        needed.append(("torch_npu", "torch_npu for global_profiler.tool=torch_memory on npu (its allocation history, "
+                                    "torch_npu.npu.memory)"))
     loggers = list(cfg.trainer.logger or ())
     if "tensorboard" in loggers:
         needed.append(("tensorboard", "tensorboard for trainer.logger (pip install tensorboard)"))

@@ -84,6 +84,18 @@ class HFRollout:
             return vl_position_ids(self.model.config, input_ids, attention_mask, multi_modal_inputs, prompt_length)
         return position_ids_from(attention_mask)
 
+    # -- where the rollout's own profiler traces go (trainer/profiling.py) ------------------------------
+
+    @staticmethod
+    def replica_world_size() -> int:
+        """The ranks one replica spans: each rank generates on its own."""
+        return 1
+
+    @staticmethod
+    def trace_worker_name() -> str:
+        """The name of this rank's profiler traces, as vLLM names the worker of a one-rank engine of a dense model."""
+        return "rank0"
+
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
         """Copy exported weights into the rollout model as they arrive (an engine's `export_hf_weights()`

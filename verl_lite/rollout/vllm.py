@@ -389,6 +389,25 @@ class VLLMRollout:
                 mine = group
         return tp, mine, rank % tp
 
+    # -- where the rollout's own profiler traces go (trainer/profiling.py) ------------------------------
+
+    def replica_world_size(self) -> int:
+        """The ranks one replica (one vLLM engine, verl's tp x dp) spans."""
+        return self.tp * self.dp if self.launched else self.tp
+
+    def trace_worker_name(self) -> str:
+        """The name vLLM's workers give this rank's traces (vllm.distributed.utils.get_worker_rank_suffix with the
+        worker's rank in its engine): dp<d>_pp<p>_tp<t>_dcp<c>_ep<e>_rank<g> for a MoE model, rank<g> for a dense
+        one (vLLM builds its expert-parallel group for MoE models only)."""
+        from vllm.distributed.utils import get_worker_rank_suffix
+
+        rank = 0
+        if self.launched:
+            import torch.distributed as dist
+
+            rank = dist.get_rank() % self.replica_world_size()
+        return get_worker_rank_suffix(global_rank=rank)
+
     def _seed(self) -> int:
         """The engine's sampling seed: the worker's torch seed (trainer.seed and its rank), taken from
         the first rank of a TP group for all of it (its ranks must sample alike)."""

@@ -47,7 +47,8 @@ from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_i
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
 from verl_lite.trainer.placement import NodeGroups
-from verl_lite.trainer.worker_group import NodeLostError, WorkerGroup, _pid, _short, lost_node, worker_resources
+from verl_lite.trainer.worker_group import WorkerGroup, _pid, _short, lost_node, node_lost_error, \
+    worker_resources
 
 logger = logging.getLogger("verl_lite")
 
@@ -112,9 +113,7 @@ class RolloutPool:
         """NodeLostError naming the replica and its node, when a replica's node left the cluster."""
         lost = lost_node(self.nodes, first, pending)
         if lost:
-            r, node = lost
-            who = f"rollout replica {r}" + (f" (pid {self.pids[r]})" if self.pids[r] else "")
-            raise NodeLostError(f"{who} failed in {method}: its node {node} left the cluster", node) from first
+            raise node_lost_error("rollout replica", lost, self.pids, method) from first
 
     def push(self, weights_ref: Any, version: int) -> None:
         refs = [w.update_weights.remote(weights_ref, version) for w in self.workers]

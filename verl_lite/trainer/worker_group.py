@@ -127,10 +127,7 @@ class WorkerGroup:
                 who = f"{self.name} rank {rank}" + (f" (pid {pid})" if pid else "")
                 lost = lost_node(self.nodes, e, pending)
                 if lost:
-                    r, node = lost
-                    pid = self.pids[r] if r < len(self.pids) and self.pids[r] else None
-                    who = f"{self.name} rank {r}" + (f" (pid {pid})" if pid else "")
-                    raise NodeLostError(f"{who} failed in {method}: its node {node} left the cluster", node) from e
+                    raise node_lost_error(f"{self.name} rank", lost, self.pids, method) from e
                 raise WorkerError(f"{who} failed in {method}: {_short(e)}") from e
         return ray.get(refs)
 
@@ -213,6 +210,15 @@ def lost_node(nodes: Sequence[Optional[str]], first: BaseException, pending: Lis
             died = died or any(_died(ref) for ref in done)
         else:
             time.sleep(0.5)  # an actor died: the head marks its node dead some seconds later, if it is gone
+
+
+def node_lost_error(member: str, lost: Tuple[int, str], pids: Sequence[Optional[int]], method: str) -> NodeLostError:
+    """The error of a call whose member `lost` (lost_node's (index, node)) failed because its node left:
+    "<member> <index> (pid N) failed in <method>: its node <node> left the cluster" (no pid when unknown)."""
+    index, node = lost
+    pid = pids[index] if index < len(pids) and pids[index] else None
+    who = f"{member} {index}" + (f" (pid {pid})" if pid else "")
+    return NodeLostError(f"{who} failed in {method}: its node {node} left the cluster", node)
 
 
 def _died(ref: Any) -> bool:

@@ -122,10 +122,16 @@ class EngineWorker:
 
     def start_profile(self, step: int) -> None:
         """Start recording before step `step` when this role and rank are profiled (trainer/profiling.py)."""
-        from verl_lite.trainer.profiling import WorkerProfiler
+        from verl_lite.trainer.profiling import RolloutReplica, WorkerProfiler
 
         if getattr(self, "_profiler", None) is None:
-            self._profiler = WorkerProfiler(self.cfg, self.PROFILED_ROLE, self._worker_name(), self.rank, self.device)
+            rollout = getattr(self, "rollout", None)
+            place = None
+            if rollout is not None:  # the rollout replica this rank belongs to, and its engine's name of the rank
+                size = int(rollout.replica_world_size())
+                place = RolloutReplica(self.rank // size, size, rollout.trace_worker_name())
+            self._profiler = WorkerProfiler(self.cfg, self.PROFILED_ROLE, self._worker_name(), self.rank, self.device,
+                                            rollout=place)
         self._profiler.start(step)
 
     def stop_profile(self) -> List[str]:

@@ -76,20 +76,32 @@ class ProfilerToolConfig:
 @dataclass
 class ProfilerConfig:
     # Profile this role in the steps global_profiler.steps lists, with global_profiler.tool, the traces
-    # under global_profiler.save_path. The rollout and the ref run in the actor's workers and are
-    # recorded by them (as verl's colocated actor_rollout_ref worker), so their sections may repeat the
-    # actor's settings but not differ from them.
+    # under global_profiler.save_path. The ref runs in the actor's workers and is recorded by them (as
+    # verl's colocated actor_rollout_ref worker), so its section may repeat the actor's settings but not
+    # differ from them; so does the rollout's except with global_profiler.tool=torch (see
+    # actor_rollout_ref.rollout.profiler).
     enable: bool = False
     # Profile every rank of the role; False = the ranks listed in ranks.
     all_ranks: bool = False
     # The role's ranks to profile when all_ranks is False (verl's default [] with enable=True: rank 0).
     ranks: List[int] = field(default_factory=list)
     tool_config: ProfilerToolConfig = field(default_factory=ProfilerToolConfig)
+    # Move the traces written outside save_path into it when a recording ends (verl's relocate_results):
+    # the rollout's own traces (actor_rollout_ref.rollout.profiler), written per replica under
+    # <save_path>/agent_loop_rollout_replica_<r>/, become <save_path>/rollout-replica<r>_<file> (or
+    # rollout-replica<r>-globalrank<g>_<file> for a replica of several ranks). The training roles' traces
+    # are in save_path already (verl moves only nsys's and the rollout engines'). Follows
+    # global_profiler.relocate_results (the rollout's and the ref's: the actor's) unless set; false in a
+    # section built on its own (verl's oc.select default).
+    relocate_results: bool = "${oc.select:global_profiler.relocate_results,false}"  # type: ignore[assignment]
 
 
 def _rollout_profiler() -> ProfilerConfig:
-    """The rollout's profiler follows the actor's unless set (verl's interpolations)."""
-    return _colocated_profiler(enable="${actor_rollout_ref.actor.profiler.enable}")  # type: ignore[arg-type]
+    """The rollout's profiler: enable, ranks, the npu settings and relocate_results follow the actor's unless set;
+    its torch settings are its own, at verl's defaults (contents [], discrete False), as verl's rollout.yaml."""
+    cfg = _colocated_profiler(enable="${actor_rollout_ref.actor.profiler.enable}")  # type: ignore[arg-type]
+    cfg.tool_config.torch = TorchProfilerToolConfig()
+    return cfg
 
 
 def _ref_profiler() -> ProfilerConfig:
@@ -111,6 +123,7 @@ def _colocated_profiler(enable: bool) -> ProfilerConfig:
                                       level=actor + "tool_config.npu.level}",
                                       analysis=actor + "tool_config.npu.analysis}",  # type: ignore[arg-type]
                                       discrete=actor + "tool_config.npu.discrete}")),  # type: ignore[arg-type]
+        relocate_results="${oc.select:actor_rollout_ref.actor.profiler.relocate_results,false}",  # type: ignore[arg-type]
     )
 
 
@@ -409,10 +422,19 @@ class RolloutConfig:
     # data.train_batch_size=0. Fully-async only (refused otherwise).
     total_rollout_steps: Optional[int] = None
 
-    # The rollout's profiler; every setting follows actor_rollout_ref.actor.profiler's unless set (as in
-    # verl). Generation runs in the actor's workers and is recorded in their traces (stage
-    # generate_sequences) with the actor's settings, so a value set here must match the actor's (verl's
-    # rollout-server traces of their own are not supported).
+    # The rollout's profiler. enable, all_ranks, ranks and relocate_results follow actor_rollout_ref.actor.
+    # profiler's unless set (as in verl). With global_profiler.tool=torch its settings are its own, as verl's
+    # rollout servers read them: with tool_config.torch.discrete=True each generation of a profiled step
+    # is a trace of its own (tool_config.torch.contents read as the actor's are), recorded on the ranks of the
+    # rollout replicas that `ranks` selects (global ranks; a replica is the ranks of one engine:
+    # tensor_model_parallel_size x data_parallel_size for vllm, one rank for hf; none listed: replica 0),
+    # one file per rank, named as vLLM names its workers' traces, <save_path>/agent_loop_rollout_replica_<r>/
+    # rank<g>.<ns>.pt.trace.json.gz (dp<d>_pp0_tp<t>_dcp0_ep<e>_rank<g>.<ns>... for a MoE model on vllm; g: the
+    # rank in the replica; see relocate_results). With discrete=False
+    # verl's servers record nothing of their own: the generation is a range (generate_sequences) of the
+    # actor's trace of the step, which spans it (one process), so enable=False needs the actor's discrete.
+    # With tool npu the generation is recorded in the actor's traces with the actor's settings, which a
+    # value set here must repeat.
     profiler: ProfilerConfig = field(default_factory=_rollout_profiler)
 
 

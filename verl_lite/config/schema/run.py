@@ -437,7 +437,7 @@ class RayInitConfig:
 
 @dataclass
 class TorchMemoryToolConfig:
-    # torch.cuda.memory's allocation history (global_profiler.tool=torch_memory, CUDA only): the most
+    # The allocation history (global_profiler.tool=torch_memory; CUDA, and Ascend through torch_npu): the most
     # allocation and free events kept (older ones are dropped).
     trace_alloc_max_entries: int = 100000
     # Frames of each event's call stack that are kept.
@@ -453,9 +453,9 @@ class GlobalToolConfig:
 @dataclass
 class GlobalProfilerConfig:
     # The profiler: torch (torch.profiler; cpu, cuda and npu), npu (the Ascend profiler,
-    # torch_npu.profiler; trainer.device=npu), torch_memory (a torch.cuda.memory snapshot per profiled
-    # step; trainer.device=cuda). null = none. verl's nsys (needs the workers started under Nsight
-    # Systems) and precision_debugger are refused.
+    # torch_npu.profiler; trainer.device=npu), torch_memory (a snapshot of the allocation history per
+    # profiled step: torch.cuda.memory's on cuda, torch_npu's on npu, as verl). null = none. verl's nsys
+    # (needs the workers started under Nsight Systems) and precision_debugger are refused.
     tool: Optional[str] = None
     # The training steps to profile (1-based), e.g. [1, 3]; null = none. Each role whose
     # <role>.profiler.enable is True records them on its profiled ranks.
@@ -473,6 +473,9 @@ class GlobalProfilerConfig:
     save_path: str = "outputs/profile"
     # Settings of the tools that are the run's, not a role's (verl's global_tool_config).
     global_tool_config: GlobalToolConfig = field(default_factory=GlobalToolConfig)
+    # Move the rollout's own traces from their replica directories up into save_path when they are written
+    # (verl's relocate_results; see <role>.profiler.relocate_results, which follow this one).
+    relocate_results: bool = False
 
 
 @dataclass

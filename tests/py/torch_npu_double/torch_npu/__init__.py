@@ -1,4 +1,5 @@
-"""torch_npu profiler contract double (see ../README.md): only torch_npu.profiler and torch_npu.npu.mstx."""
+"""torch_npu profiler contract double (see ../README.md): only torch_npu.profiler, torch_npu.npu.mstx and
+torch_npu.npu.memory's allocation history."""
 
 __version__ = "2.6.0"
 

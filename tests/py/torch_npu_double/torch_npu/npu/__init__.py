@@ -1,3 +1,3 @@
-"""torch_npu.npu of the double: mstx only."""
+"""torch_npu.npu of the double: mstx and memory only."""
 
-from torch_npu.npu import mstx  # noqa: F401
+from torch_npu.npu import memory, mstx  # noqa: F401
