@@ -14,6 +14,9 @@ import tokenize
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+# this checkout's verl_lite, wherever the venv's editable install points
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from verl_lite.config import choices, keys, schema, verl_names
 from verl_lite.config.generated import verl_accepted, verl_keys
 
