@@ -166,8 +166,12 @@ def collect_warnings(cfg: Any) -> List[str]:
     if not roles.critic_enabled(cfg):
         from omegaconf import OmegaConf  # a composed config has loaded it; importing the preflight does not
 
-        set_keys = _differing_keys(OmegaConf.to_container(cfg.critic, resolve=False),
-                                   OmegaConf.to_container(OmegaConf.structured(CriticConfig), resolve=False), "critic")
+        # the defaults placed in this config, so that a default following another key
+        # (profiler.relocate_results: global_profiler's) resolves as the run's value does
+        reference = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+        reference.critic = OmegaConf.structured(CriticConfig)
+        set_keys = _differing_keys(OmegaConf.to_container(cfg.critic, resolve=True),
+                                   OmegaConf.to_container(reference.critic, resolve=True), "critic")
         set_keys = [k for k in set_keys if k != "critic.enable"]
         if set_keys:
             shown = ", ".join(set_keys[:3]) + (f" and {len(set_keys) - 3} more" if len(set_keys) > 3 else "")
