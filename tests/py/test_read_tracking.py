@@ -296,6 +296,9 @@ SHOWN_ELSEWHERE = {
     "actor_rollout_ref.rollout.prompt_length": ("test_verl_rules", "test_rollout_lengths_equal_to_the_data_lengths_are_taken"),
     "actor_rollout_ref.rollout.response_length": ("test_verl_rules",
                                                   "test_rollout_lengths_equal_to_the_data_lengths_are_taken"),
+    # the optimal token baselines' and GDPO's inputs: a run of each checks what its estimator receives
+    **{key: ("test_verl_algos_run", "test_the_optimal_token_baselines_and_gdpo_train_with_their_inputs")
+       for key in ("actor_rollout_ref.actor.calculate_sum_pi_squared", "algorithm.gdpo_reward_keys")},
     "custom_reward_function.path": ("test_reward", "test_load_custom_reward_fn_returns_the_named_function"),
     "custom_reward_function.name": ("test_reward", "test_load_custom_reward_fn_returns_the_named_function"),
 }
