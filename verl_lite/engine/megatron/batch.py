@@ -39,14 +39,19 @@ def vocab_parallel_log_probs(
     from megatron.core import parallel_state as mpu
     from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce
 
-    def reduce_max(peak: torch.Tensor) -> None:
-        if mpu.get_tensor_model_parallel_world_size() > 1:
-            torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX,
-                                         group=mpu.get_tensor_model_parallel_group())
-
     start = mpu.get_tensor_model_parallel_rank() * logits.shape[-1]
     return log_probs_and_entropy(logits, targets, with_entropy, compiled, vocab_start=start, vocab_size=vocab_size,
-                                 reduce_max=reduce_max, reduce_sum=reduce, chunk_size=chunk_size, checkpoint=checkpoint)
+                                 reduce_max=_tp_reduce_max, reduce_sum=reduce, chunk_size=chunk_size,
+                                 checkpoint=checkpoint)
+
+
+def _tp_reduce_max(peak: torch.Tensor) -> None:
+    """The max over the TP group, in place (the vocabulary-parallel softmaxes' peak)."""
+    from megatron.core import parallel_state as mpu
+
+    if mpu.get_tensor_model_parallel_world_size() > 1:
+        torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX,
+                                     group=mpu.get_tensor_model_parallel_group())
 
 
 def vocab_parallel_sum_pi_squared(logits: torch.Tensor, vocab_size: int,
@@ -55,22 +60,11 @@ def vocab_parallel_sum_pi_squared(logits: torch.Tensor, vocab_size: int,
     ranks (verl's vocab_parallel_sum_pi_squared): each rank's sums of exp(z - max) and of its square,
     all-reduced over the TP group (the max too). (B, R, V/tp) -> (B, R), detached."""
     from megatron.core import parallel_state as mpu
-
-    group = mpu.get_tensor_model_parallel_group()
-    split = mpu.get_tensor_model_parallel_world_size() > 1
-
-    def reduce_max(peak: torch.Tensor) -> None:
-        if split:
-            torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX, group=group)
-
-    def reduce_sum(t: torch.Tensor) -> torch.Tensor:
-        if split:
-            torch.distributed.all_reduce(t, group=group)
-        return t
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region as reduce
 
     start = mpu.get_tensor_model_parallel_rank() * logits.shape[-1]
-    return sum_pi_squared(logits, vocab_start=start, vocab_size=vocab_size, reduce_max=reduce_max,
-                          reduce_sum=reduce_sum, chunk_size=chunk_size)
+    return sum_pi_squared(logits, vocab_start=start, vocab_size=vocab_size, reduce_max=_tp_reduce_max,
+                          reduce_sum=reduce, chunk_size=chunk_size)
 
 
 def attention_mask_4d(attention_mask: torch.Tensor) -> torch.Tensor:
