@@ -322,15 +322,10 @@ def compute_multi_turn_optimal_token_baseline_advantage(token_level_rewards: tor
                 keep = response_mask[i].bool()
                 packed_w[i, :int(lengths[i])] = w_cumulative[i, keep]
                 packed_returns[i, :int(lengths[i])] = token_returns[i, keep]
-        non_empty = [u if int(n) > 0 else None for u, n in
-                     zip(index.tolist() if hasattr(index, "tolist") else list(index), lengths)]
-        groups: Dict[Hashable, List[int]] = defaultdict(list)
-        for i, uid in enumerate(non_empty):
-            if uid is not None:
-                groups[uid].append(i)
         baselines = torch.zeros_like(packed_returns)
-        for rows in groups.values():
-            if len(rows) == 1:
+        for rows in _groups(index, len(lengths)).values():
+            rows = [i for i in rows if int(lengths[i]) > 0]  # empty responses are left out of their group
+            if len(rows) <= 1:
                 continue
             w = packed_w[rows]
             b_star = (packed_returns[rows] * w).sum(dim=0) / (w.sum(dim=0) + epsilon)
