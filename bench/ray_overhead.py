@@ -4,6 +4,7 @@
 Usage:
   python bench/ray_overhead.py                      # 3 rounds x (ray, inproc), 60 steps, 3-token responses
   python bench/ray_overhead.py --probe              # the driver's and a Ray worker's thread/env settings
+  python bench/ray_overhead.py --transport          # a batch's round trip: Ray's tensor pickling vs verl_lite's
   python bench/ray_overhead.py --modes ray,ray+env --ray-env RAY_enable_worker_prestart=0
   python bench/ray_overhead.py --response-length 16 --rounds 2 --steps 80
 
@@ -90,7 +91,8 @@ def tree(root: int) -> Dict[int, Dict[str, Any]]:
                     threads[int(tid)] = (t[0], _cpu_s(t))
         except OSError:
             pass
-        out[pid] = {"name": f[0], "cmd": cmd[:120], "cpu_s": _cpu_s(f), "threads": threads, "nice": int(f[17])}
+        out[pid] = {"name": f[0], "cmd": cmd[:120], "cpu_s": _cpu_s(f), "threads": threads, "nice": int(f[17]),
+                    "sys_s": int(f[13]) / TICK, "minflt": int(f[8])}  # stime, minor page faults (proc(5) 15, 10)
     return out
 
 
@@ -162,6 +164,8 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
         if pid in a:
             rows.append({"pid": pid, "name": p["name"], "cmd": p["cmd"], "nice": p["nice"],
                          "cpu_ms_per_step": (p["cpu_s"] - a[pid]["cpu_s"]) / n * 1e3,
+                         "sys_ms_per_step": (p["sys_s"] - a[pid]["sys_s"]) / n * 1e3,
+                         "minflt_per_step": (p["minflt"] - a[pid]["minflt"]) / n,
                          "threads": len(p["threads"]),
                          "busy_threads": sorted(((t[0], round((t[1] - a[pid]["threads"].get(tid, (0, 0))[1]) / n * 1e3, 2))
                                                  for tid, t in p["threads"].items()), key=lambda x: -x[1])[:4]})
@@ -229,6 +233,74 @@ def probe(args) -> int:
     return 0
 
 
+class _Echo:
+    """A Ray actor that answers a batch with a batch of the same tensors, as a worker call does."""
+
+    def set_transport(self, on: bool) -> None:
+        _set_transport(on)
+
+    def echo(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: v + 0 for k, v in batch.items()}
+
+
+def _set_transport(on: bool) -> None:
+    import torch
+    from ray.util import deregister_serializer
+
+    from verl_lite.trainer import tensor_transport
+
+    if on:
+        tensor_transport.install()
+    else:
+        deregister_serializer(torch.Tensor)
+        tensor_transport._installed = False
+
+
+def transport(args) -> int:
+    """Round trips of one update-sized batch (the main job's 16 x 8 rows) to a Ray actor and back, with
+    Ray's default tensor pickling (torch.save per storage) and with verl_lite's (tensor_transport)."""
+    import torch
+
+    from verl_lite.config import load_config, to_dataclass
+    from verl_lite.trainer.run import _end_ray, _init_ray
+    from verl_lite.trainer.worker_group import worker_resources
+
+    rows, tokens = 128, 16 + args.response_length
+    g = torch.Generator().manual_seed(0)
+    batch = {k: torch.randint(0, 40, (rows, tokens), generator=g)
+             for k in ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")}
+    batch.update({k: torch.randn(rows, args.response_length, generator=g)
+                  for k in ("advantages", "old_log_probs", "token_level_rewards")})
+    cfg = to_dataclass(load_config(["trainer.device=cpu"]))
+    started = _init_ray(cfg, "cpu", 1)
+    try:
+        import ray
+
+        actor = ray.remote(**worker_resources("cpu"))(_Echo).remote()
+        out = {}
+        for rnd in range(args.rounds):
+            for name, on in (("Ray's default (torch.save per tensor)", False), ("verl_lite tensor_transport", True)):
+                _set_transport(on)
+                ray.get(actor.set_transport.remote(on))
+                for _ in range(20):
+                    ray.get(actor.echo.remote(batch))
+                t, c = time.perf_counter(), time.thread_time()
+                n = 200
+                for _ in range(n):
+                    back = ray.get(actor.echo.remote(batch))
+                assert torch.equal(back["advantages"], batch["advantages"])
+                out.setdefault(name, []).append(((time.perf_counter() - t) / n * 1e3, (time.thread_time() - c) / n * 1e3))
+        loads = os.getloadavg()[0]
+    finally:
+        _end_ray(started)
+    print(f"round trip of a {rows} x {tokens} batch (8 tensors, {sum(v.numel() * v.element_size() for v in batch.values()) // 1024} KiB) "
+          f"to a Ray actor and back, load {loads:.2f}, medians of {args.rounds} rounds of 200 calls")
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    for name, xs in out.items():
+        print(f"  {name:<40} {med([x[0] for x in xs]):6.2f} ms per call, driver thread CPU {med([x[1] for x in xs]):6.2f} ms")
+    return 0
+
+
 def main(argv: List[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--response-length", type=int, default=3)
@@ -240,9 +312,13 @@ def main(argv: List[str]) -> int:
     p.add_argument("--ray-env", nargs="*", default=[], help="NAME=VALUE for the `ray+env` mode (e.g. Ray settings)")
     p.add_argument("--json")
     p.add_argument("--probe", action="store_true", help="only print the driver's and a Ray worker's settings")
+    p.add_argument("--transport", action="store_true",
+                   help="only time a batch's round trip to a Ray actor with Ray's default tensor pickling and verl_lite's")
     args = p.parse_args(argv)
     if args.probe:
         return probe(args)
+    if args.transport:
+        return transport(args)
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     results = []
@@ -263,12 +339,12 @@ def main(argv: List[str]) -> int:
           f"load average {min(l for r in results for l in r['load']):.2f}-{max(l for r in results for l in r['load']):.2f}"
           f" on {os.cpu_count()} cores")
     print(f"{'round':>5} {'mode':<7} {'compute CPU ms/step':>20} {'all procs CPU ms/step':>22} {'wall ms/step':>13} "
-          f"{'gen ms':>7} {'update ms':>10} {'gen CPU ms':>11} {'update CPU ms':>14} {'threads':>8}")
+          f"{'gen ms':>7} {'update ms':>10} {'gen CPU ms':>11} {'update CPU ms':>14} {'sys ms':>7} {'faults':>7} {'threads':>8}")
     for r in results:
         print(f"{r['round']:>5} {r['mode']:<7} {r['compute']['cpu_ms_per_step']:>20.1f} {r['total_cpu_ms_per_step']:>22.1f} "
               f"{r['wall_step_s'] * 1e3:>13.0f} {r['gen_s'] * 1e3:>7.0f} {r['update_s'] * 1e3:>10.0f} "
               f"{r['gen_cpu_s'] * 1e3:>11.1f} {r['update_cpu_s'] * 1e3:>14.1f} "
-              f"{r['compute']['threads']:>8}")
+              f"{r['compute']['sys_ms_per_step']:>7.1f} {r['compute']['minflt_per_step']:>7.0f} {r['compute']['threads']:>8}")
     last = {r["mode"]: r for r in results}
     for mode, r in last.items():
         print(f"\n{mode}: the computing process runs with {r['env']}")

@@ -30,6 +30,7 @@ from verl_lite.device import resolve_device
 from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.values import value_problems
+from verl_lite.trainer import tensor_transport
 from verl_lite.preflight.verl_settings import verl_problems
 from verl_lite.reward.registry import build_reward_manager
 from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES,
@@ -104,6 +105,7 @@ def _init_ray(cfg: Any, device: str, world: int) -> bool:
     except BaseException:
         _end_ray(started=False)
         raise
+    tensor_transport.install()
     return True
 
 

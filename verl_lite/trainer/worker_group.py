@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite.batch import Batch, chunk, concat
 from verl_lite.device import free_port
+from verl_lite.trainer import tensor_transport
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +249,7 @@ def defer_init_errors(cls: type) -> type:
     def __init__(self, *args, **kwargs):
         self._init_error = None
         try:
+            tensor_transport.install()  # this worker's answers travel as the driver's calls do
             cls.__init__(self, *args, **kwargs)
         except Exception as e:  # re-raised, unchanged, by ready()
             self._init_error = e
