@@ -30,7 +30,6 @@ from verl_lite.device import resolve_device
 from verl_lite.faults import fault_spec, reset_faults
 from verl_lite.preflight.fully_async import fully_async_problems
 from verl_lite.preflight.values import value_problems
-from verl_lite.trainer import tensor_transport
 from verl_lite.preflight.verl_settings import verl_problems
 from verl_lite.reward.registry import build_reward_manager
 from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES,
@@ -42,6 +41,7 @@ from verl_lite.trainer.loop import StopRequest, total_steps
 from verl_lite.trainer.plot import plot_rewards
 from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
 from verl_lite.trainer.tracking import Tracking
+from verl_lite.trainer import tensor_transport
 from verl_lite.trainer.placement import NodeGroups, wait_for_cluster
 from verl_lite.trainer.worker_group import NodeLostError, WorkerGroup, cpu_threads
 from verl_lite.trainer.workers import ActorRolloutRefWorker, CriticWorker
@@ -81,6 +81,7 @@ def _init_ray(cfg: Any, device: str, world: int) -> bool:
     """
     address = ray_join_address(cfg)
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        tensor_transport.install()
         return False
     if not address:
         _set_local_env()
