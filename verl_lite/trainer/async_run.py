@@ -98,16 +98,17 @@ class RolloutPool:
         import ray
 
         ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        answers = {}  # each answer fetched (and unpickled) once
         for ref in ready:
             try:
-                ray.get(ref)
+                answers[refs.index(ref)] = ray.get(ref)
             except Exception as e:
                 self._raise_if_node_lost(e, method, pending)
                 raise RolloutError(f"rollout replica {refs.index(ref)} failed in {method}: {_short(e)}") from e
         if pending:
             raise RolloutError(f"rollout replicas {[refs.index(p) for p in pending]} did not answer {method} within "
                                f"{timeout:.0f} s (raise trainer.ray_timeout_s if they are just slow)")
-        return ray.get(refs)
+        return [answers[i] for i in range(len(refs))]
 
     def _raise_if_node_lost(self, first: BaseException, method: str, pending: List[Any]) -> None:
         """NodeLostError naming the replica and its node, when a replica's node left the cluster."""

@@ -113,6 +113,7 @@ class WorkerGroup:
 
         start = time.monotonic()
         pending = list(refs)
+        answers: Dict[int, Any] = {}  # each answer fetched (and unpickled) once
         while pending:
             left = None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
             ready, pending = ray.wait(pending, num_returns=1, timeout=left)
@@ -121,7 +122,7 @@ class WorkerGroup:
                                   f"{[refs.index(p) for p in pending]} within {timeout:.0f} s "
                                   f"(raise trainer.ray_timeout_s if the step is just slow)")
             try:
-                ray.get(ready[0])  # surface the first failure at once, not after the slowest rank
+                answers[refs.index(ready[0])] = ray.get(ready[0])  # a failure surfaces at once, not after the slowest rank
             except Exception as e:  # RayTaskError / RayActorError / OOM
                 rank = refs.index(ready[0])
                 pid = self.pids[rank] if rank < len(self.pids) and self.pids[rank] else None
@@ -130,7 +131,7 @@ class WorkerGroup:
                 if lost:
                     raise node_lost_error(f"{self.name} rank", lost, self.pids, method) from e
                 raise WorkerError(f"{who} failed in {method}: {_short(e)}") from e
-        return ray.get(refs)
+        return [answers[i] for i in range(len(refs))]
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
         if not self.use_ray:
