@@ -175,12 +175,14 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
     with open(metrics, encoding="utf-8") as f:
         ms = [json.loads(line) for line in f][args.warmup:]
     med = lambda key: sorted(m[key] for m in ms)[len(ms) // 2]  # noqa: E731
+    p10 = lambda key: sorted(m[key] for m in ms)[len(ms) // 10]  # noqa: E731  (the host's quiet steps)
     return {"mode": mode, "procs": rows, "compute_pid": compute["pid"], "compute": compute,
             "env": envs.get(compute["pid"], {}), "driver_env": envs.get(proc.pid, {}),
             "total_cpu_ms_per_step": sum(r["cpu_ms_per_step"] for r in rows),
             "wall_step_s": med("timing_s/step"), "gen_s": med("timing_s/gen"),
             "update_s": med("timing_s/update_actor"), "load": loads,
-            "gen_cpu_s": med("perf/cpu_s/gen"), "update_cpu_s": med("perf/cpu_s/update_actor")}
+            "gen_cpu_s": med("perf/cpu_s/gen"), "update_cpu_s": med("perf/cpu_s/update_actor"),
+            "wall_step_p10_s": p10("timing_s/step"), "update_cpu_p10_s": p10("perf/cpu_s/update_actor")}
 
 
 def settings() -> Dict[str, Any]:
@@ -339,12 +341,13 @@ def main(argv: List[str]) -> int:
           f"load average {min(l for r in results for l in r['load']):.2f}-{max(l for r in results for l in r['load']):.2f}"
           f" on {os.cpu_count()} cores")
     print(f"{'round':>5} {'mode':<7} {'compute CPU ms/step':>20} {'all procs CPU ms/step':>22} {'wall ms/step':>13} "
-          f"{'gen ms':>7} {'update ms':>10} {'gen CPU ms':>11} {'update CPU ms':>14} {'sys ms':>7} {'faults':>7} {'threads':>8}")
+          f"{'gen ms':>7} {'update ms':>10} {'gen CPU ms':>11} {'update CPU ms':>14} {'sys ms':>7} {'faults':>7} {'threads':>8} {'p10 wall':>9} {'p10 update CPU':>15}")
     for r in results:
         print(f"{r['round']:>5} {r['mode']:<7} {r['compute']['cpu_ms_per_step']:>20.1f} {r['total_cpu_ms_per_step']:>22.1f} "
               f"{r['wall_step_s'] * 1e3:>13.0f} {r['gen_s'] * 1e3:>7.0f} {r['update_s'] * 1e3:>10.0f} "
               f"{r['gen_cpu_s'] * 1e3:>11.1f} {r['update_cpu_s'] * 1e3:>14.1f} "
-              f"{r['compute']['sys_ms_per_step']:>7.1f} {r['compute']['minflt_per_step']:>7.0f} {r['compute']['threads']:>8}")
+              f"{r['compute']['sys_ms_per_step']:>7.1f} {r['compute']['minflt_per_step']:>7.0f} {r['compute']['threads']:>8} "
+              f"{r['wall_step_p10_s'] * 1e3:>9.0f} {r['update_cpu_p10_s'] * 1e3:>15.1f}")
     last = {r["mode"]: r for r in results}
     for mode, r in last.items():
         print(f"\n{mode}: the computing process runs with {r['env']}")

@@ -152,6 +152,11 @@ LOCAL_RAY_ENV = {
     # Ray starts workers at nice 15; on a local cluster they do all the work while the driver
     # waits, and at 15 any other job on the box starves them.
     "RAY_worker_niceness": "0",
+    # Call arguments and answers up to this size travel inside the call instead of through the object
+    # store (Ray's default: 100 KiB). On one machine the store's path costs a round trip about 3 ms
+    # more (a 120 KiB batch to an actor and back: 5.3 ms, 1.7 ms inline; docs/benchmarks.md), and the
+    # main job's batches are 40-250 KiB. Larger objects (real batches, weights) still use the store.
+    "RAY_max_direct_call_object_size": str(1 << 20),
 }
 
 

@@ -185,10 +185,12 @@ print(json.dumps({
     "nice": ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()),
     "nodes": [n["NodeManagerAddress"] for n in ray.nodes()],
     "auth_during": os.environ.get("RAY_AUTH_MODE"),
+    "inline_in_worker": ray.get(ray.remote(num_cpus=0)(lambda: os.environ.get("RAY_max_direct_call_object_size")).remote()),
 }))
 _end_ray(True)
 print(json.dumps({"env_after": {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_worker_niceness",
-                                                                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}}))
+                                                                 "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+                                                                 "RAY_max_direct_call_object_size")}}))
 """
 
 
@@ -198,7 +200,8 @@ def _probe(script: str, *args: str, env: dict, timeout: float = 120):
     import sys
 
     base = {k: v for k, v in os.environ.items()
-            if k not in ("RAY_AUTH_MODE", "RAY_worker_niceness", "RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+            if k not in ("RAY_AUTH_MODE", "RAY_worker_niceness", "RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+                         "RAY_max_direct_call_object_size")}
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
                           env={**base, **env}, timeout=timeout)
 
@@ -233,8 +236,9 @@ def test_a_local_cluster_started_for_the_job_is_quiet_loopback_only_and_leaves_t
     assert "Token authentication" not in out.stderr, out.stderr[-2000:]
     assert during["auth_during"] == "disabled"
     assert during["nodes"] == ["127.0.0.1"]  # Ray's loopback mode: its servers listen on 127.0.0.1
+    assert during["inline_in_worker"] == "1048576"  # the main job's batches travel inside the calls
     assert after["env_after"] == {"RAY_AUTH_MODE": None, "RAY_worker_niceness": None,
-                                  "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": None}
+                                  "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": None, "RAY_max_direct_call_object_size": None}
 
 
 JOIN_PROBE = """
