@@ -28,6 +28,7 @@ import logging
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 import torch
+from transformers import GenerationConfig
 
 from verl_lite.batch import Batch, concat, split_by_size
 from verl_lite.config.schema import ModelConfig, RolloutConfig
@@ -136,15 +137,20 @@ class HFRollout:
         attention_mask = prompts["attention_mask"].to(self.device)
         do_sample = bool(sampling.get("do_sample", True)) and float(sampling.get("temperature", 1.0)) > 0
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        kwargs: Dict[str, Any] = {"do_sample": do_sample, "pad_token_id": pad, "eos_token_id": eos}
+        # Sampling settings go in a GenerationConfig, the model's inputs as keyword arguments: given
+        # settings as keywords, generate() first checks the model config for legacy generation
+        # parameters by copying and re-validating the whole config, on every call (16% of the hf
+        # rollout's generate time for the tiny model; docs/benchmarks.md).
+        settings: Dict[str, Any] = {"do_sample": do_sample, "pad_token_id": pad, "eos_token_id": eos}
+        kwargs: Dict[str, Any] = {}
         if do_sample:
             top_k = int(sampling.get("top_k", -1))
-            kwargs.update(temperature=float(sampling.get("temperature", 1.0)),
-                          top_p=float(sampling.get("top_p", 1.0)), top_k=top_k if top_k > 0 else 0)
+            settings.update(temperature=float(sampling.get("temperature", 1.0)),
+                            top_p=float(sampling.get("top_p", 1.0)), top_k=top_k if top_k > 0 else 0)
         mm = prompts.get("multi_modal_inputs")
         if self.vision_language:
             # a sampled placeholder in a response would not match the pixel inputs in the actor's forward
-            kwargs["suppress_tokens"] = vision_special_ids(self.model.config)
+            settings["suppress_tokens"] = vision_special_ids(self.model.config)
             pixels = image_inputs(mm, self.device)
             if pixels and not self.tower_synced:
                 raise ValueError("the prompts have images (multi_modal_inputs) but the last weight sync carried no "
@@ -157,7 +163,8 @@ class HFRollout:
             raise ValueError(f"the rollout model {type(self.model).__name__} is not a vision-language model but the "
                              "prompts have images (multi_modal_inputs): use a vision-language model.path")
         log_probs_on = self.config.calculate_log_probs is True
-        kwargs.update(return_dict_in_generate=True, output_scores=log_probs_on)
+        settings.update(return_dict_in_generate=True, output_scores=log_probs_on)
+        generation_config = GenerationConfig(**settings)
         B = input_ids.shape[0]
         responses = torch.full((B, response_length), pad, dtype=input_ids.dtype)
         token_log_probs = torch.zeros((B, response_length)) if log_probs_on else None
@@ -172,7 +179,8 @@ class HFRollout:
             ids = torch.cat([input_ids[rows], responses[rows, :done].to(self.device)], dim=1)
             mask = torch.cat([attention_mask[rows], torch.ones((len(rows), done), dtype=attention_mask.dtype,
                                                                device=self.device)], dim=1)
-            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=step,
+            generation_config.max_new_tokens = step  # generate() works on its own copy
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=generation_config,
                                       **({"past_key_values": cache} if cache is not None else {}), **kwargs)
             new = out.sequences[:, ids.shape[1]:].cpu()
             responses[rows, done:done + new.shape[1]] = new
