@@ -417,7 +417,8 @@ class RayInitConfig:
     # The Ray cluster to join (host:port); null = RAY_ADDRESS if set, else a local cluster is
     # started for the job: bound to 127.0.0.1, token auth off for it, workers at nice 0, call
     # objects up to 1 MiB inline (RAY_AUTH_MODE, RAY_worker_niceness, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER
-    # and RAY_max_direct_call_object_size exported by the user win). A joined cluster keeps its own settings; docs/reliability.md lists which apply when.
+    # and RAY_max_direct_call_object_size exported by the user win). A joined cluster keeps its own
+    # settings; docs/reliability.md lists which apply when.
     address: Optional[str] = None
     # Temp dir of a local cluster; null = RAY_TMPDIR, else <tmp>/verl_lite_ray. Not used when joining.
     temp_dir: Optional[str] = None
