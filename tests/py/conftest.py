@@ -7,9 +7,10 @@ command installs it). Where it is missing they are skipped with one reason, deci
 test checks for it itself.
 
 With VERL_LITE_STRICT_SKIPS=1 (tests/run.sh, and so CI, sets it) a skip fails the run unless the
-test is marked `gpu` (needs an accelerator) or `no_wheel` (a package with no wheel for this
-platform): everything else the suite needs is installed by the README's test command, so a skip
-there means a dependency went missing and that its tests did not run.
+test is marked `gpu` (needs an accelerator), `no_wheel` (a package with no wheel for this
+platform) or `verl_source` (a checkout of verl's repository, which no pip install provides):
+everything else the suite needs is installed by the README's test command, so a skip there means a
+dependency went missing and that its tests did not run.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def megatron_core_installed() -> bool:
         return False
 
 
-ALLOWED_SKIP_MARKERS = ("gpu", "no_wheel")
+ALLOWED_SKIP_MARKERS = ("gpu", "no_wheel", "verl_source")
 _allowed_skips: set = set()
 _unexpected_skips: List[str] = []
 

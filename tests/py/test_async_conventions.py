@@ -91,6 +91,7 @@ class VerlRollouter:
         self.staleness = self.active + self.queue
 
 
+@pytest.mark.verl_source
 def test_the_cited_lines_of_verl_say_what_the_reference_does():
     if not VERL.is_dir():
         pytest.skip(f"verl's source is not at {VERL} (set VERL_SRC)")
