@@ -108,10 +108,15 @@ class Edit:
         return {"x": x, "sent_by_ours": b"tensor_transport" in cp.dumps(x), "installed": tensor_transport._installed}
 w = ray.remote(defer_init_errors(Edit)).remote()
 ray.get(w.ready.remote())
+from verl_lite.trainer.tensor_transport import actor_class
+class Plain:  # as the fully-async rollout workers and the chunk buffer are made actors
+    def sends(self):
+        return b"tensor_transport" in cp.dumps(torch.ones(2))
+plain = ray.get(ray.remote(actor_class(Plain)).remote().sends.remote())
 x = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)
 out = ray.get(w.edit.remote({"x": x}))
 print(json.dumps({"before": before, "driver": b"tensor_transport" in cp.dumps(x), "worker": out["sent_by_ours"],
-                  "worker_installed": out["installed"], "back": out["x"].float().tolist(), "dtype": str(out["x"].dtype),
+                  "worker_installed": out["installed"], "plain": plain, "back": out["x"].float().tolist(), "dtype": str(out["x"].dtype),
                   "sent_unchanged": x.float().tolist()}))
 _end_ray(True)
 """
@@ -127,6 +132,6 @@ def test_the_driver_and_its_workers_send_tensors_as_raw_bytes_and_a_worker_may_e
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["before"] is False  # Ray's default until the trainer starts Ray
-    assert got["driver"] and got["worker"] and got["worker_installed"]
+    assert got["driver"] and got["worker"] and got["worker_installed"] and got["plain"]
     assert got["back"] == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]] and got["dtype"] == "torch.bfloat16"
     assert got["sent_unchanged"] == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]

@@ -26,9 +26,6 @@ class ChunkBuffer:
     def __init__(self, n_prompts: int, batch_size: int, seed: int, shuffle: bool, capacity_groups: int,
                  chunk_groups: int, sampler_state: Optional[Dict[str, Any]] = None, budget: Optional[int] = None,
                  limit: Optional[int] = None, dealt: int = 0):
-        from verl_lite.trainer import tensor_transport
-
-        tensor_transport.install()  # as a Ray actor, the chunks it hands out travel as the trainer's calls do
         if chunk_groups < 1 or capacity_groups < 1:
             raise ValueError(f"queue capacity {capacity_groups} groups and chunks of {chunk_groups} groups must be >= 1")
         self.sampler = BatchSampler(n_prompts, batch_size, seed, shuffle)

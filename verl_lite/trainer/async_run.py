@@ -38,7 +38,7 @@ from verl_lite.batch import batch_size, concat, select
 from verl_lite.decisions import async_pools, placement
 from verl_lite.decisions.layout import train_world
 from verl_lite.faults import fault_point
-from verl_lite.trainer import core_algos
+from verl_lite.trainer import core_algos, tensor_transport
 from verl_lite.trainer.algos import advantages, rollout_correction
 from verl_lite.trainer.async_buffer import ChunkBuffer
 from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
@@ -80,7 +80,7 @@ class RolloutPool:
         tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
         resources = {k: ({n: c * tp for n, c in v.items()} if isinstance(v, dict) else v * tp)
                      for k, v in worker_resources(device).items()}
-        remote = ray.remote(RolloutWorker)
+        remote = ray.remote(tensor_transport.actor_class(RolloutWorker))
         # With `placement` (trainer/placement.NodeGroups, bundles of tp devices), replica r runs in bundle r.
         where = (lambda r: placement.options(r)) if placement is not None else (lambda r: resources)  # noqa: E731
         ex_ref, val_ref = ray.put(examples), ray.put(val_examples)
@@ -545,7 +545,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        buffer = ray.remote(ChunkBuffer).options(num_cpus=0, max_restarts=0, scheduling_strategy=here).remote(
+        buffer = ray.remote(tensor_transport.actor_class(ChunkBuffer)).options(num_cpus=0, max_restarts=0, scheduling_strategy=here).remote(
             len(job.train_set), sampler_batch, int(d.seed), bool(d.shuffle), budget, chunk_groups, resumed,
             budget, limit, dealt)
         logger.info("fully-async: %d prompt group(s) a step, at most %d started per weight version (verl's "

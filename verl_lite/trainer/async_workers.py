@@ -151,9 +151,6 @@ class RolloutWorker:
                  val_examples: Optional[List[Any]] = None):
         import torch
 
-        from verl_lite.trainer import tensor_transport
-
-        tensor_transport.install()  # the groups it sends travel as the trainer's calls do
         self.cfg = cfg = as_section(VerlLiteConfig, cfg)  # a dict is accepted too, as by the train workers
         self.replica, self.device = replica, device
         torch.set_num_threads(max(1, threads))

@@ -61,6 +61,17 @@ def deserialize(payload: Tuple[Any, ...]) -> Any:
     return t.requires_grad_() if requires_grad else t
 
 
+def actor_class(cls: type) -> type:
+    """`cls` for `ray.remote`: a subclass of the same name (Ray's process titles stay `ray::<Class>`)
+    whose constructor installs the serializer first, so the actor's answers travel this way. The class
+    itself stays free of Ray for in-process use."""
+    def __init__(self, *args, **kwargs):
+        install()
+        cls.__init__(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": __init__})
+
+
 def install() -> None:
     """Register the tensor serializer in this process (idempotent). Call after Ray is imported; in the
     driver after ray.init, in a worker in its constructor."""

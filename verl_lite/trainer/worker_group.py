@@ -121,10 +121,10 @@ class WorkerGroup:
                 raise WorkerError(f"{self.name}.{method}: no answer from ranks "
                                   f"{[refs.index(p) for p in pending]} within {timeout:.0f} s "
                                   f"(raise trainer.ray_timeout_s if the step is just slow)")
+            rank = refs.index(ready[0])
             try:
-                answers[refs.index(ready[0])] = ray.get(ready[0])  # a failure surfaces at once, not after the slowest rank
+                answers[rank] = ray.get(ready[0])  # a failure surfaces at once, not after the slowest rank
             except Exception as e:  # RayTaskError / RayActorError / OOM
-                rank = refs.index(ready[0])
                 pid = self.pids[rank] if rank < len(self.pids) and self.pids[rank] else None
                 who = f"{self.name} rank {rank}" + (f" (pid {pid})" if pid else "")
                 lost = lost_node(self.nodes, e, pending)
