@@ -143,9 +143,10 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     snaps: List[Dict[int, Dict[str, Any]]] = []
     marks = [args.warmup, args.steps]
-    loads = []
+    loads, stamps = [], []
     while proc.poll() is None and marks:
         if steps_done(metrics) >= marks[0]:
+            stamps.append(time.perf_counter())
             snaps.append(tree(proc.pid))
             envs = {pid: process_env(pid) for pid, q in snaps[-1].items()
                     if pid == proc.pid or _is_worker(q)}
@@ -180,6 +181,8 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
             "env": envs.get(compute["pid"], {}), "driver_env": envs.get(proc.pid, {}),
             "total_cpu_ms_per_step": sum(r["cpu_ms_per_step"] for r in rows),
             "wall_step_s": med("timing_s/step"), "gen_s": med("timing_s/gen"),
+            # steps per wall second between the two marks (the driver's logging and any overlap included)
+            "period_s": (stamps[1] - stamps[0]) / n,
             "update_s": med("timing_s/update_actor"), "load": loads,
             "gen_cpu_s": med("perf/cpu_s/gen"), "update_cpu_s": med("perf/cpu_s/update_actor"),
             "wall_step_p10_s": p10("timing_s/step"), "update_cpu_p10_s": p10("perf/cpu_s/update_actor")}
@@ -357,14 +360,21 @@ def main(argv: List[str]) -> int:
     print(f"\nmain job, {args.response_length}-token responses, steps {args.warmup}-{args.steps}, commit {commit}, "
           f"load average {min(l for r in results for l in r['load']):.2f}-{max(l for r in results for l in r['load']):.2f}"
           f" on {os.cpu_count()} cores")
-    print(f"{'round':>5} {'mode':<7} {'compute CPU ms/step':>20} {'all procs CPU ms/step':>22} {'wall ms/step':>13} "
+    print(f"{'round':>5} {'mode':<7} {'compute CPU ms/step':>20} {'all procs CPU ms/step':>22} {'wall ms/step':>13} {'period ms':>10} "
           f"{'gen ms':>7} {'update ms':>10} {'gen CPU ms':>11} {'update CPU ms':>14} {'sys ms':>7} {'faults':>7} {'threads':>8} {'p10 wall':>9} {'p10 update CPU':>15}")
     for r in results:
         print(f"{r['round']:>5} {r['mode']:<7} {r['compute']['cpu_ms_per_step']:>20.1f} {r['total_cpu_ms_per_step']:>22.1f} "
-              f"{r['wall_step_s'] * 1e3:>13.0f} {r['gen_s'] * 1e3:>7.0f} {r['update_s'] * 1e3:>10.0f} "
+              f"{r['wall_step_s'] * 1e3:>13.0f} {r['period_s'] * 1e3:>10.1f} {r['gen_s'] * 1e3:>7.0f} {r['update_s'] * 1e3:>10.0f} "
               f"{r['gen_cpu_s'] * 1e3:>11.1f} {r['update_cpu_s'] * 1e3:>14.1f} "
               f"{r['compute']['sys_ms_per_step']:>7.1f} {r['compute']['minflt_per_step']:>7.0f} {r['compute']['threads']:>8} "
               f"{r['wall_step_p10_s'] * 1e3:>9.0f} {r['update_cpu_p10_s'] * 1e3:>15.1f}")
+    modes = args.modes.split(",")
+    if "inproc" in modes:  # speed against in-process, by the period (steps per wall second), round by round
+        for mode in (m for m in modes if m != "inproc"):
+            ratios = [base["period_s"] / r["period_s"] for base in results if base["mode"] == "inproc"
+                      for r in results if r["mode"] == mode and r["round"] == base["round"]]
+            print(f"\n{mode} / inproc speed (in-process period over {mode}'s), per round: "
+                  f"{' '.join(f'{x:.2f}x' for x in ratios)}; median {sorted(ratios)[len(ratios) // 2]:.2f}x")
     last = {r["mode"]: r for r in results}
     for mode, r in last.items():
         print(f"\n{mode}: the computing process runs with {r['env']}")

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -189,6 +189,10 @@ class PPOTrainer(StepLoop):
         # algorithm.use_kl_in_reward: the KL controller lives on the driver, as verl's trainer holds it
         self.kl_ctrl_in_reward = (core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
                                   if cfg.algorithm.use_kl_in_reward else None)
+        self._ahead: Optional[_Generation] = None  # the next step's generation, sent during this step (_prefetch_allowed)
+        self._generate_ahead = generate_ahead_enabled()
+        self._step_plan: Optional[_StepPlan] = None
+        self._last_step_end = 0.0
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -251,16 +255,28 @@ class PPOTrainer(StepLoop):
     def _generate_and_score(self, prompts: Batch, sampling: Dict[str, Any], log_probs: bool, ref_log_probs: bool,
                             timing: Dict[str, float]) -> Batch:
         """One generation batch, scored; adds its seconds to timing's gen, old_log_prob and reward."""
+        return self._score_generation(self._submit_generation(prompts, sampling, log_probs, ref_log_probs), timing)
+
+    def _submit_generation(self, prompts: Batch, sampling: Dict[str, Any], log_probs: bool,
+                           ref_log_probs: bool) -> "_Generation":
+        sent = time.perf_counter()  # in-process the call runs here
+        call = self.actor_wg.dp_submit("generate_sequences", _tensors(prompts, PROMPT_KEYS),
+                                       int(self.cfg.data.max_response_length), sampling,
+                                       log_probs=log_probs, ref_log_probs=ref_log_probs)
+        return _Generation(prompts, call, sent)
+
+    def _score_generation(self, pending: "_Generation", timing: Dict[str, float], ahead: bool = False) -> Batch:
+        """The generation's answer, scored. `ahead`: it was sent during the previous step's update (see
+        _prefetch_allowed), so its time is the worker's own generation seconds, not the wait for it."""
         rollout = self.cfg.actor_rollout_ref.rollout
-        t = time.perf_counter()
-        gen = self.actor_wg.dp_call("generate_sequences", _tensors(prompts, PROMPT_KEYS),
-                                    int(self.cfg.data.max_response_length), sampling,
-                                    log_probs=log_probs, ref_log_probs=ref_log_probs)
+        gen = pending.call.batch()
+        prompts = pending.prompts
         worker_timing = gen.pop("timing_s")
         old_log_prob = worker_timing["old_log_prob"]
         timing["cpu/gen"] = timing.get("cpu/gen", 0.0) + worker_timing.get("gen_cpu", 0.0)
         timing["old_log_prob"] = timing.get("old_log_prob", 0.0) + old_log_prob
-        timing["gen"] = timing.get("gen", 0.0) + time.perf_counter() - t - old_log_prob
+        took = worker_timing["gen"] if ahead else time.perf_counter() - pending.sent - old_log_prob
+        timing["gen"] = timing.get("gen", 0.0) + took
         for k in LIST_KEYS:
             gen[k] = prompts[k]
         gen["temperature"] = float(rollout.temperature)
@@ -269,11 +285,16 @@ class PPOTrainer(StepLoop):
         timing["reward"] = timing.get("reward", 0.0) + time.perf_counter() - t
         return gen
 
-    def step(self) -> Dict[str, Any]:
+    def _plan(self) -> "_StepPlan":
+        """What every step's calls ask for, from the config (the same each step: read once, as reading
+        an OmegaConf config costs the driver ~1 ms a step, during which the worker would wait)."""
+        if self._step_plan is None:
+            self._step_plan = self._read_plan()
+        return self._step_plan
+
+    def _read_plan(self) -> "_StepPlan":
         cfg = self.cfg
         actor_rollout_ref = cfg.actor_rollout_ref
-        timing: Dict[str, float] = {}
-        t0 = time.perf_counter()
         rollout = actor_rollout_ref.rollout
         sampling = {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p,
                     "do_sample": rollout.do_sample}
@@ -290,13 +311,50 @@ class PPOTrainer(StepLoop):
         sum_pi_squared = bool(actor_rollout_ref.actor.calculate_sum_pi_squared)
         on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
                      and not rollout_correction.active(correction) and not bypass and not sum_pi_squared)
-        score_old = not on_policy and not bypass
         use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
-        def generate(fetches: int) -> Batch:
-            return self._generate_and_score(self._next_prompts(fetches), sampling, score_old,
-                                            use_kl or kl_in_reward, timing)
+        return _StepPlan(sampling, num_mini, kl_in_reward, correction, bypass, on_policy,
+                         score_old=not on_policy and not bypass, score_ref=use_kl or kl_in_reward,
+                         correction_active=rollout_correction.active(correction))
 
-        if self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
+    # -- generating the next step's batch during this step's update -----------------------------
+
+    def _prefetch_allowed(self) -> bool:
+        """Whether the next step's generation may be sent now, behind this step's actor update: on the
+        Ray path, where the worker then starts it as soon as the update ends and the driver's own
+        work (the answer, the metrics, the log) overlaps it. Every call still runs in the order of a
+        step-by-step run, with the same prompts, so the results are the same. Not when something
+        must come between the update and the next generation in that order: validation, a checkpoint
+        (it saves the sampler and the workers' RNG), a profiler start or stop; nor under dynamic
+        sampling, whose rounds depend on the answers; nor after a stop request or on the last step."""
+        t = self.cfg.trainer
+        step, nxt = self.global_step + 1, self.global_step + 2
+        return (self._generate_ahead and self.actor_wg.use_ray and self.dynamic is None and not self.stop.requested
+                and nxt <= self.total_steps
+                and not (t.test_freq > 0 and step % t.test_freq == 0)
+                and not (t.save_freq > 0 and step % t.save_freq == 0)
+                and not is_profiled_step(self.cfg, step) and not is_profiled_step(self.cfg, nxt))
+
+    def _send_generation(self, plan: "_StepPlan") -> "_Generation":
+        fetches = int(self.cfg.data.train_batch_size) // prompts_per_fetch(self.cfg)
+        return self._submit_generation(self._next_prompts(fetches), plan.sampling, plan.score_old, plan.score_ref)
+
+    def step(self) -> Dict[str, Any]:
+        cfg = self.cfg
+        actor_rollout_ref = cfg.actor_rollout_ref
+        timing: Dict[str, float] = {}
+        ahead, self._ahead = self._ahead, None
+        # a step whose generation was sent during the previous one starts where that one ended
+        t0 = self._last_step_end if ahead is not None else time.perf_counter()
+        plan = self._plan()
+        sampling, num_mini, kl_in_reward = plan.sampling, plan.num_mini, plan.kl_in_reward
+        correction, bypass, on_policy, score_old = plan.correction, plan.bypass, plan.on_policy, plan.score_old
+
+        def generate(fetches: int) -> Batch:
+            return self._generate_and_score(self._next_prompts(fetches), sampling, score_old, plan.score_ref, timing)
+
+        if ahead is not None:
+            gen, sampling_metrics = self._score_generation(ahead, timing, ahead=True), {}
+        elif self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
             gen, sampling_metrics = generate(int(cfg.data.train_batch_size) // prompts_per_fetch(cfg)), {}
         else:  # DAPO's dynamic sampling: rounds of gen_batch_size prompts until enough varied groups
             gen, sampling_metrics = self.dynamic.collect(lambda _round: generate(1))
@@ -324,7 +382,7 @@ class PPOTrainer(StepLoop):
         if not bypass and "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
             correction_metrics = rollout_correction.apply_to_batch(correction, gen)
             mask = gen["response_mask"].float()
-        elif rollout_correction.active(correction) and not bypass:
+        elif plan.correction_active and not bypass:
             raise RuntimeError("algorithm.rollout_correction is set but the rollout returned no rollout_log_probs: "
                                "set actor_rollout_ref.rollout.calculate_log_probs=True")
         baselines = None
@@ -364,11 +422,16 @@ class PPOTrainer(StepLoop):
             # The worker pushes the new weights to its rollout before it answers: one round trip.
             meta.update(on_policy=on_policy, sync_weights_version=self.global_step + 1)
             shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
-            res = self.actor_wg.call_shards("update_actor", shards, meta)
-            metrics.update(_merge_rank_metrics(res))
+            update = self.actor_wg.submit_shards("update_actor", shards, meta)
+            if self._prefetch_allowed():
+                self._ahead = self._send_generation(plan)
+            metrics.update(_merge_rank_metrics(update.result()))
             fault_point("step")
+        elif self._prefetch_allowed():
+            self._ahead = self._send_generation(plan)
         timing["update_actor"] = time.perf_counter() - t
-        timing["step"] = time.perf_counter() - t0
+        self._last_step_end = time.perf_counter()
+        timing["step"] = self._last_step_end - t0
         scores = gen["token_level_scores"].sum(-1)  # verl's critic/score: before the KL penalty
         resp_len = generated_mask.sum(-1)
         total_tokens = int(gen["attention_mask"].sum())
@@ -481,7 +544,10 @@ class PPOTrainer(StepLoop):
     def _loop(self, bar) -> None:
         t = self.cfg.trainer
         self._profiling = False  # a recording of continuous profiled steps is open
-        while self.global_step < self.total_steps and not self.stop.requested:
+        while self.global_step < self.total_steps and (not self.stop.requested or self._ahead is not None):
+            if self.stop.requested:  # the stop came after the next step's generation was sent: that step is finished too
+                logger.warning("finishing step %d before stopping: its generation had already begun",
+                               self.global_step + 1)
             try:
                 with self.during("at step", self.global_step + 1):
                     step = self.global_step + 1
@@ -517,6 +583,38 @@ class PPOTrainer(StepLoop):
             if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
                 with self.during("saving the checkpoint of step", self.global_step):
                     self._save()
+
+
+GENERATE_AHEAD_ENV = "VERL_LITE_GENERATE_AHEAD"
+
+
+def generate_ahead_enabled() -> bool:
+    """VERL_LITE_GENERATE_AHEAD=0 turns off sending the next step's generation during the update (a
+    diagnostic: the results are the same either way; only the time a step takes changes)."""
+    value = os.environ.get(GENERATE_AHEAD_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{GENERATE_AHEAD_ENV}={value!r} is not 0 or 1 (1, the default, sends the next step's "
+                         f"generation during the update; 0 waits for the update first)")
+    return value == "1"
+
+
+class _Generation(NamedTuple):
+    """A generate call on its way: the prompt batch it was made from, the call, when it was sent."""
+    prompts: Batch
+    call: Any
+    sent: float
+
+
+class _StepPlan(NamedTuple):
+    sampling: Dict[str, Any]
+    num_mini: int
+    kl_in_reward: bool
+    correction: Any
+    bypass: bool
+    on_policy: bool
+    score_old: bool  # the actor scores the old log-probs inside the generate call
+    score_ref: bool  # the ref scores its log-probs there too
+    correction_active: bool  # algorithm.rollout_correction asks for weights or rejection
 
 
 def gdpo_metrics(keys: Sequence[str], components: Dict[str, List[Any]]) -> Dict[str, float]:

@@ -144,19 +144,27 @@ class WorkerGroup:
 
     def call_shards(self, method: str, shards: Sequence[Batch], *args: Any, **kwargs: Any) -> List[Any]:
         """Call every rank with its DP shard; gather the DP leaders' outputs in DP order."""
+        return self.submit_shards(method, shards, *args, **kwargs).result()
+
+    def submit_shards(self, method: str, shards: Sequence[Batch], *args: Any, **kwargs: Any) -> "PendingCall":
+        """call_shards without waiting: the call is sent to every rank now (on the Ray path; in-process
+        it runs now) and `result()` waits for it. A rank runs the calls it gets in the order they
+        were sent, so a call submitted after another starts when that one ends."""
         if len(shards) != self.dp_size:
             raise ValueError(f"{self.name}.{method}: {len(shards)} shards for {self.dp_size} data-parallel ranks")
         if not self.use_ray:
-            return self.call_all(method, shards[0], *args, **kwargs)
+            return PendingCall(self, method, answers=self.call_all(method, shards[0], *args, **kwargs))
         refs = [getattr(w, method).remote(shard, *args, **kwargs)
                 for w, shard in zip(self.workers, shards_by_rank(shards, self.topology))]
-        results = self._wait(refs, method, self.call_timeout_s)
-        return [results[i] for _, i in self.leaders]
+        return PendingCall(self, method, refs=refs)
 
     def dp_call(self, method: str, batch: Batch, *args: Any, **kwargs: Any) -> Batch:
         """Split `batch` into equal contiguous DP shards, run `method`, concatenate the outputs."""
-        outs = self.call_shards(method, chunk(batch, self.dp_size), *args, **kwargs)
-        return concat(outs)
+        return self.dp_submit(method, batch, *args, **kwargs).batch()
+
+    def dp_submit(self, method: str, batch: Batch, *args: Any, **kwargs: Any) -> "PendingCall":
+        """dp_call without waiting: `batch()` of the answer waits and concatenates the outputs."""
+        return self.submit_shards(method, chunk(batch, self.dp_size), *args, **kwargs)
 
     def shutdown(self) -> None:
         if self.use_ray:
@@ -168,6 +176,26 @@ class WorkerGroup:
                 except Exception as e:  # already dead, or Ray is going down: nothing left to stop
                     logger.debug("%s: ray.kill: %s", self.name, e)
         self.workers = []
+
+
+class PendingCall:
+    """A call sent to a worker group's ranks (submit_shards): `result()` waits for the DP leaders'
+    answers (in DP order) with the group's timeout and failure reports; `batch()` concatenates them."""
+
+    def __init__(self, group: WorkerGroup, method: str, refs: Optional[List[Any]] = None,
+                 answers: Optional[List[Any]] = None):
+        self.group, self.method, self._refs = group, method, refs
+        self._answers = None if answers is None else [answers[0]]  # in-process: the one rank, already run
+
+    def result(self) -> List[Any]:
+        if self._answers is None:
+            results = self.group._wait(self._refs, self.method, self.group.call_timeout_s)
+            self._answers = [results[i] for _, i in self.group.leaders]
+            self._refs = None
+        return self._answers
+
+    def batch(self) -> Batch:
+        return concat(self.result())
 
 
 def shards_by_rank(shards: Sequence[Any], topology: List[Dict[str, Any]]) -> List[Any]:
