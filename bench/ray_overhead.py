@@ -6,6 +6,7 @@ Usage:
   python bench/ray_overhead.py --probe              # the driver's and a Ray worker's thread/env settings
   python bench/ray_overhead.py --transport          # a batch's round trip: Ray's tensor pickling vs verl_lite's
   python bench/ray_overhead.py --modes ray,ray+env --ray-env RAY_enable_worker_prestart=0
+  python bench/ray_overhead.py --rounds 6 --steps 100 --modes ray,ray+env,inproc --ray-env VERL_LITE_GENERATE_AHEAD=0
   python bench/ray_overhead.py --response-length 16 --rounds 2 --steps 80
 
 Each run is `python -m verl_lite.main` with the main job's overrides (bench/trl_compare.py's: 16
@@ -18,7 +19,10 @@ time in generation and in the update (`perf/cpu_s/*`, the medians), and what tha
 process runs with: its thread count, OMP/MKL/MALLOC variables, LD_PRELOAD and any allocator library
 mapped (jemalloc, tcmalloc). CPU seconds per step are far less sensitive to other jobs on the box than
 wall seconds; `perf stat -e instructions,cycles` would be better still, but this VM does not expose
-hardware counters. The rounds alternate ray / inproc so load changes hit both.
+hardware counters. The rounds alternate ray / inproc so load changes hit both. The period is the
+wall time per step between those two marks (what a user waits: the driver's work between steps and
+any overlap included); the speed of each mode against in-process is the ratio of periods, round by
+round.
 """
 
 from __future__ import annotations
