@@ -185,7 +185,7 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
             "env": envs.get(compute["pid"], {}), "driver_env": envs.get(proc.pid, {}),
             "total_cpu_ms_per_step": sum(r["cpu_ms_per_step"] for r in rows),
             "wall_step_s": med("timing_s/step"), "gen_s": med("timing_s/gen"),
-            # steps per wall second between the two marks (the driver's logging and any overlap included)
+            # wall seconds per step between the two marks (the driver's logging and any overlap included)
             "period_s": (stamps[1] - stamps[0]) / n,
             "update_s": med("timing_s/update_actor"), "load": loads,
             "gen_cpu_s": med("perf/cpu_s/gen"), "update_cpu_s": med("perf/cpu_s/update_actor"),
@@ -373,7 +373,7 @@ def main(argv: List[str]) -> int:
               f"{r['compute']['sys_ms_per_step']:>7.1f} {r['compute']['minflt_per_step']:>7.0f} {r['compute']['threads']:>8} "
               f"{r['wall_step_p10_s'] * 1e3:>9.0f} {r['update_cpu_p10_s'] * 1e3:>15.1f}")
     modes = args.modes.split(",")
-    if "inproc" in modes:  # speed against in-process, by the period (steps per wall second), round by round
+    if "inproc" in modes:  # speed against in-process, by the period (wall seconds per step), round by round
         for mode in (m for m in modes if m != "inproc"):
             ratios = [base["period_s"] / r["period_s"] for base in results if base["mode"] == "inproc"
                       for r in results if r["mode"] == mode and r["round"] == base["round"]]

@@ -7,6 +7,8 @@ stop request arriving at a known moment). Counts start again with each `run()`. 
 actor update, before the weight sync), `ckpt_written` (worker files written, no manifest yet),
 `ckpt_manifest` (manifest written, not yet renamed), `ckpt_renamed` (renamed, latest file not yet
 updated), and `worker.METHOD` (on entry to that worker method, in the worker's own process).
+On the Ray path `sigterm:step:N` stops after step N+1 when step N sent step N+1's generation
+ahead (docs/reliability.md, "Stopping").
 """
 
 from __future__ import annotations

@@ -100,10 +100,28 @@ def step_by_step(ray_cluster, data_dir, tmp_path_factory):
 def test_a_ray_run_that_generates_ahead_equals_the_run_that_does_not(step_by_step, data_dir, tmp_path, monkeypatch):
     from verl_lite.trainer.run import run
 
+    from verl_lite.trainer.worker_group import PendingCall
+
     sent = counted_sends(monkeypatch)
+    unanswered: List[str] = []  # calls sent while an update_actor call had not been answered yet
+    submit = PendingCall.__init__
+    open_updates: List[PendingCall] = []
+
+    def track(self, group, method, refs=None, answers=None):
+        submit(self, group, method, refs=refs, answers=answers)
+        if any(u._answers is None for u in open_updates):
+            unanswered.append(method)
+        if method == "update_actor":
+            open_updates.append(self)
+
+    monkeypatch.setattr(PendingCall, "__init__", track)
     assert run(load_config(overrides(data_dir, tmp_path))) == 0
     assert sent == [1, 2, 5]  # not before validation (3), a checkpoint (4) or after the last step (6)
+    assert unanswered == ["generate_sequences"] * 3  # sent behind the update, before its answer
     assert_same(step_by_step, tmp_path)
+    ahead = rows(tmp_path)
+    assert all(ahead[s]["timing_s/gen_send"] > 0 for s in (1, 2, 5))
+    assert all("timing_s/gen_send" not in ahead[s] for s in (3, 4, 6))
 
 
 def test_a_stop_after_the_next_generation_was_sent_finishes_that_step_saves_and_resumes_to_the_same_run(
@@ -122,7 +140,8 @@ def test_a_stop_after_the_next_generation_was_sent_finishes_that_step_saves_and_
     monkeypatch.setattr(ppo_trainer.PPOTrainer, "_send_generation", send_then_stop)
     with caplog.at_level("WARNING", logger="verl_lite.trainer.ppo_trainer"):
         assert run(load_config(overrides(data_dir, tmp_path))) == 128 + 15
-    assert "finishing step 2 before stopping: its generation had already begun" in caplog.text
+    assert "finishing step 2 before stopping: its generation had already begun (the checkpoint will be of step 2)" \
+        in caplog.text
     assert sorted(rows(tmp_path)) == [1, 2]  # step 2 was finished, then saved; nothing ran after it
     assert (tmp_path / "global_step_2" / "driver_state.json").is_file()
     monkeypatch.setattr(ppo_trainer.PPOTrainer, "_send_generation", original)
@@ -183,6 +202,24 @@ def test_generation_does_not_go_ahead_in_process_under_dynamic_sampling_after_a_
     t = trainer_stub()
     t._generate_ahead = False
     assert not t._prefetch_allowed()
+
+
+def test_a_failure_to_send_the_next_generation_is_held_until_the_update_answers_and_names_that_step():
+    t = trainer_stub()
+    t.global_step = 4
+
+    def fail(plan):
+        raise ValueError("row 7 of the data has no prompt")
+
+    t._send_generation = fail
+    timing: Dict[str, float] = {}
+    error = t._send_ahead(None, timing)
+    assert isinstance(error, ValueError)
+    assert error.__notes__ == ["sending the generation of step 6 during step 5"]
+    assert timing["gen_send"] >= 0
+    t.stop.signum = 15  # not allowed: nothing is sent, nothing timed
+    timing = {}
+    assert t._send_ahead(None, timing) is None and timing == {}
 
 
 def test_the_switch_takes_0_or_1_and_names_a_bad_value(monkeypatch):

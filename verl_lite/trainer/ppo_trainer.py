@@ -190,7 +190,7 @@ class PPOTrainer(StepLoop):
         self.kl_ctrl_in_reward = (core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
                                   if cfg.algorithm.use_kl_in_reward else None)
         self._ahead: Optional[_Generation] = None  # the next step's generation, sent during this step (_prefetch_allowed)
-        self._generate_ahead = generate_ahead_enabled()
+        self._generate_ahead = generate_ahead_enabled()  # run() checked it before anything started
         self._step_plan: Optional[_StepPlan] = None
         self._last_step_end = 0.0
 
@@ -334,6 +334,22 @@ class PPOTrainer(StepLoop):
                 and not (t.save_freq > 0 and step % t.save_freq == 0)
                 and not is_profiled_step(self.cfg, step) and not is_profiled_step(self.cfg, nxt))
 
+    def _send_ahead(self, plan: "_StepPlan", timing: Dict[str, float]) -> Optional[BaseException]:
+        """Send the next step's generation when _prefetch_allowed; its seconds go to timing's gen_send.
+        A failure to prepare or send it is returned (with a note naming the next step), to be raised
+        once this step's update has answered, so that the update's own failure comes first."""
+        if not self._prefetch_allowed():
+            return None
+        t = time.perf_counter()
+        try:
+            self._ahead = self._send_generation(plan)
+        except Exception as e:
+            e.add_note(f"sending the generation of step {self.global_step + 2} during step {self.global_step + 1}")
+            return e
+        finally:
+            timing["gen_send"] = time.perf_counter() - t
+        return None
+
     def _send_generation(self, plan: "_StepPlan") -> "_Generation":
         fetches = int(self.cfg.data.train_batch_size) // prompts_per_fetch(self.cfg)
         return self._submit_generation(self._next_prompts(fetches), plan.sampling, plan.score_old, plan.score_ref)
@@ -423,13 +439,17 @@ class PPOTrainer(StepLoop):
             meta.update(on_policy=on_policy, sync_weights_version=self.global_step + 1)
             shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
             update = self.actor_wg.submit_shards("update_actor", shards, meta)
-            if self._prefetch_allowed():
-                self._ahead = self._send_generation(plan)
+            sending = self._send_ahead(plan, timing)
             metrics.update(_merge_rank_metrics(update.result()))
+            if sending is not None:  # the update answered: a failure to send the next generation is step t+1's
+                raise sending
             fault_point("step")
-        elif self._prefetch_allowed():
-            self._ahead = self._send_generation(plan)
-        timing["update_actor"] = time.perf_counter() - t
+        else:
+            sending = self._send_ahead(plan, timing)
+            if sending is not None:
+                raise sending
+        # the update's call alone: sending the next step's generation is timed apart (timing_s/gen_send)
+        timing["update_actor"] = time.perf_counter() - t - timing.get("gen_send", 0.0)
         self._last_step_end = time.perf_counter()
         timing["step"] = self._last_step_end - t0
         scores = gen["token_level_scores"].sum(-1)  # verl's critic/score: before the KL penalty
@@ -546,8 +566,8 @@ class PPOTrainer(StepLoop):
         self._profiling = False  # a recording of continuous profiled steps is open
         while self.global_step < self.total_steps and (not self.stop.requested or self._ahead is not None):
             if self.stop.requested:  # the stop came after the next step's generation was sent: that step is finished too
-                logger.warning("finishing step %d before stopping: its generation had already begun",
-                               self.global_step + 1)
+                logger.warning("finishing step %d before stopping: its generation had already begun (the checkpoint "
+                               "will be of step %d)", self.global_step + 1, self.global_step + 1)
             try:
                 with self.during("at step", self.global_step + 1):
                     step = self.global_step + 1

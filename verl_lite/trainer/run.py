@@ -39,7 +39,7 @@ from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
 from verl_lite.trainer.checkpoint import select_checkpoint
 from verl_lite.trainer.loop import StopRequest, total_steps
 from verl_lite.trainer.plot import plot_rewards
-from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
+from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer, generate_ahead_enabled
 from verl_lite.trainer.tracking import Tracking
 from verl_lite.trainer import tensor_transport
 from verl_lite.trainer.placement import NodeGroups, wait_for_cluster
@@ -179,6 +179,7 @@ def run(cfg: Any) -> int:
     fit: fault points, log redaction, early data and checkpoint checks, Ray, signal handling."""
     reset_faults()
     fault_spec()  # a malformed VERL_LITE_FAULT is refused before anything starts
+    generate_ahead_enabled()  # and so is a malformed VERL_LITE_GENERATE_AHEAD
     with redacted_logs():
         # Data, tokenizer, reward and the checkpoint to resume from first, with no torch import:
         # their errors come in about a second, before Ray starts and before any model is built.
