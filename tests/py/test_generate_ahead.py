@@ -13,7 +13,7 @@ import torch
 
 from verl_lite.config import load_config
 
-STEPS = 6
+from test_faults import STEPS, metrics as rows, overrides as fault_overrides, weights as model_weights
 
 
 @pytest.fixture(scope="module")
@@ -22,36 +22,18 @@ def data_dir(copy_task_data):
 
 
 def overrides(data_dir, out_dir, *extra: str) -> List[str]:
-    # validation after step 3 (and the last), checkpoints after 4 (and the last): generation is sent
-    # ahead during steps 1, 2 and 5 only
-    return [
-        f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/val.parquet",
-        "data.train_batch_size=4", "data.max_prompt_length=8", "data.max_response_length=3",
-        "actor_rollout_ref.actor.optim.lr=2e-3", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.rollout.n=4", "trainer.device=cpu", "trainer.n_gpus_per_node=1",
-        f"trainer.total_training_steps={STEPS}", "trainer.save_freq=4", "trainer.test_freq=3",
-        f"trainer.default_local_dir={out_dir}", "trainer.logger=[jsonl]", "trainer.plot_rewards=false", *extra,
-    ]
-
-
-def rows(out_dir: Path) -> Dict[int, dict]:
-    out: Dict[int, dict] = {}
-    for line in (out_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        assert row["step"] not in out, f"step {row['step']} logged twice"
-        out[row["step"]] = row
-    return out
+    """test_faults' run (6 steps of the copy task) with one mini-batch a step, validation after step 3 (and
+    the last) and checkpoints after 4 (and the last): the generation goes ahead during steps 1, 2 and 5
+    only. A key given again overrides the earlier value."""
+    return fault_overrides(data_dir, out_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16", "trainer.save_freq=4",
+                           "trainer.test_freq=3", *extra)
 
 
 def timing_free(row: dict) -> dict:
     """A metrics row without what measures time (those differ between any two runs)."""
     return {k: v for k, v in row.items()
             if not k.startswith(("timing_s/", "perf/cpu_s/")) and k not in ("perf/throughput", "perf/tokens_per_s")}
-
-
-def model_weights(out_dir: Path, step: int) -> Dict[str, torch.Tensor]:
-    return torch.load(out_dir / f"global_step_{step}" / "actor" / "model.pt", weights_only=True)["model"]
 
 
 def assert_same(a: Path, b: Path, steps=range(1, STEPS + 1), checkpoints=(4, STEPS)) -> None:
@@ -73,13 +55,15 @@ def counted_sends(monkeypatch) -> List[int]:
     from verl_lite.trainer.ppo_trainer import PPOTrainer
 
     sent: List[int] = []
-    original = PPOTrainer._send_generation
+    original = PPOTrainer._send_ahead
 
-    def send(self, plan):
-        sent.append(self.global_step + 1)
-        return original(self, plan)
+    def send(self, plan, timing):
+        failed = original(self, plan, timing)
+        if self._ahead is not None:
+            sent.append(self.global_step + 1)
+        return failed
 
-    monkeypatch.setattr(PPOTrainer, "_send_generation", send)
+    monkeypatch.setattr(PPOTrainer, "_send_ahead", send)
     return sent
 
 
@@ -129,22 +113,23 @@ def test_a_stop_after_the_next_generation_was_sent_finishes_that_step_saves_and_
     from verl_lite.trainer import ppo_trainer
     from verl_lite.trainer.run import run
 
-    original = ppo_trainer.PPOTrainer._send_generation
+    original = ppo_trainer.PPOTrainer._send_ahead
 
-    def send_then_stop(self, plan):  # the signal lands just after step 1 sent step 2's generation
-        pending = original(self, plan)
+    def send_then_stop(self, plan, timing):  # the signal lands just after step 1 sent step 2's generation
+        failed = original(self, plan, timing)
         if self.global_step == 0:
+            assert self._ahead is not None
             self.stop.signum = 15
-        return pending
+        return failed
 
-    monkeypatch.setattr(ppo_trainer.PPOTrainer, "_send_generation", send_then_stop)
+    monkeypatch.setattr(ppo_trainer.PPOTrainer, "_send_ahead", send_then_stop)
     with caplog.at_level("WARNING", logger="verl_lite.trainer.ppo_trainer"):
         assert run(load_config(overrides(data_dir, tmp_path))) == 128 + 15
     assert "finishing step 2 before stopping: its generation had already begun (the checkpoint will be of step 2)" \
         in caplog.text
     assert sorted(rows(tmp_path)) == [1, 2]  # step 2 was finished, then saved; nothing ran after it
     assert (tmp_path / "global_step_2" / "driver_state.json").is_file()
-    monkeypatch.setattr(ppo_trainer.PPOTrainer, "_send_generation", original)
+    monkeypatch.setattr(ppo_trainer.PPOTrainer, "_send_ahead", original)
     assert run(load_config(overrides(data_dir, tmp_path))) == 0  # resumes from step 2
     assert_same(step_by_step, tmp_path)
 

@@ -351,6 +351,8 @@ class PPOTrainer(StepLoop):
         return None
 
     def _send_generation(self, plan: "_StepPlan") -> "_Generation":
+        """The step's generate call (without dynamic sampling), sent: train_batch_size prompts, fetched
+        gen_batch_size at a time."""
         fetches = int(self.cfg.data.train_batch_size) // prompts_per_fetch(self.cfg)
         return self._submit_generation(self._next_prompts(fetches), plan.sampling, plan.score_old, plan.score_ref)
 
@@ -371,7 +373,7 @@ class PPOTrainer(StepLoop):
         if ahead is not None:
             gen, sampling_metrics = self._score_generation(ahead, timing, ahead=True), {}
         elif self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
-            gen, sampling_metrics = generate(int(cfg.data.train_batch_size) // prompts_per_fetch(cfg)), {}
+            gen, sampling_metrics = self._score_generation(self._send_generation(plan), timing), {}
         else:  # DAPO's dynamic sampling: rounds of gen_batch_size prompts until enough varied groups
             gen, sampling_metrics = self.dynamic.collect(lambda _round: generate(1))
         entropy = None
