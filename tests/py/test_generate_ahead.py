@@ -134,6 +134,36 @@ def test_a_stop_after_the_next_generation_was_sent_finishes_that_step_saves_and_
     assert_same(step_by_step, tmp_path)
 
 
+@pytest.mark.parametrize("setting", [
+    # two mini-batches: off-policy, so the generate call also scores the old log-probs (the main job's plan)
+    ["actor_rollout_ref.actor.ppo_mini_batch_size=2"],
+    # a critic (GAE) updated before the actor, one warm-up step with no actor update, and a KL loss
+    # against the reference model, whose log-probs the generate call scores too
+    ["algorithm.adv_estimator=gae", "trainer.critic_warmup=1", "actor_rollout_ref.actor.use_kl_loss=True",
+     "actor_rollout_ref.actor.kl_loss_coef=0.1", "critic.optim.lr=2e-3"],
+], ids=["two_mini_batches", "gae_critic_warmup_kl_loss"])
+def test_other_step_plans_generating_ahead_equal_their_runs_that_do_not(setting, data_dir, ray_cluster,
+                                                                           tmp_path, monkeypatch):
+    from verl_lite.trainer.run import run
+
+    runs = {}
+    for ahead in ("0", "1"):
+        out = tmp_path / f"ahead_{ahead}"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VERL_LITE_GENERATE_AHEAD", ahead)
+            sent = counted_sends(mp)
+            assert run(load_config(overrides(data_dir, out, *setting))) == 0
+        assert sent == ([] if ahead == "0" else [1, 2, 5])
+        runs[ahead] = out
+    assert_same(runs["0"], runs["1"])
+    first = rows(runs["1"])[1]
+    if "trainer.critic_warmup=1" in setting:  # the warm-up step ran no actor update, and the critic ran
+        assert "actor/pg_loss" not in first and "critic/vf_loss" in first
+        assert "actor/kl_loss" in rows(runs["1"])[2]
+    else:
+        assert first["actor/ppo_kl"] != 0  # the second mini-batch trained off the scored old log-probs
+
+
 # -- when the generation goes ahead: the decision alone ---------------------------------------------
 
 
