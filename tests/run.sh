@@ -4,6 +4,7 @@
 # Usage:
 #   bash tests/run.sh                 # everything (what CI runs)
 #   PYTEST_ARGS="-k trainer" bash tests/run.sh
+#   TEST_WORKERS=0 bash tests/run.sh  # pytest in one process (default: 2 pytest-xdist workers)
 #
 # Ray in tests runs locally with auth off and its own temp dir, so parallel or leftover
 # clusters on the machine are never joined.
@@ -23,9 +24,12 @@ export VERL_LITE_STRICT_SKIPS=1
 
 status=0
 start=$SECONDS
-# -rs: every skip prints its reason.
+# -rs: every skip prints its reason. -n: pytest-xdist workers (TEST_WORKERS, 2 by default: one a core
+# of CI's machine; 0 runs in this process), each test file whole on one worker (tests/py/conftest.py).
+workers=${TEST_WORKERS:-2}
+[[ $workers =~ ^[0-9]+$ ]] || { printf 'verl_lite: TEST_WORKERS=%s is not a number of workers (0, 1, 2, ...)\n' "$workers" >&2; exit 1; }
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of pytest options, split on purpose
-python3 -m pytest -q -rs ${PYTEST_ARGS:-} tests/py || status=$?
+python3 -m pytest -q -rs -n "$workers" ${PYTEST_ARGS:-} tests/py || status=$?
 # 5 = pytest collected no test: that is a failure of the suite, not a pass.
 if ((status != 0)); then
   printf 'verl_lite: pytest exited %d\n' "$status" >&2

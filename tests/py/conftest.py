@@ -15,6 +15,7 @@ dependency went missing and that its tests did not run.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -43,13 +44,16 @@ def megatron_core_installed() -> bool:
 
 
 ALLOWED_SKIP_MARKERS = ("gpu", "no_wheel", "verl_source")
-_allowed_skips: set = set()
+ALLOWED_SKIP_PROPERTY = "verl_lite_skip_allowed"
 _unexpected_skips: List[str] = []
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    _allowed_skips.update(item.nodeid for item in items
-                          if any(item.get_closest_marker(m) for m in ALLOWED_SKIP_MARKERS))
+    for item in items:
+        if any(item.get_closest_marker(m) for m in ALLOWED_SKIP_MARKERS):
+            # On the item's report, not in a set here: under pytest-xdist the workers collect and the
+            # controller, which reads the reports, never does.
+            item.user_properties.append((ALLOWED_SKIP_PROPERTY, True))
     if megatron_core_installed():
         return
     skip = pytest.mark.skip(reason=MEGATRON_MISSING)
@@ -63,7 +67,7 @@ def _strict_skips() -> bool:
 
 
 def pytest_runtest_logreport(report) -> None:
-    if report.skipped and _strict_skips() and report.nodeid not in _allowed_skips:
+    if report.skipped and _strict_skips() and (ALLOWED_SKIP_PROPERTY, True) not in report.user_properties:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _unexpected_skips.append(f"{report.nodeid}: {reason}")
 
@@ -122,6 +126,34 @@ def copy_task_data(tmp_path_factory) -> Callable[..., Path]:
     return get
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (tests/run.sh runs two workers): each test file goes whole to one worker, as
+    `--dist loadfile` sends it, so its module fixtures (a Ray cluster, a trained run) are made once;
+    and the files that share the Megatron world go together to one worker, so that the world (one
+    megatron import per rank for all of them) starts once, not on both."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndOneMegatronWorld(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "megatron_world" if uses_megatron_world(str(config.rootpath / path)) else path
+
+    return FilesAndOneMegatronWorld(config, log)
+
+
+@functools.lru_cache(maxsize=None)
+def uses_megatron_world(path: str) -> bool:
+    """Whether the test file at `path` asks for the shared Megatron world."""
+    file = Path(path)
+    return file.suffix == ".py" and "megatron_world(__name__)" in file.read_text(encoding="utf-8")
+
+
+# A port that free_port() found free can be taken by another process (a Ray node, the other pytest
+# worker) before rank 0 binds it: the ranks are started again on a new port, this many times in all.
+PORT_TRIES = 3
+
+
 @pytest.fixture(scope="session")
 def spawn_ranks(tmp_path_factory) -> Callable[..., List[Dict[str, Any]]]:
     """spawn_ranks(fn, name) -> [record of rank 0, record of rank 1]: runs fn(rank, 2, port, out_dir)
@@ -134,9 +166,17 @@ def spawn_ranks(tmp_path_factory) -> Callable[..., List[Dict[str, Any]]]:
 
         from verl_lite.device import free_port
 
-        out = tmp_path_factory.mktemp(name)
-        torch.multiprocessing.spawn(fn, args=(nprocs, free_port(), str(out)), nprocs=nprocs, join=True)
-        recs = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(nprocs)]
+        for attempt in range(PORT_TRIES):
+            out = tmp_path_factory.mktemp(name)
+            try:
+                torch.multiprocessing.spawn(fn, args=(nprocs, free_port(), str(out)), nprocs=nprocs, join=True)
+            except torch.multiprocessing.ProcessRaisedException as e:
+                if "EADDRINUSE" in str(e) and attempt + 1 < PORT_TRIES:
+                    continue
+                raise
+            recs = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(nprocs)]
+            if not any("EADDRINUSE" in rec.get("error", "") for rec in recs) or attempt + 1 == PORT_TRIES:
+                break
         for r, rec in enumerate(recs):
             assert "error" not in rec, f"rank {r} failed:\n{rec['error']}"
         return recs

@@ -55,7 +55,10 @@ def run_scenarios(rank: int, world: int, port: int, out_dir: str, named: Sequenc
     """The body of each spawned rank: one gloo group, then every scenario in turn; each one's record is
     saved to out_dir/<name>/rank<rank>.pt (with an "error" traceback if it raised)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    # The rendezvous is a file, not the port: the ranks start for seconds (megatron's import) before
+    # rank 0 would bind it, time enough for another process (the other pytest worker) to take it.
+    torch.distributed.init_process_group("gloo", init_method=f"file://{os.path.join(out_dir, 'rendezvous')}",
+                                         rank=rank, world_size=world)
     environ, path, rng = dict(os.environ), list(sys.path), torch.get_rng_state()
     for name, fn in named:
         folder = os.path.join(out_dir, name)

@@ -291,13 +291,19 @@ def _run_ranks(code: str, extra_path, tmp_path, world: int = 2, timeout=400):
     """`code` on `world` ranks (one process each, a gloo group set up from the environment)."""
     from verl_lite.device import free_port
 
+    from conftest import PORT_TRIES
+
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(p) for p in extra_path] + [str(REPO)])
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
-                              env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))) for rank in range(world)]
-    outs = [proc.communicate(timeout=timeout) for proc in procs]
+    env.update(WORLD_SIZE=str(world))
+    for attempt in range(PORT_TRIES):  # a new port when another process took the free one first
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                                  env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))) for rank in range(world)]
+        outs = [proc.communicate(timeout=timeout) for proc in procs]
+        if not any("EADDRINUSE" in err for _, err in outs):
+            break
     for proc, (_, err) in zip(procs, outs):
         assert proc.returncode == 0, err[-4000:]
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
