@@ -284,11 +284,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads of every system (OMP_NUM_THREADS)")
     p.add_argument("--work-dir", default="", help="data, logs and metrics (default: a new temp dir)")
     p.add_argument("--json", default="", help="also write every per-step record and the summary here")
+    p.add_argument("--from-json", default="", help="print the tables of a run saved with --json; run nothing")
     p.add_argument("--trl-worker", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     sys.path.insert(0, REPO_ROOT)
     if a.trl_worker:
         trl_worker(json.loads(a.trl_worker))
+        return 0
+    if a.from_json:
+        with open(a.from_json, encoding="utf-8") as f:
+            saved = json.load(f)
+        s = saved["settings"]
+        systems = [x for x in s["systems"].split(",") if x]
+        lengths = [int(x) for x in s["response_lengths"].split(",") if x]
+        report(saved["runs"], systems, lengths, s["warmup"], s["threads"])
         return 0
     systems = [s for s in a.systems.split(",") if s]
     bad = [s for s in systems if s not in SYSTEMS]
@@ -323,13 +332,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def round_ratios(runs: List[Dict], system: str, length: int, warmup: int) -> List[float]:
-    """tokens/s of `system` over TRL's in the same round: both ran minutes apart, under similar load."""
+def round_ratios(runs: List[Dict], system: str, length: int, warmup: int, base: str = "trl") -> List[float]:
+    """tokens/s of `system` over `base`'s (TRL's) in the same round: both ran minutes apart, under similar load."""
     out = []
     for r in runs:
         if r["system"] != system or r["response_length"] != length:
             continue
-        t = [x for x in runs if x["system"] == "trl" and x["round"] == r["round"] and x["response_length"] == length]
+        t = [x for x in runs if x["system"] == base and x["round"] == r["round"] and x["response_length"] == length]
         if t:
             mine, trl = summarise(r["steps"][warmup:]), summarise(t[0]["steps"][warmup:])
             out.append(mine["tokens_per_s"] / trl["tokens_per_s"])
@@ -347,19 +356,33 @@ def report(runs: List[Dict], systems: List[str], lengths: List[int], warmup: int
             if ratios:
                 row["round_ratios_vs_trl"] = ratios
                 row["ratio_vs_trl"] = statistics.median(ratios)
+            # at equal GDN kernel settings: TRL given verl_lite's chunk choice, so only the trainers differ
+            same_kernels = (round_ratios(runs, system, length, warmup, "trl_chunk_auto")
+                            if "trl_chunk_auto" in systems and system.startswith("verl_lite")
+                            and system != "verl_lite_chunk64" else [])
+            if same_kernels:
+                row["round_ratios_vs_trl_chunk_auto"] = same_kernels
+                row["ratio_vs_trl_chunk_auto"] = statistics.median(same_kernels)
             rows.append(row)
     loads = [r["load_before"][0] for r in runs] + [r["load_after"][0] for r in runs]
     print(f"\nmeasured steps per run: {len(runs[0]['steps']) - warmup}; runs per system and setting: "
           f"{max(r['round'] for r in runs) + 1}; 1-min load average during the runs: "
           f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cpus; torch threads per run: {threads}\n")
+    equal = "trl_chunk_auto" in systems
     print("| system | response tokens | s/step (median) | generated tokens/s | gen-only tokens/s | tokens/step "
-          "| ratio vs TRL (tokens/s, median of rounds) | per round |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| ratio vs TRL (tokens/s, median of rounds) | per round |"
+          + (" vs TRL with verl_lite's chunk (equal kernels) | per round |" if equal else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if equal else ""))
+
+    def ratio_cells(r: Dict, key: str) -> str:
+        ratio = f"{r['ratio_' + key]:.2f}x" if "ratio_" + key in r else "-"
+        each = " ".join(f"{x:.2f}" for x in r.get("round_ratios_" + key, [])) or "-"
+        return f" {ratio} | {each} |"
+
     for r in rows:
-        ratio = f"{r['ratio_vs_trl']:.2f}x" if "ratio_vs_trl" in r else "-"
-        each = " ".join(f"{x:.2f}" for x in r.get("round_ratios_vs_trl", [])) or "-"
         print(f"| {r['system']} | {r['response_length']} | {r['s_per_step']:.3f} | {r['tokens_per_s']:.0f} "
-              f"| {r['gen_tokens_per_s']:.0f} | {r['tokens_per_step']:.0f} | {ratio} | {each} |")
+              f"| {r['gen_tokens_per_s']:.0f} | {r['tokens_per_step']:.0f} |" + ratio_cells(r, "vs_trl")
+              + (ratio_cells(r, "vs_trl_chunk_auto") if equal else ""))
     timed = [r for r in rows if "timing_median" in r]
     if timed:
         print("\nverl_lite step breakdown, median s (timing_s/*):")
