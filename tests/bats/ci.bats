@@ -73,3 +73,10 @@ second step"
   refute_output --partial "never"
   assert_stderr_has "verl_lite: 'bash -c 'exit 3'' exited 3"
 }
+
+@test "tests/run.sh refuses a TEST_WORKERS that is not a number before any test runs" {
+  run_script -1 TEST_WORKERS=two TMPDIR="$BATS_TEST_TMPDIR" bash "$REPO/tests/run.sh"
+  assert_equal "$stderr" "verl_lite: TEST_WORKERS=two is not a number of workers (0, 1, 2, ...)"
+  assert_equal "$output" ""
+  [[ -z $(find "$BATS_TEST_TMPDIR" -maxdepth 1 -name 'verl_lite_ray.*') ]] || fail "the Ray temp dir was left behind"
+}
