@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import types
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 import torch
@@ -50,8 +50,9 @@ def assert_same(a: Path, b: Path, steps=range(1, STEPS + 1), checkpoints=(4, STE
         assert sa["sampler"] == sb["sampler"] and sa["global_step"] == sb["global_step"] == step
 
 
-def counted_sends(monkeypatch) -> List[int]:
-    """The steps during which the next step's generation was sent, as the run goes."""
+def counted_sends(monkeypatch, dp_sizes: Optional[List[int]] = None) -> List[int]:
+    """The steps during which the next step's generation was sent, as the run goes (and into `dp_sizes`,
+    the actor's data-parallel size at each send)."""
     from verl_lite.trainer.ppo_trainer import PPOTrainer
 
     sent: List[int] = []
@@ -61,6 +62,8 @@ def counted_sends(monkeypatch) -> List[int]:
         failed = original(self, plan, timing)
         if self._ahead is not None:
             sent.append(self.global_step + 1)
+            if dp_sizes is not None:
+                dp_sizes.append(self.actor_wg.dp_size)
         return failed
 
     monkeypatch.setattr(PPOTrainer, "_send_ahead", send)
@@ -141,17 +144,19 @@ def test_a_stop_after_the_next_generation_was_sent_finishes_that_step_saves_and_
     # against the reference model, whose log-probs the generate call scores too
     ["algorithm.adv_estimator=gae", "trainer.critic_warmup=1", "actor_rollout_ref.actor.use_kl_loss=True",
      "actor_rollout_ref.actor.kl_loss_coef=0.1", "critic.optim.lr=2e-3"],
-], ids=["two_mini_batches", "gae_critic_warmup_kl_loss"])
+    # two data-parallel workers: the update and the next generation are sent to both
+    ["trainer.n_gpus_per_node=2"],
+], ids=["two_mini_batches", "gae_critic_warmup_kl_loss", "dp2"])
 def test_other_step_plans_generating_ahead_equal_their_runs_that_do_not(setting, data_dir, ray_cluster,
                                                                            tmp_path, monkeypatch):
     from verl_lite.trainer.run import run
 
-    runs = {}
+    runs, dp_sizes = {}, []
     for ahead in ("0", "1"):
         out = tmp_path / f"ahead_{ahead}"
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("VERL_LITE_GENERATE_AHEAD", ahead)
-            sent = counted_sends(mp)
+            sent = counted_sends(mp, dp_sizes)
             assert run(load_config(overrides(data_dir, out, *setting))) == 0
         assert sent == ([] if ahead == "0" else [1, 2, 5])
         runs[ahead] = out
@@ -160,6 +165,8 @@ def test_other_step_plans_generating_ahead_equal_their_runs_that_do_not(setting,
     if "trainer.critic_warmup=1" in setting:  # the warm-up step ran no actor update, and the critic ran
         assert "actor/pg_loss" not in first and "critic/vf_loss" in first
         assert "actor/kl_loss" in rows(runs["1"])[2]
+    elif "trainer.n_gpus_per_node=2" in setting:
+        assert dp_sizes == [2, 2, 2]
     else:
         assert first["actor/ppo_kl"] != 0  # the second mini-batch trained off the scored old log-probs
 
