@@ -152,8 +152,9 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
         if steps_done(metrics) >= marks[0]:
             stamps.append(time.perf_counter())
             snaps.append(tree(proc.pid))
-            envs = {pid: process_env(pid) for pid, q in snaps[-1].items()
-                    if pid == proc.pid or _is_worker(q)}
+            if len(snaps) == 1:  # at the warm-up mark: at the last step the worker is already shutting down
+                envs = {pid: process_env(pid) for pid, q in snaps[-1].items()
+                        if pid == proc.pid or _is_worker(q)}
             loads.append(os.getloadavg()[0])
             marks.pop(0)
         time.sleep(0.02)
@@ -171,7 +172,7 @@ def run(mode: str, data_dir: str, run_dir: str, args) -> Dict[str, Any]:
                          "cpu_ms_per_step": (p["cpu_s"] - a[pid]["cpu_s"]) / n * 1e3,
                          "sys_ms_per_step": (p["sys_s"] - a[pid]["sys_s"]) / n * 1e3,
                          "minflt_per_step": (p["minflt"] - a[pid]["minflt"]) / n,
-                         "threads": len(p["threads"]),
+                         "threads": len(a[pid]["threads"]),  # at the warm-up mark, as the env above
                          "busy_threads": sorted(((t[0], round((t[1] - a[pid]["threads"].get(tid, (0, 0))[1]) / n * 1e3, 2))
                                                  for tid, t in p["threads"].items()), key=lambda x: -x[1])[:4]})
     rows.sort(key=lambda r: -r["cpu_ms_per_step"])
