@@ -412,6 +412,72 @@ def test_a_ray_worker_that_raises_runs_out_of_memory_or_hangs_fails_the_call_nam
     wait_for(lambda: not alive([pid]), 20, f"worker pid {pid} to exit after shutdown")
 
 
+def ranked_worker_class():
+    """A light worker whose ranks join one gloo group as the trainer's workers do (workers._setup_process)."""
+
+    class RankedWorker:
+        def __init__(self, cfg, rank, world_size, master_addr, master_port, device, threads):
+            from types import SimpleNamespace
+
+            from verl_lite.trainer.workers import _setup_process
+
+            _setup_process(SimpleNamespace(trainer=SimpleNamespace(seed=0)), rank, world_size, master_addr,
+                           master_port, device, threads)
+            self.rank = rank
+
+        def ready(self):
+            return True
+
+        def topology(self):
+            return {"dp_rank": self.rank, "dp_size": 2, "leader": True}
+
+        def work(self):
+            import torch
+            import torch.distributed as dist
+
+            t = torch.tensor([self.rank + 1.0])
+            dist.all_reduce(t)
+            return dist.get_world_size(), int(os.environ["MASTER_PORT"]), float(t)
+
+    return RankedWorker
+
+
+def test_a_rendezvous_port_taken_before_rank_0_listens_starts_the_ranks_again_on_a_new_port(
+        ray_here, monkeypatch, caplog):
+    import logging
+    import socket
+
+    import verl_lite.trainer.worker_group as wg_mod
+    from verl_lite.device import free_port
+    from verl_lite.trainer.worker_group import WorkerError, WorkerGroup
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # another job's listener on the picked port
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    picks: List[int] = []
+    monkeypatch.setattr(wg_mod, "free_port", lambda: picks.append(port if not picks else free_port()) or picks[-1])
+    caplog.set_level(logging.WARNING, logger=wg_mod.logger.name)
+    try:
+        monkeypatch.setattr(wg_mod, "PORT_TRIES", 1)
+        with pytest.raises(WorkerError, match=r"ranked rank 0 (\(pid \d+\) )?failed in __init__: .*EADDRINUSE"):
+            WorkerGroup(ranked_worker_class(), "ranked", {}, 2, "cpu", use_ray=True, init_timeout_s=120)
+        assert picks == [port]
+
+        picks.clear()
+        monkeypatch.setattr(wg_mod, "PORT_TRIES", 3)
+        group = WorkerGroup(ranked_worker_class(), "ranked", {}, 2, "cpu", use_ray=True, init_timeout_s=120)
+        try:
+            assert len(picks) == 2 and picks[0] == port != picks[1]
+            assert group.call_all("work") == [(2, picks[1], 3.0)] * 2
+        finally:
+            group.shutdown()
+        assert (f"ranked: port {port} on 127.0.0.1 was taken before rank 0 listened on it; starting the 2 ranks "
+                "again on a new port (try 2 of 3)") in caplog.text
+    finally:
+        taken.close()
+
+
 @pytest.mark.megatron
 def test_an_interrupted_megatron_run_resumes_to_the_same_weights_and_metrics(data_dir, tmp_path):
     # megatron sets NVTE_* variables in os.environ; conftest's autouse fixture puts the env back.

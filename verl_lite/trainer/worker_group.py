@@ -55,6 +55,9 @@ class NodeLostError(WorkerError):
         self.node = node
 
 
+# Tries at starting a worker group's ranks when rank 0 finds its rendezvous port taken (EADDRINUSE).
+PORT_TRIES = 3
+
 # How long a worker's death may precede the head marking its node dead (Ray's health checks).
 NODE_DEATH_GRACE_S = 20.0
 
@@ -71,14 +74,13 @@ class WorkerGroup:
         self.call_timeout_s = call_timeout_s
         self.pids: List[Optional[int]] = []
         self.nodes: List[Optional[str]] = [None] * world_size
-        port = free_port()
         master = "127.0.0.1"
         if placement is not None:
             if placement.slots != world_size:
                 raise ValueError(f"{name}: {world_size} ranks for a placement of {placement.slots} devices")
             master = placement.master_addr()
             self.nodes = [placement.node_of(rank) for rank in range(world_size)]
-        args = lambda rank: (cfg, rank, world_size, master, port, device, threads)  # noqa: E731
+        args = lambda rank, port: (cfg, rank, world_size, master, port, device, threads)  # noqa: E731
         cls = with_fault_hook(cls)
         if use_ray:
             import ray
@@ -86,9 +88,22 @@ class WorkerGroup:
             actor_cls = ray.remote(defer_init_errors(cls))
             where = ((lambda rank: worker_resources(device)) if placement is None  # noqa: E731
                      else (lambda rank: placement.options(rank, share)))
-            self.workers = [actor_cls.options(max_restarts=0, max_task_retries=0, **where(rank)).remote(*args(rank))
-                            for rank in range(world_size)]
-            self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
+            for attempt in range(1, PORT_TRIES + 1):
+                port = free_port()
+                self.workers = [actor_cls.options(max_restarts=0, max_task_retries=0, **where(rank))
+                                .remote(*args(rank, port)) for rank in range(world_size)]
+                try:
+                    self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
+                    break
+                except WorkerError as e:
+                    # The port was free when picked here, and another process bound it before rank 0's
+                    # process group listened on it (the ranks' imports take seconds): a new port.
+                    self.shutdown()
+                    if world_size == 1 or "EADDRINUSE" not in str(e) or attempt == PORT_TRIES:
+                        raise
+                    logger.warning("%s: port %d on %s was taken before rank 0 listened on it; starting the %d "
+                                   "ranks again on a new port (try %d of %d)", name, port, master, world_size,
+                                   attempt + 1, PORT_TRIES)
             self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
             logger.info("%s: %d rank(s) ready, pids %s", name, world_size, self.pids)
         else:
@@ -96,7 +111,7 @@ class WorkerGroup:
                 raise ValueError(f"trainer.ray=false runs one in-process worker; {name} needs {world_size} ranks "
                                  f"(set trainer.ray=true or a single-device layout)")
             try:
-                self.workers = [cls(*args(0))]
+                self.workers = [cls(*args(0, free_port()))]
             except Exception as e:
                 raise WorkerError(f"{name} rank 0 failed in __init__: {type(e).__name__}: {e}") from e
             self.pids = [None]
