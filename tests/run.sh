@@ -17,7 +17,6 @@ ray_tmp=$(mktemp -d "${TMPDIR:-/tmp}/verl_lite_ray.XXXXXX")
 trap 'rm -rf "$ray_tmp"' EXIT
 export RAY_AUTH_MODE=disabled RAY_TMPDIR=$ray_tmp
 unset RAY_ADDRESS  # a cluster named in the caller's environment is never joined by tests
-export PYTHONDONTWRITEBYTECODE=1
 # Every dependency of the suite is installed by the README's test command: a test that skips for a
 # missing one fails the run (tests marked gpu, no_wheel or verl_source may skip; tests/py/conftest.py).
 export VERL_LITE_STRICT_SKIPS=1
