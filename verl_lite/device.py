@@ -158,6 +158,14 @@ def device_available(device: str, probe: Optional[Probe] = None) -> bool:
     return True
 
 
+def init_one_rank_group(backend: str) -> None:
+    """torch.distributed's default group for a run of one process (what Megatron and fully_shard need),
+    its rendezvous in this process's memory: no port to pick, so none another process can take first."""
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now, for a process group's rendezvous."""
     import socket

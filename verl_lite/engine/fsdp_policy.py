@@ -31,7 +31,7 @@ def ensure_one_rank_group(device: str, role: str) -> None:
     """A one-process group for a single rank that needs fully_shard (no group of its own)."""
     import torch.distributed as dist
 
-    from verl_lite.device import DIST_BACKENDS, free_port
+    from verl_lite.device import DIST_BACKENDS, init_one_rank_group
 
     if dist.is_initialized():
         return
@@ -40,8 +40,7 @@ def ensure_one_rank_group(device: str, role: str) -> None:
                            "worker must call init_process_group before the engine's initialize()")
     logger.info("%s: single rank with FSDP2 settings that need fully_shard: starting a one-process %s group",
                 role, DIST_BACKENDS[device])
-    dist.init_process_group(DIST_BACKENDS[device], init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
-                            world_size=1)
+    init_one_rank_group(DIST_BACKENDS[device])
 
 
 def build_mesh(device_type: str, fsdp_size: Any, world: int):

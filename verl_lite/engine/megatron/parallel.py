@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from typing import Any, Dict
 
 import torch
 
 from verl_lite.decisions.layout import span_problem
-from verl_lite.device import DIST_BACKENDS
+from verl_lite.device import DIST_BACKENDS, init_one_rank_group
 from verl_lite.engine.megatron import cpu as megatron_cpu
 
 logger = logging.getLogger(__name__)
@@ -31,12 +30,9 @@ def ensure_process_group(compute_device: str, role: str) -> None:
             f"torch.distributed is not initialized but WORLD_SIZE={os.environ['WORLD_SIZE']}: the worker "
             "must call init_process_group (gloo on cpu) before MegatronLMEngine.initialize()"
         )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     backend = DIST_BACKENDS[compute_device]
     logger.info("%s: single-rank run, starting a one-process %s group", role, backend)
-    torch.distributed.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    init_one_rank_group(backend)
 
 
 def prepare_device(compute_device: str) -> None:
