@@ -166,10 +166,11 @@ def init_one_rank_group(backend: str) -> None:
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now, for a process group's rendezvous."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now ("" for every interface of this machine), for a process group's
+    rendezvous."""
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])

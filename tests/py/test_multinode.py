@@ -219,6 +219,22 @@ def test_the_duplicate_check_catches_two_ranks_on_one_device(two_nodes):
     assert duplicate_devices(infos) and "ranks 0 and 1 both open device" in duplicate_devices(infos)[0]
 
 
+def test_rank_0s_rendezvous_port_is_picked_on_rank_0s_node_not_the_drivers(two_nodes):
+    import ray
+
+    from verl_lite.trainer.worker_group import WorkerError, port_on_node
+
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    here = ray.get_runtime_context().get_node_id()
+    assert len(nodes) == 2 and here in nodes
+    for node in nodes:  # the driver's node in this process, the other through a task pinned to it
+        port, checked = port_on_node(node)
+        assert checked == node and 1024 <= port < 65536
+    gone = "ab" * 28  # a node id no node of the cluster has
+    with pytest.raises(WorkerError, match="could not pick a rendezvous port on rank 0's node abababab"):
+        port_on_node(gone, timeout_s=20)
+
+
 def test_the_fully_async_pools_split_every_node_between_training_and_rollout(two_nodes):
     """1 training + 2 rollout devices on each of the 2 nodes of 3 (the 4 + 12 of 16 layout, scaled)."""
     from verl_lite.trainer.placement import NodeGroups

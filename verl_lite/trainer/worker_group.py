@@ -55,6 +55,30 @@ class NodeLostError(WorkerError):
         self.node = node
 
 
+def _free_port_here() -> Tuple[int, str]:
+    import ray
+
+    return free_port(""), ray.get_runtime_context().get_node_id()
+
+
+def port_on_node(node_id: str, timeout_s: float = 120.0) -> Tuple[int, str]:
+    """(a TCP port free now on node `node_id`, the node that checked): rank 0's rendezvous port is
+    picked on rank 0's node, not on the driver's (what is free here says nothing of another host).
+    The driver's own node is asked in this process; another node through a zero-CPU task pinned to it."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if node_id == ray.get_runtime_context().get_node_id():
+        return _free_port_here()
+    try:
+        task = ray.remote(num_cpus=0, max_retries=0)(_free_port_here).options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+        return tuple(ray.get(task.remote(), timeout=timeout_s))
+    except Exception as e:
+        raise WorkerError(f"could not pick a rendezvous port on rank 0's node {node_id[:8]}: "
+                          f"{type(e).__name__}: {e}") from e
+
+
 # Tries at starting a worker group's ranks when rank 0 finds its rendezvous port taken (EADDRINUSE).
 PORT_TRIES = 3
 
@@ -89,7 +113,7 @@ class WorkerGroup:
             where = ((lambda rank: worker_resources(device)) if placement is None  # noqa: E731
                      else (lambda rank: placement.options(rank, share)))
             for attempt in range(1, PORT_TRIES + 1):
-                port = free_port()
+                port = free_port() if placement is None else port_on_node(placement.node_of(0))[0]
                 self.workers = [actor_cls.options(max_restarts=0, max_task_retries=0, **where(rank))
                                 .remote(*args(rank, port)) for rank in range(world_size)]
                 try:
