@@ -4,7 +4,9 @@
 Usage:
   python bench/ray_overhead.py                      # 3 rounds x (ray, inproc), 60 steps, 3-token responses
   python bench/ray_overhead.py --probe              # the driver's and a Ray worker's thread/env settings
-  python bench/ray_overhead.py --transport          # a batch's round trip: Ray's tensor pickling vs verl_lite's
+  python bench/ray_overhead.py --transport          # a batch's round trip: Ray's tensor pickling vs verl_lite's,
+                                                    # then verl_lite's by payload, right away and after compute
+  python bench/ray_overhead.py --driver-gap --steps 80   # the driver's work the worker waits through, timed
   python bench/ray_overhead.py --modes ray,ray+env --ray-env RAY_enable_worker_prestart=0
   python bench/ray_overhead.py --rounds 6 --steps 100 --modes ray,ray+env,inproc --ray-env VERL_LITE_GENERATE_AHEAD=0
   python bench/ray_overhead.py --response-length 16 --rounds 2 --steps 80
@@ -35,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "bench"))
@@ -305,16 +307,21 @@ def transport(args) -> int:
                     back = ray.get(actor.echo.remote(batch))
                 assert torch.equal(back["advantages"], batch["advantages"])
                 out.setdefault(name, []).append(((time.perf_counter() - t) / n * 1e3, (time.thread_time() - c) / n * 1e3))
-        # the same call when the actor computes for 20 ms first (both ends idle meanwhile, as in a step)
+        # the call by payload, right away and when the actor computes for 20 ms first (both ends idle
+        # meanwhile, as in a step), verl_lite's transport on
+        payloads = {"no tensor": {"x": 1}, "one 1-element tensor": {"x": torch.zeros(1)},
+                    "the batch's bytes as one tensor": {"x": torch.cat([v.reshape(-1).float() for v in batch.values()])},
+                    "the batch (8 tensors)": batch}
         for rnd in range(args.rounds):
             for work in (0.0, 0.02):
-                for _ in range(10):
-                    ray.get(actor.echo.remote(batch, work))
-                t, n = time.perf_counter(), 100
-                for _ in range(n):
-                    ray.get(actor.echo.remote(batch, work))
-                out.setdefault(f"the same, after {work * 1e3:.0f} ms of compute", []).append(
-                    (((time.perf_counter() - t) / n - work) * 1e3, float("nan")))
+                for label, payload in payloads.items():
+                    for _ in range(10):
+                        ray.get(actor.echo.remote(payload, work))
+                    t, n = time.perf_counter(), 100
+                    for _ in range(n):
+                        ray.get(actor.echo.remote(payload, work))
+                    out.setdefault(f"{label}, after {work * 1e3:.0f} ms of compute", []).append(
+                        (((time.perf_counter() - t) / n - work) * 1e3, float("nan")))
         loads = os.getloadavg()[0]
     finally:
         _end_ray(started)
@@ -323,8 +330,72 @@ def transport(args) -> int:
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     for name, xs in out.items():
         cpu = med([x[1] for x in xs])
-        print(f"  {name:<40} {med([x[0] for x in xs]):6.2f} ms per call"
+        print(f"  {name:<56} {med([x[0] for x in xs]):6.2f} ms per call"
               + ("" if cpu != cpu else f", driver thread CPU {cpu:6.2f} ms"))  # nan: not measured
+    return 0
+
+
+def driver_gap(args) -> int:
+    """The main job on the Ray path run in this process, with timers around the driver's work between
+    the generation's answer and the update's call (the stretch the worker waits through every step):
+    the answer's fetch, the reward, the advantages, the rest up to the call, and sending it."""
+    import statistics
+
+    from verl_lite.main import main as train
+    from verl_lite.trainer import ppo_trainer, worker_group
+    from verl_lite.trainer.algos import advantages
+
+    now = time.perf_counter
+    cur: Dict[str, float] = {}
+    steps: List[Dict[str, float]] = []
+
+    def timed(owner: Any, name: str, key: str, after: Optional[Callable[[float, Any], None]] = None) -> None:
+        fn = getattr(owner, name)
+
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t = now()
+            out = fn(*a, **k)
+            cur[key] = cur.get(key, 0.0) + now() - t
+            if after is not None:
+                after(now(), a)
+            return out
+
+        setattr(owner, name, wrapper)
+
+    def answered(t: float, a: Any) -> None:
+        if a[0].method == "generate_sequences":
+            cur["answered"] = t
+
+    timed(worker_group.PendingCall, "batch", "fetch", answered)
+    timed(ppo_trainer.PPOTrainer, "_score", "reward")
+    timed(advantages, "compute_advantage", "advantages")
+    submit = worker_group.WorkerGroup.submit_shards
+
+    def submit_shards(self: Any, method: str, *a: Any, **k: Any) -> Any:
+        t = now()
+        out = submit(self, method, *a, **k)
+        if method == "update_actor" and "answered" in cur:
+            steps.append({"answer to call": t - cur["answered"], "reward": cur.get("reward", 0.0),
+                          "advantages": cur.get("advantages", 0.0), "send": now() - t})
+        cur.clear()
+        return out
+
+    worker_group.WorkerGroup.submit_shards = submit_shards
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data")
+        subprocess.run([sys.executable, "-m", "verl_lite.data.synthetic", "--out-dir", data], check=True,
+                       cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        rc = train(verl_lite_overrides(data, os.path.join(tmp, "run"), args.response_length, args.steps, True)
+                   + list(args.override))
+    if rc != 0 or len(steps) <= args.warmup:
+        print(f"bench: the run exited {rc} after {len(steps)} steps", file=sys.stderr)
+        return 1
+    kept = steps[args.warmup:]
+    print(f"driver between the generation's answer and the update's call, steps {args.warmup}-{len(steps)}, "
+          f"load {os.getloadavg()[0]:.2f}: median (10th-90th percentile) ms")
+    for key in kept[0]:
+        xs = sorted(x[key] * 1e3 for x in kept)
+        print(f"  {key:<16} {statistics.median(xs):6.2f}  ({xs[len(xs) // 10]:.2f}-{xs[9 * len(xs) // 10]:.2f})")
     return 0
 
 
@@ -341,7 +412,11 @@ def main(argv: List[str]) -> int:
     p.add_argument("--probe", action="store_true", help="only print the driver's and a Ray worker's settings")
     p.add_argument("--transport", action="store_true",
                    help="only time a batch's round trip to a Ray actor with Ray's default tensor pickling and verl_lite's")
+    p.add_argument("--driver-gap", action="store_true",
+                   help="only time, inside the driver, the work between the generation's answer and the update's call")
     args = p.parse_args(argv)
+    if args.driver_gap:
+        return driver_gap(args)
     if args.probe:
         return probe(args)
     if args.transport:
