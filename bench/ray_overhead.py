@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "bench"))
@@ -335,10 +335,18 @@ def transport(args) -> int:
     return 0
 
 
+def task_data(tmp: str) -> str:
+    """The synthetic copy task's parquet files under tmp/data, written by its own command."""
+    data = os.path.join(tmp, "data")
+    subprocess.run([sys.executable, "-m", "verl_lite.data.synthetic", "--out-dir", data], check=True,
+                   cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    return data
+
+
 def driver_gap(args) -> int:
     """The main job on the Ray path run in this process, with timers around the driver's work between
     the generation's answer and the update's call (the stretch the worker waits through every step):
-    the answer's fetch, the reward, the advantages, the rest up to the call, and sending it."""
+    from the answer to the call (the reward and the advantages within it), and sending it."""
     import statistics
 
     from verl_lite.main import main as train
@@ -349,24 +357,26 @@ def driver_gap(args) -> int:
     cur: Dict[str, float] = {}
     steps: List[Dict[str, float]] = []
 
-    def timed(owner: Any, name: str, key: str, after: Optional[Callable[[float, Any], None]] = None) -> None:
+    def timed(owner: Any, name: str, key: str) -> None:
         fn = getattr(owner, name)
 
         def wrapper(*a: Any, **k: Any) -> Any:
             t = now()
             out = fn(*a, **k)
             cur[key] = cur.get(key, 0.0) + now() - t
-            if after is not None:
-                after(now(), a)
             return out
 
         setattr(owner, name, wrapper)
 
-    def answered(t: float, a: Any) -> None:
-        if a[0].method == "generate_sequences":
-            cur["answered"] = t
+    batch = worker_group.PendingCall.batch
 
-    timed(worker_group.PendingCall, "batch", "fetch", answered)
+    def answer(self: Any) -> Any:  # when the generation's answer is in the driver's hands
+        out = batch(self)
+        if self.method == "generate_sequences":
+            cur["answered"] = now()
+        return out
+
+    worker_group.PendingCall.batch = answer
     timed(ppo_trainer.PPOTrainer, "_score", "reward")
     timed(advantages, "compute_advantage", "advantages")
     submit = worker_group.WorkerGroup.submit_shards
@@ -382,9 +392,7 @@ def driver_gap(args) -> int:
 
     worker_group.WorkerGroup.submit_shards = submit_shards
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "data")
-        subprocess.run([sys.executable, "-m", "verl_lite.data.synthetic", "--out-dir", data], check=True,
-                       cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        data = task_data(tmp)
         rc = train(verl_lite_overrides(data, os.path.join(tmp, "run"), args.response_length, args.steps, True)
                    + list(args.override))
     if rc != 0 or len(steps) <= args.warmup:
@@ -425,9 +433,7 @@ def main(argv: List[str]) -> int:
                             text=True).stdout.strip()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "data")
-        subprocess.run([sys.executable, "-m", "verl_lite.data.synthetic", "--out-dir", data], check=True,
-                       cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+        data = task_data(tmp)
         for rnd in range(args.rounds):
             for mode in args.modes.split(","):
                 r = run(mode, data, os.path.join(tmp, f"{mode}{rnd}"), args)
