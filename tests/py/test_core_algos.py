@@ -97,6 +97,38 @@ def test_grpo_rejects_an_index_of_the_wrong_length():
         ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "b"])
 
 
+
+def verl_grpo_loop(scores, uids, epsilon=1e-6):
+    """verl's compute_grpo_outcome_advantage's definition, row by row: each group's scores stacked in row
+    order, torch.mean and torch.std of that 1-D tensor, a group of one mean 0 and std 1."""
+    groups = {}
+    for i, uid in enumerate(uids):
+        groups.setdefault(uid, []).append(scores[i])
+    stats = {uid: (torch.tensor(0.0), torch.tensor(1.0)) if len(rows) == 1
+             else (torch.mean(torch.stack(rows)), torch.std(torch.stack(rows))) for uid, rows in groups.items()}
+    out = scores.clone()
+    for i, uid in enumerate(uids):
+        out[i] = (scores[i] - stats[uid][0]) / (stats[uid][1] + epsilon)
+    return out
+
+
+def test_grpo_equals_verls_row_by_row_definition_to_the_bit_even_where_float32_rounding_shows():
+    # 7 equal scores of 1/3: their float32 mean is not exactly 1/3, so verl's advantage is not 0 but
+    # rounding over (std + 1e-6); a float64 or dim-wise reduction would give other numbers there
+    g = torch.Generator().manual_seed(0)
+    cases = [(torch.full((7,), 1 / 3), [0] * 7)]
+    for n, groups in ((8, 16), (5, 3), (16, 2)):
+        uids = torch.randint(0, groups, (n * groups,), generator=g).tolist()
+        cases.append((torch.randn(n * groups, generator=g), uids))
+        cases.append((torch.randint(0, 4, (n * groups,), generator=g).float() / 3, [str(u) for u in uids]))
+    rounding_shown = False
+    for scores, uids in cases:
+        adv, _ = ca.compute_grpo_outcome_advantage(scores.unsqueeze(-1), torch.ones(len(uids), 1), uids)
+        want = verl_grpo_loop(scores, uids)
+        assert torch.equal(adv[:, 0], want), (adv[:, 0] - want).abs().max()
+        rounding_shown |= bool((want != 0).any() and len(set(uids)) == 1)
+    assert rounding_shown  # the first case is the one where the reduction's rounding decides
+
 # ---------------------------------------------------------------------------- GAE
 
 

@@ -62,11 +62,7 @@ def _groups(index: Sequence[Hashable], batch: int) -> Dict[Hashable, List[int]]:
 
 def _group_ids(index: Sequence[Hashable], batch: int) -> torch.Tensor:
     """(B,) long: the group number 0..G-1 of each response."""
-    group_of = {}
-    for g, rows in enumerate(_groups(index, batch).values()):
-        for i in rows:
-            group_of[i] = g
-    return torch.tensor([group_of[i] for i in range(batch)], dtype=torch.long)
+    return core_algos.group_ids(index, batch)[0]
 
 
 def _reward_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
