@@ -91,6 +91,11 @@ def test_grpo_groups_numpy_and_tensor_uids_by_value():
     assert torch.equal(as_tensor, expected)
 
 
+def test_grpo_of_an_empty_batch_is_empty():
+    adv, returns = ca.compute_grpo_outcome_advantage(torch.zeros(0, 3), torch.zeros(0, 3), [])
+    assert adv.shape == returns.shape == (0, 3)
+
+
 def test_grpo_rejects_an_index_of_the_wrong_length():
     rewards, mask, _ = grpo_batch()
     with pytest.raises(ValueError, match="index has 2 uids but token_level_rewards has 4 rows"):

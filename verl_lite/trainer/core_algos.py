@@ -97,7 +97,8 @@ def compute_grpo_outcome_advantage(
             else:
                 means.append(group.mean())
                 stds.append(group.std())  # unbiased (n - 1)
-        mean, std = torch.stack(means), torch.stack(stds)
+        empty = torch.zeros(0, dtype=scores.dtype)  # no rows: no groups
+        mean, std = (torch.stack(means), torch.stack(stds)) if means else (empty, empty)
         centred = scores - mean[g]
         advantages = centred / (std[g] + epsilon) if norm_adv_by_std_in_grpo else centred
         advantages = advantages.unsqueeze(-1) * response_mask
