@@ -102,7 +102,6 @@ def test_grpo_rejects_an_index_of_the_wrong_length():
         ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "b"])
 
 
-
 def verl_grpo_loop(scores, uids, epsilon=1e-6):
     """verl's compute_grpo_outcome_advantage's definition, row by row: each group's scores stacked in row
     order, torch.mean and torch.std of that 1-D tensor, a group of one mean 0 and std 1."""
@@ -133,6 +132,7 @@ def test_grpo_equals_verls_row_by_row_definition_to_the_bit_even_where_float32_r
         assert torch.equal(adv[:, 0], want), (adv[:, 0] - want).abs().max()
         rounding_shown |= bool((want != 0).any() and len(set(uids)) == 1)
     assert rounding_shown  # the first case is the one where the reduction's rounding decides
+
 
 # ---------------------------------------------------------------------------- GAE
 

@@ -80,7 +80,7 @@ def compute_grpo_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         g, groups = group_ids(index, scores.shape[0])
-        # Each group's mean and std are torch's of the group as a 1-D float32 tensor, as in verl's loop
+        # Each group's mean and std are torch's of the group as a 1-D tensor, as in verl's loop
         # (a dim-wise or float64 reduction differs in the last bit, which a group of equal scores
         # turns into an advantage of up to ~0.03 through the 1e-6 epsilon); the rest is elementwise.
         # Contiguous slices of the scores sorted by group keep it at ~8 us a group (the loop over rows
