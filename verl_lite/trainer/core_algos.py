@@ -13,7 +13,7 @@ its `agg_loss` as `dp_size`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -105,17 +105,22 @@ def compute_grpo_outcome_advantage(
     return advantages, advantages
 
 
-def group_ids(index: Sequence[Hashable], batch: int) -> Tuple[torch.Tensor, int]:
-    """((B,) long group number of each response, numbered in order of first appearance; the number of
-    groups). Responses sharing a uid (`index[i]`, compared as Python values) form a group."""
+def uid_values(index: Sequence[Hashable], batch: int) -> List[Hashable]:
+    """The prompt uid of each of the `batch` responses as a Python value (a list, numpy array or
+    tensor of them); a length other than `batch` is refused."""
     if len(index) != batch:
         raise ValueError(
             f"index has {len(index)} uids but token_level_rewards has {batch} rows; give one uid per response"
         )
     # A tensor's elements hash by identity: compare uids as Python values.
-    uids = index.tolist() if hasattr(index, "tolist") else list(index)
+    return index.tolist() if hasattr(index, "tolist") else list(index)
+
+
+def group_ids(index: Sequence[Hashable], batch: int) -> Tuple[torch.Tensor, int]:
+    """((B,) long group number of each response, numbered in order of first appearance; the number of
+    groups). Responses sharing a uid (`index[i]`, compared as Python values) form a group."""
     first: Dict[Hashable, int] = {}
-    ids = [first.setdefault(uid, len(first)) for uid in uids]
+    ids = [first.setdefault(uid, len(first)) for uid in uid_values(index, batch)]
     return torch.tensor(ids, dtype=torch.long), len(first)
 
 

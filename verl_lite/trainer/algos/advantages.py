@@ -49,13 +49,8 @@ def get_adv_estimator_fn(name: str) -> AdvEstimator:
 
 def _groups(index: Sequence[Hashable], batch: int) -> Dict[Hashable, List[int]]:
     """Row numbers of each prompt uid, in order of first appearance."""
-    if len(index) != batch:
-        raise ValueError(f"index has {len(index)} uids but token_level_rewards has {batch} rows; "
-                         "give one uid per response")
-    # A tensor's elements hash by identity: compare uids as Python values.
-    uids = index.tolist() if hasattr(index, "tolist") else list(index)
     groups: Dict[Hashable, List[int]] = defaultdict(list)
-    for i, uid in enumerate(uids):
+    for i, uid in enumerate(core_algos.uid_values(index, batch)):
         groups[uid].append(i)
     return groups
 
