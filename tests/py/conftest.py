@@ -8,7 +8,8 @@ test checks for it itself.
 
 With VERL_LITE_STRICT_SKIPS=1 (tests/run.sh, and so CI, sets it) a skip fails the run unless the
 test is marked `gpu` (needs an accelerator), `no_wheel` (a package with no wheel for this
-platform) or `verl_source` (a checkout of verl's repository, which no pip install provides):
+platform), `verl_source` (a checkout of verl's repository, which no pip install provides) or
+`ascend_source` (clones of MindSpeed and the other Ascend-stack repositories, likewise):
 everything else the suite needs is installed by the README's test command, so a skip there means a
 dependency went missing and that its tests did not run.
 """
@@ -43,7 +44,7 @@ def megatron_core_installed() -> bool:
         return False
 
 
-ALLOWED_SKIP_MARKERS = ("gpu", "no_wheel", "verl_source")
+ALLOWED_SKIP_MARKERS = ("gpu", "no_wheel", "verl_source", "ascend_source")
 ALLOWED_SKIP_PROPERTY = "verl_lite_skip_allowed"
 _unexpected_skips: List[str] = []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from verl_lite.config.generated import ascend_facts
 from verl_lite.config.devices import DEVICE_MEMORY
 
 STRATEGIES = ("fsdp", "megatron")
@@ -77,6 +78,7 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
     "critic.strategy": STRATEGIES + (None,),
     "trainer.device": DEVICES,
     "trainer.device_name": DEVICE_NAMES + (None,),
+    "trainer.ascend_stack": ("auto",) + ascend_facts.STACKS,
     "trainer.memory_check": MEMORY_CHECKS,
     "algorithm.adv_estimator": ADV_ESTIMATORS,
     "actor_rollout_ref.actor.policy_loss.loss_mode": POLICY_LOSS_MODES,

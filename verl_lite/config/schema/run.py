@@ -351,6 +351,12 @@ class TrainerConfig:
     n_gpus_per_node: int = 1
     # Device to train on: auto probes npu, then cuda, else cpu; gpu (any case) is accepted as cuda.
     device: str = "auto"
+    # device npu: the documented Ascend stack the nodes run (docs/ascend.md): core_r0.16.0 (Megatron-LM 0.16 +
+    # MindSpeed core_r0.16.0) or core_r0.18.0 (Megatron-LM core_v0.18.0 + MindSpeed/MegatronAdaptor core_r0.18.0 +
+    # MindSpeed-Bridge); auto = the installed MindSpeed's, found by its files; with none installed (a laptop's
+    # check) core_r0.18.0 when use_ascend_gdn=True (USE_MINDSPEED_BRIDGE=True), else core_r0.16.0. The check and
+    # the engines read what the stack offers from config/generated/ascend_facts.json. verl_lite's own key.
+    ascend_stack: str = "auto"
     # The accelerator model, for the check's memory prediction (docs/memory.md): one of the table in
     # config/devices.py (H100-80GB, H200, H20, A100-80GB, A100-40GB, H800-80GB, 910B, 910B4, 910C).
     # null = detected where the workers run (nvidia-smi / npu-smi, `check --training`), else assumed
