@@ -21,7 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.megatron
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOUBLE_DIR = Path(__file__).resolve().parent / "mindspeed_double"
+DOUBLE_DIR = Path(__file__).resolve().parent / "mindspeed_double" / "core_r0.16.0"
 
 SCENARIO = textwrap.dedent("""
     import json, sys

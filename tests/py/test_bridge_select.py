@@ -26,7 +26,7 @@ from verl_lite.registry import BRIDGES
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLES = REPO / "tests" / "py" / "megatron_bridge_double"
-MINDSPEED_DOUBLE = REPO / "tests" / "py" / "mindspeed_double"
+MINDSPEED_DOUBLE = REPO / "tests" / "py" / "mindspeed_double" / "core_r0.16.0"
 REGISTERED = [k[0] for k in BRIDGES.keys()]
 PREFIX = "actor_rollout_ref.actor.megatron"
 QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}
@@ -167,35 +167,68 @@ def _run(code: str, extra_path, tmp_path, timeout=240):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _model_dir(tmp_path, config, weights=True):
+def _checkpoint(tmp_path, kind: str):
+    """A tiny seeded HF checkpoint (config.json + model.safetensors: the external builds load them) and its
+    tensors (also in tmp_path/state.pt, for the spawned process): `qwen3` (Qwen3ForCausalLM) or `qwen3_5_moe`
+    (Qwen3_5MoeForConditionalGeneration, the tower included)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    if kind == "qwen3":
+        config = Qwen3Config(vocab_size=48, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                             architectures=["Qwen3ForCausalLM"])
+        model = Qwen3ForCausalLM(config)
+    else:
+        from test_qwen3_5_vl_megatron import MOE, _hf_class, tiny_config
+
+        config = tiny_config(MOE)
+        model = _hf_class(MOE)(config)
     d = tmp_path / "model"
-    d.mkdir(exist_ok=True)
-    (d / "config.json").write_text(json.dumps(config))
-    if weights:
-        (d / "model.safetensors").write_bytes(b"")  # the external builds need the file, the double reads none
-    return d
+    config.save_pretrained(d)
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(d / "model.safetensors"))
+    torch.save(state, tmp_path / "state.pt")
+    return d, state
 
 
 def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
-    model = _model_dir(tmp_path, {**QWEN3, "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-                                  "num_key_value_heads": 2, "vocab_size": 48})
+    """AutoBridge as verl drives it, on a tiny Qwen3 checkpoint: the double builds a real megatron-core GPTModel
+    (bf16, so inside Float16Module as Megatron-Bridge's get_model wraps it), loads the safetensors and exports
+    every HF tensor; the build is marked with the GPT forward convention."""
+    model, state = _checkpoint(tmp_path, "qwen3")
     out = _run(f"""
         import json, sys, torch
         from verl_lite.decisions.bridge_choice import installed_here
+        res = {{"installed": installed_here(), "megatron_imported_by_probe": "megatron" in sys.modules}}
+        from verl_lite.device import init_one_rank_group
+        from verl_lite.engine.megatron import batch as megatron_batch, parallel
         from verl_lite.engine.megatron.bridges import select
         from verl_lite.engine.megatron.bridges.base import UnsupportedModelError
+        init_one_rank_group("gloo")
+        parallel.prepare_device("cpu")
+        from megatron.core import parallel_state as mpu
+        mpu.initialize_model_parallel(1, 1)
+        parallel.seed("cpu", 1)
         hf = json.load(open({str(model / 'config.json')!r}))
-        res = {{"installed": installed_here(), "megatron_imported_by_probe": "megatron" in sys.modules}}
         meg = {{"use_mbridge": True, "vanilla_mbridge": False, "override_transformer_config": {{"recompute_num_layers": 1}}}}
         sel = select.select_bridge(meg, hf, "cuda", {str(model)!r})
         b = sel.external
-        b.configure({{"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1}}, {{"recompute_num_layers": 1}},
+        b.configure({{"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1}}, {{"recompute_num_layers": 1}},
                     torch.bfloat16)
         chunks = b.build()
+        res["convention"] = megatron_batch.mark_forward_convention(chunks, "cuda")
+        res["wrapped"] = [type(c).__name__ + "/" + type(megatron_batch.innermost(c)).__name__ for c in chunks]
         b.load(chunks)
-        names = [n for n, _ in b.export(chunks)]
+        exported = dict(b.export(chunks))
+        res["names"] = sorted(exported)
+        res["dtypes"] = sorted({{str(v.dtype) for v in exported.values()}})
+        checkpoint = torch.load({str(tmp_path / 'state.pt')!r})
+        res["bf16_equal"] = all(torch.equal(exported[k], v.to(torch.bfloat16)) for k, v in checkpoint.items())
         import megatron.bridge._double as d
-        res.update(kind=sel.choice.kind, names=names, events=d.EVENTS[:] and [(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
+        res.update(kind=sel.choice.kind, events=[(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
         # A GDN switch on a provider that does not declare it: Megatron-Bridge refuses it by name.
         b2 = select.select_bridge(meg, hf, "cuda", {str(model)!r}).external
         try:
@@ -223,24 +256,37 @@ def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
     assert [k for k in kinds if k in order] == order
     events = dict(out["events"])
     assert events["to_megatron_provider"]["load_weights"] == "False"
+    assert events["to_megatron_provider"]["bridge"] == "Qwen3Bridge"
     assert events["provide_distributed_model"]["wrap_with_ddp"] == "False"  # verl_lite wraps in its own DDP
-    assert events["provide_distributed_model"]["tp"] == "2" and events["provide_distributed_model"]["bf16"] == "True"
+    assert events["provide_distributed_model"]["tp"] == "1" and events["provide_distributed_model"]["bf16"] == "True"
     assert "'recompute_num_layers': 1" in events["apply_overrides_and_finalize"]["overrides"]
     assert "'variable_seq_lengths': True" in events["apply_overrides_and_finalize"]["overrides"]
     assert events["load_weights_hf_to_megatron"]["path"] == str(model)
-    assert out["names"] == ["model.embed_tokens.weight", "lm_head.weight"]
+    assert out["convention"] == "gpt" and out["wrapped"] == ["Float16Module/GPTModel"]
+    assert out["names"] == sorted(state) and out["dtypes"] == ["torch.bfloat16"] and out["bf16_equal"]
     assert "has no attribute 'use_ascend_gdn'" in out["unknown_override"]
     assert "critic" in out["critic"] and "strategy=fsdp" in out["critic"]
     assert out["mbridge"] == [br.MBRIDGE, "from_config", "set_extra_args", "get_model", "load_weights"]
 
 
 def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(tmp_path):
-    """The real MindSpeed engine (a ref, so no DDP/optimizer on the double's stand-in chunks)
-    initializes through Megatron-Bridge's AutoBridge with MindSpeed-Bridge, then exports."""
-    shape = json.loads((REPO / "verl_lite" / "assets" / "shapes" / "Qwen3.5-35B-A3B.json").read_text())
-    model = _model_dir(tmp_path, shape)
+    """The real MindSpeed engine (a ref: frozen, no optimizer) initializes through Megatron-Bridge's AutoBridge
+    with MindSpeed-Bridge on a tiny Qwen3.5-MoE checkpoint: MindSpeed-Bridge's Qwen3VLModel is built, loaded,
+    called in its convention (log-probs as transformers'), and exports the checkpoint."""
+    import torch
+    from megatron_world import padded_batch, response_log_probs
+    from test_qwen3_5_vl_megatron import MOE, _hf_class, tiny_config
+
+    model, state = _checkpoint(tmp_path, "qwen3_5_moe")
+    batch = padded_batch(3, 12, 4, left_pad={0: 5, 2: 2}, ended_early=(1,), seed=3, vocab=400)
+    torch.save(batch, tmp_path / "batch.pt")
+    hf_model = _hf_class(MOE)(tiny_config(MOE)).eval()  # transformers' log-probs here: MindSpeed's double stands
+    hf_model.load_state_dict(state)  # in for fla in the spawned process, and its kernel takes bf16 only
+    with torch.no_grad():
+        reference = response_log_probs(hf_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                                position_ids=batch["position_ids"]).logits, batch)
     out = _run(f"""
-        import json, sys
+        import json, sys, torch
         res = {{}}
         import mindspeed._double as ms
         try:
@@ -250,7 +296,7 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
         from omegaconf import OmegaConf
         from verl_lite.config.schema import VerlLiteConfig
         from verl_lite.engine.megatron import mindspeed as engine_ms
-        from verl_lite.engine.megatron.bridges import select
+        from verl_lite.engine.megatron import batch as megatron_batch
         engine_ms.MindSpeedEngineMixin.internals_device = "cpu"
         cfg = OmegaConf.structured(VerlLiteConfig)
         sec = cfg.actor_rollout_ref
@@ -259,10 +305,18 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
         sec.actor.megatron.override_transformer_config = {{"use_triton_gdn": False, "use_ascend_gdn": True}}
         engine = engine_ms.MindSpeedLMEngine(sec.model, sec.ref, None, "npu", "ref")
         engine.initialize()  # the ref: the model built and loaded through AutoBridge, frozen, no optimizer
-        names = [name for name, _ in engine.export_hf_weights()]
+        exported = dict(engine.export_hf_weights())
+        checkpoint = torch.load({str(tmp_path / 'state.pt')!r})
+        inner = megatron_batch.innermost(engine.model[0])
+        batch = torch.load({str(tmp_path / 'batch.pt')!r})
+        log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
         import megatron.bridge._double as d
-        res.update(kind=engine.external.kind, names=names, vocab=engine.layout.vocab, frozen=not any(
+        res.update(kind=engine.external.kind, names=sorted(exported), vocab=engine.layout.vocab, frozen=not any(
             p.requires_grad for c in engine.model for p in c.parameters()), mindspeed=ms.kinds(),
+            bitwise=all(torch.equal(exported[k], v) for k, v in checkpoint.items()),
+            model=type(inner).__module__ + "." + type(inner).__name__, packed=engine.remove_padding,
+            convention=megatron_batch.convention_of(engine.model[0]),
+            log_probs=log_probs.tolist(),
             bridge=[(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
         print(json.dumps(res))
     """, [DOUBLES, MINDSPEED_DOUBLE], tmp_path, timeout=400)
@@ -281,10 +335,17 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
     resolved = dict(events)["to_megatron_provider"]
     assert resolved["bridge"] == "Qwen35MoeNpuBridge" and resolved["provider"] == "Qwen35NpuProvider"
     assert "'use_ascend_gdn': True" in dict(events)["apply_overrides_and_finalize"]["overrides"]
-    assert out["kind"] == br.MEGATRON_BRIDGE and out["frozen"] and out["vocab"] == 248320
+    assert out["kind"] == br.MEGATRON_BRIDGE and out["frozen"] and out["vocab"] == 512
     assert kinds.index("provide_distributed_model") < kinds.index("load_weights_hf_to_megatron")
     assert dict(events)["load_weights_hf_to_megatron"]["path"].endswith("/model")
-    assert out["names"] == ["model.embed_tokens.weight", "lm_head.weight"]  # export goes through the bridge
+    # MindSpeed-Bridge's Qwen3VLModel, in Megatron-Bridge's convention; GDN layers on megatron-core 0.16: auto decides
+    # padded (its GatedDeltaNet takes no THD)
+    assert out["model"] == "mindspeed_bridge.models.qwen_vl.modelling_qwen3_vl.model.Qwen3VLModel"
+    assert out["convention"] == "qwen3_vl" and out["packed"] is False
+    assert [dict(data)["packed"] for kind, data in events if kind == "qwen3_vl_forward"] == ["False"]
+    gap = (torch.tensor(out["log_probs"]) - reference)[batch["response_mask"].bool()].abs().max().item()
+    assert gap < 1e-5, gap
+    assert out["names"] == sorted(state) and out["bitwise"]  # export goes through the bridge
 
 
 def _run_ranks(code: str, extra_path, tmp_path, world: int = 2, timeout=400):
@@ -312,9 +373,9 @@ def _run_ranks(code: str, extra_path, tmp_path, world: int = 2, timeout=400):
 def test_an_error_on_the_external_bridge_path_names_the_roles_own_key(tmp_path):
     """Through Megatron-Bridge the engine sets the built chunks up as it does its own bridges' (one DDP
     wrap, one optimizer build): a training actor of an MoE model at TP=2 without sequence parallelism is
-    refused naming actor_rollout_ref.actor.megatron, not a bare `megatron`."""
-    shape = json.loads((REPO / "verl_lite" / "assets" / "shapes" / "Qwen3.5-35B-A3B.json").read_text())
-    model = _model_dir(tmp_path, shape)
+    refused naming actor_rollout_ref.actor.megatron, not a bare `megatron` (after the real build and load at
+    TP=2 of a tiny Qwen3.5-MoE checkpoint)."""
+    model, _ = _checkpoint(tmp_path, "qwen3_5_moe")
     outs = _run_ranks(f"""
         import json, torch
         torch.distributed.init_process_group("gloo")

@@ -496,12 +496,48 @@ def test_npu_batch_invariant_attention_with_context_parallelism_is_rejected():
         NPU_35B
         + megatron("actor", 2, 2, 2, 8, 1)
         + megatron("ref", 2, 2, 2, 8, 1)
-        + ["trainer.n_gpus_per_node=32", f"+{OTC}.use_flash_attn_npu_batch_invariant=True"]
+        + ["trainer.n_gpus_per_node=32", f"+{OTC}.use_flash_attn_npu_batch_invariant=True",
+           "trainer.ascend_stack=core_r0.16.0"]  # the stack that has the batch-invariant attention
     )
     found = problems(overrides)
     assert [p for p in found if "use_flash_attn_npu_batch_invariant does not work with context parallelism (CP=2)" in p]
     # context parallelism itself is refused too (actor and ref), until the Megatron forward splits sequences
     assert len(found) == 3 and sum("context_parallel_size=2: context parallelism is not supported" in p for p in found) == 2
+
+
+def test_what_the_named_ascend_stack_lacks_is_refused_naming_the_stack_and_where_it_exists():
+    found = problems(NPU_35B + ["trainer.ascend_stack=core_r0.18.0", f"+{OTC}.use_flash_attn_npu_batch_invariant=True",
+                                f"+{OTC}.use_naive_l2norm=True", f"+{OTC}.fp8=e4m3",
+                                f"+{OTC}.fp8_reuse_quantized_weight=True"])
+    assert [p for p in found if p.startswith("actor: fp8_reuse_quantized_weight=True: MindSpeed core_r0.18.0 has no "
+                                             "mindspeed.te.pytorch.fp8.reuse (it parses the flag, ")]
+    assert "actor: use_flash_attn_npu_batch_invariant=True: MindSpeed core_r0.18.0 has no batch-invariant feature " \
+           "(its flags are gone); core_r0.16.0 has it: remove the setting or use that stack" in found
+    assert not [p for p in found if "use_naive_l2norm" in p]  # verl passes it there too: a warning, not a problem
+    warned = preflight.collect_warnings(load_config(NPU_35B + ["trainer.ascend_stack=core_r0.18.0",
+                                                               f"+{OTC}.use_naive_l2norm=True"]))
+    assert "actor: use_naive_l2norm=True has no effect on Ascend stack core_r0.18.0: MindSpeed core_r0.18.0 has no " \
+           "--use-naive-l2norm and its GatedDeltaNet always takes its Triton l2norm (the same formula); verl's " \
+           "core_r0.16.0-era scripts set it" in warned
+    on_16 = problems(NPU_35B + ["trainer.ascend_stack=core_r0.16.0", f"+{OTC}.use_naive_l2norm=True",
+                                f"+{OTC}.context_parallel_algo=hybrid_adaptive_cp_algo"])
+    assert on_16 == []  # both exist on core_r0.16.0
+    retired = problems(NPU_35B + ["trainer.ascend_stack=core_r0.18.0", f"+{OTC}.context_parallel_algo=adaptive_cp_algo"])
+    assert [p for p in retired if "context_parallel_algo='adaptive_cp_algo' is not an algorithm of MindSpeed "
+                                  "core_r0.18.0 (retired there): one of hybrid_cp_algo, kvallgather_cp_algo, "
+                                  "megatron_cp_algo, ulysses_cp_algo" in p], retired
+    _, bad = compose_config(NPU_35B + ["trainer.ascend_stack=core_r0.17.0"])
+    assert bad == ["trainer.ascend_stack='core_r0.17.0' is not supported: choose one of auto, core_r0.16.0, "
+                   "core_r0.18.0 (did you mean 'core_r0.18.0'?)"]
+
+
+def test_use_naive_l2norm_on_core_r0_16_0_builds_mindspeeds_gated_delta_net_and_the_check_says_so(tmp_path):
+    result = _check_1(tmp_path, "run_qwen3_5_35b.sh", f"+{OTC}.use_naive_l2norm=True", DEVICE="npu")
+    assert result.returncode == 0, result.stderr
+    # actor and ref (the ref's megatron section follows the actor's)
+    assert result.stdout.count("  GDN layers  : MindSpeed's GatedDeltaNet (mindspeed.core.ssm.gated_delta_net:"
+                               "GatedDeltaNet, swapped in: use_naive_l2norm=True (Ascend/MindSpeed@e4772499:") == 2
+    assert "packed where fla_npu imports on the nodes" in result.stdout
 
 
 def test_an_invalid_device_value_is_reported_by_the_check():
@@ -740,29 +776,55 @@ SCRIPTS = [
 @pytest.mark.parametrize("script,shape,layout,dims", SCRIPTS)
 def test_check_1_on_the_qwen3_5_scripts_for_npu_prints_bridge_kernel_and_the_shipped_shape(tmp_path, script, shape,
                                                                                             layout, dims):
-    result = _check_1(tmp_path, script, DEVICE="npu", USE_MINDSPEED_BRIDGE="True")
+    """USE_MINDSPEED_BRIDGE=False (the default): the core_r0.16.0 stack, verl_lite's own bridge, and the fla
+    name MindSpeed stands in on the nodes, whatever this laptop has installed."""
+    result = _check_1(tmp_path, script, DEVICE="npu")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert f"shape         : shipped {shape} (source: " in out and f"the model path is not readable here): {dims}" in out
     assert out.count(f": {layout}") == 2  # actor and ref, checked against the shape's heads, experts, layers
+    assert "ascend stack  : core_r0.16.0: Megatron-LM 0.16 + MindSpeed core_r0.16.0" in out
     assert out.count("engine      : verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine") == 2
     assert out.count("  bridge      : verl_lite registry (Qwen3_5MoeForConditionalGeneration)") == 2
-    assert "where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge" in out
-    assert out.count("  GDN kernel  : Ascend flash_gated_delta_rule (flash-linear-attention-npu) (takes packed input)") == 2
+    assert out.count("  GDN kernel  : fla.ops.gated_delta_rule.chunk_gated_delta_rule as MindSpeed core_r0.16.0 "
+                     "replaces it: mindspeed.core.ssm.ops.flash_gated_delta_rule.flash_gated_delta_rule with fla_npu, "
+                     "else mindspeed.core.ssm.chunk_gated_delta_rule.chunk_gated_delta_rule without fla_npu (takes "
+                     "packed input)") == 2
     # a ...ForConditionalGeneration checkpoint: its bridge builds the tower (transformers' default vision
     # config where config.json, here the text-only shape, has none); text-only micro-batches pack on the
-    # Ascend kernel, those with images run padded
+    # kernel behind the fla name, those with images run padded
     assert out.count("  vision tower: replicated on every TP rank (not tensor-parallel), on the first pipeline "
                      "stage\n") == 2
-    assert out.count("batches     : packed (auto): MindSpeed flash attention (TND); GDN layers: the Ascend kernel "
-                     "(cu_seqlens); micro-batches with images run padded") == 2
+    assert out.count("batches     : packed (auto): MindSpeed flash attention (TND); GDN layers: the fla name, "
+                     "MindSpeed's kernel on npu (cu_seqlens); micro-batches with images run padded") == 2
     assert (
         "critic        : not used (algorithm.adv_estimator=grpo); its engine would be megatron -> "
         "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine" in out
     )
     repatch = [line for line in out.splitlines() if line.startswith("  repatch     : ")]
+    assert len(repatch) == 2 and "'use_flash_attn': True" in repatch[0] and "use_ascend_gdn" not in repatch[0]
+
+
+@pytest.mark.parametrize("script,shape,layout,dims", SCRIPTS)
+def test_check_1_with_the_mindspeed_bridge_names_the_core_r0_18_0_stack_and_megatron_bridge(tmp_path, script, shape,
+                                                                                            layout, dims):
+    """USE_MINDSPEED_BRIDGE=True: MindSpeed-Bridge's stack (core_r0.18.0, megatron-core 0.18), where Qwen3.5 is
+    built by Megatron-Bridge + MindSpeed-Bridge (verl_lite's own Qwen3.5 layers mirror megatron-core 0.16's), so
+    a laptop without them says the nodes need them, and what of that stack no source shows."""
+    result = _check_1(tmp_path, script, DEVICE="npu", USE_MINDSPEED_BRIDGE="True")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count(f": {layout}") == 2
+    assert "ascend stack  : core_r0.18.0: Megatron-LM core_v0.18.0 + MindSpeed and MegatronAdaptor core_r0.18.0" in out
+    assert "(unverified, no source reachable: MegatronAdaptor, TransformerEngineNPU, MindSpeed-Bridge" in out
+    assert out.count("  bridge      : Megatron-Bridge AutoBridge (not installed on this machine: the training nodes "
+                     "need Megatron-Bridge and MindSpeed-Bridge) + MindSpeed-Bridge") == 2
+    assert out.count("  GDN layers  : built by MindSpeed-Bridge's Qwen3.5 bridge; use_triton_gdn=False, "
+                     "use_ascend_gdn=True choose its kernel (unverified: ") == 2
+    assert "MindSpeed core_r0.18.0 replaces megatron's GatedDeltaNet with mindspeed.core.ssm.gated_delta_net:" \
+           "GatedDeltaNet (always; Ascend/MindSpeed@4213c913:" in out
+    repatch = [line for line in out.splitlines() if line.startswith("  repatch     : ")]
     assert len(repatch) == 2 and "'use_ascend_gdn': True" in repatch[0] and "'use_triton_gdn': False" in repatch[0]
-    assert "'use_flash_attn': True" in repatch[0]
 
 
 @pytest.mark.parametrize("script,layout", [
@@ -807,7 +869,7 @@ def test_the_397b_script_on_cuda_spreads_the_rollout_experts_and_fits_80_gb(tmp_
 ])
 def test_check_1_refuses_a_layout_the_shipped_shape_cannot_take_with_the_arithmetic(tmp_path, script, knobs,
                                                                                      arithmetic):
-    result = _check_1(tmp_path, script, DEVICE="npu", USE_MINDSPEED_BRIDGE="True", **knobs)
+    result = _check_1(tmp_path, script, DEVICE="npu", **knobs)  # verl_lite's own bridge (core_r0.16.0)
     assert result.returncode == 1
     assert arithmetic.format(home=tmp_path) in result.stderr, result.stderr
     assert "Traceback" not in result.stderr

@@ -22,7 +22,7 @@ from test_trainer import data_dir, read_metrics, run_training, tiny_overrides  #
 
 pytestmark = pytest.mark.megatron
 
-DOUBLE = Path(__file__).resolve().parent / "mindspeed_double"
+DOUBLE = Path(__file__).resolve().parent / "mindspeed_double" / "core_r0.16.0"
 TOL = 2e-5  # fp32: packed and padded differ only in summation order
 QWEN3, DENSE, MOE = "tiny-qwen3", "tiny-qwen3_5", "tiny-qwen3_5-moe"
 # (model, tp, pp): TP=2 runs with sequence parallelism (the default); PP=2 (TP=1) with Qwen3 only: the
@@ -136,11 +136,18 @@ def _scenario(rank, rec, out_dir):
     _compare(rec, "critic", make_critic, batches, key="values", loss_fn=value_loss)
     mpu.destroy_model_parallel()
 
-    # the Ascend GDN kernel (its CPU double) on npu takes the packed sequences with cu_seqlens: auto packs
-    from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
+    # the Ascend GDN kernel (core_r0.16.0's entry, its CPU double) on npu takes the packed sequences with
+    # cu_seqlens: auto packs. The plain engine with device npu, given the entry as the MindSpeed engines give it.
+    from mindspeed.core.ssm import _reference as double
+
+    from verl_lite.decisions import ascend_stack
 
     class NpuOnCpu(MegatronLMEngine):  # device npu for the kernel and packing choice, tensors on CPU
         compute_device = "cpu"
+
+        def _configure_gdn(self, tf_config):
+            tf_config.ascend_kernel = ascend_stack.ascend_kernel_entry(ascend_stack.Stack("core_r0.16.0", "test"))
+            tf_config.gdn_kernel_dtype = torch.bfloat16
 
     def make_ascend(packed):
         model, actor = _sections(DENSE, 2, 1, remove_padding=None if packed else False,

@@ -1,36 +1,37 @@
-"""MindSpeed (NPU) engines on CPU against the MindSpeed contract double.
+"""MindSpeed (NPU) engines on CPU against the MindSpeed contract double of each documented Ascend stack
+(core_r0.16.0 and core_r0.18.0, the `stack` parameter: tests/py/mindspeed_double/<stack>).
 
-Spawned gloo processes, each with tests/py/mindspeed_double first on sys.path:
+Spawned gloo processes, each with that stack's double first on sys.path:
 - `_order_scenario` (two ranks) builds the npu actor, ref and critic through the engine registry,
   their megatron internals on CPU (`MindSpeedEngineMixin.internals_device = "cpu"`), trains,
   offloads, and keeps the double's event log;
 - `_critic_alone_scenario` (one rank) builds the critic as the only engine of its process, as a
-  Ray critic worker does, with FP8 on and weight reuse off, and moves it;
-- `_failure_scenario` reproduces each upstream failure with the naive call order or plan, then
-  shows the engines' way (build_repatch_dict, repatch before parallel init) passing.
+  Ray critic worker does, with FP8 on, and moves it;
+- `_failure_scenario` reproduces each upstream failure with the naive call order or plan where the
+  stack has it, then shows the engines' way (build_repatch_dict, repatch before parallel init) passing,
+  and the stack's refusals (FP8 weight reuse everywhere; batch-invariant mode where the stack lacks it).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import traceback
 import types
-from pathlib import Path
 
 import pytest
 import torch
+from ascend_doubles import STACKS, double_dir
 
 from verl_lite.engine.megatron.mindspeed import MindSpeedLMEngine
 
-DOUBLE_DIR = str(Path(__file__).resolve().parent / "mindspeed_double")
 B, T, R = 2, 8, 3
 OVERRIDES = {
     "attention_backend": "flash",  # a string, as users type it
     "use_ascend_gdn": True,  # what USE_MINDSPEED_BRIDGE=True adds on npu
     "use_triton_gdn": False,
     "fp8": "e4m3",
-    "fp8_reuse_quantized_weight": True,
 }
 
 
@@ -70,25 +71,26 @@ def _plain(value):
     return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
 
 
-def _start(rank, world, port):
-    sys.path.insert(0, DOUBLE_DIR)
-    import os
-
+def _start(rank, world, port, stack):
+    sys.path.insert(0, double_dir(stack))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    from verl_lite.engine.megatron import mindspeed as ms
+
+    ms.MindSpeedEngineMixin.internals_device = "cpu"
+    if stack == "core_r0.18.0":  # megatron-core 0.18 needs Python >= 3.12: 0.16 runs under this stack's double
+        ms.MindSpeedEngineMixin.megatron_core_version = "0.18.0"
 
 
-def _order_scenario(rank, world, port, out_dir):
-    _start(rank, world, port)
+def _order_scenario(rank, world, port, out_dir, stack):
+    _start(rank, world, port, stack)
     rec = {}
     try:
         import mindspeed._double as double  # the package only: megatron is not imported yet
 
-        from verl_lite.engine.megatron import mindspeed as ms
         from verl_lite.engine.megatron.engine import MegatronLMEngine
         from verl_lite.registry import ENGINES
 
-        ms.MindSpeedEngineMixin.internals_device = "cpu"
         plain_to = MegatronLMEngine.to
 
         def recording_to(self, device, **kw):
@@ -120,20 +122,12 @@ def _order_scenario(rank, world, port, out_dir):
         cfg = actor_e.tf_config
         rec["tf_config"] = dict(use_ascend_gdn=cfg.use_ascend_gdn, use_triton_gdn=cfg.use_triton_gdn,
                                 attention_backend=repr(cfg.attention_backend), use_flash_attn=cfg.use_flash_attn)
-
-        from mindspeed.te.pytorch.fp8 import reuse
-
-        cached = torch.ones(16)
-        reuse.cache_quantized_weight(cached)
+        rec["stacks"] = {role: engine.stack.name for role, engine in engines.items()}
         actor_e.to("cpu")  # train mode
-        rec["cache_storage_after_actor_to"] = cached.untyped_storage().size()
-        rec["release_after_actor"] = reuse.is_weight_release_enabled()
         engines["ref"].to("cpu")
-        rec["release_after_ref"] = reuse.is_weight_release_enabled()
         engines["critic"].train_mode()
         engines["critic"].to("cpu")
         engines["critic"].to("npu")
-        rec["release_after_critic"] = reuse.is_weight_release_enabled()
 
         from mindspeed.patch_utils import MindSpeedPatchesManager
 
@@ -146,52 +140,51 @@ def _order_scenario(rank, world, port, out_dir):
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def _critic_alone_scenario(rank, world, port, out_dir):
-    """The critic as the first and only engine of its process (a Ray critic worker), with FP8 on
-    and fp8_reuse_quantized_weight off: the repatch must still come before the parallel init, and
-    moving the engine must leave MindSpeed's FP8 reuse cache alone."""
-    _start(rank, world, port)
+def _critic_alone_scenario(rank, world, port, out_dir, stack):
+    """The critic as the first and only engine of its process (a Ray critic worker), with FP8 on: the
+    repatch must still come before the parallel init, and the engine moves."""
+    _start(rank, world, port, stack)
     rec = {}
     try:
         import mindspeed._double as double
 
-        from verl_lite.engine.megatron import mindspeed as ms
         from verl_lite.registry import ENGINES
 
-        ms.MindSpeedEngineMixin.internals_device = "cpu"
-        model, _, _, critic = sections(overrides={**OVERRIDES, "fp8_reuse_quantized_weight": False})
+        model, _, _, critic = sections(overrides=OVERRIDES)
         double.record("test_start")
         engine = ENGINES.load("value_model", "megatron", "npu")(model, critic, critic.optim, "npu", "critic")
         engine.initialize()
         rec["values"] = engine.forward_backward([make_batch()], forward_only=True)[0]["values"]
-
-        from mindspeed.te.pytorch.fp8 import reuse
-
-        cached = torch.ones(16)
-        reuse.cache_quantized_weight(cached)
         double.record("moves_start")
         engine.train_mode()
         for device in ("cpu", "npu"):
             engine.to(device)
             double.record("engine_moved", device=device)
-        rec["cache_storage_after_moves"] = cached.untyped_storage().size()
+        rec["values_after_moves"] = engine.forward_backward([make_batch()], forward_only=True)[0]["values"]
         rec["events"] = _plain(double.EVENTS)
     except Exception:
         rec["error"] = traceback.format_exc()
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def _failure_scenario(rank, world, port, out_dir):
-    _start(rank, world, port)
+def _failure_scenario(rank, world, port, out_dir, stack):
+    _start(rank, world, port, stack)
     rec = {}
     try:
-        from mindspeed import megatron_adaptor as adaptor  # imports megatron.core after its check
+        import importlib
+
+        from mindspeed import _stack
+
+        # imports megatron.core after its check (not `from mindspeed import megatron_adaptor`: on core_r0.18.0 that
+        # name is the MegatronAdaptor package, which mindspeed/__init__.py imports)
+        adaptor = importlib.import_module("mindspeed.megatron_adaptor")
         import mindspeed._double as double
         from mindspeed.patch_utils import MindSpeedPatchesManager
         from megatron.core import parallel_state as mpu
         from megatron.core.transformer import TransformerConfig
         from megatron.core.transformer.enums import AttnBackend
 
+        from verl_lite.decisions import ascend_stack
         from verl_lite.engine.megatron import mindspeed as ms
         from verl_lite.decisions.repatch import build_repatch_dict
 
@@ -211,16 +204,23 @@ def _failure_scenario(rank, world, port, out_dir):
         rec["string_backend_plan"] = (repr(config.attention_backend), config.batch_invariant_mode)
         adaptor.repatch({"batch_invariant_mode": False})
 
-        # 2. both DotProductAttention.forward patches
+        # 2. both DotProductAttention.forward patches: a collision where the stack has the batch-invariant
+        # attention (with flash_attn_npu installed), nothing on a stack without the feature, which the
+        # engines refuse
+        sys.modules["flash_attn_npu"] = types.ModuleType("flash_attn_npu")
         raw = {"use_flash_attn": True, "use_flash_attn_npu_batch_invariant": True}
         try:
             adaptor.repatch(raw)
+            rec["both_forward_raw"] = None
         except RuntimeError as e:
             rec["both_forward_raw"] = str(e)
         adaptor.repatch(plan_of(raw))
-        rec["both_forward_plan"] = MindSpeedPatchesManager.patches_info[
-            "megatron.core.transformer.dot_product_attention.DotProductAttention.forward"].patch_func.__name__
+        forward = MindSpeedPatchesManager.patches_info[
+            "megatron.core.transformer.dot_product_attention.DotProductAttention.forward"].patch_func
+        rec["both_forward_plan"] = forward.__name__ if forward else None
         adaptor.repatch({"use_flash_attn_npu_batch_invariant": False, "use_flash_attn": True})
+        rec["batch_invariant_refusal"] = ascend_stack.stack_problems(
+            ascend_stack.Stack(stack, "test"), plan_of({"use_flash_attn_npu_batch_invariant": True}))
 
         # repatch rules: the same dict twice gives the same patches; bad args raise AttributeError
         def state():
@@ -247,31 +247,35 @@ def _failure_scenario(rank, world, port, out_dir):
         get_full_args().optimization_level = level
         adaptor.repatch({"use_flash_attn": True})
 
-        # FP8 reuse without FP8
-        adaptor.repatch({"fp8_reuse_quantized_weight": True})
+        # FP8 weight reuse: no documented stack ships the cache; the engine refuses before the repatch
+        model, actor, _, _ = sections(overrides={"fp8": "e4m3", "fp8_reuse_quantized_weight": True})
+        engine = ms.MindSpeedLMEngine(model, actor, actor.optim, "npu", "actor")
+        engine._import_backend()
         try:
-            TransformerConfig(**tiny)
-        except ValueError as e:
-            rec["fp8_reuse_without_fp8"] = str(e)
-        adaptor.repatch({"fp8_reuse_quantized_weight": False})
+            engine._before_parallel_init()
+        except ascend_stack.StackError as e:
+            rec["fp8_reuse_refused"] = str(e)
 
-        # 3. repatch after initialize_model_parallel (CP=2)
+        # 3. repatch after initialize_model_parallel (CP=2): the ring wrapper comes too late where the
+        # stack has it; the engine repatches first
         mpu.initialize_model_parallel(context_parallel_size=2)
         try:
             adaptor.repatch({"context_parallel_size": 2})
+            rec["late_repatch"] = None
         except RuntimeError as e:
             rec["late_repatch"] = str(e)
         mpu.destroy_model_parallel()
         adaptor.repatch({"context_parallel_size": 1})
         double.STATE["cp_ring_groups"] = False
         double.record("engine_mesh_init_start")
-        ms.MindSpeedEngineMixin.internals_device = "cpu"
         model, actor, _, _ = sections(cp=2)
         engine = ms.MindSpeedLMEngine(model, actor, actor.optim, "npu", "actor")
         engine._import_backend()
         engine._prepare_device()
+        ms._APPLIED = None  # a new process's first engine
         engine.init_device_mesh()
         rec["cp_ring_groups"] = double.STATE["cp_ring_groups"]
+        rec["cp_wrapper_on_stack"] = bool(_stack.FACTS["context_parallel"]["wraps_initialize_model_parallel"])
         kinds = double.kinds()
         rec["mesh_events"] = [k for k in kinds[kinds.index("engine_mesh_init_start"):]
                               if k in ("repatch", "initialize_model_parallel", "cp_ring_groups_created")]
@@ -280,20 +284,25 @@ def _failure_scenario(rank, world, port, out_dir):
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-
-@pytest.fixture(scope="module")
-def order(spawn_ranks):
-    return spawn_ranks(_order_scenario, "mindspeed_order")
-
-
-@pytest.fixture(scope="module")
-def critic_alone(spawn_ranks):
-    return spawn_ranks(_critic_alone_scenario, "mindspeed_critic_alone", nprocs=1)[0]
+@pytest.fixture(scope="module", params=STACKS)
+def stack(request):
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def failures(spawn_ranks):
-    return spawn_ranks(_failure_scenario, "mindspeed_failures")
+def order(spawn_ranks, stack):
+    return spawn_ranks(functools.partial(_order_scenario, stack=stack), f"mindspeed_order_{stack}")
+
+
+@pytest.fixture(scope="module")
+def critic_alone(spawn_ranks, stack):
+    return spawn_ranks(functools.partial(_critic_alone_scenario, stack=stack), f"mindspeed_critic_alone_{stack}",
+                       nprocs=1)[0]
+
+
+@pytest.fixture(scope="module")
+def failures(spawn_ranks, stack):
+    return spawn_ranks(functools.partial(_failure_scenario, stack=stack), f"mindspeed_failures_{stack}")
 
 
 def _kinds(events):
@@ -305,6 +314,10 @@ def _kinds(events):
 
 def test_npu_registry_keys_give_the_mindspeed_engines_for_lm_and_value_model(order):
     assert order[0]["classes"] == ("MindSpeedLMEngine", "MindSpeedValueEngine")
+
+
+def test_every_engine_finds_the_stack_of_the_installed_mindspeed(order, stack):
+    assert order[0]["stacks"] == {"actor": stack, "ref": stack, "critic": stack}
 
 
 def test_mindspeed_is_imported_and_repatched_before_initialize_model_parallel(order):
@@ -325,15 +338,14 @@ def test_a_critic_alone_in_its_process_imports_mindspeed_and_repatches_before_in
     assert start < kinds.index("adaptor_imported") < kinds.index("repatch") < kinds.index("initialize_model_parallel")
     repatch = dict(events)["repatch"]
     assert repatch["after_parallel_init"] is False
-    assert repatch["args"]["use_ascend_gdn"] is True and repatch["args"]["fp8_reuse_quantized_weight"] is False
+    assert repatch["args"]["use_ascend_gdn"] is True and "fp8_reuse_quantized_weight" not in repatch["args"]
     assert critic_alone["values"].shape == (B, R) and torch.isfinite(critic_alone["values"]).all()
 
 
-def test_with_fp8_reuse_off_moving_an_engine_never_touches_the_fp8_reuse_cache(critic_alone):
+def test_moving_an_engine_keeps_its_values(critic_alone):
     kinds = _kinds(critic_alone["events"])
     assert kinds[kinds.index("moves_start"):].count("engine_moved") == 2
-    assert not [k for k in kinds if k.startswith("fp8_")], kinds
-    assert critic_alone["cache_storage_after_moves"] == 16 * 4  # the planted cache entry keeps its storage
+    assert torch.equal(critic_alone["values"], critic_alone["values_after_moves"])
 
 
 def test_actor_ref_and_critic_in_one_process_repatch_once_and_init_the_mesh_once(order):
@@ -366,22 +378,6 @@ def test_bridge_overrides_reach_the_repatch_dict_and_the_transformer_config(orde
                                          attention_backend="<AttnBackend.flash: 1>", use_flash_attn=True)
 
 
-def test_fp8_reuse_cache_is_cleared_with_storage_release_before_every_move(order):
-    events = order[0]["events"]
-    moves = [i for i, (kind, _) in enumerate(events) if kind == "engine_to"]
-    assert [events[i][1]["role"] for i in moves] == ["actor", "ref", "critic", "critic"]
-    for i in moves:
-        assert events[i - 2] == ["fp8_cache_cleared", {"release_storage": True}]
-        assert events[i - 1][0] == "fp8_weight_release"
-    assert order[0]["cache_storage_after_actor_to"] == 0
-
-
-def test_weight_release_is_on_for_training_actor_and_critic_and_off_for_ref(order):
-    assert order[0]["release_after_actor"] is True
-    assert order[0]["release_after_ref"] is False
-    assert order[0]["release_after_critic"] is True
-
-
 # ------------------------------------------------------------------------------ upstream failures
 
 
@@ -390,15 +386,30 @@ def test_string_attention_backend_fails_megatrons_check_and_the_plan_converts_it
     assert failures[0]["string_backend_plan"] == ("<AttnBackend.flash: 1>", True)
 
 
-def test_both_forward_patches_collide_and_the_plan_turns_flash_attention_off(failures):
-    assert failures[0]["both_forward_raw"] == "the patch of forward exist !"
-    assert failures[0]["both_forward_plan"] == "dot_product_attention_flash_attn_npu_forward"
+def test_both_forward_patches_collide_where_the_stack_has_the_batch_invariant_attention(failures, stack):
+    rec = failures[0]
+    if stack == "core_r0.16.0":
+        assert rec["both_forward_raw"] == "the patch of forward exist !"
+        assert rec["both_forward_plan"] == "dot_product_attention_flash_attn_npu_forward"
+        assert rec["batch_invariant_refusal"] == []
+    else:  # the flags are gone: MindSpeed ignores them; the engines refuse them naming the stack that has them
+        assert rec["both_forward_raw"] is None
+        assert rec["both_forward_plan"] is None  # the plan turned flash attention off; nothing replaced it
+        (problem,) = rec["batch_invariant_refusal"]
+        assert problem.startswith("use_flash_attn_npu_batch_invariant=True: MindSpeed core_r0.18.0 has no "
+                                  "batch-invariant feature") and "core_r0.16.0 has it" in problem
 
 
-def test_repatch_after_parallel_init_breaks_cp_and_the_engine_repatches_first(failures):
-    assert "Context parallel ranks for ring intra window not initialized" in failures[0]["late_repatch"]
-    assert failures[0]["mesh_events"] == ["repatch", "initialize_model_parallel", "cp_ring_groups_created"]
-    assert all(rec["cp_ring_groups"] for rec in failures)
+def test_repatch_after_parallel_init_breaks_cp_where_the_stack_wraps_it_and_the_engine_repatches_first(failures, stack):
+    rec = failures[0]
+    if rec["cp_wrapper_on_stack"]:
+        assert stack == "core_r0.16.0"
+        assert "Context parallel ranks for ring intra window not initialized" in rec["late_repatch"]
+        assert rec["mesh_events"] == ["repatch", "initialize_model_parallel", "cp_ring_groups_created"]
+        assert all(r["cp_ring_groups"] for r in failures)
+    else:  # core_r0.18.0 creates no CP groups (megatron owns them): nothing comes too late
+        assert stack == "core_r0.18.0" and rec["late_repatch"] is None
+        assert rec["mesh_events"] == ["repatch", "initialize_model_parallel"]
 
 
 def test_repatch_accepts_the_same_plan_twice_keeps_unknown_keys_and_rejects_non_mappings(failures):
@@ -409,8 +420,11 @@ def test_repatch_accepts_the_same_plan_twice_keeps_unknown_keys_and_rejects_non_
     assert "optimization_level" in rec["no_optimization_level"]
 
 
-def test_fp8_reuse_without_fp8_is_rejected_by_the_config_check(failures):
-    assert failures[0]["fp8_reuse_without_fp8"] == "fp8_reuse_quantized_weight is only valid when FP8 training is enabled"
+def test_fp8_weight_reuse_is_refused_on_both_stacks_naming_where_the_cache_exists(failures, stack):
+    refused = failures[0]["fp8_reuse_refused"]
+    assert refused.startswith(f"actor: fp8_reuse_quantized_weight=True: MindSpeed {stack} has no "
+                              "mindspeed.te.pytorch.fp8.reuse"), refused
+    assert "exists only on MindSpeed master (Ascend/MindSpeed@028de58c:mindspeed/te/pytorch/fp8/reuse.py)" in refused
 
 
 def test_missing_mindspeed_on_npu_raises_an_import_error_that_says_what_to_install(monkeypatch):

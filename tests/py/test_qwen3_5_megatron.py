@@ -1,9 +1,10 @@
 """Qwen3.5 dense and MoE on the Megatron engines (CPU, fp32, gloo): logits against transformers at
 TP=1, TP=2, PP=2 and (MoE) EP=2; the export loading strictly into transformers with the same
 log-probs; HF -> Megatron -> HF bitwise; the GDN kernel choice and the Ascend kernel path through
-its contract double (tests/py/mindspeed_double/mindspeed_mm), packed against padded, and the
-MindSpeed npu engine (its internals on CPU) running Qwen3.5 through that kernel, and selecting the
-Qwen3.5 vision-language bridge (tower included) for the conditional-generation model in the same process.
+its contract double (core_r0.16.0's flash_gated_delta_rule, tests/py/mindspeed_double), packed against
+padded, and the MindSpeed npu engine (its internals on CPU) running Qwen3.5 through that kernel, and
+selecting the Qwen3.5 vision-language bridge (tower included) for the conditional-generation model in the
+same process. What each Ascend stack does to the GDN layers otherwise: tests/py/test_ascend_gdn.py.
 
 The layouts run one after the other in the spawn of two gloo processes the Megatron test modules
 share (`_scenario`, tests/py/megatron_world.py: a megatron import costs 7-9 s per process); the MindSpeed engine needs a process of its own (the double must be
@@ -24,7 +25,7 @@ import torch
 from megatron_world import megatron_sections, nll_loss, padded_batch, response_log_probs, scenario
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOUBLE = REPO_ROOT / "tests" / "py" / "mindspeed_double"
+DOUBLE = REPO_ROOT / "tests" / "py" / "mindspeed_double" / "core_r0.16.0"
 B, T, R = 3, 12, 4
 SEED = 3
 DENSE, MOE = "tiny-qwen3_5", "tiny-qwen3_5-moe"
@@ -132,15 +133,23 @@ def _packed_vs_padded(layer, hidden, mask):
 
 
 def _phase_ascend(rank, rec, refs, torch_engine):
-    """use_ascend_gdn on npu (internals on CPU, the kernel double): kernel chosen, logits, packing."""
+    """use_ascend_gdn on npu (internals on CPU, the kernel double): kernel chosen, logits, packing. The
+    plain Megatron engine with device npu, given core_r0.16.0's Ascend entry as the MindSpeed engines
+    give it (`_configure_gdn`): megatron here is imported without MindSpeed."""
+    from verl_lite.decisions import ascend_stack
     from verl_lite.engine.megatron.engine import MegatronLMEngine
     from verl_lite.engine.megatron.batch import attention_mask_4d
 
     sys.path.insert(0, str(DOUBLE))
-    from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
+    from mindspeed.core.ssm import _reference as double
+    from mindspeed.core.ssm.ops.flash_gated_delta_rule import flash_gated_delta_rule
 
     class NpuOnCpu(MegatronLMEngine):  # device npu for the kernel choice, tensors on CPU
         compute_device = "cpu"
+
+        def _configure_gdn(self, tf_config):
+            tf_config.ascend_kernel = ascend_stack.ascend_kernel_entry(ascend_stack.Stack("core_r0.16.0", "test"))
+            tf_config.gdn_kernel_dtype = torch.bfloat16
 
     model, actor = _sections(DENSE, overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
     engine = NpuOnCpu(model, actor, None, "npu", "actor")
@@ -163,9 +172,9 @@ def _phase_ascend(rank, rec, refs, torch_engine):
     with torch.no_grad():
         torch_padded, _ = _gdn_layer(torch_engine)(hidden, attention_mask_4d(mask))
     rec["ascend:vs_torch_rule"] = (padded - torch_padded.transpose(0, 1)[mask.bool()]).abs().max().item()
-    q = torch.randn(1, 4, 8, 16, dtype=torch.bfloat16)
-    out, final = double.flash_gated_delta_rule(q, q, q, -torch.rand(1, 8, 4), torch.rand(1, 8, 4),
-                                               cu_seqlens=torch.tensor([0, 3, 8]), output_final_state=True)
+    q = torch.randn(1, 8, 4, 16, dtype=torch.bfloat16)  # [B, T, H, K]: MindSpeed's fla-form entry
+    out, final = flash_gated_delta_rule(q, q, q, -torch.rand(1, 8, 4), torch.rand(1, 8, 4),
+                                        cu_seqlens=torch.tensor([0, 3, 8]), output_final_state=True)
     rec["ascend:direct"] = [tuple(out.shape), str(out.dtype), tuple(final.shape)]
     padded, packed = _packed_vs_padded(_gdn_layer(torch_engine), hidden, mask)
     rec["torch:packed_vs_padded"] = (padded - packed).abs().max().item()
@@ -234,6 +243,13 @@ def _mindspeed_scenario(rank, world, port, out_dir):
     try:
         import importlib
 
+        # transformers' references first: once MindSpeed has stood in the fla names, transformers' Qwen3.5
+        # layers built afterwards take MindSpeed's kernel too (which refuses fp32), as they would on the node
+        batch = make_batch()
+        _, hf_model, _ = _hf_reference(DENSE)
+        hf_log_probs = response_log_probs(_hf_logits(hf_model, batch), batch)
+        vl = _vl_reference(out_dir)
+
         importlib.import_module("mindspeed._double")  # the package only: megatron is not imported yet
 
         from verl_lite.engine.megatron import mindspeed as ms
@@ -244,15 +260,14 @@ def _mindspeed_scenario(rank, world, port, out_dir):
         actor.optim.lr = 1e-2
         engine = ENGINES.load("language_model", "megatron", "npu")(model, actor, actor.optim, "npu", "actor")
         engine.initialize()
-        from mindspeed_mm.fsdp.ops.gdn import flash_gated_delta_rule as double
+        from mindspeed.core.ssm import _reference as double
 
         rec["class"] = type(engine).__name__
+        rec["stack"] = engine.stack.name
         rec["kernel"] = _gdn_layer(engine).gdn_kernel
-        batch = make_batch()
         log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
-        _, hf_model, _ = _hf_reference(DENSE)
         resp = batch["response_mask"].bool()
-        rec["log_prob_diff"] = (log_probs - response_log_probs(_hf_logits(hf_model, batch), batch))[resp].abs().max().item()
+        rec["log_prob_diff"] = (log_probs - hf_log_probs)[resp].abs().max().item()
 
         engine.train_mode()
         losses = []
@@ -262,31 +277,42 @@ def _mindspeed_scenario(rank, world, port, out_dir):
             engine.optimizer_step()
         rec["losses"] = losses
         rec["calls"] = list(double.CALLS)
-        _mindspeed_vl(rec, out_dir)
+        _mindspeed_vl(rec, vl)
     except Exception:
         rec["error"] = traceback.format_exc()
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def _mindspeed_vl(rec, out_dir):
-    """In the same MindSpeed process (its repatch is process-wide: the text engine's use_ascend_gdn
-    plan, which the VL engine here asks for too): the Qwen3.5 conditional-generation model on the npu
-    engine gets the bridge with the vision tower, and its log-probs with images are transformers'
-    within the Ascend kernel's bf16 error; zeroed pixels move them by far more."""
-    from test_qwen3_5_vl_megatron import _blank, _hf_class, tiny_config
+def _vl_reference(out_dir):
+    """The tiny Qwen3.5 conditional-generation checkpoint, its batch with images and transformers'
+    response log-probs (computed before MindSpeed is imported: see `_mindspeed_scenario`)."""
+    from test_qwen3_5_vl_megatron import _hf_class, tiny_config
     from test_qwen3_vl_megatron import hf_logits, make_vl_batch
 
     from verl_lite.engine.megatron.hf import random_hf_state
-    from verl_lite.registry import ENGINES
 
-    kind = "qwen3_5"  # the same one-rank groups as the text engine before it (as actor and ref share them)
+    kind = "qwen3_5"
     config = tiny_config(kind)
     path = os.path.join(out_dir, "qwen3_5_vl")
     config.save_pretrained(path)
     hf_model = _hf_class(kind)(config).eval()
     hf_model.load_state_dict(random_hf_state(_hf_class(kind), config, SEED).__self__, strict=True)
     batch = make_vl_batch(hf_model)
-    model, actor = _sections(path, overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
+    return {"path": path, "batch": batch, "hf_log_probs": response_log_probs(hf_logits(hf_model, batch), batch)}
+
+
+def _mindspeed_vl(rec, vl):
+    """In the same MindSpeed process (its repatch is process-wide: the text engine's use_ascend_gdn
+    plan, which the VL engine here asks for too): the Qwen3.5 conditional-generation model on the npu
+    engine gets the bridge with the vision tower, and its log-probs with images are transformers'
+    within the Ascend kernel's bf16 error; zeroed pixels move them by far more."""
+    from test_qwen3_5_vl_megatron import _blank
+
+    from verl_lite.registry import ENGINES
+
+    # the same one-rank groups as the text engine before it (as actor and ref share them)
+    batch = vl["batch"]
+    model, actor = _sections(vl["path"], overrides={"use_ascend_gdn": True, "use_triton_gdn": False})
     engine = ENGINES.load("language_model", "megatron", "npu")(model, actor, None, "npu", "actor")
     engine.initialize()
     rec["vl_class"], rec["vl_bridge"] = type(engine).__name__, type(engine.bridge).__name__
@@ -294,7 +320,7 @@ def _mindspeed_vl(rec, out_dir):
     log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
     blank = engine.forward_backward([_blank(batch)], forward_only=True)[0]["log_probs"]
     resp = batch["response_mask"].bool()
-    rec["vl_log_prob_diff"] = (log_probs - response_log_probs(hf_logits(hf_model, batch), batch))[resp].abs().max().item()
+    rec["vl_log_prob_diff"] = (log_probs - vl["hf_log_probs"])[resp].abs().max().item()
     rec["vl_pixels_change_log_probs"] = (log_probs - blank)[resp].abs().max().item()
 
 
@@ -310,9 +336,11 @@ def mindspeed_run(spawn_ranks):
 
 def test_the_mindspeed_npu_engine_runs_qwen3_5_through_the_ascend_kernel_and_trains(mindspeed_run):
     rec = mindspeed_run
-    assert rec["class"] == "MindSpeedLMEngine" and rec["kernel"] == "ascend"
+    assert rec["class"] == "MindSpeedLMEngine" and rec["kernel"] == "ascend" and rec["stack"] == "core_r0.16.0"
     assert rec["log_prob_diff"] < 0.02  # bf16 q/k/v inside the kernel
     assert rec["calls"] and all(c["dtype"] == "bfloat16" for c in rec["calls"])
+    # core_r0.16.0's AscendC entry, found through the facts table (not MindSpeed-MM's, which does not import there)
+    assert {c["entry"] for c in rec["calls"]} == {"mindspeed.core.ssm.ops.flash_gated_delta_rule:flash_gated_delta_rule"}
     assert rec["losses"][-1] < rec["losses"][0], rec["losses"]
 
 
@@ -419,6 +447,15 @@ def test_the_gdn_kernel_follows_the_two_switches_and_the_installed_kernels():
     assert [kernel_takes_packed_input(k) for k in ("fla", "ascend", "torch")] == [True, True, False]
 
 
+def test_on_npu_the_fla_name_imports_whatever_this_machine_has_because_mindspeed_stands_it_in():
+    from verl_lite.decisions.bridge_choice import fla_importable, gdn_kernel
+
+    assert fla_importable("npu", False) is True and fla_importable("npu", True) is True
+    assert fla_importable("cuda", False) is False and fla_importable("cpu", True) is True
+    # so CHECK=1 on a laptop without fla picks for npu what the nodes pick: the fla name (MindSpeed's kernel)
+    assert gdn_kernel("npu", {}, fla_importable("npu", False)) == "fla"
+
+
 def test_megatron_core_releases_other_than_0_16_are_refused_with_what_to_install():
     from verl_lite.engine.megatron.bridges import UnsupportedModelError
     from verl_lite.engine.megatron.gdn import check_megatron_version
@@ -432,21 +469,24 @@ def test_megatron_core_releases_other_than_0_16_are_refused_with_what_to_install
 def test_the_ascend_kernel_double_enforces_the_real_entrys_contract():
     sys.path.insert(0, str(DOUBLE))
     try:
-        from mindspeed_mm.fsdp.ops.gdn.flash_gated_delta_rule import flash_gated_delta_rule as op
+        from mindspeed.core.ssm.ops.flash_gated_delta_rule import flash_gated_delta_rule as op
     finally:
         sys.path.remove(str(DOUBLE))
-    q = torch.randn(2, 4, 8, 16, dtype=torch.bfloat16)
+        for name in [m for m in sys.modules if m == "mindspeed" or m.startswith("mindspeed.")]:
+            del sys.modules[name]
+    q = torch.randn(2, 8, 4, 16, dtype=torch.bfloat16)  # [B, T, H, K]
     g, beta = -torch.rand(2, 8, 4), torch.rand(2, 8, 4)
     with pytest.raises(ValueError, match="does not support float32"):
         op(q.float(), q.float(), q.float(), g, beta)
     with pytest.raises(ValueError, match=r"\[B, T, H\]"):
-        op(q, q, q, g.transpose(1, 2), beta.transpose(1, 2))
+        op(q, q, q, g.unsqueeze(-1), beta)
     with pytest.raises(ValueError, match="batch size is expected to be 1 rather than 2"):
         op(q, q, q, g, beta, cu_seqlens=torch.tensor([0, 3, 8]))
-    with pytest.raises(ValueError, match="cu_seqlens must be a 1-D int64"):
-        op(q[:1], q[:1], q[:1], g[:1], beta[:1], cu_seqlens=torch.tensor([0, 3, 8], dtype=torch.int32))
-    with pytest.raises(ValueError, match="must start at 0, end at T=8"):
+    with pytest.raises(ValueError, match="must run from 0 to T=8"):
         op(q[:1], q[:1], q[:1], g[:1], beta[:1], cu_seqlens=torch.tensor([0, 3, 7]))
+    with pytest.raises(ValueError, match="number of initial states"):
+        op(q[:1], q[:1], q[:1], g[:1], beta[:1], cu_seqlens=torch.tensor([0, 3, 8]),
+           initial_state=torch.zeros(3, 4, 16, 16, dtype=torch.bfloat16))
 
 
 def test_the_ascend_kernel_double_returns_the_real_entrys_shapes(run):

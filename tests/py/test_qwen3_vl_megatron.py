@@ -461,7 +461,7 @@ def _mindspeed_scenario(rank, world, port, out_dir):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "mindspeed_double"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "mindspeed_double" / "core_r0.16.0"))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     rec = {}

@@ -60,10 +60,14 @@ FLA = "fla"
 ASCEND = "ascend"
 TORCH = "torch"
 GDN_KERNELS = (FLA, ASCEND, TORCH)
+# Not a kernel of verl_lite's layer: on npu, MindSpeed's own GatedDeltaNet (swapped in by the repatch,
+# decisions/ascend_stack.py) runs the GDN layers with the kernel MindSpeed binds.
+MINDSPEED_GDN = "mindspeed"
 KERNEL_NAMES = {
     FLA: "Triton fla chunk_gated_delta_rule",
     ASCEND: "Ascend flash_gated_delta_rule (flash-linear-attention-npu)",
     TORCH: "pure-torch gated delta rule",
+    MINDSPEED_GDN: "MindSpeed's GatedDeltaNet",
 }
 
 
@@ -76,7 +80,7 @@ class BridgeChoice:
     kind: str  # VERL_LITE | MEGATRON_BRIDGE | MBRIDGE
     mindspeed_bridge: bool  # import mindspeed_bridge.models after the repatch, before the build
     architecture: Optional[str]  # the registered architecture (VERL_LITE) or the first one asked for
-    missing_here: bool = False  # MBRIDGE chosen for a cluster's nodes, but the package is not on this machine
+    missing_here: bool = False  # chosen for a cluster's nodes, but the package is not on this machine
 
     def describe(self) -> str:
         if self.kind == VERL_LITE:
@@ -87,6 +91,9 @@ class BridgeChoice:
                         "training nodes need `pip install mbridge`, which `--training` checks there)")
             return "mbridge AutoBridge (vanilla_mbridge=True)"
         text = "Megatron-Bridge AutoBridge"
+        if self.missing_here:
+            text += " (not installed on this machine: the training nodes need Megatron-Bridge"
+            text += " and MindSpeed-Bridge)" if self.mindspeed_bridge else ")"
         if self.mindspeed_bridge:
             text += " + MindSpeed-Bridge (import mindspeed_bridge.models after the repatch, before the model build)"
         return text
@@ -119,7 +126,7 @@ def architectures_of(hf: Optional[Mapping[str, Any]]) -> List[str]:
 
 def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device: str,
                   installed: Mapping[str, bool], registered: Iterable[str], value_model: bool = False,
-                  nodes_elsewhere: bool = False) -> BridgeChoice:
+                  nodes_elsewhere: bool = False, own_refused: Optional[str] = None) -> BridgeChoice:
     """The bridge a Megatron role builds its model with, or BridgeRefusal.
 
     prefix: where the role's megatron section lives (for messages), e.g. actor_rollout_ref.actor.megatron.
@@ -127,8 +134,11 @@ def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], d
     registered: the architectures of verl_lite's own registry (`registry.BRIDGES`).
     value_model: the role is a critic (a value head, which only verl_lite's own bridges attach).
     nodes_elsewhere: the workers do not run on this machine (a cuda/npu run checked without `--training`),
-    so a package missing here is not refused: the choice says the nodes need it."""
-    choice = _choose(prefix, megatron, hf, device, installed, registered, nodes_elsewhere)
+    so a package missing here is not refused: the choice says the nodes need it.
+    own_refused: why verl_lite's own registry cannot build this model here (the Ascend stack's
+    megatron-core is not the one verl_lite's Qwen3.5 layers are built on, `ascend_stack.own_bridge_refusal`):
+    Megatron-Bridge must, or the choice is refused with this reason."""
+    choice = _choose(prefix, megatron, hf, device, installed, registered, nodes_elsewhere, own_refused)
     if value_model and choice.kind != VERL_LITE:
         raise BridgeRefusal(
             f"{choice.describe()} builds language models only in verl_lite: a critic (value model) on megatron is "
@@ -138,7 +148,8 @@ def choose_bridge(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], d
 
 
 def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device: str,
-            installed: Mapping[str, bool], registered: Iterable[str], nodes_elsewhere: bool) -> BridgeChoice:
+            installed: Mapping[str, bool], registered: Iterable[str], nodes_elsewhere: bool,
+            own_refused: Optional[str] = None) -> BridgeChoice:
     use_mbridge = switch(_setting(megatron, "use_mbridge", True))
     vanilla = switch(_setting(megatron, "vanilla_mbridge", False))
     ms_bridge = mindspeed_bridge_requested(device, overrides_of(megatron))
@@ -176,6 +187,10 @@ def _choose(prefix: str, megatron: Any, hf: Optional[Mapping[str, Any]], device:
                 f"Qwen3.5 bridges: module 'mindspeed_bridge' is not installed. Install MindSpeed-Bridge, or set "
                 f"USE_MINDSPEED_BRIDGE=False")
         return BridgeChoice(MEGATRON_BRIDGE, ms_bridge, asked[0] if asked else None)
+    if own_refused:
+        if nodes_elsewhere:
+            return BridgeChoice(MEGATRON_BRIDGE, ms_bridge, asked[0] if asked else None, missing_here=True)
+        raise BridgeRefusal(f"{own_refused}; Megatron-Bridge (module megatron.bridge) is not installed here")
     names = list(registered)
     if hf is None:  # no config.json readable and no shipped shape: the architecture is checked on the nodes
         return BridgeChoice(VERL_LITE, False, None)
@@ -221,11 +236,21 @@ def installed_here() -> Dict[str, bool]:
     return {name: module_installed(name) for name in PACKAGES}
 
 
+def fla_importable(device: str, installed_fla: bool) -> bool:
+    """Whether the name `fla.ops.gated_delta_rule` imports where the layers run. On npu it always does:
+    MindSpeed core_r0.16.0's always-on pre-patch creates it (create_dummy) and points it at its own kernel
+    whether or not the Triton fla package is installed (MegatronAdaptor does the same on core_r0.18.0),
+    so what is installed on the checking machine does not matter (decisions/ascend_stack.py says which
+    kernel the name is). Elsewhere: whether flash-linear-attention is installed."""
+    return True if device == "npu" else bool(installed_fla)
+
+
 def gdn_kernel(device: str, overrides: Mapping[str, Any], have_fla: bool) -> str:
     """FLA, ASCEND or TORCH: the GDN kernel of a run on `device` (cpu, cuda, npu) from the two switches
-    of `override_transformer_config` and whether `fla` imports where the layers run (`have_fla`).
+    of `override_transformer_config` and whether `fla` imports where the layers run (`have_fla`:
+    `fla_importable`, which is always true on npu).
 
-    The order is the real stack's: fla when installed and use_triton_gdn (default True, megatron-core's
+    The order is the real stack's: fla when importable and use_triton_gdn (default True, megatron-core's
     own behaviour), then the Ascend kernel when use_ascend_gdn on npu, else the torch rule. fla is
     Triton: never chosen on cpu. use_ascend_gdn=True off npu is a problem of its own
     (`ascend_gdn_problem`), refused by the preflight and the engine."""
@@ -248,7 +273,8 @@ def ascend_gdn_problem(device: str, overrides: Mapping[str, Any]) -> Optional[st
 
 def kernel_takes_packed_input(kernel: str) -> bool:
     """Whether a GDN kernel takes packed (THD) sequences with cu_seqlens itself: fla and Ascend do (the
-    layer runs the torch rule once per packed sequence instead)."""
-    if kernel not in GDN_KERNELS:
-        raise ValueError(f"GDN kernel {kernel!r} is not one of {', '.join(GDN_KERNELS)}")
+    layer runs the torch rule once per packed sequence instead). MindSpeed's GatedDeltaNet does where its
+    stack allows (`ascend_stack.mindspeed_gdn_packs`, which callers pass on)."""
+    if kernel not in GDN_KERNELS + (MINDSPEED_GDN,):
+        raise ValueError(f"GDN kernel {kernel!r} is not one of {', '.join(GDN_KERNELS + (MINDSPEED_GDN,))}")
     return kernel != TORCH

@@ -53,12 +53,13 @@ from typing import Any, Mapping, Optional
 
 from verl_lite.config import roles
 from verl_lite.config.shapes import model_shape
-from verl_lite.decisions import bridge_choice, ulysses
+from verl_lite.decisions import ascend_stack, bridge_choice, ulysses
 from verl_lite.decisions.switches import switch, tri_state
 from verl_lite.models import is_gdn_model, torch_packing_problem
 
 # How a GDN kernel that takes cu_seqlens itself (`bridge_choice.kernel_takes_packed_input`) packs.
-NATIVE_GDN_KERNELS = {bridge_choice.FLA: "Triton fla (cu_seqlens)", bridge_choice.ASCEND: "the Ascend kernel (cu_seqlens)"}
+NATIVE_GDN_KERNELS = {bridge_choice.FLA: "Triton fla (cu_seqlens)", bridge_choice.ASCEND: "the Ascend kernel (cu_seqlens)",
+                      bridge_choice.MINDSPEED_GDN: "MindSpeed's GatedDeltaNet (cu_seqlens)"}
 
 
 @dataclass(frozen=True)
@@ -111,16 +112,19 @@ def decide_torch(setting: Any, problem: Optional[str], gdn: bool = False, sequen
 
 
 def decide_megatron(setting: Any, device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
-                    external: bool = False, te_installed: Optional[bool] = None, vision: bool = False) -> Decision:
-    """The Megatron engines. `gdn_kernel`: "fla" | "ascend" | "torch" for a model with GDN layers, None
-    for an attention-only model. `external`: the model is built by Megatron-Bridge / mbridge.
+                    external: bool = False, te_installed: Optional[bool] = None, vision: bool = False,
+                    gdn_packs: Optional[bool] = None) -> Decision:
+    """The Megatron engines. `gdn_kernel`: "fla" | "ascend" | "torch" for a model with GDN layers, or
+    "mindspeed" where MindSpeed's own GatedDeltaNet runs them (npu), None for an attention-only model.
+    `gdn_packs` (with "mindspeed"): whether that class takes packed input here
+    (`ascend_stack.mindspeed_gdn_packs`); None = decided on the nodes (fla_npu there). `external`: the model is built by Megatron-Bridge / mbridge.
     `te_installed`: whether Transformer Engine imports (cuda with verl_lite's own layer specs); None =
     not known here (the preflight): assumed, and the engine decides on the node. `vision`: a
     vision-language model through verl_lite's own bridge: micro-batches with images run padded
     (their image embeddings and 3-D positions need the padded layout): under auto the engine pads
     those and packs the text-only ones, under True it refuses them."""
     setting = tri_state(setting)
-    decision = _decide_megatron(setting, device, gdn_kernel, overrides, external, te_installed)
+    decision = _decide_megatron(setting, device, gdn_kernel, overrides, external, te_installed, gdn_packs)
     if not vision or external or not decision.packed:
         return decision
     if setting is None:  # auto: the text-only micro-batches packed, those with images padded
@@ -136,7 +140,7 @@ VISION_PACKED_REFUSAL = ("a micro-batch with images is refused packed (its image
 
 
 def _decide_megatron(setting: Optional[bool], device: str, gdn_kernel: Optional[str], overrides: Mapping[str, Any],
-                     external: bool, te_installed: Optional[bool]) -> Decision:
+                     external: bool, te_installed: Optional[bool], gdn_packs: Optional[bool] = None) -> Decision:
     if device == "cpu":
         if external:
             return _finish(setting, False, False, "", "a Megatron-Bridge / mbridge model on cpu has no packed "
@@ -165,8 +169,22 @@ def _decide_megatron(setting: Optional[bool], device: str, gdn_kernel: Optional[
         raise ValueError(f"device {device!r} is not one of cpu, cuda, npu")
     if gdn_kernel is None:
         return _finish(setting, True, True, attention, "")
+    if external and gdn_kernel == bridge_choice.TORCH:  # no per-sequence loop in a model verl_lite did not build
+        return _finish(setting, False, False, "", "a Gated DeltaNet model built by Megatron-Bridge / mbridge on "
+                       "megatron-core < 0.18 takes no packed input (its GatedDeltaNet refuses THD; 0.18 takes it); "
+                       "set use_remove_padding=False")
+    if gdn_kernel == bridge_choice.MINDSPEED_GDN:
+        if gdn_packs is False:  # its forward refuses THD without causal_conv1d or in deterministic mode
+            return _finish(setting, False, False, "", "MindSpeed's GatedDeltaNet takes packed (THD) input only with "
+                           "its causal_conv1d (flash-linear-attention-npu installed) and outside deterministic mode; "
+                           "set use_remove_padding=False or install fla_npu")
+        where = "" if gdn_packs else " where fla_npu imports on the nodes (the engine decides there)"
+        return _finish(setting, True, True, f"{attention}; GDN layers: {NATIVE_GDN_KERNELS[gdn_kernel]}{where}", "")
     if bridge_choice.kernel_takes_packed_input(gdn_kernel):
-        return _finish(setting, True, True, f"{attention}; GDN layers: {NATIVE_GDN_KERNELS[gdn_kernel]}", "")
+        how = NATIVE_GDN_KERNELS[gdn_kernel]
+        if device == "npu" and gdn_kernel == bridge_choice.FLA:  # MindSpeed stands the fla name in on npu
+            how = "the fla name, MindSpeed's kernel on npu (cu_seqlens)"
+        return _finish(setting, True, True, f"{attention}; GDN layers: {how}", "")
     return _finish(setting, True, False,
                    f"{attention}; GDN layers: the torch rule takes no cu_seqlens, packed it runs once per "
                    f"sequence (recurrent state reset at each)", "")
@@ -187,10 +205,19 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
                             sequence_parallel=int(sp or 1) > 1)
     megatron = roles.section(cfg, role).megatron
     overrides = bridge_choice.overrides_of(megatron)
-    kernel = None
+    kernel, packs = None, None
     if gdn:
-        kernel = bridge_choice.gdn_kernel(device, overrides, bridge_choice.installed_here()["fla"])
+        kernel = bridge_choice.gdn_kernel(device, overrides,
+                                          bridge_choice.fla_importable(device, bridge_choice.installed_here()["fla"]))
+        if device == "npu":  # the Ascend stack may build the layers with MindSpeed's own GatedDeltaNet
+            try:
+                stack = ascend_stack.role_stack(cfg.trainer.ascend_stack, megatron)
+            except ascend_stack.StackError:  # reported by the preflight's stack rule
+                stack = None
+            plan = ascend_stack.role_gdn_plan(stack, megatron, kernel) if stack else None
+            if plan is not None and plan.layer == "mindspeed":
+                kernel, packs = bridge_choice.MINDSPEED_GDN, plan.packs
     # transformers gives these model types a vision config (its default) when config.json has none, so
     # the engine builds the tower for them either way (a shipped shape lists only the text settings)
     vision = shape is not None and shape.hf.get("model_type") in VISION_BRIDGED
-    return decide_megatron(setting, device, kernel, overrides, external=external, vision=vision)
+    return decide_megatron(setting, device, kernel, overrides, external=external, vision=vision, gdn_packs=packs)

@@ -10,12 +10,12 @@ import os
 from typing import Any, Dict, List, Optional
 
 from verl_lite.config import roles
-from verl_lite.decisions import bridge_choice
+from verl_lite.decisions import ascend_stack, bridge_choice
 from verl_lite.decisions.layout import deepstack_stage_problem
 from verl_lite.decisions.packing_mode import VISION_BRIDGED
 from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
 from verl_lite.decisions.switches import switch
-from verl_lite.models import read_hf_config, resolve_model_dir
+from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.preflight.layout import override_config
 from verl_lite.preflight.roles import RoleView
 
@@ -27,13 +27,25 @@ def _same_as_actor(cfg: Any, role: str) -> bool:
     return role == "ref" and override_config(cfg, "ref") == override_config(cfg, "actor")
 
 
+def role_stack(cfg: Any, role: str, device: str) -> Optional[ascend_stack.Stack]:
+    """The Ascend stack of a Megatron role on npu (None elsewhere, or where the stack setting is refused)."""
+    if device != "npu":
+        return None
+    try:
+        return ascend_stack.role_stack(cfg.trainer.ascend_stack, roles.section(cfg, role).megatron)
+    except ascend_stack.StackError:  # npu_problems reports it
+        return None
+
+
 def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]],
                        installed: Optional[Dict[str, bool]], registered: Any,
                        nodes_elsewhere: bool = False) -> bridge_choice.BridgeChoice:
+    stack = role_stack(cfg, role, device)
+    own_refused = ascend_stack.own_bridge_refusal(stack, hf is not None and is_gdn_model(hf)) if stack else None
     return bridge_choice.choose_bridge(
         f"{roles.SECTION[role]}.megatron", roles.section(cfg, role).megatron, hf, device,
         bridge_choice.installed_here() if installed is None else installed, registered,
-        value_model=roles.MODEL_TYPE[role] == "value_model", nodes_elsewhere=nodes_elsewhere)
+        value_model=roles.MODEL_TYPE[role] == "value_model", nodes_elsewhere=nodes_elsewhere, own_refused=own_refused)
 
 
 def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool]] = None, registered: Any = (),
@@ -89,15 +101,27 @@ def replicates_kv(cfg: Any, view: RoleView, installed: Dict[str, bool], register
 
 
 def npu_problems(cfg: Any, view: RoleView) -> List[str]:
-    """The MindSpeed repatch of a Megatron role on npu: its dict builds, and no flag MindSpeed rejects."""
+    """The MindSpeed repatch of a Megatron role on npu: its dict builds, the Ascend stack is a documented
+    one (and, where MindSpeed is installed here, the installed one with its megatron-core), the stack
+    has every setting the plan asks for, and no flag MindSpeed rejects."""
     layout = view.layout
     prefix = f"{layout.prefix}.override_transformer_config"
     if _same_as_actor(cfg, layout.role):
         return []
     try:
-        build_repatch_dict(view.section.megatron)
+        plan = build_repatch_dict(view.section.megatron)
     except RepatchError as e:
         return [f"{layout.role}: {e}"]
+    try:
+        stack = ascend_stack.role_stack(cfg.trainer.ascend_stack, view.section.megatron)
+    except ascend_stack.StackError as e:
+        return [f"{layout.role}: {e}"]
+    problems = [f"{layout.role}: {p}" for p in ascend_stack.stack_problems(stack, plan)]
+    if ascend_stack.installed_stack():  # the nodes: their megatron-core must be the stack's
+        problem = ascend_stack.megatron_core_problem(stack, ascend_stack.installed_megatron_core())
+        problems += [f"{layout.role}: {problem}"] if problem else []
+    if problems:
+        return problems
     if switch(override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
         return [
             f"{layout.role}: {prefix}.use_flash_attn_npu_batch_invariant does not work with context parallelism "
@@ -105,6 +129,23 @@ def npu_problems(cfg: Any, view: RoleView) -> List[str]:
             f"parallelism yet.'): set {layout.prefix}.context_parallel_size=1 or drop the flag"
         ]
     return []
+
+
+def npu_warnings(cfg: Any) -> List[str]:
+    """What the Ascend stack of each Megatron role accepts and does nothing with (ascend_stack.stack_warnings)."""
+    warnings = []
+    for role in roles.active_roles(cfg):
+        if roles.strategy(cfg, role) != "megatron" or _same_as_actor(cfg, role):
+            continue
+        stack = role_stack(cfg, role, "npu")
+        if stack is None:
+            continue
+        try:
+            plan = build_repatch_dict(roles.section(cfg, role).megatron)
+        except RepatchError:
+            continue  # npu_problems reports it
+        warnings += [f"{role}: {w}" for w in ascend_stack.stack_warnings(stack, plan)]
+    return warnings
 
 
 def external_bridge_weight_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str]) -> List[str]:

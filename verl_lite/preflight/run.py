@@ -189,6 +189,8 @@ def collect_warnings(cfg: Any) -> List[str]:
         warnings += memory.memory_warnings(cfg, device)  # a peak near (or, on an assumed device, over) the limit
     if device in DEVICE_ENV:  # ray_init.runtime_env.env_vars that replace verl_lite's own variables
         warnings += runtime_env_overrides(cfg, device)
+    if device == "npu":  # settings the Ascend stack accepts and ignores without changing a number
+        warnings += bridge.npu_warnings(cfg)
     return warnings
 
 

@@ -12,13 +12,14 @@ from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import roles
 from verl_lite.config.shapes import expert_count, model_shape, text_config
-from verl_lite.decisions import bridge_choice, optimizer_overrides, packing_mode
+from verl_lite.config.generated import ascend_facts
+from verl_lite.decisions import ascend_stack, bridge_choice, optimizer_overrides, packing_mode
 from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.decisions import fsdp_settings
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.decisions.async_pools import step_prompts
-from verl_lite.preflight.bridge import choose_role_bridge, vision_tower
+from verl_lite.preflight.bridge import choose_role_bridge, role_stack, vision_tower
 from verl_lite.preflight.memory import summary_lines as memory_lines
 from verl_lite.preflight.roles import RoleView, role_view, world_size
 from verl_lite.preflight.rollout import rollout_summary
@@ -38,6 +39,7 @@ def summarize(cfg: Any) -> str:
         _model_line(cfg),
     ]
     active = roles.active_roles(cfg)
+    lines += _stack_lines(cfg, device, active)
     for role in roles.ROLES:
         if role not in active:
             lines.append(_inactive_line(cfg, role, device))
@@ -94,6 +96,19 @@ def summarize(cfg: Any) -> str:
     return "\n".join(lines)
 
 
+def _stack_lines(cfg: Any, device: str, active: List[str]) -> List[str]:
+    """On npu with a Megatron role: the Ascend stack, how it was chosen, and what of it is unverified."""
+    megatron = [r for r in active if roles.strategy(cfg, r) == "megatron"]
+    stack = role_stack(cfg, megatron[0], device) if megatron else None
+    if stack is None:
+        return []
+    lines = [f"ascend stack  : {stack.describe()}"]
+    parts = [u["part"].split(" (")[0] for u in ascend_facts.unverified(stack.name)]
+    if parts:
+        lines.append(f"{'':16}(unverified, no source reachable: {', '.join(parts)}; docs/ascend.md)")
+    return lines
+
+
 def _inactive_line(cfg: Any, role: str, device: str) -> str:
     if role == "ref":
         why = "actor_rollout_ref.actor.use_kl_loss=False, algorithm.use_kl_in_reward=False"
@@ -130,7 +145,19 @@ def _bridge_lines(cfg: Any, view: RoleView) -> List[str]:
         lines.append(f"{'':16}(use_ascend_gdn=True on npu: where Megatron-Bridge is installed, its AutoBridge + MindSpeed-Bridge "
                      "instead, with `import mindspeed_bridge.models` after the repatch, before the model build)")
     if hf is not None and is_gdn_model(hf):
-        kernel = bridge_choice.gdn_kernel(device, overrides, installed["fla"])
+        kernel = bridge_choice.gdn_kernel(device, overrides, bridge_choice.fla_importable(device, installed["fla"]))
+        stack = role_stack(cfg, role, device)
+        if stack is not None and choice.kind != bridge_choice.VERL_LITE:
+            lines.append(f"  GDN layers  : {ascend_stack.external_gdn(stack, overrides, choice.mindspeed_bridge)}")
+            return lines
+        if stack is not None:  # verl_lite's own layers: what the stack makes of them
+            plan = ascend_stack.role_gdn_plan(stack, view.section.megatron, kernel)
+            if plan.layer == "mindspeed":
+                lines.append(f"  GDN layers  : {plan.why}")
+                return lines
+            packs = "takes packed input" if kernel != bridge_choice.TORCH else "packed: one call per sequence"
+            lines.append(f"  GDN kernel  : {ascend_stack.describe_kernel(stack, kernel)} ({packs})")
+            return lines
         note = ""
         if kernel == bridge_choice.TORCH and device != "cpu" and switch(overrides.get("use_triton_gdn", True)):
             note = " here; Triton fla where flash-linear-attention is installed"

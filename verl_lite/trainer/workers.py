@@ -142,6 +142,8 @@ class EngineWorker:
     def _make_engine(self, model_cfg, engine_cfg, optim_cfg, role: str):
         cls = load_engine(self.cfg, role, self.device)
         engine = cls(model_cfg, engine_cfg, optim_cfg, self.device, role)
+        if hasattr(engine, "ascend_stack_setting"):  # the MindSpeed engines: the Ascend stack the run names
+            engine.ascend_stack_setting = str(self.cfg.trainer.ascend_stack)
         engine.initialize()
         # what the role's offload flags move off the device leaves it now (as verl, after the build)
         self.phases.add(engine, OffloadPolicy.of(engine_cfg, roles.strategy(self.cfg, role), role, self.device))

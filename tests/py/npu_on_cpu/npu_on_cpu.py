@@ -2,8 +2,9 @@
 
 `setup()` runs in the test's driver and, as Ray's `worker_process_setup_hook`, in every worker process
 before its first task. Each process appends what it saw to the JSON-lines file NPU_ON_CPU_LOG.
-- tests/py/mindspeed_double goes first on sys.path: `import mindspeed` is the contract double, which
-  refuses to import once megatron is imported (rule 10), so a run that trains kept the import order;
+- tests/py/mindspeed_double/<stack> goes first on sys.path (NPU_ON_CPU_STACK, default core_r0.16.0):
+  `import mindspeed` is that stack's contract double, which refuses to import once megatron is
+  imported (rule 10), so a run that trains kept the import order;
 - the MindSpeed engines keep megatron's tensors on CPU (`MindSpeedEngineMixin.internals_device`, the
   seam the engine-level tests use); the engine class, its MindSpeed import and its repatch are the
   npu ones, chosen by the registry from device=npu;
@@ -24,7 +25,8 @@ import sys
 import types
 from pathlib import Path
 
-DOUBLE_DIR = str(Path(__file__).resolve().parents[1] / "mindspeed_double")
+STACK = os.environ.get("NPU_ON_CPU_STACK", "core_r0.16.0")
+DOUBLE_DIR = str(Path(__file__).resolve().parents[1] / "mindspeed_double" / STACK)
 
 
 def log(event: str, **fields) -> None:

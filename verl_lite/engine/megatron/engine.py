@@ -151,7 +151,8 @@ class MegatronLMEngine(BaseEngine):
         # verl_lite's registry, Megatron-Bridge's AutoBridge or mbridge, as verl's use_mbridge/vanilla_mbridge
         # say (decisions/bridge_choice.py); on npu MindSpeed-Bridge registers here, after the repatch above.
         selection = bridge_select.select_bridge(self.megatron_config, self.hf_config, self.device, self._model_dir(),
-                                                self.model_type, bool(self.model_config.trust_remote_code))
+                                                self.model_type, bool(self.model_config.trust_remote_code),
+                                                own_refused=self._own_bridge_refusal())
         tp_size, tp_rank = mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank()
         if selection.external is not None:
             # the external bridge builds and loads the chunks; wrapping, optimizer and freeze are ours
@@ -161,6 +162,8 @@ class MegatronLMEngine(BaseEngine):
             chunks = bridge_select.build_external(self.external, self.parallel_sizes(),
                                                   self.megatron_config.sequence_parallel, self.transformer_overrides(),
                                                   self.dtype, self.model_type == "value_model")
+            # how batch.run_schedule calls them: verl's call for the model's class, not verl_lite's own
+            megatron_batch.mark_forward_convention(chunks, self.device)
             self.tf_config = getattr(chunks[0], "config", None)
             self.layout = bridge_select.external_layout(self.hf_config, tp_size, tp_rank)
             self._set_up_chunks(chunks)
@@ -175,7 +178,9 @@ class MegatronLMEngine(BaseEngine):
             self.bridge, self.parallel_sizes(), self.dtype, self.transformer_overrides(),
             self.megatron_config.sequence_parallel, self.compute_device, self.role, device=self.device,
             gdn_chunk_size=self.model_config.linear_attention_chunk_size)
-        self._decide_packing(getattr(self.tf_config, "gdn_kernel", None))
+        if getattr(self.tf_config, "gdn_kernel", None) is not None:
+            self._configure_gdn(self.tf_config)
+        self._decide_packing(getattr(self.tf_config, "gdn_kernel", None), self._gdn_packs)
         self.layout = self.bridge.layout(tp_size, tp_rank)
         chunks = megatron_model.build_chunks(self.tf_config, self.bridge, self.layout, self._torch_device(),
                                              self.compute_device, self._tied_lm_head, self._attach_head,
@@ -202,7 +207,17 @@ class MegatronLMEngine(BaseEngine):
                 self.model, self.optim_config, self.dtype, use_distributed_optimizer=use_dist_opt, role=self.role)
         self.eval_mode()
 
-    def _decide_packing(self, gdn_kernel: Optional[str]) -> None:
+    def _own_bridge_refusal(self) -> Optional[str]:
+        """Hook: why verl_lite's own bridges cannot build this model here (the MindSpeed engines' stack)."""
+        return None
+
+    def _configure_gdn(self, tf_config: Any) -> None:
+        """Hook: how the model's Gated DeltaNet layers run beyond the kernel the switches chose (the
+        MindSpeed engines apply their Ascend stack: MindSpeed's own GatedDeltaNet where it swaps it in)."""
+
+    _gdn_packs: Optional[bool] = None  # set by _configure_gdn where the GDN layer's packing differs from its kernel's
+
+    def _decide_packing(self, gdn_kernel: Optional[str], gdn_packs: Optional[bool] = None) -> None:
         """model.use_remove_padding for this engine (decisions/packing_mode.py: null = auto): packed where
         the attention and the GDN kernel take packed input; an explicit True that cannot be honoured
         raises with the reason."""
@@ -211,7 +226,7 @@ class MegatronLMEngine(BaseEngine):
             te = megatron_model.transformer_engine_attention() is not None
         decision = packing_mode.decide_megatron(
             self.model_config.use_remove_padding, self.device, gdn_kernel, self.transformer_overrides(),
-            external=self.external is not None, te_installed=te,
+            external=self.external is not None, te_installed=te, gdn_packs=gdn_packs,
             vision=self.bridge is not None and self.bridge.has_vision)
         if decision.refusal:
             raise ValueError(f"{self.role}: model.use_remove_padding=True cannot run here: {decision.refusal}")
@@ -328,7 +343,7 @@ class MegatronLMEngine(BaseEngine):
                 raise ValueError("forward_backward(forward_only=False) needs a loss_fn")
         if mpu.get_context_parallel_world_size() > 1:
             raise NotImplementedError("context_parallel_size > 1 is not supported by verl_lite's Megatron forward yet")
-        refuse_images_without_tower(self.role, self.bridge, micro_batches)
+        refuse_images_without_tower(self.role, self.bridge if self.external is None else self.external, micro_batches)
         pipelined = mpu.get_pipeline_model_parallel_world_size() > 1
         # Micro-batches of different shapes (dynamic batch size) cross pipeline stages with their shapes
         # sent first (megatron's variable_seq_lengths); equal shapes keep one fixed p2p shape.

@@ -9,10 +9,12 @@ keeps megatron's layer (its parameters, in/out projections, conv, gated output n
 replaces its forward so that:
 
 - the GDN kernel is the one `decisions.bridge_choice.gdn_kernel` chose for the run, as the Ascend/verl stack
-  chooses it: Triton `fla.chunk_gated_delta_rule` when `fla` is installed and `use_triton_gdn`
-  (default True) on a cuda/npu device; the Ascend kernel (`flash_gated_delta_rule`, AscendC ops
-  of flash-linear-attention-npu as shipped by MindSpeed-MM) when `use_ascend_gdn` on npu; else
-  megatron's pure-torch `torch_chunk_gated_delta_rule`, with the chunk of
+  chooses it: `fla.ops.gated_delta_rule.chunk_gated_delta_rule` as megatron binds it when `fla` imports
+  and `use_triton_gdn` (default True) on a cuda/npu device (on cuda the Triton fla package; on npu
+  the name always imports and is MindSpeed's own kernel, decisions/ascend_stack.py); the Ascend kernel
+  (the AscendC `flash_gated_delta_rule` entry the stack's MindSpeed ships, from the facts table, in
+  that entry's tensor layout) when `use_ascend_gdn` on npu; else megatron's pure-torch
+  `torch_chunk_gated_delta_rule`, with the chunk of
   `model.linear_attention_chunk_size` (`config.gdn_chunk_size`; None = by sequence length, as the
   torch engine chooses it: `verl_lite.models.hf.auto_chunk_size`);
 - padded (BSHD) batches are exact: hidden states at padding positions (taken from the 4D mask's
@@ -28,6 +30,12 @@ The l2norm of q/k is fla's form (x / sqrt(sum(x^2) + 1e-6)); the fla kernel path
 Nothing here is CPU-specific: the same modules run on cuda/npu when the torch or Ascend kernel is
 chosen. Megatron is imported inside the functions and classes built on first use (MindSpeed must
 patch megatron before anything imports it).
+
+Where MindSpeed replaces megatron's GatedDeltaNet with its own class (decisions/ascend_stack.py:
+core_r0.16.0 under use_naive_l2norm, context parallelism or EOD packing), the GDN layers are that class,
+as verl builds them, and `GatedDeltaLayer` is not used (`gdn_layer_class`). MindSpeed's forward ignores
+the attention mask, so `mask_padding` zeroes the padding positions of its input, as GatedDeltaLayer
+does, for left-padded micro-batches.
 """
 
 from __future__ import annotations
@@ -45,10 +53,6 @@ from verl_lite.models.hf import auto_chunk_size
 
 logger = logging.getLogger(__name__)
 
-# Where the Ascend GDN kernel's Python entry lives (MindSpeed-MM, mindspeed_mm/fsdp/ops/gdn/
-# flash_gated_delta_rule.py: q/k/v [B, H, T, D] in fp16/bf16, g/beta [B, T, H], optional
-# cu_seqlens with B = 1; returns o [B, T, H, V] and the final state).
-ASCEND_GDN_ENTRY = "mindspeed_mm.fsdp.ops.gdn.flash_gated_delta_rule:flash_gated_delta_rule"
 TESTED_MEGATRON = "0.16."
 FLA_L2NORM_EPS = 1e-6
 
@@ -81,15 +85,20 @@ def torch_l2norm(x: torch.Tensor, dim: int = -1, eps: float = FLA_L2NORM_EPS) ->
     return x / torch.sqrt((x * x).sum(dim=dim, keepdim=True) + eps)
 
 
-def load_ascend_kernel() -> Callable[..., Any]:
-    module_name, _, attr = ASCEND_GDN_ENTRY.partition(":")
+def load_ascend_kernel(entry: Optional[dict]) -> Callable[..., Any]:
+    """The Ascend kernel entry of the run's stack (`ascend_stack.ascend_kernel_entry`: module, function,
+    where it was read)."""
+    if not entry:
+        raise ImportError("use_ascend_gdn=True: the Ascend stack of this run ships no AscendC GDN kernel entry in "
+                          "MindSpeed (decisions/ascend_stack.py); set use_ascend_gdn=False")
+    name = f"{entry['module']}:{entry['function']}"
     try:
-        return getattr(importlib.import_module(module_name), attr)
-    except ImportError as e:
+        return getattr(importlib.import_module(entry["module"]), entry["function"])
+    except (ImportError, AttributeError) as e:
         raise ImportError(
-            f"use_ascend_gdn=True needs the Ascend GDN kernel {ASCEND_GDN_ENTRY} (MindSpeed-MM with "
-            f"flash-linear-attention-npu), which does not import here ({e}); install them or set "
-            f"use_ascend_gdn=False"
+            f"use_ascend_gdn=True needs the Ascend GDN kernel {name} ({entry['source']}; it needs "
+            f"{', '.join(entry['needs']) or 'nothing else'}), which does not import here ({type(e).__name__}: {e}); "
+            f"install flash-linear-attention-npu (fla_npu) beside MindSpeed, or set use_ascend_gdn=False"
         ) from e
 
 
@@ -121,6 +130,60 @@ def padding_positions(attention_mask: Optional[torch.Tensor], batch: int, seq_le
 
 
 _LAYER_CLASS = None
+MEGATRON_GDN_MODULE = "megatron.core.ssm.gated_delta_net"
+
+
+def gdn_layer_class(config: Any) -> type:
+    """The module class of the GDN layers: MindSpeed's GatedDeltaNet where the run's Ascend stack swaps it
+    in (`config.gdn_layer == "mindspeed"`, set by the MindSpeed engines: the class megatron's module
+    holds after the repatch, checked against the facts table's `config.mindspeed_gdn_class`), else
+    `GatedDeltaLayer`."""
+    if getattr(config, "gdn_layer", "verl_lite") != "mindspeed":
+        return gated_delta_layer_class()
+    from megatron.core.ssm import gated_delta_net as gdn
+
+    cls = gdn.GatedDeltaNet
+    found, expected = f"{cls.__module__}:{cls.__qualname__}", getattr(config, "mindspeed_gdn_class", None)
+    if found != expected:
+        raise RuntimeError(
+            f"MindSpeed's repatch should have replaced {MEGATRON_GDN_MODULE}.GatedDeltaNet with {expected} on this run's "
+            f"Ascend stack, but it holds {found}: the installed MindSpeed is not the stack the engine chose "
+            f"(trainer.ascend_stack), or something imported the class before the repatch")
+    return cls
+
+
+def mask_padding(module: Any, config: Any) -> int:
+    """Zero the padding positions of the input of every MindSpeed GatedDeltaNet in `module` (its forward
+    ignores the attention mask), as GatedDeltaLayer does: a forward pre-hook reading the (B, 1, T, T)
+    mask. Returns how many layers were hooked; nothing where verl_lite's own layer runs."""
+    if getattr(config, "gdn_layer", "verl_lite") != "mindspeed":
+        return 0
+    cls = gdn_layer_class(config)
+    hooked = 0
+    for layer in module.modules():
+        if type(layer) is cls:
+            layer.register_forward_pre_hook(_zero_padding, with_kwargs=True)
+            hooked += 1
+    return hooked
+
+
+def _zero_padding(layer: Any, args: tuple, kwargs: dict):
+    hidden = args[0] if args else kwargs["hidden_states"]
+    mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+    if kwargs.get("packed_seq_params") is not None:
+        return None  # packed: each sequence's padding follows its tokens (batch.prepare_packed_batch)
+    seq_len, batch, _ = hidden.shape
+    sp = int(getattr(layer, "sp_size", 1) or 1)
+    pad = padding_positions(mask, batch, seq_len * sp)
+    if pad is None or not bool(pad.any()):
+        return None
+    keep = (~pad).transpose(0, 1).unsqueeze(-1).to(hidden.dtype)  # (T, B, 1)
+    if sp > 1:  # sequence parallel: this rank holds its slice of the sequence
+        keep = keep.chunk(sp, dim=0)[layer.pg_collection.tp.rank()]
+    hidden = hidden * keep
+    if args:
+        return (hidden,) + tuple(args[1:]), kwargs
+    return args, dict(kwargs, hidden_states=hidden)
 
 
 def gated_delta_layer_class() -> type:
@@ -134,6 +197,11 @@ def gated_delta_layer_class() -> type:
 def _build_layer_class() -> type:
     import torch.nn.functional as F
     from megatron.core.ssm import gated_delta_net as gdn
+
+    if gdn.GatedDeltaNet.__module__ != MEGATRON_GDN_MODULE:  # MindSpeed swapped its own in: gdn_layer_class uses it
+        raise RuntimeError(f"GatedDeltaLayer mirrors megatron's GatedDeltaNet, but {MEGATRON_GDN_MODULE}.GatedDeltaNet "
+                           f"is {gdn.GatedDeltaNet.__module__}'s here (MindSpeed's repatch swapped it): build the "
+                           f"GDN layers with gdn_layer_class(config)")
 
     class GatedDeltaLayer(gdn.GatedDeltaNet):
         """megatron's GatedDeltaNet with the kernel of `config.gdn_kernel`, padding masked, and
@@ -155,7 +223,11 @@ def _build_layer_class() -> type:
             finally:
                 gdn.HAVE_FLA = saved
             self.gdn_kernel = kernel
-            self._ascend = load_ascend_kernel() if kernel == "ascend" else None
+            entry = getattr(config, "ascend_kernel", None)
+            self._ascend = load_ascend_kernel(entry) if kernel == "ascend" else None
+            self._head_first = bool(entry) and entry.get("qkv_layout") == "B,H,T,K"
+            # MindSpeed's kernels (the Ascend entry, and on npu whatever the fla name is) refuse fp32
+            self._kernel_dtype = getattr(config, "gdn_kernel_dtype", None)
 
         def _conv(self, qkv: torch.Tensor, seq_len: int, cu_seqlens: Optional[torch.Tensor]) -> torch.Tensor:
             """Causal depthwise conv + activation on (B, D, T); per segment for packed input."""
@@ -177,14 +249,18 @@ def _build_layer_class() -> type:
                     query, key, value, g=g, beta=beta, chunk_size=chunk, initial_state=None,
                     output_final_state=False, use_qk_l2norm_in_kernel=False)
                 return out
+            q, k, v = query, key, value
+            if self._kernel_dtype is not None and q.dtype not in (torch.float16, torch.bfloat16):
+                q, k, v = (x.to(self._kernel_dtype) for x in (q, k, v))  # MindSpeed's kernels refuse fp32
             if self.gdn_kernel == FLA:
                 out, _ = gdn.chunk_gated_delta_rule(
-                    query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
+                    q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
                     use_qk_l2norm_in_kernel=False, cu_seqlens=cu_seqlens)
-                return out
-            # Ascend: q/k/v head-first in fp16/bf16 (the kernel refuses fp32), g/beta [B, T, H].
-            kernel_dtype = query.dtype if query.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
-            q, k, v = (x.transpose(1, 2).to(kernel_dtype) for x in (query, key, value))
+                return out.to(query.dtype)
+            # Ascend: q/k/v in the entry's layout ([B, T, H, K] for MindSpeed's, head-first for
+            # MindSpeed-MM's port), g/beta [B, T, H]; cu_seqlens int64 with batch 1
+            if self._head_first:
+                q, k, v = (x.transpose(1, 2) for x in (q, k, v))
             out, _ = self._ascend(q, k, v, g=g, beta=beta, output_final_state=False,
                                   use_qk_l2norm_in_kernel=False,
                                   cu_seqlens=None if cu_seqlens is None else cu_seqlens.to(torch.long))

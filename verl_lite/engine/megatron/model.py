@@ -16,11 +16,12 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from verl_lite.decisions.bridge_choice import ascend_gdn_problem, gdn_kernel
+from verl_lite.decisions.bridge_choice import ascend_gdn_problem, fla_importable, gdn_kernel
 from verl_lite.decisions.layout import moe_sequence_parallel_problem
 from verl_lite.engine.megatron import cpu as megatron_cpu
 from verl_lite.engine.megatron.bridges import Layout, ModelBridge, UnsupportedModelError
 from verl_lite.engine.megatron.bridges.base import hf_field
+from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron.gdn import fla_installed
 
 logger = logging.getLogger(__name__)
@@ -71,8 +72,11 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
         problem = ascend_gdn_problem(device or compute_device, switches)
         if problem:
             raise ValueError(problem)
+        # on npu the fla name always imports (MindSpeed stands it in): the MindSpeed engines then say which
+        # kernel it is and whether MindSpeed's own GatedDeltaNet replaces the layer (`configure_gdn`)
         config.gdn_kernel = gdn_kernel(device or compute_device, switches,
-                                       have_fla=fla_installed())
+                                       have_fla=fla_importable(device or compute_device, fla_installed()))
+        config.gdn_layer = "verl_lite"
         logger.info("%s: Gated DeltaNet kernel %r (use_triton_gdn=%s, use_ascend_gdn=%s, device %s)", role,
                     config.gdn_kernel, getattr(config, "use_triton_gdn", None), getattr(config, "use_ascend_gdn", None),
                     device or compute_device)
@@ -150,6 +154,7 @@ def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: to
                 **bridge.gpt_model_kwargs(),
             )
             bridge.finish_chunk(module, tf_config)
+            megatron_gdn.mask_padding(module, tf_config)  # MindSpeed's GatedDeltaNet ignores the mask
         if module.post_process:
             attach_head(module)
         if module.pre_process:

@@ -7,7 +7,8 @@ Qwen3.5's vision tower) are qwen3_5_vl.py's bridges, built on these. Multi-token
 The model (semantics read from transformers' qwen3_5 / qwen3_5_moe modeling):
 - hybrid layers from the HF config's `layer_types` ("linear_attention" / "full_attention"; older
   configs give `full_attention_interval`): Gated DeltaNet layers (megatron's GatedDeltaNet via
-  `verl_lite.engine.megatron.gdn.GatedDeltaLayer`) and gated full attention (megatron's
+  `verl_lite.engine.megatron.gdn.GatedDeltaLayer`, or MindSpeed's own GatedDeltaNet where the npu
+  run's Ascend stack swaps it in: `gdn.gdn_layer_class`) and gated full attention (megatron's
   `attention_output_gate`: q_proj yields a query and a sigmoid output gate per head) with q/k
   RMSNorm and RoPE on the first `partial_rotary_factor` of the head dim (`rotary_percent`);
 - RMSNorm everywhere is (1 + w) (`layernorm_zero_centered_gamma`); the GDN output norm is the
@@ -174,7 +175,7 @@ class Qwen3_5Bridge(Qwen3_5Weights, ModelBridge):
         attention.submodules.mlp = self._mlp_spec(local)
         gdn = copy.deepcopy(attention)
         gdn.submodules.self_attention = ModuleSpec(
-            module=megatron_gdn.gated_delta_layer_class(),
+            module=megatron_gdn.gdn_layer_class(config),
             submodules=GatedDeltaNetSubmodules(
                 in_proj=ColumnParallelLinear, out_norm=megatron_gdn.GatedOutputRMSNorm, out_proj=RowParallelLinear),
         )

@@ -18,6 +18,10 @@ verl/utils/megatron_utils.py): AutoBridge.from_hf_pretrained(path) -> to_megatro
 load_hf_weights(model, path) (`build_external`); the rollout sync and HF export stream
 export_hf_weights(model). The engine then sets the chunks up as it does its own bridges' (DDP wrap,
 optimizer, freeze: `MegatronLMEngine._set_up_chunks`).
+
+The engine marks each built model with its forward convention (`batch.mark_forward_convention`, from
+its class: megatron-core's GPTModel, or Megatron-Bridge's Qwen3VLModel and its MindSpeed-Bridge /
+mbridge namesakes), which `batch.run_schedule` follows: verl's calls, not verl_lite's own GPT-style one.
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ from verl_lite.models import is_gdn_model
 from verl_lite.registry import BRIDGES
 
 logger = logging.getLogger(__name__)
+
+
+def vision_config_of(hf_config: Any) -> bool:
+    """Whether an HF config (object or config.json dict) has a vision_config."""
+    if isinstance(hf_config, dict):
+        return hf_config.get("vision_config") is not None
+    return getattr(hf_config, "vision_config", None) is not None
 
 
 def _as_dict(hf_config: Any) -> Optional[Dict[str, Any]]:
@@ -68,12 +79,21 @@ class MegatronBridgeBuild:
 
     kind = bridge_choice.MEGATRON_BRIDGE
 
-    def __init__(self, model_dir: str, trust_remote_code: bool = False):
+    def __init__(self, model_dir: str, trust_remote_code: bool = False, hf_config: Any = None,
+                 device: Optional[str] = None):
         from megatron.bridge import AutoBridge
 
         self.model_dir = model_dir
+        self.device = device  # the engine's (npu for the MindSpeed engines, wherever their tensors live)
         self.bridge = AutoBridge.from_hf_pretrained(model_dir, trust_remote_code=trust_remote_code)
         self.provider: Any = None
+        self.hf_config = hf_config
+
+    @property
+    def has_vision(self) -> bool:
+        """Whether the model takes images: verl's own test, `hasattr(hf_config, "vision_config")`
+        (verl 1dda039b verl/workers/engine/megatron/transformer_impl.py:1384-1398)."""
+        return vision_config_of(self.hf_config)
 
     def configure(self, parallel_sizes: Dict[str, Any], overrides: Dict[str, Any], dtype: Any,
                   value_model: bool = False) -> Any:
@@ -121,12 +141,18 @@ class MBridgeBuild:
 
     kind = bridge_choice.MBRIDGE
 
-    def __init__(self, model_dir: str, hf_config: Any):
+    def __init__(self, model_dir: str, hf_config: Any, device: Optional[str] = None):
         from mbridge import AutoBridge
 
         self.model_dir = model_dir
+        self.device = device
         self.bridge = AutoBridge.from_config(hf_config)
         self.fp16, self.bf16 = False, True
+        self.hf_config = hf_config
+
+    @property
+    def has_vision(self) -> bool:
+        return vision_config_of(self.hf_config)
 
     def configure(self, parallel_sizes: Dict[str, Any], overrides: Dict[str, Any], dtype: Any,
                   value_model: bool = False) -> Any:
@@ -158,16 +184,17 @@ class Selection:
 
 def select_bridge(megatron_config: Any, hf_config: Any, device: str, model_dir: str,
                   model_type: str = "language_model", trust_remote_code: bool = False,
-                  installed: Optional[Dict[str, bool]] = None) -> Selection:
+                  installed: Optional[Dict[str, bool]] = None, own_refused: Optional[str] = None) -> Selection:
     """Choose as the preflight does, then load: for verl_lite's registry the ModelBridge; for
     Megatron-Bridge (after MindSpeed-Bridge's registration when asked) or mbridge, the build object.
-    A refusal raises UnsupportedModelError with the preflight's message."""
+    A refusal raises UnsupportedModelError with the preflight's message. `own_refused`: why verl_lite's
+    own bridges cannot build this model here (the MindSpeed engines' stack: ascend_stack.own_bridge_refusal)."""
     hf = _as_dict(hf_config)
     try:
         choice = bridge_choice.choose_bridge(
             "megatron", megatron_config, hf, device,
             bridge_choice.installed_here() if installed is None else installed, [k[0] for k in BRIDGES.keys()],
-            value_model=model_type == "value_model")
+            value_model=model_type == "value_model", own_refused=own_refused)
     except bridge_choice.BridgeRefusal as e:
         raise UnsupportedModelError(str(e)) from e
     if choice.kind == bridge_choice.VERL_LITE:
@@ -175,8 +202,8 @@ def select_bridge(megatron_config: Any, hf_config: Any, device: str, model_dir: 
     if choice.mindspeed_bridge:
         import_mindspeed_bridge()
     if choice.kind == bridge_choice.MEGATRON_BRIDGE:
-        return Selection(choice, external=MegatronBridgeBuild(model_dir, trust_remote_code))
-    return Selection(choice, external=MBridgeBuild(model_dir, hf_config))
+        return Selection(choice, external=MegatronBridgeBuild(model_dir, trust_remote_code, hf_config, device))
+    return Selection(choice, external=MBridgeBuild(model_dir, hf_config, device))
 
 
 def build_external(build: Any, parallel_sizes: Dict[str, Any], sequence_parallel: bool, overrides: Dict[str, Any],
@@ -214,7 +241,13 @@ def external_layout(hf_config: Any, tp_size: int, tp_rank: int) -> Layout:
 
 def external_gdn_kernel(hf_config: Any, device: str, overrides: Dict[str, Any]) -> Optional[str]:
     """The GDN kernel of a Megatron-Bridge / mbridge build of a Gated DeltaNet model (None otherwise),
-    as the real stack picks it (decisions/bridge_choice.gdn_kernel)."""
+    as the real stack picks it (decisions/bridge_choice.gdn_kernel; the fla name always imports on npu,
+    where MindSpeed stands it in). On megatron-core < 0.18 its GatedDeltaNet takes no packed input
+    (batch.packed_input_refusal): the torch rule's "no cu_seqlens", which keeps an external build padded."""
     if not is_gdn_model(_as_dict(hf_config) or {}):
         return None
-    return bridge_choice.gdn_kernel(device, overrides, fla_installed())
+    from megatron.core import package_info
+
+    if (int(package_info.MAJOR), int(package_info.MINOR)) < (0, 18):
+        return bridge_choice.TORCH
+    return bridge_choice.gdn_kernel(device, overrides, bridge_choice.fla_importable(device, fla_installed()))

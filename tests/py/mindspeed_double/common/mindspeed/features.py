@@ -1,19 +1,27 @@
-"""The MindSpeed features verl_lite's engines meet, as patch registrations.
+"""The MindSpeed features verl_lite's engines meet, as patch registrations, per stack (`mindspeed._stack`
+reads which the stack has from the facts table; file:line below at core_r0.16.0 e4772499 unless noted):
 
-Names and conditions follow MindSpeed core_r0.16.0:
-- basic (level 0, always): TransformerConfig.__init__ / __post_init__ wrappers; the double adds a
-  recording wrapper on initialize_model_parallel.
+- basic (level 0, always): TransformerConfig.__init__ / __post_init__ wrappers (arguments_basic.py); the
+  double adds a recording wrapper on initialize_model_parallel.
+- pre-patches (core_r0.16.0 only, requirements_basic.py:29-71): the stand-in fla functions, each with the
+  replacement the table names (with or without fla_npu). core_r0.18.0 has none: MegatronAdaptor does it.
+- the GatedDeltaNet swap: the stack's own feature module (core_r0.16.0:
+  features_manager/context_parallel/gated_delta_net.py, conditional; core_r0.18.0:
+  features_manager/npu_enhancement/npu_enhancement.py, always).
 - GenerateMaskFeature (on by default): wrapper on DotProductAttention.forward when CP < 2.
-- FusionAttentionFeature (`use_flash_attn`): replaces DotProductAttention.forward when CP < 2.
-- BatchInvariantFeature (`use_flash_attn_npu_batch_invariant`): replaces it too, no CP gate.
-- ContextParallelFeature (CP > 1): wraps initialize_model_parallel to build the ring groups.
-- FP8 reuse validation (`fp8_reuse_quantized_weight` needs fp8) runs in the __post_init__ wrapper.
+- FusionAttentionFeature (`use_flash_attn`): replaces DotProductAttention.forward when CP < 2 (both stacks).
+- BatchInvariantFeature (core_r0.16.0 only): `use_flash_attn_npu_batch_invariant` replaces it too, no CP
+  gate, and needs flash_attn_npu.
+- ContextParallelFeature (CP > 1): on core_r0.16.0 wraps initialize_model_parallel to build the ring
+  groups (context_parallel_feature.py:128); core_r0.18.0 creates no groups.
 """
 
 import dataclasses
 import functools
+import importlib
 from typing import Any
 
+from mindspeed import _stack
 from mindspeed._double import STATE, record
 from mindspeed.args_utils import get_full_args
 from mindspeed.patch_utils import MindSpeedPatchesManager as pm
@@ -29,6 +37,12 @@ def _count(kind: str) -> None:
 
 def _cp(args: Any) -> int:
     return int(getattr(args, "context_parallel_size", 1) or 1)
+
+
+def resolve(replacement: str) -> Any:
+    """'module:name' of the table -> the double's object at that path."""
+    module, _, name = replacement.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 # ---------------------------------------------------------------------------- basic
@@ -55,8 +69,6 @@ def transformer_config_post_init_wrapper(post_init):
     def wrapper(self):
         post_init(self)
         full = get_full_args()
-        if getattr(full, "fp8_reuse_quantized_weight", False) and not getattr(self, "fp8", None):
-            raise ValueError("fp8_reuse_quantized_weight is only valid when FP8 training is enabled")
         if getattr(full, "use_flash_attn_npu_batch_invariant", False) and int(self.context_parallel_size) != 1:
             raise AssertionError("--use-flash-attn-npu-batch-invariant does not support context parallelism yet.")
 
@@ -118,7 +130,22 @@ def initialize_model_parallel_cp_wrapper(fn):
 
 
 def apply_features_pre_patches(args: Any) -> None:
-    record("pre_patches")
+    """core_r0.16.0's level-0 pre-patch (requirements_basic.py:29-71): the fla names MindSpeed stands in,
+    created (create_dummy) where fla is not installed, each with the table's replacement for whether
+    fla_npu imports (the real code tries `import fla_npu` and falls back)."""
+    try:
+        import fla_npu  # noqa: F401  (the device layer: present where flash-linear-attention-npu is installed)
+
+        have_fla_npu = True
+    except ImportError:
+        have_fla_npu = False
+    for target, choices in _stack.FACTS["fla_stand_ins"].items():
+        entry = choices.get("always") or choices.get("with fla_npu" if have_fla_npu else "without fla_npu")
+        if entry is None:
+            continue  # causal_conv1d: only with fla_npu
+        pm.register_patch(target, resolve(entry["replacement"]), create_dummy=entry["create_dummy"])
+    record("pre_patches", fla_npu=have_fla_npu)
+    pm.apply_patches()
 
 
 def apply_features_patches(args: Any) -> None:
@@ -127,13 +154,24 @@ def apply_features_patches(args: Any) -> None:
     pm.register_patch(TC + ".__init__", transformer_config_init_wrapper)
     pm.register_patch(TC + ".__post_init__", transformer_config_post_init_wrapper)
     pm.register_patch(INIT_MP, initialize_model_parallel_record_wrapper)
+    _gdn_feature().register_patches(pm, args)
     cp = _cp(args)
     if cp < 2:
         pm.register_patch(DPA_FORWARD, dot_product_attention_forward_wrapper)
     if level >= 2 and getattr(args, "use_flash_attn", False) and cp < 2:
         pm.register_patch(DPA_FORWARD, dot_product_attention_forward_impl)
-    if getattr(args, "use_flash_attn_npu_batch_invariant", False):
+    if _stack.FACTS["batch_invariant"] and getattr(args, "use_flash_attn_npu_batch_invariant", False):
+        try:
+            importlib.import_module("flash_attn_npu")  # validate_args (batch_invariant.py:71-72)
+        except ImportError:
+            raise ImportError("--use-flash-attn-npu-batch-invariant requires flash-attention-npu to be installed.")
         pm.register_patch(DPA_FORWARD, dot_product_attention_flash_attn_npu_forward)
-    if cp > 1:
+    if cp > 1 and _stack.FACTS["context_parallel"]["wraps_initialize_model_parallel"]:
         pm.register_patch(INIT_MP, initialize_model_parallel_cp_wrapper)
     pm.apply_patches()
+
+
+def _gdn_feature() -> Any:
+    """The stack's GatedDeltaNet-swap feature: the module at the path the table's swap was read from."""
+    path = _stack.FACTS["gdn_swap"]["source"].split(":", 1)[1].rsplit(":", 1)[0]
+    return importlib.import_module(path[: -len(".py")].replace("/", "."))

@@ -1,4 +1,5 @@
-"""Patch manager with MindSpeed's rules (mindspeed/patch_utils.py).
+"""Patch manager with MindSpeed's rules (mindspeed/patch_utils.py; the same at core_r0.16.0 and
+core_r0.18.0 but for blank lines).
 
 - One `Patch` per exact dotted name in `patches_info`; `apply_patches()` applies them in
   insertion order.
@@ -8,6 +9,9 @@
   RuntimeError('the patch of <last segment> exist !') (identity is not compared).
 - `remove_patches()` restores originals (modules without "mindspeed" in their name), resets every
   patch and clears the wrappers; the entries stay.
+- A missing module raises ModuleNotFoundError, or with create_dummy every missing level is created as
+  an empty module (`Patch.parse_path`, patch_utils.py:135-164), so `fla.ops.gated_delta_rule` exists
+  after MindSpeed's pre-patch whether or not the fla package is installed.
 """
 
 import importlib
@@ -15,6 +19,17 @@ import sys
 from typing import Any, Callable, Dict, List, Optional
 
 from mindspeed._double import record
+
+
+def _holds(module: Any, name: str, value: Any) -> bool:
+    """`hasattr(module, name) and getattr(module, name) is value`, as the real loop asks every module. Differs
+    on purpose: an attribute lookup that raises something other than AttributeError (transformers' lazy
+    modules import their torchvision image processors on lookup, and CPU test installs have no torchvision)
+    counts as "no"; on the nodes the real loop would propagate it, where torchvision is installed."""
+    try:
+        return hasattr(module, name) and getattr(module, name) is value
+    except Exception:
+        return False
 
 
 def _is_wrapper(func: Callable) -> bool:
@@ -37,6 +52,7 @@ class Patch:
         self.patch_func: Optional[Callable] = None
         self.wrappers: List[Callable] = []
         self.original: Any = None
+        self.final: Any = None
         self.owner: Any = None
         self.is_applied = False
         self.set_patch_func(new_func if new_func is not None else _dummy(orig_func_name))
@@ -53,20 +69,27 @@ class Patch:
 
     def _resolve_owner(self) -> Any:
         parts = self.orig_module_name.split(".")
-        for cut in range(len(parts), 0, -1):
-            module_name = ".".join(parts[:cut])
+        owner: Any = None
+        for i in range(1, len(parts) + 1):
+            path = ".".join(parts[:i])
             try:
-                owner: Any = importlib.import_module(module_name)
-            except ModuleNotFoundError:
+                owner = importlib.import_module(path)
                 continue
-            for attr in parts[cut:]:
-                owner = getattr(owner, attr)
-            return owner
-        if self.create_dummy:
-            module = type(sys)(self.orig_module_name)
-            sys.modules[self.orig_module_name] = module
-            return module
-        raise ModuleNotFoundError(f"No module named '{self.orig_module_name}'")
+            except ModuleNotFoundError:
+                pass
+            if owner is not None and hasattr(owner, parts[i - 1]):  # a class (or attribute) of the module above
+                for attr in parts[i - 1:]:
+                    owner = getattr(owner, attr)
+                return owner
+            if not self.create_dummy:
+                raise ModuleNotFoundError(f"No module named '{path}'")
+            module = type(sys)(path)
+            module.__file__ = "mindspeed.dummy_module.py"
+            sys.modules[path] = module
+            if owner is not None:
+                setattr(owner, parts[i - 1], module)
+            owner = module
+        return owner
 
     def apply_patch(self) -> None:
         if self.is_applied:
@@ -76,17 +99,33 @@ class Patch:
             setattr(self.owner, self.orig_func_name, None)
         if self.original is None:
             self.original = self.owner.__dict__.get(self.orig_func_name, getattr(self.owner, self.orig_func_name))
+        current = getattr(self.owner, self.orig_func_name)
         final = self.patch_func if self.patch_func is not None else self.original
         for wrapper in self.wrappers:
             final = wrapper(final)
         setattr(self.owner, self.orig_func_name, final)
+        # every module holding the same object under that name is rebound too (patch_utils.py:126-130):
+        # `from fla.ops.gated_delta_rule import chunk_gated_delta_rule` done earlier sees the patch. The real
+        # code compares ids, so after remove_patches left a created name None, every module's None under that
+        # name is rebound as well
+        for module in list(sys.modules.values()):
+            if module is not None and _holds(module, self.orig_func_name, current):
+                setattr(module, self.orig_func_name, final)
+        self.final = final
         self.is_applied = True
         record("patch_applied", name=self.full_name, replaced=self.patch_func is not None,
                wrappers=[w.__name__ for w in self.wrappers])
 
     def remove_patch(self) -> None:
-        if self.is_applied and self.owner is not None and "mindspeed" not in self.orig_module_name:
-            setattr(self.owner, self.orig_func_name, self.original)
+        # restore every binding of the final function, in modules whose name lacks "mindspeed" (:95-108)
+        if self.is_applied and self.owner is not None:
+            for name, module in list(sys.modules.items()):
+                if "mindspeed" in name or module is None:
+                    continue
+                if _holds(module, self.orig_func_name, self.final):
+                    setattr(module, self.orig_func_name, self.original)
+            if "mindspeed" not in self.orig_module_name and getattr(self.owner, self.orig_func_name, None) is self.final:
+                setattr(self.owner, self.orig_func_name, self.original)
         self.patch_func = None
         self.wrappers = []
         self.is_applied = False

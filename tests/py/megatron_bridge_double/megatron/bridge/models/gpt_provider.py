@@ -1,10 +1,19 @@
-"""GPTModelProvider: the provider's contract as verl's engine uses it (src/megatron/bridge/models/
-model_provider.py `apply_overrides_and_finalize`, `provide_distributed_model`;
-gpt_provider.py). The real provider is a TransformerConfig dataclass; this one declares the fields
-the tests touch, and, as the real `apply_overrides_and_finalize`, refuses an attribute it lacks
-with `AttributeError: <Provider> has no attribute '<name>'.`"""
+"""GPTModelProvider: the provider's contract as verl's engine uses it (Megatron-Bridge de93536e
+src/megatron/bridge/models/model_provider.py `provide_distributed_model` l.106-210, `get_model` l.475-610;
+gpt_provider.py; `apply_overrides_and_finalize` from v0.5 on). The real provider is a TransformerConfig
+dataclass; this one declares the fields the tests and verl_lite's engine set and, as the real
+`apply_overrides_and_finalize`, refuses an attribute it lacks with
+`AttributeError: <Provider> has no attribute '<name>'.`
 
-from typing import Any, List
+`provide_distributed_model` builds real models on megatron's initialized groups (`_build.language_chunks`:
+verl_lite's own bridge, on CPU): megatron-core `GPTModel` chunks here (what Megatron-Bridge's Qwen3,
+Qwen3-MoE and Qwen3-Next providers return), the provider's `MODEL_CLASS` around each for the
+vision-language providers (models/qwen_vl). With fp16/bf16 each is wrapped in megatron's Float16Module, as
+get_model does (model_provider.py:583-594); `wrap_with_ddp=True` needs `ddp_config`
+(model_provider.py:161-162), and the double builds DDP-free models only (verl and verl_lite wrap
+themselves)."""
+
+from typing import Any, List, Optional
 
 from megatron.bridge._double import record
 
@@ -21,9 +30,10 @@ FIELDS = (
 
 class GPTModelProvider:
     EXTRA_FIELDS: tuple = ()
+    MODEL_CLASS: Optional[type] = None  # None: the GPTModel chunks themselves
 
-    def __init__(self, bridge: str = "", **values: Any):
-        for name in FIELDS + self.EXTRA_FIELDS:
+    def __init__(self, bridge: str = "", hf_config: Any = None, **values: Any):
+        for name in self.field_names():
             setattr(self, name, None)
         self.fp16, self.bf16 = False, False
         self.tensor_model_parallel_size = self.pipeline_model_parallel_size = self.context_parallel_size = 1
@@ -31,7 +41,12 @@ class GPTModelProvider:
         for name, value in values.items():
             setattr(self, name, value)
         self.bridge = bridge
+        self.hf_config = hf_config or {}
         self.finalized = False
+
+    @classmethod
+    def field_names(cls) -> tuple:
+        return FIELDS + cls.EXTRA_FIELDS
 
     def finalize(self) -> None:
         if self.num_attention_heads and self.tensor_model_parallel_size and \
@@ -61,23 +76,25 @@ class GPTModelProvider:
             raise ValueError("ddp_config is required when wrap_with_ddp is True")
         if not self.finalized:
             raise RuntimeError("provider not finalized (call apply_overrides_and_finalize or finalize first)")
+        if wrap_with_ddp:
+            raise NotImplementedError("the Megatron-Bridge double builds models without DDP only (wrap_with_ddp=False)")
         record("provide_distributed_model", provider=type(self).__name__, bridge=self.bridge,
                wrap_with_ddp=wrap_with_ddp, tp=self.tensor_model_parallel_size, pp=self.pipeline_model_parallel_size,
                ep=self.expert_model_parallel_size, bf16=bf16)
-        return [ModelChunk(self)]
+        from megatron.bridge import _build
 
+        from megatron.core.enums import ModelType
 
-def ModelChunk(provider: GPTModelProvider) -> Any:
-    """Stands for a GPTModel chunk: a torch module with the provider as its `config` and two named
-    tensors for export (no transformer layers)."""
-    import torch
+        chunks = _build.language_chunks(self)
+        models = [self.wrap(chunk) for chunk in chunks]
+        for model in models:  # _create_model sets it on every model (model_provider.py:649, 662)
+            model.model_type = ModelType.encoder_or_decoder
+        if self.fp16 or self.bf16:  # get_model's mixed_precision_wrapper (model_provider.py:583-594)
+            from megatron.core.transformer.module import Float16Module
 
-    class _Chunk(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.config = provider
-            self.hf_names = ["model.embed_tokens.weight", "lm_head.weight"]
-            self.weights = {name: torch.zeros(2, 2) for name in self.hf_names}
-            self.embedding = torch.nn.Parameter(torch.zeros(2, 2))
+            models = [Float16Module(model.config, model) for model in models]
+        return models
 
-    return _Chunk()
+    def wrap(self, chunk: Any) -> Any:
+        """The model of one virtual stage around verl_lite's GPTModel chunk (the chunk itself here)."""
+        return chunk if self.MODEL_CLASS is None else self.MODEL_CLASS(chunk, self.hf_config)

@@ -2,7 +2,11 @@
 as in src/megatron/bridge/models/conversion/model_bridge.py (create_bridge_decorator,
 register_bridge_implementation) and models/decorators/dispatch.py: the decorator sets SOURCE_NAME,
 MODEL_TYPE and PROVIDER_CLASS on the class and registers it under the source (a class or its name);
-a second registration of the same source replaces the first (the dispatcher's dict assignment)."""
+a second registration of the same source replaces the first (the dispatcher's dict assignment).
+
+Weights: `load_weights_hf_to_megatron` and `stream_weights_megatron_to_hf` map the model's tensors through
+verl_lite's own bridge (`megatron.bridge._build`: the checkpoint's safetensors in, every HF tensor out,
+gathered over TP and streamed over PP), where Megatron-Bridge uses the bridge's mapping_registry."""
 
 from typing import Any, Callable, Dict, Optional, Type
 
@@ -85,15 +89,19 @@ class MegatronModelBridge:
             num_layers=text.get("num_hidden_layers"), hidden_size=text.get("hidden_size"),
             num_attention_heads=text.get("num_attention_heads"),
             num_query_groups=text.get("num_key_value_heads"), vocab_size=text.get("vocab_size"),
-            num_moe_experts=text.get("num_experts"), bridge=type(self).__name__)
+            num_moe_experts=text.get("num_experts") or text.get("num_local_experts"), bridge=type(self).__name__,
+            hf_config=hf_pretrained)
 
     def load_weights_hf_to_megatron(self, hf_pretrained: Any, model: Any, allowed_mismatched_params: Any = None) -> Any:
+        from megatron.bridge import _build
+
         record("load_weights_hf_to_megatron", bridge=type(self).__name__, path=hf_pretrained.get("_path"),
                chunks=len(model), allowed_mismatched_params=list(allowed_mismatched_params or []))
+        _build.load(model, hf_pretrained["_path"])
         return model
 
     def stream_weights_megatron_to_hf(self, model: Any, hf_pretrained: Any, cpu: bool = True) -> Any:
+        from megatron.bridge import _build
+
         record("stream_weights_megatron_to_hf", bridge=type(self).__name__, cpu=cpu, chunks=len(model))
-        for chunk in model:
-            for name in chunk.hf_names:
-                yield name, chunk.weights[name]
+        yield from _build.export(model)
