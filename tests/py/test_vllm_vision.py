@@ -184,35 +184,75 @@ def test_update_weights_sends_checkpoint_names_and_the_experts_in_the_checkpoint
     assert any(n.startswith("model.visual.") for n in sent)
 
 
-def test_a_conditional_generation_export_reaches_a_text_path_rollout_under_the_causal_lms_names(tmp_path):
-    """Qwen3.5's conditional-generation export (the torch engine's, and Megatron's with the tower:
-    `model.language_model.*`, `model.visual.*`) into the vLLM rollout of that checkpoint, which keeps
-    the text path: the text model's tensors arrive under Qwen3_5ForCausalLM's names, the tower's stay
-    out, and every tensor the rollout expects is set."""
+# The prefixes vLLM's Qwen3-VL hf_to_vllm_mapper routes (vllm 0.23.0 model_executor/models/qwen3_vl.py:1629-1635,
+# applied by Qwen3_5ForConditionalGeneration.load_weights, qwen3_5.py:670-675; the same in 0.32): a name
+# under none of them reaches AutoWeightsLoader as it is and fails ("There is no module or parameter named
+# 'model'"). vLLM's qwen3_vl module imports torchvision, so the mapper itself is not imported here.
+QWEN3_VL_MAPPED = ("model.visual.", "lm_head.", "model.language_model.")
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe"])
+def test_a_qwen3_5_checkpoint_syncs_under_the_names_its_vllm_conditional_generation_class_maps(tmp_path, kind):
+    """A Qwen3.5 checkpoint (Qwen3_5(Moe)ForConditionalGeneration, which vLLM builds as that class) takes
+    the checkpoint's names: a conditional-generation export (the torch engine's, Megatron's with the
+    tower) goes as it is, vision tower included; a text-only export (`model.*`) arrives under
+    `model.language_model.*`, the tower left out (the rollout gives this model no images). Every name
+    sent is one vLLM's mapper routes; the text path's `model.layers.*` would not be."""
     from test_qwen3_5_vl_megatron import tiny_config
-    from transformers import Qwen3_5ForConditionalGeneration
+    from transformers import AutoModelForImageTextToText
 
-    cfg = tiny_config("qwen3_5")
-    rollout = fake_rollout(config_dir(tmp_path, cfg, "qwen3_5_vl"))
-    assert not rollout.vision_language
-    state = Qwen3_5ForConditionalGeneration(cfg).state_dict()
-    assert any(n.startswith("model.visual.") for n in state)
-    rollout.update_weights(iter(state.items()), 1)
+    cfg = tiny_config(kind)
+    rollout = fake_rollout(config_dir(tmp_path, cfg, kind))
+    assert not rollout.vision_language  # no images for Qwen3.5
+    state = AutoModelForImageTextToText.from_config(cfg).state_dict()
+    assert set(rollout.expected) == set(state)
+    assert rollout.update_weights(iter(state.items()), 1) == len(state)
     sent = {n: t for bucket in rollout.llm.buckets for n, t in bucket}
-    assert set(sent) == set(rollout.expected)  # the causal LM's names, no tower
-    assert torch.equal(sent["model.embed_tokens.weight"], state["model.language_model.embed_tokens.weight"])
+    assert set(sent) == set(state) and all(sent[n] is state[n] for n in state)
+    assert any(n.startswith("model.visual.") for n in sent) and all(n.startswith(QWEN3_VL_MAPPED) for n in sent)
+
+    text_only = [("model." + n[len("model.language_model."):] if n.startswith("model.language_model.") else n, t)
+                 for n, t in state.items() if not n.startswith("model.visual.")]
+    assert any(n.startswith("model.layers.") for n, _ in text_only)
+    rollout.llm.buckets.clear()
+    rollout.update_weights(iter(text_only), 2)
+    sent = {n: t for bucket in rollout.llm.buckets for n, t in bucket}
+    assert set(sent) == {n for n in state if not n.startswith("model.visual.")}
+    assert all(n.startswith(QWEN3_VL_MAPPED) for n in sent)
+    assert torch.equal(sent["model.language_model.embed_tokens.weight"], state["model.language_model.embed_tokens.weight"])
     with pytest.raises(vr.WeightSyncError, match="has no counterpart"):
-        rollout.update_weights(iter([("model.language_model.layers.9.bogus", torch.zeros(1))]), 2)
+        rollout.update_weights(iter([("model.language_model.layers.9.bogus", torch.zeros(1))]), 3)
 
 
-def test_only_qwen3_vl_takes_the_image_text_class_other_towers_keep_the_text_path():
-    """Qwen3.5's checkpoints carry a vision tower that its text RL drops: its sync stays
-    Qwen3_5ForCausalLM's names, as before; a Qwen3-VL sync is the image-text-to-text model's."""
-    from transformers import Qwen3_5Config
+def test_a_conditional_generation_export_reaches_a_causal_lm_rollout_under_the_causal_lms_names():
+    """The other direction: a causal-LM rollout (the tiny Qwen3_5ForCausalLM, which vLLM >= 0.32 builds as
+    that class) takes `model.*`; a conditional-generation export's text model arrives under those names,
+    its vision tower's tensors left out."""
+    from transformers import AutoModelForCausalLM
 
-    qwen3_5 = Qwen3_5Config()
-    assert qwen3_5.vision_config is not None and not vr.is_vision_language(qwen3_5)
-    assert vr.hf_model_class(qwen3_5).__name__ == "AutoModelForCausalLM"
+    rollout = fake_rollout("tiny-qwen3_5")
+    assert all(n.startswith(("model.layers.", "model.embed_tokens.", "model.norm.", "lm_head.")) for n in rollout.expected)
+    causal = AutoModelForCausalLM.from_config(vr.load_hf_config(rollout.model_config)).state_dict()
+    export = [("model.language_model." + n[len("model."):] if n.startswith("model.") else n, t) for n, t in causal.items()]
+    export.append(("model.visual.blocks.0.attn.qkv.weight", torch.zeros(3, 3)))
+    rollout.update_weights(iter(export), 1)
+    sent = {n: t for bucket in rollout.llm.buckets for n, t in bucket}
+    assert set(sent) == set(causal)
+
+
+def test_the_image_text_class_names_a_sync_for_every_conditional_generation_architecture():
+    """The names a sync is checked against are those of the vLLM class the checkpoint's architecture names:
+    image-text-to-text for Qwen3-VL and for Qwen3.5's ...ForConditionalGeneration checkpoints (which get no
+    images), causal LM for a ...ForCausalLM one."""
+    from test_qwen3_5_vl_megatron import tiny_config
+    from transformers import Qwen3_5TextConfig
+
+    for kind in ("qwen3_5", "qwen3_5_moe"):
+        cfg = tiny_config(kind)
+        assert cfg.vision_config is not None and not vr.is_vision_language(cfg)
+        assert vr.takes_checkpoint_names(cfg) and vr.hf_model_class(cfg).__name__ == "AutoModelForImageTextToText"
+    text = Qwen3_5TextConfig(architectures=["Qwen3_5ForCausalLM"])
+    assert not vr.takes_checkpoint_names(text) and vr.hf_model_class(text).__name__ == "AutoModelForCausalLM"
     for moe in (False, True):
         cfg = tiny_vl_config(moe=moe)
         assert vr.is_vision_language(cfg) and vr.hf_model_class(cfg).__name__ == "AutoModelForImageTextToText"

