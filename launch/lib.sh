@@ -28,7 +28,7 @@ vl_die() {
 # Every environment variable the launcher reads; a near miss of one of these gets a warning.
 vl_knobs() {
   VL_KNOBS=(
-    DEVICE BACKEND USE_MINDSPEED_BRIDGE DRY_RUN CHECK PYTHON
+    DEVICE BACKEND USE_MINDSPEED_BRIDGE ASCEND_STACK DRY_RUN CHECK PYTHON
     NNODES NDEVICES_PER_NODE TP PP CP EP ETP ROLLOUT_TP ROLLOUT_DP ROLLOUT_EP
     HF_MODEL_PATH MODEL_ROOT DATA_DIR TRAIN_FILES VAL_FILES
     TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE MICRO_BATCH_SIZE_PER_DEVICE
@@ -228,6 +228,14 @@ vl_validate() {
   vl_nonempty TRAIN_FILES 'set it to a parquet file' || true
   vl_nonempty VAL_FILES 'set it to a parquet file' || true
 
+  case ${ASCEND_STACK:-auto} in
+    auto) ;;
+    core_r0.16.0 | core_r0.18.0)
+      [[ $VL_DEVICE == npu ]] ||
+        VL_ERRORS+=("ASCEND_STACK=$ASCEND_STACK names an Ascend stack but the device is $VL_DEVICE (set DEVICE=npu or unset ASCEND_STACK)")
+      ;;
+    *) VL_ERRORS+=("unknown ASCEND_STACK '$ASCEND_STACK' (allowed: auto, core_r0.16.0, core_r0.18.0; docs/ascend.md)") ;;
+  esac
   if [[ $USE_MINDSPEED_BRIDGE == True ]]; then
     if [[ $VL_DEVICE != npu ]]; then
       VL_ERRORS+=("USE_MINDSPEED_BRIDGE=True is Ascend-only but the device is $VL_DEVICE (MindSpeed-Bridge runs on npu: set DEVICE=npu or USE_MINDSPEED_BRIDGE=False)")
@@ -305,6 +313,8 @@ vl_args_device() {
     "trainer.nnodes=$NNODES"
     "trainer.n_gpus_per_node=$NDEVICES_PER_NODE"
   )
+  # the Ascend stack the nodes run (auto: the installed MindSpeed's; decisions/ascend_stack.py)
+  [[ ${ASCEND_STACK:-auto} != auto ]] && VL_ARGS+=("trainer.ascend_stack=$ASCEND_STACK")
   if [[ $ASYNC_TRAINING == True ]]; then
     VL_ARGS+=(
       "async_training.enable=True"

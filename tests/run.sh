@@ -18,7 +18,7 @@ trap 'rm -rf "$ray_tmp"' EXIT
 export RAY_AUTH_MODE=disabled RAY_TMPDIR=$ray_tmp
 unset RAY_ADDRESS  # a cluster named in the caller's environment is never joined by tests
 # Every dependency of the suite is installed by the README's test command: a test that skips for a
-# missing one fails the run (tests marked gpu, no_wheel or verl_source may skip; tests/py/conftest.py).
+# missing one fails the run (tests marked gpu, no_wheel, verl_source or ascend_source may skip; tests/py/conftest.py).
 export VERL_LITE_STRICT_SKIPS=1
 
 status=0

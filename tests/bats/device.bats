@@ -89,6 +89,15 @@ device_of() {
   refute_output --partial "use_ascend_gdn"
 }
 
+@test "ASCEND_STACK names the stack for the check and the engines; auto (the default) adds nothing" {
+  run_script DRY_RUN=1 DEVICE=npu ASCEND_STACK=core_r0.18.0 bash "$S35"
+  assert_success
+  assert_line "  trainer.ascend_stack=core_r0.18.0 \\"
+  run_script DRY_RUN=1 DEVICE=npu ASCEND_STACK=auto bash "$S35"
+  assert_success
+  refute_output --partial "ascend_stack"
+}
+
 @test "every accepted spelling of true turns the bridge on identically" {
   local spelling first=
   for spelling in True true 1; do

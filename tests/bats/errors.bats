@@ -35,6 +35,16 @@ refuses() {
   assert_equal "$stderr" "verl_lite: DRY_RUN must be a boolean, got 'maybe' (allowed: True, False, true, false, 1, 0)"
 }
 
+@test "an unknown ASCEND_STACK is refused with the documented stacks" {
+  refuses "$S35" DEVICE=npu ASCEND_STACK=0.16
+  assert_equal "$stderr" "verl_lite: unknown ASCEND_STACK '0.16' (allowed: auto, core_r0.16.0, core_r0.18.0; docs/ascend.md)"
+}
+
+@test "an Ascend stack named off npu is refused" {
+  refuses "$S35" DEVICE=cuda ASCEND_STACK=core_r0.18.0
+  assert_equal "$stderr" "verl_lite: ASCEND_STACK=core_r0.18.0 names an Ascend stack but the device is cuda (set DEVICE=npu or unset ASCEND_STACK)"
+}
+
 @test "the bridge on cuda is refused as Ascend-only" {
   refuses "$S35" DEVICE=cuda USE_MINDSPEED_BRIDGE=True
   assert_equal "$stderr" "verl_lite: USE_MINDSPEED_BRIDGE=True is Ascend-only but the device is cuda (MindSpeed-Bridge runs on npu: set DEVICE=npu or USE_MINDSPEED_BRIDGE=False)"
