@@ -121,6 +121,34 @@ def response_log_probs(logits: torch.Tensor, batch: Dict[str, torch.Tensor]) -> 
     return torch.log_softmax(logits[:, -r - 1: -1].float(), -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
 
 
+def train_steps(engine, batch: Dict[str, torch.Tensor], steps: int = 3) -> List[float]:
+    """`steps` optimizer steps of `nll_loss` on one batch in train mode; the loss before each step."""
+    engine.train_mode()
+    losses = []
+    for _ in range(steps):
+        engine.optimizer_zero_grad()
+        losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
+        engine.optimizer_step()
+    return losses
+
+
+def hf_response_log_probs(path: str, seed: int, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+    """transformers' fp32 causal LM of `path`'s config with the engines' random init of `seed`: its
+    log-probs of the batch's response tokens (what an engine built with init seed `seed` must give)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from verl_lite.engine.megatron.hf import random_hf_state
+    from verl_lite.models import resolve_model_dir
+
+    config = AutoConfig.from_pretrained(resolve_model_dir(path))
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.load_state_dict(random_hf_state(AutoModelForCausalLM, config, seed).__self__, strict=True)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits
+    return response_log_probs(logits, batch)
+
+
 def megatron_sections(path: str, tp: int = 1, pp: int = 1, ep: int = 1, init_seed: Optional[int] = None,
                       overrides: Optional[Dict[str, Any]] = None, critic: bool = False):
     """(model, actor or critic section) of a schema config on the megatron strategy with this layout."""

@@ -23,7 +23,7 @@ import traceback
 import pytest
 import torch
 from ascend_doubles import double_dir
-from megatron_world import megatron_sections, nll_loss, padded_batch, response_log_probs
+from megatron_world import hf_response_log_probs, megatron_sections, padded_batch, train_steps
 
 pytestmark = pytest.mark.megatron
 DENSE = "tiny-qwen3_5"
@@ -37,21 +37,6 @@ def _batch():
     batch = padded_batch(B, T, R, left_pad={0: 5, 2: 2}, ended_early=(1,), seed=0)
     batch["input_ids"][batch["attention_mask"] == 0] = 7
     return batch
-
-
-def _hf_log_probs(batch):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from verl_lite.engine.megatron.hf import random_hf_state
-    from verl_lite.models import resolve_model_dir
-
-    config = AutoConfig.from_pretrained(resolve_model_dir(DENSE))
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    model.load_state_dict(random_hf_state(AutoModelForCausalLM, config, SEED).__self__, strict=True)
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits
-    return response_log_probs(logits, batch)
 
 
 def _gdn_layers(engine):
@@ -104,13 +89,7 @@ def _scenario(rank, world, port, out_dir, stack, overrides, hide_fla_npu):
             rec["without_padding_hook_diff"] = (leaked - log_probs)[resp].abs().max().item()
             for m, h in zip(layers, hooks):
                 m._forward_pre_hooks.update(h)
-        engine.train_mode()
-        losses = []
-        for _ in range(3):
-            engine.optimizer_zero_grad()
-            losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
-            engine.optimizer_step()
-        rec["losses"] = losses
+        rec["losses"] = train_steps(engine, batch)
     except SystemExit:
         pass
     except Exception:
@@ -124,7 +103,7 @@ def _run(spawn_ranks, name, stack, overrides=None, hide_fla_npu=False):
     if "log_probs" in rec:
         batch = _batch()
         resp = batch["response_mask"].bool()
-        rec["log_prob_diff"] = (rec["log_probs"] - _hf_log_probs(batch))[resp].abs().max().item()
+        rec["log_prob_diff"] = (rec["log_probs"] - hf_response_log_probs(DENSE, SEED, batch))[resp].abs().max().item()
     return rec
 
 

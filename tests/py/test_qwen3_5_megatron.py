@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from megatron_world import megatron_sections, nll_loss, padded_batch, response_log_probs, scenario
+from megatron_world import megatron_sections, padded_batch, response_log_probs, scenario, train_steps
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = REPO_ROOT / "tests" / "py" / "mindspeed_double" / "core_r0.16.0"
@@ -269,13 +269,7 @@ def _mindspeed_scenario(rank, world, port, out_dir):
         resp = batch["response_mask"].bool()
         rec["log_prob_diff"] = (log_probs - hf_log_probs)[resp].abs().max().item()
 
-        engine.train_mode()
-        losses = []
-        for _ in range(3):
-            engine.optimizer_zero_grad()
-            losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
-            engine.optimizer_step()
-        rec["losses"] = losses
+        rec["losses"] = train_steps(engine, batch)
         rec["calls"] = list(double.CALLS)
         _mindspeed_vl(rec, vl)
     except Exception:

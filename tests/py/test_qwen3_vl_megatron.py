@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from megatron_world import megatron_sections, nll_loss, response_log_probs, scenario
+from megatron_world import megatron_sections, nll_loss, response_log_probs, scenario, train_steps
 
 SEED = 5
 DENSE, MOE = "qwen3_vl", "qwen3_vl_moe"
@@ -489,13 +489,7 @@ def _mindspeed_scenario(rank, world, port, out_dir):
         log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
         resp = batch["response_mask"].bool()
         rec["log_prob_diff"] = (log_probs - response_log_probs(hf_logits(hf_model, batch), batch))[resp].abs().max().item()
-        engine.train_mode()
-        losses = []
-        for _ in range(3):
-            engine.optimizer_zero_grad()
-            losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
-            engine.optimizer_step()
-        rec["losses"] = losses
+        rec["losses"] = train_steps(engine, batch)
     except Exception:
         rec["error"] = traceback.format_exc()
     torch.save(rec, os.path.join(out_dir, f"rank{rank}.pt"))

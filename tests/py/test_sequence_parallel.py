@@ -47,11 +47,9 @@ def test_moe_at_tp1_and_dense_models_at_tp2_and_the_forward_only_ref_are_not_ref
 # Every check below runs in ONE spawn of two gloo ranks (`_scenario`; a megatron import costs 7-9 s
 # per process) at TP=2; the tests read what the ranks recorded. fp32 throughout.
 
-import os  # noqa: E402
-
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from megatron_world import nll_loss, padded_batch, scenario  # noqa: E402
+from megatron_world import nll_loss, padded_batch, scenario, train_steps  # noqa: E402
 
 B, T, R = 3, 11, 4  # T odd: sequence parallelism at TP=2 pads one column on the left
 SEED = 3
@@ -239,13 +237,7 @@ def _phase_critic(rec, batch):
 
 def _phase_moe_training(rec, batch):
     engine = _engine(MOE, True, trains=True, lr=1e-2)
-    engine.train_mode()
-    losses = []
-    for _ in range(4):
-        engine.optimizer_zero_grad()
-        losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
-        engine.optimizer_step()
-    rec["moe_losses"] = losses
+    rec["moe_losses"] = train_steps(engine, batch, steps=4)
 
 
 def _phase_worker_sampling(rec, rank):

@@ -111,20 +111,9 @@ def _batch():
 
 def _hf_log_probs(path: str, batch, seed: int = 3):
     """transformers' response log-probs, before MindSpeed stands in the fla names (which its Qwen3.5 takes)."""
-    import torch
-    from megatron_world import response_log_probs
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from megatron_world import hf_response_log_probs
 
-    from verl_lite.engine.megatron.hf import random_hf_state
-    from verl_lite.models import resolve_model_dir
-
-    config = AutoConfig.from_pretrained(resolve_model_dir(path))
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    model.load_state_dict(random_hf_state(AutoModelForCausalLM, config, seed).__self__, strict=True)
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits
-    return response_log_probs(logits, batch)
+    return hf_response_log_probs(path, seed, batch)
 
 
 def _name(obj: Any) -> Optional[str]:
@@ -148,7 +137,7 @@ def _fla_names() -> Dict[str, Optional[str]]:
 def _engine(path: str, overrides: Dict[str, Any], stack: str, train: bool) -> Dict[str, Any]:
     import torch
 
-    from megatron_world import megatron_sections, nll_loss
+    from megatron_world import megatron_sections, train_steps
 
     batch = _batch()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("CONTRACT_PORT", "29611"))
@@ -180,13 +169,7 @@ def _engine(path: str, overrides: Dict[str, Any], stack: str, train: bool) -> Di
         return rec
     rec["log_probs"] = log_probs.tolist()
     if train:
-        engine.train_mode()
-        losses = []
-        for _ in range(3):
-            engine.optimizer_zero_grad()
-            losses.append(engine.forward_backward([batch], nll_loss)[0]["metrics"]["loss"])
-            engine.optimizer_step()
-        rec["losses"] = losses
+        rec["losses"] = train_steps(engine, batch)
     return rec
 
 
