@@ -28,8 +28,8 @@ patches, so the order is fixed here:
 6. The Ascend stack (decisions/ascend_stack.py, facts read from the stacks' pinned sources):
    `trainer.ascend_stack` (auto: the installed MindSpeed's) is resolved before MindSpeed is imported and
    must match the installed MindSpeed and megatron-core; settings the stack lacks (FP8 weight reuse,
-   batch-invariant mode, use_naive_l2norm on core_r0.18.0, a CP algorithm it does not have) are refused
-   before the repatch. Qwen3.5's GDN layers are MindSpeed's own GatedDeltaNet where the stack swaps it
+   batch-invariant mode on core_r0.18.0, a CP algorithm it does not have) are refused before the
+   repatch (use_naive_l2norm on core_r0.18.0, which changes no number there, is logged as a warning). Qwen3.5's GDN layers are MindSpeed's own GatedDeltaNet where the stack swaps it
    in under the plan (core_r0.16.0 with use_naive_l2norm, CP or EOD packing), else verl_lite's layer
    with the kernel the switches pick, the fla name being MindSpeed's kernel on npu.
 
@@ -84,7 +84,7 @@ def applied_plan() -> Optional[Dict[str, Any]]:
 
 class MindSpeedEngineMixin:
     """What the NPU engines add to the Megatron engines: the Ascend stack, MindSpeed import, repatch,
-    the stack's GDN layers, FP8 cache."""
+    the stack's GDN layers."""
 
     # Where megatron's tensors live. None = the NPU. Tests set "cpu" to run the engines without one.
     internals_device: ClassVar[Optional[str]] = None
