@@ -13,16 +13,19 @@ The double's bridges keep the names Qwen35NpuBridge / Qwen35MoeNpuBridge and the
 `mindspeed_bridge.models.qwen_vl.modelling_qwen3_vl.model.Qwen3VLModel`, Megatron-Bridge's Qwen3VLModel
 contract (the double's subclass of it).
 
-Ordering rule enforced (verl's Ascend stack): MindSpeed's repatch must already have run in this
-process (the MindSpeed double's event log shows `repatch`); importing earlier raises, because the
-bridges' layers would bind megatron before MindSpeed patched it."""
+Ordering guard (the double's, not a rule read from MindSpeed-Bridge, whose source is not reachable): the
+engine imports this package after MindSpeed's repatch (the MindSpeed double's event log shows `repatch`),
+the order MindSpeed asks of every module that binds megatron names (its adaptor patches megatron first);
+importing earlier raises here so that a change of the engine's order fails a test. The real package may
+well import earlier without an error, and bind unpatched megatron classes."""
 
 import sys
 
 _ms = sys.modules.get("mindspeed._double")
 if _ms is None or "repatch" not in _ms.kinds():
     raise RuntimeError(
-        "mindspeed_bridge.models imported before MindSpeed's repatch: import mindspeed.megatron_adaptor and "
+        "mindspeed_bridge.models imported before MindSpeed's repatch (the test double's guard of the engine's order): "
+        "import mindspeed.megatron_adaptor and "
         "call repatch(...) first (the MindSpeed engines do it in device-mesh init), then import "
         "mindspeed_bridge.models, then build the model")
 
