@@ -111,6 +111,16 @@ UNVERIFIED = [
     {"stack": "core_r0.18.0", "part": "FP8 weight reuse",
      "assumed": ("--fp8-reuse-quantized-weight is parsed by MindSpeed but implemented nowhere it ships "
                  "(mindspeed/te is absent); if TransformerEngineNPU implements it, its module path is unknown")},
+    {"stack": "core_r0.18.0", "part": "MindSpeed's arguments on Megatron-Bridge's providers",
+     "assumed": ("Megatron-Bridge v0.5's apply_overrides_and_finalize refuses an override the provider lacks "
+                 "(src/megatron/bridge/models/model_provider.py:126-128), and MindSpeed 4213c913 wraps only "
+                 "TransformerConfig.__init__ (npu_enhancement.py:174-190), which a provider dataclass's own generated "
+                 "__init__ never calls (core_r0.16.0 also patches TransformerConfig.__init_subclass__, "
+                 "megatron_basic.py:55, which gives every later subclass MindSpeed's arguments). verl and verl_lite "
+                 "pass override_transformer_config to the provider, with use_flash_attn (which the repatch plan always "
+                 "carries) and verl's use_naive_l2norm; assumed: MegatronAdaptor or MindSpeed-Bridge give the providers "
+                 "MindSpeed's arguments as core_r0.16.0 does; if not, the build fails with `AttributeError: <Provider> "
+                 "has no attribute 'use_flash_attn'`")},
 ]
 
 

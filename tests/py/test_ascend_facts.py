@@ -79,7 +79,8 @@ def test_the_facts_the_divergences_rest_on_with_their_lines():
 
 def test_every_unreachable_part_is_listed_as_unverified_with_what_is_assumed():
     parts = [u["part"].split(" (")[0] for u in ascend_facts.unverified("core_r0.18.0")]
-    assert parts == ["MegatronAdaptor", "TransformerEngineNPU", "MindSpeed-Bridge", "FP8 weight reuse"]
+    assert parts == ["MegatronAdaptor", "TransformerEngineNPU", "MindSpeed-Bridge", "FP8 weight reuse",
+                     "MindSpeed's arguments on Megatron-Bridge's providers"]
     assert all(u["assumed"] for u in ascend_facts.UNVERIFIED)
 
 

@@ -59,12 +59,33 @@ def language_chunks(provider: Any) -> List[Any]:
     overrides.update(use_ascend_gdn=False, use_triton_gdn=False)
     tf_config = megatron_model.transformer_config(bridge, sizes, dtype, overrides, bool(provider.sequence_parallel),
                                                   "cpu", "megatron-bridge double", device="cpu")
+    _swapped_gdn(tf_config)
     layout = bridge.layout(mpu.get_tensor_model_parallel_world_size(), mpu.get_tensor_model_parallel_rank())
     chunks = megatron_model.build_chunks(tf_config, bridge, layout, torch.device("cpu"), "cpu", layout.tied,
                                          lambda module: None, packed_attention=True)
     for chunk in chunks:
         chunk.double_bridge = (bridge, layout)
     return chunks
+
+
+def _swapped_gdn(tf_config: Any) -> None:
+    """Where MindSpeed's repatch replaced megatron's GatedDeltaNet (core_r0.18.0 always, core_r0.16.0 under
+    some plans), Megatron-Bridge's specs, built after the repatch, name that class: the double builds its GDN
+    layers with it too (`gdn.gdn_layer_class`), in deterministic mode, where MindSpeed's class takes its
+    pure-torch rule on CPU (its kernels are Triton / AscendC)."""
+    if getattr(tf_config, "gdn_kernel", None) is None:
+        return
+    from megatron.core.ssm import gated_delta_net as gdn
+
+    from verl_lite.decisions import bridge_choice
+    from verl_lite.engine.megatron.gdn import MEGATRON_GDN_MODULE
+
+    cls = gdn.GatedDeltaNet
+    if cls.__module__ == MEGATRON_GDN_MODULE:
+        return
+    tf_config.gdn_layer, tf_config.mindspeed_gdn_class = "mindspeed", f"{cls.__module__}:{cls.__qualname__}"
+    tf_config.gdn_kernel = bridge_choice.MINDSPEED_GDN
+    tf_config.deterministic_mode = True
 
 
 def language_model(chunk: Any) -> Any:

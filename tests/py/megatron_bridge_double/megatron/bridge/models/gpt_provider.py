@@ -3,7 +3,8 @@ src/megatron/bridge/models/model_provider.py `provide_distributed_model` l.106-2
 gpt_provider.py; `apply_overrides_and_finalize` from v0.5 on). The real provider is a TransformerConfig
 dataclass; this one declares the fields the tests and verl_lite's engine set and, as the real
 `apply_overrides_and_finalize`, refuses an attribute it lacks with
-`AttributeError: <Provider> has no attribute '<name>'.`
+`AttributeError: <Provider> has no attribute '<name>'.` (MindSpeed's arguments count as attributes where
+MindSpeed is imported: `_mindspeed_arguments`)
 
 `provide_distributed_model` builds real models on megatron's initialized groups (`_build.language_chunks`:
 verl_lite's own bridge, on CPU): megatron-core `GPTModel` chunks here (what Megatron-Bridge's Qwen3,
@@ -13,6 +14,7 @@ get_model does (model_provider.py:583-594); `wrap_with_ddp=True` needs `ddp_conf
 (model_provider.py:161-162), and the double builds DDP-free models only (verl and verl_lite wrap
 themselves)."""
 
+import sys
 from typing import Any, List, Optional
 
 from megatron.bridge._double import record
@@ -23,7 +25,7 @@ FIELDS = (
     "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
     "variable_seq_lengths", "batch_p2p_comm", "overlap_p2p_comm", "attention_backend", "moe_token_dispatcher_type",
     "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_grouped_gemm",
-    "moe_permute_fusion", "recompute_method", "recompute_granularity", "recompute_num_layers", "use_flash_attn",
+    "moe_permute_fusion", "recompute_method", "recompute_granularity", "recompute_num_layers",
     "share_embeddings_and_output_weights", "params_dtype", "fp16", "bf16", "perform_initialization",
 )
 
@@ -43,6 +45,21 @@ class GPTModelProvider:
         self.bridge = bridge
         self.hf_config = hf_config or {}
         self.finalized = False
+        self._mindspeed_arguments()
+
+    def _mindspeed_arguments(self) -> None:
+        """Under MindSpeed, a provider (a TransformerConfig dataclass) has MindSpeed's arguments as attributes
+        (the repatch plan's keys among them, e.g. use_flash_attn): core_r0.16.0's patch of
+        TransformerConfig.__init_subclass__ (megatron_basic.py:55, arguments_basic.py:132-153) gives every
+        subclass defined after it MindSpeed's full arguments, and Megatron-Bridge's providers are defined after
+        the repatch on the npu path. On core_r0.18.0 that is assumed (its own patches wrap only
+        TransformerConfig.__init__: the facts table's unverified entry for the providers)."""
+        args = sys.modules.get("mindspeed.args_utils")
+        if args is None:
+            return
+        for name, value in vars(args.get_full_args()).items():
+            if not hasattr(self, name):
+                setattr(self, name, value)
 
     @classmethod
     def field_names(cls) -> tuple:

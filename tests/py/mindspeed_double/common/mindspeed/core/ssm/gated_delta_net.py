@@ -60,7 +60,12 @@ else:  # core_r0.18.0: its own Triton rule and l2norm; the conv is megatron's (f
         from fla.modules.convolution import causal_conv1d
     except ImportError:
         causal_conv1d = None
-    torch_chunk_gated_delta_rule = _megatron_module.torch_chunk_gated_delta_rule
+
+    def torch_chunk_gated_delta_rule(*args, cu_seqlens=None, **kwargs):
+        """megatron 0.18's torch rule (core_v0.18.0 ssm/gated_delta_net.py:952-974), which takes `cu_seqlens`
+        and refuses anything but None, over the installed megatron's (which has no such parameter)."""
+        assert cu_seqlens is None, "cu_seqlens is not supported for torch_chunk_gated_delta_rule for now."
+        return _megatron_module.torch_chunk_gated_delta_rule(*args, **kwargs)
 
 
 def naive_l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-6) -> torch.Tensor:
