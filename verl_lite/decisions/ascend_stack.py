@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verl_lite.config.generated import ascend_facts
+from verl_lite.decisions.bridge_choice import ASCEND, FLA, module_installed, overrides_of
+from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
 from verl_lite.decisions.switches import switch
 
 AUTO = "auto"
@@ -204,6 +206,12 @@ def ascend_kernel_entry(stack: Stack) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _assumed(stack: Stack, part: str) -> str:
+    """What the facts table assumes of an unverified part of `stack` (its name starts with `part`)."""
+    found = [u["assumed"] for u in ascend_facts.unverified(stack.name) if u["part"].startswith(part)]
+    return found[0] if found else "no source read"
+
+
 def _short(replacement: str) -> str:
     module, _, fn = replacement.partition(":")
     return f"{module}.{fn}"
@@ -213,9 +221,7 @@ def describe_fla_rule(stack: Stack) -> str:
     """One line: what the fla name means on this stack's nodes."""
     rule = fla_rule_on_npu(stack)
     if not rule:
-        part = [u for u in ascend_facts.unverified(stack.name) if u["part"].startswith("MegatronAdaptor")]
-        return (f"{FLA_RULE} as MegatronAdaptor stands it in on {stack.name} (unverified: "
-                f"{part[0]['assumed'] if part else 'no source read'})")
+        return f"{FLA_RULE} as MegatronAdaptor stands it in on {stack.name} (unverified: {_assumed(stack, 'MegatronAdaptor')})"
     parts = [f"{_short(v['replacement'])} {k}" for k, v in sorted(rule.items())]
     return f"{FLA_RULE} as MindSpeed {stack.name} replaces it: {', else '.join(parts)}"
 
@@ -264,17 +270,20 @@ def role_stack(configured: Any, megatron: Any) -> Stack:
     """The stack of a Megatron role on npu, as the preflight sees it: `configured` (trainer.ascend_stack)
     and the role's megatron section, with the MindSpeed installed where this runs (none on a laptop).
     Raises StackError for a bad value or a mismatch with the installed MindSpeed."""
-    from verl_lite.decisions.bridge_choice import overrides_of
-
     return choose_stack(configured, overrides_of(megatron), installed_stack())
+
+
+def role_stack_or_none(configured: Any, megatron: Any) -> Optional[Stack]:
+    """`role_stack`, or None where the stack setting is refused (the preflight's stack rule reports that)."""
+    try:
+        return role_stack(configured, megatron)
+    except StackError:
+        return None
 
 
 def role_gdn_plan(stack: Stack, megatron: Any, kernel: str) -> GdnPlan:
     """`gdn_plan` for a role's megatron section as the preflight sees it: fla_npu is known only where
     MindSpeed is installed here (the nodes), else left to the nodes."""
-    from verl_lite.decisions.bridge_choice import module_installed, overrides_of
-    from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
-
     try:
         plan = build_repatch_dict(megatron)
     except RepatchError:  # reported by the preflight's repatch rule
@@ -285,9 +294,9 @@ def role_gdn_plan(stack: Stack, megatron: Any, kernel: str) -> GdnPlan:
 
 def describe_kernel(stack: Stack, kernel: str) -> str:
     """What a kernel of verl_lite's GDN layer (bridge_choice.FLA / ASCEND / TORCH) is on this stack's nodes."""
-    if kernel == "fla":
+    if kernel == FLA:
         return describe_fla_rule(stack)
-    if kernel == "ascend":
+    if kernel == ASCEND:
         entry = ascend_kernel_entry(stack)
         if not entry:
             return f"none: MindSpeed {stack.name} ships no AscendC GDN entry"
@@ -303,10 +312,9 @@ def external_gdn(stack: Stack, overrides: Mapping[str, Any], mindspeed_bridge: b
           f"({'always' if swap['always'] else 'under ' + ', '.join(swap['when_any'])}; {swap['source']})")
     if not mindspeed_bridge:
         return f"built by Megatron-Bridge from megatron's spec; {ms}"
-    part = [u for u in ascend_facts.unverified(stack.name) if u["part"].startswith("MindSpeed-Bridge")]
     return (f"built by MindSpeed-Bridge's Qwen3.5 bridge; use_triton_gdn={overrides.get('use_triton_gdn')}, "
             f"use_ascend_gdn={overrides.get('use_ascend_gdn')} choose its kernel (unverified: "
-            f"{part[0]['assumed'] if part else 'no source read'}); {ms}")
+            f"{_assumed(stack, 'MindSpeed-Bridge')}); {ms}")
 
 
 # ------------------------------------------------------------------------------ settings a stack lacks
@@ -346,7 +354,7 @@ def stack_problems(stack: Stack, plan: Mapping[str, Any]) -> List[str]:
             f"flags are gone); {', '.join(have) or 'no documented stack'} has it: remove the setting or use that stack")
     elif "use_flash_attn_npu_batch_invariant" in asked and ms["batch_invariant"]["flash_attention_needs"]:
         needs = ms["batch_invariant"]["flash_attention_needs"]
-        if _on_npu_node() and importlib.util.find_spec(needs) is None:  # MindSpeed's validate_args would raise
+        if module_installed("torch_npu") and not module_installed(needs):  # MindSpeed's validate_args would raise
             problems.append(f"use_flash_attn_npu_batch_invariant=True on {stack.name} needs the {needs} package "
                             f"({ms['batch_invariant']['source']}), which does not import here: install "
                             f"flash-attention-npu or remove the setting")
@@ -368,7 +376,3 @@ def stack_warnings(stack: Stack, plan: Mapping[str, Any]) -> List[str]:
                 f"--use-naive-l2norm and its GatedDeltaNet always takes its Triton l2norm (the same formula); "
                 f"verl's core_r0.16.0-era scripts set it"]
     return []
-
-
-def _on_npu_node() -> bool:
-    return importlib.util.find_spec("torch_npu") is not None

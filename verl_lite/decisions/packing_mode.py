@@ -210,10 +210,7 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
         kernel = bridge_choice.gdn_kernel(device, overrides,
                                           bridge_choice.fla_importable(device, bridge_choice.installed_here()["fla"]))
         if device == "npu":  # the Ascend stack may build the layers with MindSpeed's own GatedDeltaNet
-            try:
-                stack = ascend_stack.role_stack(cfg.trainer.ascend_stack, megatron)
-            except ascend_stack.StackError:  # reported by the preflight's stack rule
-                stack = None
+            stack = ascend_stack.role_stack_or_none(cfg.trainer.ascend_stack, megatron)
             plan = ascend_stack.role_gdn_plan(stack, megatron, kernel) if stack else None
             if plan is not None and plan.layer == "mindspeed":
                 kernel, packs = bridge_choice.MINDSPEED_GDN, plan.packs

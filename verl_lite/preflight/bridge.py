@@ -31,10 +31,7 @@ def role_stack(cfg: Any, role: str, device: str) -> Optional[ascend_stack.Stack]
     """The Ascend stack of a Megatron role on npu (None elsewhere, or where the stack setting is refused)."""
     if device != "npu":
         return None
-    try:
-        return ascend_stack.role_stack(cfg.trainer.ascend_stack, roles.section(cfg, role).megatron)
-    except ascend_stack.StackError:  # npu_problems reports it
-        return None
+    return ascend_stack.role_stack_or_none(cfg.trainer.ascend_stack, roles.section(cfg, role).megatron)
 
 
 def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]],

@@ -222,11 +222,6 @@ def registry_names(vllm_dir: Optional[str] = None) -> FrozenSet[str]:
     return frozenset(names)
 
 
-def registry_row_source(vllm_dir: Optional[str] = None) -> str:
-    """The names in a vLLM package's registry file, one line."""
-    return " ".join(sorted(registry_names(vllm_dir)))
-
-
 def render_row(vllm_dir: Optional[str] = None) -> str:
     """A table row for a vLLM package, as it is pasted into VLLM_ARCHITECTURES (the comment names the release
     and the count; say there which wheel it came from)."""

@@ -169,14 +169,17 @@ def prepare_packed_batch(micro_batch: Dict[str, Any], device: torch.device, pad_
     window = batch["responses"].shape[1] + 1
     return {"batch": batch, "input_ids": ids.unsqueeze(0), "position_ids": pos.unsqueeze(0), "mask4d": None,
             "packed_seq_params": params, "index": where[:, -window:].clamp(min=0), "valid": mask[:, -window:],
-            "tokens": int(lengths.sum()), "packed_tokens": total, "pad_token_id": int(pad_token_id), "align": align}
+            "tokens": int(lengths.sum()), "packed_tokens": total, "pad_token_id": int(pad_token_id)}
 
 
 def unpack_window(output: torch.Tensor, item: Dict[str, Any]) -> torch.Tensor:
     """(1, N, ...) outputs of a packed forward at the padded layout's last R + 1 columns, (B, R + 1, ...),
     zeros where the padded layout has padding (differentiable: a gather)."""
-    index, valid = item["index"], item["valid"]
-    picked = output[0][index]
+    return _zero_invalid(output[0][item["index"]], item["valid"])
+
+
+def _zero_invalid(picked: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[b, R + 1, ...] picked outputs with zeros where `valid` [b, R + 1] is False."""
     return torch.where(valid.reshape(valid.shape + (1,) * (picked.dim() - 2)), picked, torch.zeros_like(picked))
 
 
@@ -268,18 +271,14 @@ def mark_forward_convention(chunks: List[Any], device: Optional[str] = None) -> 
 
 def packed_input_refusal(model: Any) -> Optional[str]:
     """Why a model takes no packed (THD) input, or None: Gated DeltaNet layers (the provider's
-    experimental_attention_variant, Megatron-Bridge de93536e qwen35_vl_provider.py:113, 264) on
-    megatron-core < 0.18, whose GatedDeltaNet raises for packed_seq_params (core_v0.16.1
-    ssm/gated_delta_net.py:295-297; THD arrives in core_v0.18.0, l.305-345)."""
+    experimental_attention_variant, Megatron-Bridge de93536e qwen35_vl_provider.py:113, 264) on a
+    megatron-core whose GatedDeltaNet refuses it (`gdn.megatron_gdn_packed_refusal`)."""
     config = getattr(innermost(model), "config", None)
     if getattr(config, "experimental_attention_variant", None) != "gated_delta_net":
         return None
-    from megatron.core import package_info
+    from verl_lite.engine.megatron.gdn import megatron_gdn_packed_refusal
 
-    if (int(package_info.MAJOR), int(package_info.MINOR)) >= (0, 18):
-        return None
-    return (f"Gated DeltaNet layers take no packed input on megatron-core {package_info.__version__} "
-            f"(ssm/gated_delta_net.py: 'GDN does not support packed sequence for now.')")
+    return megatron_gdn_packed_refusal()
 
 
 def multi_modal_kwargs(micro_batch: Dict[str, Any], device: torch.device) -> Dict[str, torch.Tensor]:
@@ -324,8 +323,7 @@ def _npu_style_mask(keep: torch.Tensor) -> torch.Tensor:
 def _pick_rows(output: torch.Tensor, index: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """[b, s, ...] outputs at `index` per row -> [b, R + 1, ...], zeros where not `valid` (a gather)."""
     rows = torch.arange(index.shape[0], device=index.device)[:, None].expand_as(index)
-    picked = output[rows, index]
-    return torch.where(valid.reshape(valid.shape + (1,) * (picked.dim() - 2)), picked, torch.zeros_like(picked))
+    return _zero_invalid(output[rows, index], valid)
 
 
 def external_item(item: Dict[str, Any], convention: str, model: Any) -> Dict[str, Any]:

@@ -72,6 +72,18 @@ def check_megatron_version(version: Optional[str] = None) -> None:
         )
 
 
+def megatron_gdn_packed_refusal() -> Optional[str]:
+    """Why the installed megatron-core's own GatedDeltaNet takes no packed (THD) input, or None: releases
+    before 0.18 raise for packed_seq_params (core_v0.16.1 ssm/gated_delta_net.py:295-297; THD arrives in
+    core_v0.18.0, l.305-345). What a model Megatron-Bridge / mbridge built from megatron's spec runs."""
+    from megatron.core import package_info
+
+    if (int(package_info.MAJOR), int(package_info.MINOR)) >= (0, 18):
+        return None
+    return (f"Gated DeltaNet layers take no packed input on megatron-core {package_info.__version__} "
+            f"(ssm/gated_delta_net.py: 'GDN does not support packed sequence for now.')")
+
+
 def fla_installed() -> bool:
     try:
         importlib.import_module("fla.ops.gated_delta_rule")

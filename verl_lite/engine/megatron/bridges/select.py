@@ -36,7 +36,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from verl_lite.decisions import bridge_choice
 from verl_lite.engine.megatron.bridges import bridge_for
 from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge, UnsupportedModelError
-from verl_lite.engine.megatron.gdn import fla_installed
+from verl_lite.engine.megatron.gdn import fla_installed, megatron_gdn_packed_refusal
 from verl_lite.models import is_gdn_model
 from verl_lite.registry import BRIDGES
 
@@ -246,8 +246,6 @@ def external_gdn_kernel(hf_config: Any, device: str, overrides: Dict[str, Any]) 
     (batch.packed_input_refusal): the torch rule's "no cu_seqlens", which keeps an external build padded."""
     if not is_gdn_model(_as_dict(hf_config) or {}):
         return None
-    from megatron.core import package_info
-
-    if (int(package_info.MAJOR), int(package_info.MINOR)) < (0, 18):
+    if megatron_gdn_packed_refusal():
         return bridge_choice.TORCH
     return bridge_choice.gdn_kernel(device, overrides, bridge_choice.fla_importable(device, fla_installed()))
