@@ -25,8 +25,8 @@ import subprocess
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verl_lite.config import roles
-from verl_lite.decisions import async_pools, placement
-from verl_lite.decisions.layout import train_world
+from verl_lite.decisions import placement
+from verl_lite.decisions.layout import rollout_replicas, train_world
 
 logger = logging.getLogger(__name__)
 
@@ -168,11 +168,11 @@ def ray_join_address(cfg: Any) -> Optional[str]:
 
 
 def ray_workers(cfg: Any) -> int:
-    """Ray actors of the run's ranks: nnodes x n_gpus_per_node, or for fully-async the training
+    """Ray actors of the run's ranks: the training devices, or for fully-async the training
     pool's ranks plus the rollout replicas."""
     if cfg.async_training.enable:
-        return train_world(cfg) + async_pools.rollout_replicas(cfg)
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+        return train_world(cfg) + rollout_replicas(cfg)
+    return train_world(cfg)
 
 
 def uses_ray(cfg: Any) -> bool:

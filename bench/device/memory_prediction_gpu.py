@@ -51,6 +51,7 @@ def main() -> None:
 
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
     from verl_lite.decisions import memory as m
+    from verl_lite.decisions.layout import Layout
     from verl_lite.engine.fsdp import TorchLMEngine
     from verl_lite.models import ASSETS_DIR
 
@@ -88,7 +89,7 @@ def main() -> None:
     measured["optimizer step"] = peak()
 
     d = m.model_dims(hf)
-    lay = m.Layout("fsdp", 1)
+    lay = Layout("fsdp", 1)
     state = m.state_bytes(d, lay, m.fsdp_precision("float32"), distributed_optimizer=True)
     fla = importlib.util.find_spec("fla") is not None
     tokens = args.rows * args.length

@@ -263,8 +263,7 @@ def test_the_ascend_fully_async_example_dry_runs_and_passes_the_preflight_check_
     import subprocess
     import sys
 
-    from verl_lite.decisions.async_pools import rollout_replicas
-    from verl_lite.decisions.layout import train_world
+    from verl_lite.decisions.layout import rollout_replicas, train_world
     from verl_lite.preflight.fully_async import fully_async_problems
 
     script = "examples/ascend/run_qwen3_vl_30b_a3b_fully_async.sh"

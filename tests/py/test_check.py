@@ -13,7 +13,7 @@ from verl_lite.config import compose_config, load_config
 from verl_lite.decisions import bridge_choice
 from verl_lite.preflight import machine, summary
 from verl_lite.preflight import run as preflight
-from verl_lite.preflight.roles import role_layout
+from verl_lite.decisions.layout import role_layout
 
 BASE = ["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32", "algorithm.adv_estimator=grpo"]
 # Layout tests on a laptop: the model's config.json is not here and no shape is shipped under its

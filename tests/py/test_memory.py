@@ -18,6 +18,7 @@ import pytest
 from verl_lite.config.compose import compose_config
 from verl_lite.config.shapes import SHAPES_DIR
 from verl_lite.decisions import memory as m
+from verl_lite.decisions.layout import Layout
 from verl_lite.decisions import memory_step as ms
 from verl_lite.models import ASSETS_DIR
 from verl_lite.preflight import memory as pm
@@ -75,7 +76,7 @@ def _cases():
                          f"-{'distopt' if c['use_distributed_optimizer'] else 'adam'}")
 def test_weights_grads_and_optimizer_agree_with_megatron_lms_theoretical_memory(case):
     d = _megatron_lm_dims(case)
-    lay = m.Layout("megatron", case["world_size"], tp=case["tensor_model_parallel_size"],
+    lay = Layout("megatron", case["world_size"], tp=case["tensor_model_parallel_size"],
                    pp=case["pipeline_model_parallel_size"], ep=case["expert_model_parallel_size"])
     s = m.state_bytes(d, lay, m.megatron_precision("cuda"), case["use_distributed_optimizer"])
     ours = s.weights + s.grads + s.optimizer
@@ -115,7 +116,7 @@ SHAPES = [(2, 64), (2, 128), (2, 256), (4, 128)]
 @pytest.mark.parametrize("name", TINY)
 def test_forward_activations_follow_the_profilers_peak_in_slope_and_size(name):
     d = m.model_dims(_hf(name))
-    lay = m.Layout("fsdp", 1)
+    lay = Layout("fsdp", 1)
     measured, predicted = [], []
     for rows, length in SHAPES:
         p = m.Pass(tokens=rows * length, sequences=rows, act_bytes=4, seq_len=length, sequence_parallel=False,
@@ -134,7 +135,7 @@ def test_forward_activations_follow_the_profilers_peak_in_slope_and_size(name):
 
 def test_a_forward_without_backward_keeps_one_layer_and_recompute_keeps_layer_inputs():
     d = m.model_dims(_hf("Qwen3.5-35B-A3B"))
-    lay = m.Layout("megatron", 8, tp=2, ep=8)
+    lay = Layout("megatron", 8, tp=2, ep=8)
     base = m.Pass(tokens=4096, sequences=1)
     full = m.activation_bytes(d, lay, base)
     recomputed = m.activation_bytes(d, lay, m.Pass(tokens=4096, sequences=1, recompute="full", recompute_layers=1))
@@ -365,8 +366,8 @@ def test_the_device_is_detected_from_nvidia_smi_where_the_workers_run(tmp_path, 
 
 def test_a_value_model_holds_a_one_wide_head_instead_of_the_lm_head():
     d = m.model_dims(_hf("Qwen3.5-35B-A3B"))
-    lay = m.Layout("megatron", 8, tp=2, ep=8)
+    lay = Layout("megatron", 8, tp=2, ep=8)
     lm, value = m.stage_params(d, lay, 0), m.stage_params(d, lay, 0, lm_head=False)
     assert lm[0] - value[0] == m.padded_vocab(d.vocab, 2) * d.hidden / 2 - d.hidden and lm[1] == value[1]
-    fsdp = m.Layout("fsdp", 2, fsdp_shard=2)
+    fsdp = Layout("fsdp", 2, fsdp_shard=2)
     assert m.rank_params(d, fsdp)[0] - m.rank_params(d, fsdp, lm_head=False)[0] == (d.vocab * d.hidden - d.hidden) / 2

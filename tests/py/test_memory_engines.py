@@ -17,6 +17,7 @@ import torch
 from megatron_world import nll_loss, scenario
 
 from verl_lite.decisions import memory as m
+from verl_lite.decisions.layout import Layout
 from verl_lite.models import ASSETS_DIR
 
 B, T, R = 2, 10, 4
@@ -127,7 +128,7 @@ def test_megatron_weights_grads_and_adam_state_per_rank_equal_the_prediction_wit
     d = _dims(path)
     for rank, rec in enumerate(run):
         measured = rec[f"{path}:tp{tp}pp{pp}ep{ep}"]
-        lay = m.Layout("megatron", 2, tp=tp, pp=pp, ep=ep, etp=tp)  # ETP unset = TP (role_layout)
+        lay = Layout("megatron", 2, tp=tp, pp=pp, ep=ep, etp=tp)  # ETP unset = TP (role_layout)
         dense, expert = m.stage_params(d, lay, measured["stage"])
         prec = m.megatron_precision("cpu")
         predicted = m.State((dense + expert) * prec.weight, (dense + expert) * prec.grad,
@@ -138,7 +139,7 @@ def test_megatron_weights_grads_and_adam_state_per_rank_equal_the_prediction_wit
 @pytest.mark.parametrize("path", ["tiny-qwen3", "tiny-qwen3_5-moe"])
 def test_fsdp2_shards_grads_and_adam_state_equal_the_prediction_within_1_percent(run, path):
     d = _dims(path, tie_word_embeddings=False)
-    lay = m.Layout("fsdp", 2, fsdp_shard=2)
+    lay = Layout("fsdp", 2, fsdp_shard=2)
     predicted = m.state_bytes(d, lay, m.fsdp_precision("float32"), distributed_optimizer=True)
     for rank, rec in enumerate(run):
         assert rec[f"fsdp:{path}"]["sharded"]

@@ -86,7 +86,7 @@ def test_the_cluster_wait_counts_the_nodes_and_devices_the_pools_need_and_names_
     assert (need.nodes, need.devices) == (2, 32)
     assert plan.missing(need, [16.0, 8.0]) == "2 of 2 nodes, 24 of 32 GPUs"
     pools = plan.async_pool_list(_cfg(2, 4, enable=True, rollout_nodes=2, rollout_per_node=12))
-    assert [(p.name, p.nnodes, p.per_node) for p in pools] == [("trainer", 2, 4), ("rollout", 2, 12)]
+    assert [(p.name, p.nodes, p.per_node) for p in pools] == [("trainer", 2, 4), ("rollout", 2, 12)]
 
 
 @pytest.mark.parametrize("device, env, assigned, expected", [

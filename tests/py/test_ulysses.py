@@ -238,7 +238,7 @@ def test_the_preflight_names_the_role_of_a_bad_sp_size():
 
 def test_verls_fsdp_config_copy_of_the_key_is_read_when_the_roles_own_is_1():
     from verl_lite.config.schema import ActorConfig, FSDPConfig
-    from verl_lite.decisions.ulysses import setting
+    from verl_lite.decisions.layout import ulysses_setting as setting
 
     prefix = "actor_rollout_ref.actor"
     assert setting(ActorConfig(fsdp_config=FSDPConfig(ulysses_sequence_parallel_size=2)), prefix) == \

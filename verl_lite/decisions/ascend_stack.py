@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from verl_lite.config.generated import ascend_facts
 from verl_lite.decisions.bridge_choice import ASCEND, FLA, module_installed, overrides_of
+from verl_lite.decisions.layout import repatch_context_parallel
 from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
 from verl_lite.decisions.switches import switch
 
@@ -153,7 +154,7 @@ def _conditions(plan: Mapping[str, Any]) -> Dict[str, bool]:
     them (features_manager/context_parallel/gated_delta_net.py; the generator checks which arguments)."""
     algo = plan.get("context_parallel_algo", "megatron_cp_algo")
     return {
-        "context_parallel": int(plan.get("context_parallel_size", 1) or 1) > 1,
+        "context_parallel": repatch_context_parallel(plan) > 1,
         "eod_packing": switch(plan.get("reset_position_ids")) and switch(plan.get("reset_attention_mask")),
         "2d_tp_ring": switch(plan.get("tp_2d")) and int(plan.get("tp_y", 1) or 1) > 1 and algo == "megatron_cp_algo",
         "naive_l2norm": switch(plan.get("use_naive_l2norm")),

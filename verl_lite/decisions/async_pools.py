@@ -2,9 +2,8 @@
 the preflight (`preflight/fully_async.py`), the Ray runtime env and the fully-async trainer
 (`trainer/async_run.py`). Pure config arithmetic: no torch, ray or transformers.
 
-Pools: training runs on `trainer.nnodes x trainer.n_gpus_per_node` devices, rollout on
-`actor_rollout_ref.rollout.nnodes x n_gpus_per_node` devices of its own (verl's fully-async
-layout). Weight versions: the trainer publishes version `step // trigger_parameter_sync_step`
+Pools (decisions/layout.py: `train_pool`, `rollout_pool`, `rollout_replicas`): training runs on the
+trainer's devices, rollout on devices of its own (verl's fully-async layout). Weight versions: the trainer publishes version `step // trigger_parameter_sync_step`
 after every `trigger_parameter_sync_step` steps; a sample's staleness is the published version at
 the step that trains on it minus the oldest version that generated any of its tokens.
 
@@ -17,17 +16,6 @@ version, and produces `total_rollout_prompts` groups in the whole run.
 from __future__ import annotations
 
 from typing import Any
-
-
-def rollout_world(cfg: Any) -> int:
-    rollout = cfg.actor_rollout_ref.rollout
-    return int(rollout.nnodes) * int(rollout.n_gpus_per_node)
-
-
-def rollout_replicas(cfg: Any) -> int:
-    """Rollout engines in the rollout pool: one per `rollout.tensor_model_parallel_size` devices."""
-    tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
-    return rollout_world(cfg) // tp
 
 
 def streaming(cfg: Any) -> bool:

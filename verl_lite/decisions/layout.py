@@ -1,21 +1,278 @@
-"""Layout arithmetic that the preflight and the Megatron engines both decide, each rule once: the
-devices against the model-parallel span, a head count against TP, and MoE training at TP > 1 without
-sequence parallelism. Each function returns the message (or None), so the preflight lists it with
-the role's name and the engine raises it: the two can never disagree.
+"""The parallel layout, written once: the one module that reads the parallel keys (`trainer.nnodes`,
+`trainer.n_gpus_per_node`, a role's `megatron.*_parallel_size`, its Ulysses size, the rollout's TP/DP/EP and
+its own pool) and the arithmetic the preflight and the engines both decide on them, each rule once.
+
+- `Layout`: one role's parallel layout over the training devices (TP, PP, VPP, CP, EP, ETP, Ulysses SP, DP),
+  frozen, built by `role_layout` from the composed config (the preflight, the memory model, the checkpoint
+  code) or by `section_layout` from the role's engine section (an engine, which holds only its section).
+  Layouts follow Megatron and verl: DP = devices / (TP*PP*CP) (fsdp: devices / SP), expert groups
+  EP*ETP*PP (ETP follows TP when null). `megatron_kwargs` are megatron's parallel arguments,
+  `checkpoint_sizes` what a Megatron checkpoint records (and `checkpoint_mismatch` compares).
+- `Pool` / `train_pool` / `rollout_pool`: nodes x devices per node of the training pool and of the
+  fully-async rollout pool; `RolloutLayout` / `rollout_layout`: the rollout's TP, DP and EP.
+- The checks each function returns as a message (or None), so the preflight lists it with the role's name
+  and the engine raises it: the devices against a model-parallel span, a head count against TP, MoE
+  training at TP > 1 without sequence parallelism, DeepStack against the first pipeline stage.
 
 The launcher (`launch/lib.sh:vl_divides`) checks the env-var arithmetic (TP*PP*CP against the
 devices) before any Python runs, naming the env vars a user edits; it is the shell's own first
-pass, and the preflight's answer (this module) is what decides."""
+pass, and the preflight's answer (this module) is what decides. Nothing outside this module and
+`config/` reads a parallel key (tests/py/test_layout_keys.py)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from verl_lite.config import roles
+
+# A role's Megatron parallel keys that must be positive integers (ETP and VPP may be null).
+MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                  "expert_model_parallel_size")
+MEGATRON_OPTIONAL_SIZES = ("expert_tensor_parallel_size", "virtual_pipeline_model_parallel_size")
+TRAIN_POOL_KEYS = ("trainer.nnodes", "trainer.n_gpus_per_node")
+ROLLOUT_TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+
+
+# ------------------------------------------------------------------------------ pools of devices
+
+
+@dataclass(frozen=True)
+class Pool:
+    """`nodes` nodes with `per_node` devices each (`keys`: the two settings, as messages name them)."""
+
+    nodes: int
+    per_node: int
+    keys: Tuple[str, str] = TRAIN_POOL_KEYS
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.per_node
+
+    def describe(self) -> str:
+        """e.g. `trainer.nnodes=2 x trainer.n_gpus_per_node=8`"""
+        return f"{self.keys[0]}={self.nodes} x {self.keys[1]}={self.per_node}"
+
+
+def train_pool(cfg: Any) -> Pool:
+    """The training devices: trainer.nnodes x trainer.n_gpus_per_node (fully-async: the training pool)."""
+    return Pool(int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node))
 
 
 def train_world(cfg: Any) -> int:
     """The training devices: trainer.nnodes x trainer.n_gpus_per_node (fully-async: the training pool)."""
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    return train_pool(cfg).world
+
+
+def rollout_pool(cfg: Any) -> Pool:
+    """The fully-async rollout pool: actor_rollout_ref.rollout.nnodes x n_gpus_per_node (0 x 0 when the
+    rollout shares the training devices)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    return Pool(int(rollout.nnodes), int(rollout.n_gpus_per_node),
+                ("actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node"))
+
+
+@dataclass(frozen=True)
+class RolloutLayout:
+    """The rollout's parallel settings: TP (devices of one engine), DP (engines in one vLLM data-parallel
+    group) and EP (vLLM expert parallelism: 1 off, TP x DP on)."""
+
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+
+    @property
+    def engine_ranks(self) -> int:
+        """Ranks of one engine (`tp`), at least 1."""
+        return max(1, self.tp)
+
+    def vllm_kwargs(self) -> Dict[str, Any]:
+        """vLLM's names of the settings (its engine arguments)."""
+        return {"tensor_parallel_size": self.tp, "data_parallel_size": self.dp, "enable_expert_parallel": self.ep > 1}
+
+
+def rollout_section_layout(rollout: Any) -> RolloutLayout:
+    """The layout of a rollout section (actor_rollout_ref.rollout), as the rollout engines read it."""
+    return RolloutLayout(int(rollout.tensor_model_parallel_size), int(rollout.data_parallel_size),
+                         int(rollout.expert_parallel_size))
+
+
+def rollout_layout(cfg: Any) -> RolloutLayout:
+    return rollout_section_layout(cfg.actor_rollout_ref.rollout)
+
+
+def rollout_replicas(cfg: Any) -> int:
+    """Rollout engines in the fully-async rollout pool: one per `rollout.tensor_model_parallel_size` devices."""
+    return rollout_pool(cfg).world // rollout_layout(cfg).engine_ranks
+
+
+# ------------------------------------------------------------------------------ a role's layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One role's parallel layout over its `world` training devices. Megatron: TP, PP, VPP, CP, EP, ETP
+    (resolved: TP when the setting is null, `etp_follows_tp`); fsdp: Ulysses SP and the FSDP shard group
+    (`fsdp_shard`, set by the memory model). `section`: where the role's settings live."""
+
+    strategy: str  # megatron | fsdp
+    world: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    vpp: Optional[int] = None
+    fsdp_shard: int = 1  # fsdp: ranks one parameter is sharded over
+    sp: int = 1  # fsdp: Ulysses sequence parallelism (ranks sharing one data-parallel shard)
+    role: str = "actor"
+    section: str = roles.SECTION["actor"]
+    etp_follows_tp: bool = False  # expert_tensor_parallel_size was null
+
+    @property
+    def prefix(self) -> str:
+        """Where the role's megatron settings live, e.g. actor_rollout_ref.actor.megatron."""
+        return f"{self.section}.megatron"
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp * self.sp
+
+    @property
+    def dp(self) -> Optional[int]:
+        """Data-parallel ranks: the devices over the model-parallel span; None when they do not divide."""
+        span = self.model_parallel
+        if self.world > 0 and span > 0 and self.world % span == 0:
+            return self.world // span
+        return None
+
+    @property
+    def dp_ranks(self) -> int:
+        """The memory model's data-parallel ranks: devices // (TP*PP*CP), at least 1 (Ulysses ranks count as
+        data-parallel there: each holds its own activations of a whole micro-batch's shard)."""
+        return max(1, self.world // (self.tp * self.pp * self.cp))
+
+    @property
+    def expert_dp(self) -> int:
+        return max(1, self.world // (self.ep * self.etp * self.pp))
+
+    def megatron_kwargs(self) -> Dict[str, Any]:
+        """megatron-core's parallel arguments (initialize_model_parallel, TransformerConfig, a bridge's
+        provider), with VPP and ETP null where the settings are."""
+        return dict(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
+                    virtual_pipeline_model_parallel_size=self.vpp, context_parallel_size=self.cp,
+                    expert_model_parallel_size=self.ep,
+                    expert_tensor_parallel_size=None if self.etp_follows_tp else self.etp)
+
+    def checkpoint_sizes(self) -> Dict[str, Any]:
+        """What a Megatron checkpoint's files are cut for (contents.json's layout; VPP 1 when off, ETP
+        resolved); fsdp: the engine alone (its full state dicts do not depend on the layout)."""
+        if self.strategy != "megatron":
+            return {"engine": "fsdp"}
+        return {"engine": "megatron", "tensor_model_parallel_size": self.tp, "pipeline_model_parallel_size": self.pp,
+                "virtual_pipeline_model_parallel_size": int(self.vpp or 1), "expert_model_parallel_size": self.ep,
+                "expert_tensor_parallel_size": self.etp}
+
+
+def megatron_sizes(megatron: Any) -> Dict[str, Any]:
+    """The Layout fields of a role's megatron section, as set (ints where set; VPP may be null)."""
+    tp = megatron.tensor_model_parallel_size
+    etp = megatron.expert_tensor_parallel_size
+    return dict(tp=tp, pp=megatron.pipeline_model_parallel_size, cp=megatron.context_parallel_size,
+                ep=megatron.expert_model_parallel_size, vpp=megatron.virtual_pipeline_model_parallel_size,
+                etp=etp if etp is not None else tp, etp_follows_tp=etp is None)
+
+
+def ulysses_setting(section: Any, prefix: str) -> Tuple[str, Any]:
+    """(key, value) of a role's SP size, as verl reads it: the role's own key when above 1 (verl copies it into
+    fsdp_config), else fsdp_config.ulysses_sequence_parallel_size when that is set; `prefix` is the role's section
+    (actor_rollout_ref.actor, actor_rollout_ref.ref, critic)."""
+    own = section.ulysses_sequence_parallel_size
+    engine = getattr(getattr(section, "fsdp_config", None), "ulysses_sequence_parallel_size", 1)
+    if own == 1 and engine != 1:
+        return f"{prefix}.fsdp_config.ulysses_sequence_parallel_size", engine
+    return f"{prefix}.ulysses_sequence_parallel_size", own
+
+
+def section_layout(section: Any, role: str, strategy: str, world: int) -> Layout:
+    """A role's layout from its engine section (strategy, megatron, the Ulysses keys) over `world` devices."""
+    if strategy == "megatron":
+        sizes: Dict[str, Any] = megatron_sizes(section.megatron)
+    else:
+        sp = ulysses_setting(section, roles.SECTION[role])[1]
+        sizes = dict(sp=sp) if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 else {}
+    return Layout(strategy, world, role=role, section=roles.SECTION[role], **sizes)
+
+
+def role_layout(cfg: Any, role: str) -> Layout:
+    """A role's layout over the training devices, from the composed config."""
+    return section_layout(roles.section(cfg, role), role, roles.strategy(cfg, role), train_world(cfg))
+
+
+def _field(obj: Any, key: str, default: Any) -> Any:
+    """A field of a dataclass, an OmegaConf node or a plain mapping (the repatch plan takes all three)."""
+    if obj is None:
+        return default
+    getter = getattr(obj, "get", None)
+    if callable(getter):  # a mapping or a DictConfig
+        return getter(key, default)
+    return getattr(obj, key, default)
+
+
+def mindspeed_parallel_args(megatron: Any) -> Dict[str, int]:
+    """The parallel arguments the MindSpeed repatch dict carries (decisions/repatch.py): context_parallel_size
+    when > 1, so MindSpeed registers its CP ring wrapper at patch time."""
+    cp = int(_field(megatron, "context_parallel_size", 1) or 1)
+    return {"context_parallel_size": cp} if cp > 1 else {}
+
+
+def repatch_context_parallel(plan: Dict[str, Any]) -> int:
+    """The CP size a repatch dict carries (1 when it has none)."""
+    return int(plan.get("context_parallel_size", 1) or 1)
+
+
+def with_fsdp_shard(layout: Layout, shard: int) -> Layout:
+    return replace(layout, fsdp_shard=shard)
+
+
+def checkpoint_mismatch(part: str, saved: Optional[Dict[str, Any]], current: Dict[str, Any], role: str,
+                        what: Sequence[str], prefix: str) -> Optional[str]:
+    """Why files cut for the saved engine and layout (`checkpoint_sizes` of the run that saved) cannot load
+    into this run's (`current`), or None. Only keys both name are compared, so a torch engine's data-parallel
+    size, which its full state dicts do not depend on, is not."""
+    if not saved or not what:
+        return None
+    diff = {k: (saved.get(k), v) for k, v in current.items() if k in saved and saved.get(k) != v}
+    if not diff:
+        return None
+    parts = ", ".join(what[:-1]) + (" and " if len(what) > 1 else "") + what[-1]
+    instead = (f"or load the weights alone from the checkpoint's HF copy ({prefix}.load_contents=[hf_model], which "
+               "needs hf_model in the saved save_contents)")
+    if "engine" in diff:
+        key = "critic.strategy" if role == "critic" else "actor_rollout_ref.actor.strategy"
+        strategy = {"megatron": "megatron", "fsdp": "fsdp"}.get(saved["engine"], saved["engine"])
+        return (f"the {role} checkpoint {part} was written by the {saved['engine']} engine and this run's {role} "
+                f"runs on the {current['engine']} engine; its {parts} files are that engine's. Resume with "
+                f"{key}={strategy}, {instead}")
+    section = f"{roles.SECTION[role]}.megatron"
+    shown = ", ".join(f"{k}={old} (this run: {new})" for k, (old, new) in sorted(diff.items()))
+
+    def setting(key: str, value: Any) -> Optional[str]:
+        if key == "data_parallel_size":  # the device count over TP * PP * CP
+            return None
+        if key == "expert_tensor_parallel_size" and value == saved.get("tensor_model_parallel_size"):
+            return None  # null follows tensor_model_parallel_size
+        if key == "virtual_pipeline_model_parallel_size" and value == 1:
+            return f"{section}.{key}=null"
+        return f"{section}.{key}={value}"
+
+    sets = " ".join(s for s in (setting(k, old) for k, (old, _) in sorted(diff.items())) if s)
+    return (f"the {role} checkpoint {part} was saved with another parallel layout: {shown}; its {parts} files are "
+            f"cut for that layout. Resume with the saved layout{' (' + sets + ')' if sets else ''}, {instead}")
+
+
+# ------------------------------------------------------------------------------ the shared checks
 
 
 def span_problem(world: int, what: str, factors: Sequence[int], where: str) -> Optional[str]:

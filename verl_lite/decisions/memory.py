@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
+
+from verl_lite.decisions.layout import Layout
 
 GIB = 1024 ** 3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -152,30 +154,6 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return -(-vocab // tp) * tp
 
 
-@dataclass(frozen=True)
-class Layout:
-    """A role's parallel layout as the arithmetic needs it."""
-
-    strategy: str  # megatron | fsdp
-    world: int
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    etp: int = 1
-    vpp: Optional[int] = None
-    fsdp_shard: int = 1  # fsdp: ranks one parameter is sharded over
-    sp: int = 1  # fsdp: Ulysses ranks
-
-    @property
-    def dp(self) -> int:
-        return max(1, self.world // (self.tp * self.pp * self.cp))
-
-    @property
-    def expert_dp(self) -> int:
-        return max(1, self.world // (self.ep * self.etp * self.pp))
-
-
 def stage_params(d: ModelDims, lay: Layout, stage: int, lm_head: bool = True) -> Tuple[float, float]:
     """(dense, expert) parameters on a rank of pipeline stage `stage` (Megatron): its share of the layers,
     the embedding on the first stage, the final norm and the LM head on the last (tied with PP=1: one
@@ -250,7 +228,7 @@ def state_bytes(d: ModelDims, lay: Layout, prec: Precision, distributed_optimize
     per_param = prec.master + prec.moments
     if lay.strategy != "megatron":
         return State(weights, (dense + expert) * prec.grad, (dense + expert) * per_param)
-    shard_dense = lay.dp * lay.cp if distributed_optimizer else 1
+    shard_dense = lay.dp_ranks * lay.cp if distributed_optimizer else 1
     shard_expert = lay.expert_dp if distributed_optimizer else 1
     opt = dense * per_param / shard_dense + expert * per_param / shard_expert
     return State(weights, (dense + expert) * prec.grad, opt)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 from verl_lite.decisions import memory as m
+from verl_lite.decisions.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class RolePlan:
     """One role on the device: its layout, dtypes, passes and what it offloads."""
 
     role: str  # actor | ref | critic
-    layout: m.Layout
+    layout: Layout
     precision: m.Precision
     distributed_optimizer: bool
     trains: bool

@@ -53,7 +53,8 @@ from typing import Any, Mapping, Optional
 
 from verl_lite.config import roles
 from verl_lite.config.shapes import model_shape
-from verl_lite.decisions import ascend_stack, bridge_choice, ulysses
+from verl_lite.decisions import ascend_stack, bridge_choice
+from verl_lite.decisions.layout import ulysses_setting
 from verl_lite.decisions.switches import switch, tri_state
 from verl_lite.models import is_gdn_model, torch_packing_problem
 
@@ -200,7 +201,7 @@ def role_decision(cfg: Any, role: str, device: str, external: bool = False) -> D
     shape = model_shape(roles.model_path(cfg, role))
     gdn = shape is not None and is_gdn_model(shape.hf)
     if roles.strategy(cfg, role) != "megatron":
-        sp = ulysses.setting(roles.section(cfg, role), roles.SECTION[role])[1]
+        sp = ulysses_setting(roles.section(cfg, role), roles.SECTION[role])[1]
         return decide_torch(setting, None if shape is None else torch_packing_problem(shape.hf), gdn,
                             sequence_parallel=int(sp or 1) > 1)
     megatron = roles.section(cfg, role).megatron

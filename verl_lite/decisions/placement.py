@@ -2,15 +2,15 @@
 workers. Pure config arithmetic: no torch, ray or transformers (trainer/worker_group.py creates
 the placement groups this describes; trainer/run.py waits for the cluster).
 
-A pool of `nnodes x per_node` devices is one placement group per node (STRICT_PACK, one bundle
+A pool of `nodes x per_node` devices is one placement group per node (STRICT_PACK, one bundle
 per device); node k's group may only use nodes that the groups before it did not take, so the
-pool is spread over `nnodes` distinct nodes. Rank r runs in node `r // per_node`, bundle
+pool is spread over `nodes` distinct nodes. Rank r runs in node `r // per_node`, bundle
 `r % per_node`: consecutive ranks share a node, so a Megatron layout puts TP inside a node and
 PP / DP across nodes. Worker groups that share the pool's devices (the actor/rollout/ref group
 and the critic) each take an equal share of every bundle, so rank r of each lands on the same
 device. Fully-async runs have two pools, placed the same way: the training pool
 (`trainer.nnodes x trainer.n_gpus_per_node`) and the rollout pool (`rollout.nnodes x
-rollout.n_gpus_per_node`, as decisions/async_pools.py counts it); a node holds a part of each
+rollout.n_gpus_per_node`, as decisions/layout.py counts it); a node holds a part of each
 when it has the devices (for example 4 training + 12 rollout devices on each of 16).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from verl_lite.decisions import async_pools
+from verl_lite.decisions import layout
 
 # The Ray resource that stands for one device of each kind.
 DEVICE_RESOURCE = {"cuda": "GPU", "npu": "NPU", "cpu": "CPU"}
@@ -37,15 +37,15 @@ def device_resource(device: str) -> str:
 
 @dataclass(frozen=True)
 class Pool:
-    """`nnodes` nodes with `per_node` devices each, for the worker groups named `name`."""
+    """`nodes` nodes with `per_node` devices each, for the worker groups named `name`."""
 
     name: str
-    nnodes: int
+    nodes: int
     per_node: int
 
     @property
     def world(self) -> int:
-        return self.nnodes * self.per_node
+        return self.nodes * self.per_node
 
 
 def bundle(device: str) -> Dict[str, float]:
@@ -81,16 +81,15 @@ def other_nodes(used: List[str], per_node: int) -> Optional[List[Dict[str, str]]
 
 
 def sync_pool(cfg: Any) -> Pool:
-    t = cfg.trainer
-    return Pool("actor_rollout_ref", int(t.nnodes), int(t.n_gpus_per_node))
+    devices = layout.train_pool(cfg)
+    return Pool("actor_rollout_ref", devices.nodes, devices.per_node)
 
 
 def async_pool_list(cfg: Any) -> List[Pool]:
-    """The fully-async pools: training, then rollout (async_pools.rollout_world's devices)."""
-    t, rollout = cfg.trainer, cfg.actor_rollout_ref.rollout
-    rollout_nodes = int(rollout.nnodes)
-    per_node = async_pools.rollout_world(cfg) // max(1, rollout_nodes)
-    return [Pool("trainer", int(t.nnodes), int(t.n_gpus_per_node)), Pool("rollout", rollout_nodes, per_node)]
+    """The fully-async pools: training, then rollout (decisions/layout.rollout_pool's devices)."""
+    train, rollout = layout.train_pool(cfg), layout.rollout_pool(cfg)
+    per_node = rollout.world // max(1, rollout.nodes)
+    return [Pool("trainer", train.nodes, train.per_node), Pool("rollout", rollout.nodes, per_node)]
 
 
 def run_pools(cfg: Any) -> List[Pool]:
@@ -114,7 +113,7 @@ def cluster_need(cfg: Any, device: str) -> ClusterNeed:
     """The nodes and devices the run's pools need. Pools may share nodes, so the node count is the
     largest pool's; the devices are every pool's."""
     pools = run_pools(cfg)
-    return ClusterNeed(max(p.nnodes for p in pools), sum(p.world for p in pools), device)
+    return ClusterNeed(max(p.nodes for p in pools), sum(p.world for p in pools), device)
 
 
 def missing(need: ClusterNeed, node_devices: List[float]) -> Optional[str]:

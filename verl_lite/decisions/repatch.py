@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Optional
 
+from verl_lite.decisions.layout import mindspeed_parallel_args
 from verl_lite.decisions.switches import switch
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,5 @@ def build_repatch_dict(
     else:
         plan.setdefault("use_flash_attn", True)
 
-    cp = int(_get(megatron_cfg, "context_parallel_size", 1) or 1)
-    if cp > 1:
-        plan["context_parallel_size"] = cp
+    plan.update(mindspeed_parallel_args(megatron_cfg))
     return plan

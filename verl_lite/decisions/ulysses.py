@@ -3,25 +3,15 @@ rules the torch engine enforces when it builds and the preflight reports before 
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional
 
+from verl_lite.decisions.layout import ulysses_setting as setting  # noqa: F401  TEMP-LAYOUT
 from verl_lite.models import is_gdn_model
-
-
-def setting(section: Any, prefix: str) -> Tuple[str, Any]:
-    """(key, value) of a role's SP size, as verl reads it: the role's own key when above 1 (verl copies it into
-    fsdp_config), else fsdp_config.ulysses_sequence_parallel_size when that is set; `prefix` is the role's section
-    (actor_rollout_ref.actor, actor_rollout_ref.ref, critic)."""
-    own = section.ulysses_sequence_parallel_size
-    engine = getattr(getattr(section, "fsdp_config", None), "ulysses_sequence_parallel_size", 1)
-    if own == 1 and engine != 1:
-        return f"{prefix}.fsdp_config.ulysses_sequence_parallel_size", engine
-    return f"{prefix}.ulysses_sequence_parallel_size", own
 
 
 def problems(key: str, sp: Any, world_size: Optional[int], hf_config: Any, use_remove_padding: Any,
              strategy: str = "fsdp") -> List[str]:
-    """What makes `key=sp` (`setting`'s) impossible (empty: fine); `world_size`: the role's ranks."""
+    """What makes `key=sp` (`decisions/layout.ulysses_setting`'s) impossible (empty: fine); `world_size`: the role's ranks."""
     if isinstance(sp, str) and sp.startswith("${"):
         return [f"{key}={sp!r}: a section built on its own cannot follow another section's value: set it, or "
                 "convert the whole config (verl_lite.config.to_dataclass)"]

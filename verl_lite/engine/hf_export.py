@@ -23,7 +23,8 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 
-from verl_lite.checkpoint_files import ALL_CONTENTS, CONTENTS_FILE, CheckpointError, contents_problem, read_contents
+from verl_lite.checkpoint_files import ALL_CONTENTS, CONTENTS_FILE, CheckpointError, read_contents
+from verl_lite.decisions.checkpoint_parts import contents_problem
 from verl_lite.data.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Preflight rules of fully-async training (`async_training.enable=True`): the two resource pools
-(`decisions/async_pools.py`), the sync and staleness settings, and what the mode does not support yet.
+(`decisions/layout.py`, `decisions/async_pools.py`), the sync and staleness settings, and what the mode does not support yet.
 
 Pure config arithmetic (no torch, ray or transformers), so the preflight check can call
 `fully_async_problems(cfg)` in milliseconds; `run_async` runs it too before starting anything.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, List
 
 from verl_lite.config import roles
-from verl_lite.decisions.async_pools import rollout_world
+from verl_lite.decisions.layout import rollout_layout, rollout_pool
 
 
 def fully_async_problems(cfg: Any) -> List[str]:
@@ -18,21 +18,20 @@ def fully_async_problems(cfg: Any) -> List[str]:
     a = cfg.async_training
     if not a.enable:
         return []
-    rollout = cfg.actor_rollout_ref.rollout
-    pool = (f"actor_rollout_ref.rollout.nnodes={rollout.nnodes} x actor_rollout_ref.rollout.n_gpus_per_node="
-            f"{rollout.n_gpus_per_node}")
+    rollout, own, tp = cfg.actor_rollout_ref.rollout, rollout_pool(cfg), rollout_layout(cfg).tp
+    pool = own.describe()
     problems = []
-    if int(rollout.nnodes) < 1 or int(rollout.n_gpus_per_node) < 1:
+    if own.nodes < 1 or own.per_node < 1:
         problems.append(
             f"async_training.enable=True needs a rollout pool of its own, but {pool}: set both to at least 1 "
             "(trainer.nnodes x trainer.n_gpus_per_node is the training pool)")
-    elif rollout_world(cfg) % max(1, int(rollout.tensor_model_parallel_size)):
+    elif own.world % max(1, tp):
         problems.append(
-            f"{pool} = {rollout_world(cfg)} rollout devices is not divisible by "
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size}")
-    if rollout.name == "hf" and int(rollout.tensor_model_parallel_size) != 1:
+            f"{pool} = {own.world} rollout devices is not divisible by "
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}")
+    if rollout.name == "hf" and tp != 1:
         problems.append(
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={rollout.tensor_model_parallel_size} with the hf "
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} with the hf "
             "rollout: it runs one replica per device, set it to 1")
     if not cfg.trainer.ray:
         problems.append("async_training.enable=True runs the rollout and training pools as Ray actors: "

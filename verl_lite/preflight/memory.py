@@ -19,6 +19,7 @@ from verl_lite.config.devices import ASSUMED, DEVICE_MEMORY, RESERVE_GIB, match_
 from verl_lite.decisions import fsdp_settings, packing_mode
 from verl_lite.decisions import memory as m
 from verl_lite.decisions import memory_step as ms
+from verl_lite.decisions.layout import Layout, rollout_layout, train_world, with_fsdp_shard
 from verl_lite.decisions.switches import switch
 from verl_lite.preflight.layout import override_config
 from verl_lite.preflight.roles import RoleView, role_views
@@ -77,15 +78,16 @@ def detect(device: str) -> Optional[Tuple[str, float]]:
 # ------------------------------------------------------------------------------ the run's plan
 
 
-def _layout(view: RoleView, world: int) -> m.Layout:
+def _layout(view: RoleView) -> Layout:
+    """The role's layout with its FSDP shard group (fsdp: fsdp_size over the devices / SP)."""
     lay = view.layout
     if view.megatron:
-        return m.Layout("megatron", world, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, etp=lay.etp, vpp=lay.vpp)
+        return lay
     try:
-        shard = fsdp_settings.mesh_shape(view.section.fsdp_config.fsdp_size, world // max(1, lay.sp))[1]
+        shard = fsdp_settings.mesh_shape(view.section.fsdp_config.fsdp_size, lay.world // max(1, lay.sp))[1]
     except ValueError:
-        shard = world
-    return m.Layout("fsdp", world, fsdp_shard=shard, sp=lay.sp)
+        shard = lay.world
+    return with_fsdp_shard(lay, shard)
 
 
 # the micro-batch of a pass whose settings are all null (trainer/workers.py: FALLBACK_MICRO_BATCH)
@@ -117,8 +119,8 @@ def _micro(cfg: Any, view: RoleView, update: bool, dp: int) -> Tuple[int, int]:
     return micro * longest, micro
 
 
-def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: m.Layout) -> m.Pass:
-    tokens, seqs = _micro(cfg, view, update, lay.dp)
+def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: Layout) -> m.Pass:
+    tokens, seqs = _micro(cfg, view, update, lay.dp_ranks)
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
     act = 4 if device == "cpu" else 2
     sp, recompute, method, layers, load = False, "none", "uniform", 0, 1.0
@@ -136,7 +138,7 @@ def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: m.Layout) ->
     if update and view.role != "ref":
         mini = (cfg.critic.ppo_mini_batch_size if view.role == "critic" else None) or \
             cfg.actor_rollout_ref.actor.ppo_mini_batch_size
-        per_rank = int(mini) * int(cfg.actor_rollout_ref.rollout.n) // max(1, lay.dp)
+        per_rank = int(mini) * int(cfg.actor_rollout_ref.rollout.n) // max(1, lay.dp_ranks)
         micro_per_step = max(1, per_rank // max(1, seqs))
     entropy = view.role == "actor" and update and float(cfg.actor_rollout_ref.actor.entropy_coeff) != 0
     model = roles.model_section(cfg, view.role)
@@ -151,8 +153,8 @@ def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: m.Layout) ->
                   logits_chunk=chunk, moe_load=load)
 
 
-def _role_plan(cfg: Any, view: RoleView, device: str, world: int) -> ms.RolePlan:
-    lay = _layout(view, world)
+def _role_plan(cfg: Any, view: RoleView, device: str) -> ms.RolePlan:
+    lay = _layout(view)
     trains = view.role != "ref"
     if view.megatron:
         mg = view.section.megatron
@@ -184,18 +186,17 @@ def _role_plan(cfg: Any, view: RoleView, device: str, world: int) -> ms.RolePlan
 
 
 def step_plan(cfg: Any, views: List[RoleView], device: str, total_gib: float) -> ms.StepPlan:
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-    ro = cfg.actor_rollout_ref.rollout
+    world = train_world(cfg)
+    ro, ro_lay = cfg.actor_rollout_ref.rollout, rollout_layout(cfg)
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
     bucket = float(getattr(ro.checkpoint_engine, "update_weights_bucket_megabytes", 0) or 0) * 1024 ** 2
     rollout = ms.RolloutPlan(str(ro.name), memory_share(cfg, device), bool(ro.free_cache_engine),
-                             int(ro.tensor_model_parallel_size), bucket_bytes=bucket,
+                             ro_lay.tp, bucket_bytes=bucket,
                              sequences=min(int(ro.micro_batch_size),
                                            int(cfg.data.train_batch_size) * int(ro.n) // max(1, world)),
                              max_len=longest,
-                             expert_ranks=(int(ro.tensor_model_parallel_size) * int(ro.data_parallel_size)
-                                           if int(ro.expert_parallel_size) > 1 else 0))
-    plans = tuple(_role_plan(cfg, v, device, world) for v in views)
+                             expert_ranks=ro_lay.tp * ro_lay.dp if ro_lay.ep > 1 else 0)
+    plans = tuple(_role_plan(cfg, v, device) for v in views)
     return ms.StepPlan(plans, rollout, total_gib * m.GIB)
 
 
@@ -238,7 +239,7 @@ def _terms(phase: m.Phase, n: int = 3) -> str:
 def fixes(cfg: Any, pred: Prediction) -> List[str]:
     """The cheapest single changes that bring the peak under the usable memory, with their peaks."""
     limit = pred.capacity.usable_gib * m.GIB
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    world = train_world(cfg)
     out: List[str] = []
     d = pred.dims
     for r in pred.plan.roles:

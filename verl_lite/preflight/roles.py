@@ -1,10 +1,7 @@
 """Each role of a run, resolved once: where its settings live, its backend, its parallel layout over
 the training devices and the model it loads. The orchestrator (`preflight/run.py`) builds one
 `RoleView` per active role and the rules and the summary read it, instead of each re-deriving the
-role's section, strategy and layout from the raw config.
-
-Layouts follow Megatron and verl: DP = devices / (TP*PP*CP) (fsdp: all devices), expert groups
-EP*ETP*PP (ETP defaults to TP).
+role's section, strategy and layout from the raw config. The layout is `decisions/layout.Layout`.
 """
 
 from __future__ import annotations
@@ -14,48 +11,8 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.config import roles
 from verl_lite.config.shapes import ModelShape, model_shape
-from verl_lite.decisions import ulysses
-from verl_lite.decisions.layout import train_world as world_size
-
-
-@dataclass(frozen=True)
-class Layout:
-    """One role's parallel layout over the training devices."""
-
-    role: str
-    strategy: str
-    prefix: str  # where the role's megatron settings live
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1
-    etp: int = 1
-    vpp: Optional[int] = None
-    dp: Optional[int] = None  # None when the devices do not divide
-    sp: int = 1  # fsdp: Ulysses sequence parallelism (ranks sharing one data-parallel shard)
-
-    @property
-    def model_parallel(self) -> int:
-        return self.tp * self.pp * self.cp * self.sp
-
-
-def role_layout(cfg: Any, role: str) -> Layout:
-    strategy = roles.strategy(cfg, role)
-    sizes: Dict[str, Any] = {}
-    if strategy == "megatron":
-        m = roles.section(cfg, role).megatron
-        tp = m.tensor_model_parallel_size
-        sizes = dict(tp=tp, pp=m.pipeline_model_parallel_size, cp=m.context_parallel_size,
-                     ep=m.expert_model_parallel_size, vpp=m.virtual_pipeline_model_parallel_size,
-                     etp=m.expert_tensor_parallel_size if m.expert_tensor_parallel_size is not None else tp)
-    else:
-        sp = ulysses.setting(roles.section(cfg, role), roles.SECTION[role])[1]
-        sizes = dict(sp=sp) if isinstance(sp, int) and not isinstance(sp, bool) and sp > 1 else {}
-    layout = Layout(role, strategy, f"{roles.SECTION[role]}.megatron", **sizes)
-    world = world_size(cfg)
-    if world > 0 and layout.model_parallel > 0 and world % layout.model_parallel == 0:
-        layout = Layout(**{**layout.__dict__, "dp": world // layout.model_parallel})
-    return layout
+from verl_lite.decisions.layout import Layout, role_layout
+from verl_lite.decisions.layout import train_world as world_size  # TEMP-LAYOUT
 
 
 @dataclass(frozen=True)

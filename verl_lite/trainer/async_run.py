@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import batch_size, concat, select
 from verl_lite.decisions import async_pools, placement
-from verl_lite.decisions.layout import train_world
+from verl_lite.decisions.layout import rollout_replicas, train_world
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos, tensor_transport
 from verl_lite.trainer.algos import advantages, rollout_correction
@@ -510,7 +510,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
     streaming = async_pools.streaming(cfg)
     limit = (async_pools.total_rollout_prompts(cfg, len(job.train_set))
              if streaming or actor_rollout_ref.rollout.total_rollout_steps is not None else None)
-    train_devices, replicas = train_world(cfg), async_pools.rollout_replicas(cfg)
+    train_devices, replicas = train_world(cfg), rollout_replicas(cfg)
     logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
                 "sync every %d step(s), staleness_threshold %s (%s)", job.device, t.nnodes, t.n_gpus_per_node,
                 actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.nnodes,

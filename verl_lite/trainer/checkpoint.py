@@ -25,7 +25,9 @@ import shutil
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from verl_lite.checkpoint_files import MANIFEST, CheckpointError, contents_problem, read_contents
+from verl_lite.checkpoint_files import MANIFEST, CheckpointError, read_contents
+from verl_lite.decisions.checkpoint_parts import contents_problem
+from verl_lite.decisions.layout import role_layout
 from verl_lite.config import roles
 from verl_lite.faults import fault_point
 
@@ -286,20 +288,6 @@ def _load_contents(cfg: Any, role: str) -> List[str]:
     return list(section.save_contents if section.load_contents is None else section.load_contents)
 
 
-def _config_layout(cfg: Any, role: str) -> Dict[str, Any]:
-    """The engine and parallel sizes the role's files are cut for, from the config (as the engines
-    record them in contents.json; the data-parallel size is compared by the engine itself)."""
-    if roles.strategy(cfg, role) != "megatron":
-        return {"engine": "fsdp"}
-    m = roles.section(cfg, role).megatron
-    tp = int(m.tensor_model_parallel_size)
-    return {"engine": "megatron", "tensor_model_parallel_size": tp,
-            "pipeline_model_parallel_size": int(m.pipeline_model_parallel_size),
-            "virtual_pipeline_model_parallel_size": int(m.virtual_pipeline_model_parallel_size or 1),
-            "expert_model_parallel_size": int(m.expert_model_parallel_size),
-            "expert_tensor_parallel_size": int(m.expert_tensor_parallel_size or tp)}
-
-
 def manager_for(cfg: Any) -> CheckpointManager:
     """The run's checkpoint dir with its retention limits (trainer.max_actor_ckpt_to_keep,
     trainer.max_critic_ckpt_to_keep; the latter only where a critic saves)."""
@@ -344,7 +332,7 @@ def select_checkpoint(cfg: Any) -> Optional[Tuple[str, Dict[str, Any]]]:
         path = found[1]
     for role in needed:  # what the engines would refuse on load, said before Ray and the models start
         problem = contents_problem(os.path.join(path, role), read_contents(os.path.join(path, role)),
-                                   _load_contents(cfg, role), role, _PREFIX[role], _config_layout(cfg, role))
+                                   _load_contents(cfg, role), role, _PREFIX[role], role_layout(cfg, role).checkpoint_sizes())
         if problem:
             raise CheckpointError(f"{problem} {RESUME_FIX}")
     try:

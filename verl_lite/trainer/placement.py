@@ -75,14 +75,14 @@ class NodeGroups:
         one = {k: v * self.per_bundle if k != "CPU" or self.device == "cpu" else v
                for k, v in plan.bundle(device).items()}
         try:
-            for k in range(pool.nnodes):
+            for k in range(pool.nodes):
                 pg = placement_group([dict(one) for _ in range(self.bundles_per_node)], strategy="STRICT_PACK",
                                      bundle_label_selector=plan.other_nodes(self.node_ids, self.bundles_per_node))
                 self.groups.append(pg)
                 if not pg.wait(timeout_seconds=timeout_s):
-                    lack = plan.missing(plan.ClusterNeed(pool.nnodes, pool.world, device), node_devices(device))
+                    lack = plan.missing(plan.ClusterNeed(pool.nodes, pool.world, device), node_devices(device))
                     raise PlacementError(
-                        f"{pool.name}: no node of the Ray cluster could take node group {k + 1} of {pool.nnodes} "
+                        f"{pool.name}: no node of the Ray cluster could take node group {k + 1} of {pool.nodes} "
                         f"({pool.per_node} {plan.DEVICE_WORD[device]} on one node, besides the nodes of the groups "
                         f"before it) within {timeout_s:.0f} s" + (f"; the cluster has {lack}" if lack else
                                                                   " (the devices are taken by other pools or jobs)"))
@@ -92,13 +92,13 @@ class NodeGroups:
             raise
         ips.update({n["NodeID"]: n.get("NodeManagerAddress", "?") for n in ray.nodes()})
         self.node_ips = [ips.get(n, "?") for n in self.node_ids]
-        logger.info("%s: %d node(s) x %d %s: %s", pool.name, pool.nnodes, pool.per_node, plan.DEVICE_WORD[device],
+        logger.info("%s: %d node(s) x %d %s: %s", pool.name, pool.nodes, pool.per_node, plan.DEVICE_WORD[device],
                     ", ".join(f"{ip} ({nid[:8]})" for ip, nid in zip(self.node_ips, self.node_ids)))
 
     @property
     def slots(self) -> int:
         """Worker ranks one group of this placement has: one per bundle."""
-        return self.pool.nnodes * self.bundles_per_node
+        return self.pool.nodes * self.bundles_per_node
 
     def master_addr(self) -> str:
         """Where rank 0's process group listens: the first node's address."""
