@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from verl_lite.trainer import core_algos as ca
+from verl_lite.trainer.algos import critic
+from verl_lite.trainer.algos import group_estimators as ge
 from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (registers verl's further losses)
 
 
@@ -60,7 +62,7 @@ def grpo_batch():
 
 def test_grpo_advantage_is_the_group_normalised_score_broadcast_over_the_mask():
     rewards, mask, uids = grpo_batch()
-    adv, returns = ca.compute_grpo_outcome_advantage(rewards, mask, uids)
+    adv, returns = ge.compute_grpo_outcome_advantage(rewards, mask, uids)
     # group a: mean 2, unbiased std sqrt((1 + 1 + 0) / 2) = 1 -> (1, -1, 0) / (1 + 1e-6)
     # group b (one response): mean 0, std 1 -> 2 / (1 + 1e-6) = 1.999998
     s = 1 / (1 + 1e-6)
@@ -71,35 +73,35 @@ def test_grpo_advantage_is_the_group_normalised_score_broadcast_over_the_mask():
 
 def test_grpo_without_std_normalisation_only_subtracts_the_group_mean():
     rewards, mask, uids = grpo_batch()
-    adv, _ = ca.compute_grpo_outcome_advantage(rewards, mask, uids, norm_adv_by_std_in_grpo=False)
+    adv, _ = ge.compute_grpo_outcome_advantage(rewards, mask, uids, norm_adv_by_std_in_grpo=False)
     # group a: 3 - 2, 1 - 2, 2 - 2; group b: 2 - 0
     assert adv[:, 0].tolist() == pytest.approx([1.0, -1.0, 0.0, 2.0])
 
 
 def test_grpo_group_with_equal_scores_gets_zero_advantage_not_nan():
     # scores 1, 1: mean 1, std 0 -> 0 / (0 + 1e-6) = 0
-    adv, _ = ca.compute_grpo_outcome_advantage(t([[1.0], [1.0]]), t([[1], [1]]), ["p", "p"])
+    adv, _ = ge.compute_grpo_outcome_advantage(t([[1.0], [1.0]]), t([[1], [1]]), ["p", "p"])
     assert adv.tolist() == [[0.0], [0.0]]
 
 
 def test_grpo_groups_numpy_and_tensor_uids_by_value():
     rewards, mask, _ = grpo_batch()
-    expected, _ = ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "a", "a", "b"])
-    as_numpy, _ = ca.compute_grpo_outcome_advantage(rewards, mask, np.array(["a", "a", "a", "b"], dtype=object))
-    as_tensor, _ = ca.compute_grpo_outcome_advantage(rewards, mask, torch.tensor([7, 7, 7, 8]))
+    expected, _ = ge.compute_grpo_outcome_advantage(rewards, mask, ["a", "a", "a", "b"])
+    as_numpy, _ = ge.compute_grpo_outcome_advantage(rewards, mask, np.array(["a", "a", "a", "b"], dtype=object))
+    as_tensor, _ = ge.compute_grpo_outcome_advantage(rewards, mask, torch.tensor([7, 7, 7, 8]))
     assert torch.equal(as_numpy, expected)
     assert torch.equal(as_tensor, expected)
 
 
 def test_grpo_of_an_empty_batch_is_empty():
-    adv, returns = ca.compute_grpo_outcome_advantage(torch.zeros(0, 3), torch.zeros(0, 3), [])
+    adv, returns = ge.compute_grpo_outcome_advantage(torch.zeros(0, 3), torch.zeros(0, 3), [])
     assert adv.shape == returns.shape == (0, 3)
 
 
 def test_grpo_rejects_an_index_of_the_wrong_length():
     rewards, mask, _ = grpo_batch()
     with pytest.raises(ValueError, match="index has 2 uids but token_level_rewards has 4 rows"):
-        ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "b"])
+        ge.compute_grpo_outcome_advantage(rewards, mask, ["a", "b"])
 
 
 def verl_grpo_loop(scores, uids, epsilon=1e-6):
@@ -127,7 +129,7 @@ def test_grpo_equals_verls_row_by_row_definition_to_the_bit_even_where_float32_r
         cases.append((torch.randint(0, 4, (n * groups,), generator=g).float() / 3, [str(u) for u in uids]))
     rounding_shown = False
     for scores, uids in cases:
-        adv, _ = ca.compute_grpo_outcome_advantage(scores.unsqueeze(-1), torch.ones(len(uids), 1), uids)
+        adv, _ = ge.compute_grpo_outcome_advantage(scores.unsqueeze(-1), torch.ones(len(uids), 1), uids)
         want = verl_grpo_loop(scores, uids)
         assert torch.equal(adv[:, 0], want), (adv[:, 0] - want).abs().max()
         rounding_shown |= bool((want != 0).any() and len(set(uids)) == 1)
@@ -139,7 +141,7 @@ def test_grpo_equals_verls_row_by_row_definition_to_the_bit_even_where_float32_r
 
 def test_gae_walks_backwards_skips_masked_tokens_and_whitens_advantages():
     rewards, values, mask = t([[1, 0, 2, 0]]), t([[0.5, 1.0, 1.5, 9.0]]), t([[1, 1, 1, 0]])
-    adv, returns = ca.compute_gae_advantage_return(rewards, values, mask, gamma=0.5, lam=0.5)
+    adv, returns = critic.compute_gae_advantage_return(rewards, values, mask, gamma=0.5, lam=0.5)
     # t=3 masked: next value and advantage stay 0 (the 9.0 must not leak into t=2)
     # t=2: delta = 2 + 0.5*0 - 1.5 = 0.5;          A = 0.5
     # t=1: delta = 0 + 0.5*1.5 - 1.0 = -0.25;      A = -0.25 + 0.25*0.5 = -0.125
@@ -370,7 +372,7 @@ def test_entropy_from_logits_matches_the_closed_form_and_is_stable_for_large_log
 def test_value_loss_takes_the_larger_of_clipped_and_unclipped_errors():
     vpreds, values = t([[1.0, 0.0, 2.0, 99.0]]), t([[0.0, 0.0, 0.0, 0.0]])
     returns, mask = t([[1.0, 0.5, 0.0, 0.0]]), t([[1, 1, 1, 0]])
-    vf_loss, clipfrac = ca.compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
+    vf_loss, clipfrac = critic.compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
     # token 0: v=1 clipped to 0.5: max(0, 0.25) = 0.25 (clipped error larger)
     # token 1: v=0 inside the range: 0.25
     # token 2: v=2 clipped to 0.5: max(4, 0.25) = 4
@@ -380,7 +382,7 @@ def test_value_loss_takes_the_larger_of_clipped_and_unclipped_errors():
 
 
 def test_value_loss_micro_batch_uses_the_global_token_count():
-    vf_loss, _ = ca.compute_value_loss(t([[2.0]]), t([[0.0]]), t([[2.0]]), t([[1]]), 0.5, global_token_num=4)
+    vf_loss, _ = critic.compute_value_loss(t([[2.0]]), t([[0.0]]), t([[2.0]]), t([[1]]), 0.5, global_token_num=4)
     # 0.5 * (2 - 0)^2 / 4 global tokens = 0.5
     assert vf_loss.item() == pytest.approx(0.5)
 

@@ -19,7 +19,8 @@ import torch
 from verl_lite.config.choices import (ADV_ESTIMATORS, POLICY_LOSS_MODES, REFUSED_ADV_ESTIMATORS,
                                       REFUSED_POLICY_LOSSES)
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.algos import advantages, policy_losses  # noqa: F401  (policy_losses registers on import)
+from verl_lite.trainer.algos import advantages, token_estimators
+from verl_lite.trainer.algos import policy_losses  # noqa: F401  (policy_losses registers on import)
 
 TABLE = json.loads((Path(__file__).parent / "data" / "core_algos_cases.json").read_text())
 ATOL = RTOL = 1e-6
@@ -179,7 +180,7 @@ def test_the_variance_proxy_metrics_equal_verls(case):
     entry = next(e for e in TABLE["estimators"] if e["case"] == case)
     x, want = entry["inputs"], entry["variance_proxy"]
     weights = x["rollout_is_weights"]
-    ours = advantages.variance_proxy_metrics(
+    ours = token_estimators.variance_proxy_metrics(
         torch.tensor(x["old_log_probs"]), torch.tensor(x["sum_pi_squared"]),
         torch.tensor(entry["outputs"]["optimal_token_baseline"]["advantages"]), torch.tensor(x["mask"]),
         None if weights is None else torch.tensor(weights), want["gradient_norm"])

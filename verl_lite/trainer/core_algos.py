@@ -1,8 +1,8 @@
-"""The numbers of GRPO and PPO: advantages, policy/value losses, KL estimators, loss aggregation.
+"""The numbers under GRPO and PPO: masked statistics, loss aggregation, policy losses, KL estimators.
 
 Pure torch functions, defined exactly as verl defines them (`verl/trainer/ppo/core_algos.py` and
 `verl/utils/torch_functional.py`), so a run here and a verl run on the same batch produce the same
-losses. Shapes: B = responses in the batch, R = response length (padded), V = vocabulary size.
+losses. The advantage estimators and the critic's value loss are in trainer/algos/. Shapes: B = responses in the batch, R = response length (padded), V = vocabulary size.
 
 Micro-batching: `agg_loss` (and the losses built on it) take optional `global_batch_size` and
 `global_token_num`. With them, the micro-batch losses of every data-parallel rank *add up* to the
@@ -13,7 +13,7 @@ its `agg_loss` as `dp_size`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import torch
 
@@ -59,101 +59,6 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     return whitened if shift_mean else whitened + mean
 
 
-# ---------------------------------------------------------------------------- advantages
-
-
-def compute_grpo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Sequence[Hashable],
-    epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """GRPO outcome advantage: each response's score normalised within its prompt's group.
-
-    score = sum of the response's token rewards; responses sharing `index[i]` (the prompt uid) form
-    a group; advantage = (score - mean) / (std + epsilon) with the unbiased std, or score - mean when
-    `norm_adv_by_std_in_grpo` is False (Dr. GRPO). A group of one gets mean 0 and std 1 (its advantage
-    is its score / (1 + epsilon)). The advantage is broadcast over `response_mask`.
-    Returns (advantages, returns), both (B, R); for GRPO they are the same tensor.
-    """
-    with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        g, groups = group_ids(index, scores.shape[0])
-        # Each group's mean and std are torch's of the group as a 1-D tensor, as in verl's loop
-        # (a dim-wise or float64 reduction differs in the last bit, which a group of equal scores
-        # turns into an advantage of up to ~0.03 through the 1e-6 epsilon); the rest is elementwise.
-        # Contiguous slices of the scores sorted by group keep it at ~8 us a group (the loop over rows
-        # of index lists took ~25 us a group: 13 ms a step at 512 prompts).
-        counts = torch.bincount(g, minlength=groups).tolist()
-        ordered = scores[torch.argsort(g, stable=True)]
-        means, stds, start = [], [], 0
-        for count in counts:
-            group = ordered[start:start + count]
-            start += count
-            if count == 1:  # verl: mean 0, std 1
-                means.append(torch.tensor(0.0, dtype=scores.dtype))
-                stds.append(torch.tensor(1.0, dtype=scores.dtype))
-            else:
-                means.append(group.mean())
-                stds.append(group.std())  # unbiased (n - 1)
-        empty = torch.zeros(0, dtype=scores.dtype)  # no rows: no groups
-        mean, std = (torch.stack(means), torch.stack(stds)) if means else (empty, empty)
-        centred = scores - mean[g]
-        advantages = centred / (std[g] + epsilon) if norm_adv_by_std_in_grpo else centred
-        advantages = advantages.unsqueeze(-1) * response_mask
-    return advantages, advantages
-
-
-def uid_values(index: Sequence[Hashable], batch: int) -> List[Hashable]:
-    """The prompt uid of each of the `batch` responses as a Python value (a list, numpy array or
-    tensor of them); a length other than `batch` is refused."""
-    if len(index) != batch:
-        raise ValueError(
-            f"index has {len(index)} uids but token_level_rewards has {batch} rows; give one uid per response"
-        )
-    # A tensor's elements hash by identity: compare uids as Python values.
-    return index.tolist() if hasattr(index, "tolist") else list(index)
-
-
-def group_ids(index: Sequence[Hashable], batch: int) -> Tuple[torch.Tensor, int]:
-    """((B,) long group number of each response, numbered in order of first appearance; the number of
-    groups). Responses sharing a uid (`index[i]`, compared as Python values) form a group."""
-    first: Dict[Hashable, int] = {}
-    ids = [first.setdefault(uid, len(first)) for uid in uid_values(index, batch)]
-    return torch.tensor(ids, dtype=torch.long), len(first)
-
-
-def compute_gae_advantage_return(
-    token_level_rewards: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation (PPO with a critic), all tensors (B, R).
-
-    Walks the response backwards: delta_t = r_t + gamma * V_{t+1} - V_t and
-    A_t = delta_t + gamma * lam * A_{t+1}; masked-out positions carry the next value and advantage
-    through unchanged. returns = A + V (before whitening); advantages are whitened over the mask.
-    """
-    with torch.no_grad():
-        next_value = torch.zeros_like(values[:, 0])
-        next_adv = torch.zeros_like(values[:, 0])
-        reversed_adv = []
-        for t in reversed(range(token_level_rewards.shape[-1])):
-            m = response_mask[:, t].to(values.dtype)
-            delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
-            adv_t = delta + gamma * lam * next_adv
-            next_value = values[:, t] * m + (1 - m) * next_value
-            next_adv = adv_t * m + (1 - m) * next_adv
-            reversed_adv.append(next_adv)
-        advantages = torch.stack(reversed_adv[::-1], dim=1)
-        returns = advantages + values
-        advantages = masked_whiten(advantages, response_mask)
-    return advantages, returns
-
-
 # ---------------------------------------------------------------------------- loss aggregation
 
 
@@ -190,7 +95,7 @@ def agg_loss(
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
 
 
-# ---------------------------------------------------------------------------- policy, value, entropy, KL
+# ---------------------------------------------------------------------------- policy, entropy, KL
 
 # actor.policy_loss.loss_mode -> the loss, as verl's `register_policy_loss` / `get_policy_loss_fn`.
 # Every loss takes (old_log_prob, log_prob, advantages, response_mask, clip_ratio_low, clip_ratio_high)
@@ -482,27 +387,3 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim: logsumexp(z) - sum(softmax(z) * z). (..., V) -> (...)."""
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
-
-
-def compute_value_loss(
-    vpreds: torch.Tensor,
-    returns: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    cliprange_value: float,
-    loss_agg_mode: str = "token-mean",
-    global_batch_size: Optional[int] = None,
-    global_token_num: Optional[int] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Clipped value loss: 0.5 * agg(max((v - G)^2, (clip(v, V_old +- c) - G)^2)).
-
-    Returns (vf_loss, vf_clipfrac), the latter the share of tokens where the clipped error was larger.
-    """
-    vpred_clipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
-    err_unclipped = (vpreds - returns) ** 2
-    err_clipped = (vpred_clipped - returns) ** 2
-    per_token = torch.maximum(err_unclipped, err_clipped)
-    vf_loss = 0.5 * agg_loss(per_token, response_mask, loss_agg_mode, global_batch_size, global_token_num)
-    vf_clipfrac = masked_mean(torch.gt(err_clipped, err_unclipped).float(), response_mask)
-    return vf_loss, vf_clipfrac
-

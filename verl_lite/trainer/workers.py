@@ -27,6 +27,7 @@ from verl_lite.device import DIST_BACKENDS
 from verl_lite.registry import ROLLOUTS, load_engine
 from verl_lite.rollout.metrics import RolloutGap
 from verl_lite.trainer import core_algos, dynamic_batch
+from verl_lite.trainer.algos import critic as critic_algos
 from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (verl's further losses register into core_algos)
 from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
@@ -447,7 +448,7 @@ class CriticWorker(EngineWorker):
 
         def make_loss(gtok: int, gseq: int):
             def loss_fn(out, mb):
-                vf_loss, clipfrac = core_algos.compute_value_loss(
+                vf_loss, clipfrac = critic_algos.compute_value_loss(
                     out["values"], mb["returns"], mb["values"], mb["response_mask"].float(), critic.cliprange_value,
                     critic.loss_agg_mode, global_batch_size=gseq, global_token_num=gtok)
                 return vf_loss * dp, {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": clipfrac.item()}
