@@ -9,7 +9,8 @@ import torch
 from verl_lite.trainer import core_algos as ca
 from verl_lite.trainer.algos import critic
 from verl_lite.trainer.algos import group_estimators as ge
-from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (registers verl's further losses)
+from verl_lite.trainer.algos import policy_losses as pl
+from verl_lite.trainer.algos.policy_losses import PolicyLossInput
 
 
 def t(rows):
@@ -226,7 +227,7 @@ def test_the_vanilla_policy_loss_and_its_metrics_equal_verls_in_every_aggregatio
     new = old + 0.6 * torch.randn(5, 6, generator=g)  # ratios well outside [0.8, 1.28]: both clips fire
     adv = 2 * torch.randn(5, 1, generator=g).expand(5, 6)
     mask = (torch.arange(6) < torch.tensor([6, 4, 1, 3, 5])[:, None]).float()
-    ours = ca.compute_policy_loss_vanilla(old, new, adv, mask, 0.2, 0.28, 3.0, mode)
+    ours = pl.compute_policy_loss_vanilla(PolicyLossInput(old, new, adv, mask, 0.2, 0.28, 3.0, mode))
     theirs = verl_vanilla_policy_loss(old, new, adv, mask, 0.2, 0.28, 3.0, mode)
     assert theirs["pg_clipfrac"] > 0 and theirs["pg_clipfrac_lower"] > 0
     for key, value in theirs.items():
@@ -277,7 +278,7 @@ def policy_batch():
 
 def test_vanilla_policy_loss_clips_and_dual_clips_as_verl():
     old, new, adv, mask = policy_batch()
-    out = ca.compute_policy_loss_vanilla(old, new, adv, mask)
+    out = pl.compute_policy_loss_vanilla(PolicyLossInput(old, new, adv, mask))
     assert out["pg_loss"].item() == pytest.approx(0.15, abs=1e-6)  # (-1.2 + 0.8 + 3 - 2) / 4
     assert out["pg_clipfrac"].item() == pytest.approx(0.5)  # tokens (0,0) and (0,1)
     assert out["pg_clipfrac_lower"].item() == pytest.approx(0.25)  # token (1,0)
@@ -288,28 +289,28 @@ def test_vanilla_policy_loss_clips_and_dual_clips_as_verl():
 def test_vanilla_policy_loss_passes_gradient_only_through_unclipped_tokens():
     old, new, adv, mask = policy_batch()
     new.requires_grad_(True)
-    ca.compute_policy_loss_vanilla(old, new, adv, mask)["pg_loss"].backward()
+    pl.compute_policy_loss_vanilla(PolicyLossInput(old, new, adv, mask))["pg_loss"].backward()
     # only (1,1) is unclipped: d(-A * exp(logp)) / dlogp / 4 tokens = -2 * 1 / 4 = -0.5
     assert new.grad.flatten().tolist() == pytest.approx([0, 0, 0, 0, -0.5, 0])
 
 
 def test_vanilla_policy_loss_uses_the_high_clip_for_positive_advantages():
     old, new, adv, mask = policy_batch()
-    out = ca.compute_policy_loss_vanilla(old, new, adv, mask, clip_ratio_high=0.28)
+    out = pl.compute_policy_loss_vanilla(PolicyLossInput(old, new, adv, mask, clip_ratio_high=0.28))
     # token (0,0) now clips at -1.28: (-1.28 + 0.8 + 3 - 2) / 4 = 0.13
     assert out["pg_loss"].item() == pytest.approx(0.13, abs=1e-6)
 
 
 def test_vanilla_policy_loss_aggregates_with_the_requested_mode():
     old, new, adv, mask = policy_batch()
-    out = ca.compute_policy_loss_vanilla(old, new, adv, mask, loss_agg_mode="seq-mean-token-sum")
+    out = pl.compute_policy_loss_vanilla(PolicyLossInput(old, new, adv, mask, loss_agg_mode="seq-mean-token-sum"))
     # rows: -1.2 + 0.8 = -0.4 and 3 - 2 = 1 -> (-0.4 + 1) / 2
     assert out["pg_loss"].item() == pytest.approx(0.3, abs=1e-6)
 
 
 def test_log_ratio_is_clamped_to_twenty():
     # log_prob - old = 50 is clamped to 20, so ppo_kl = -20 (not -50) and the loss stays finite
-    out = ca.compute_policy_loss_vanilla(t([[0.0]]), t([[50.0]]), t([[-1.0]]), t([[1]]))
+    out = pl.compute_policy_loss_vanilla(PolicyLossInput(t([[0.0]]), t([[50.0]]), t([[-1.0]]), t([[1]])))
     assert out["ppo_kl"].item() == -20.0
     assert out["pg_loss"].item() == pytest.approx(3.0)  # A=-1: capped by the dual clip at 3
 
@@ -317,7 +318,7 @@ def test_log_ratio_is_clamped_to_twenty():
 def test_dual_clip_bound_not_above_one_is_rejected_with_the_value():
     old, new, adv, mask = policy_batch()
     with pytest.raises(ValueError, match=r"clip_ratio_c=1.0: .*greater than 1.0"):
-        ca.compute_policy_loss_vanilla(old, new, adv, mask, clip_ratio_c=1.0)
+        pl.compute_policy_loss_vanilla(PolicyLossInput(old, new, adv, mask, clip_ratio_c=1.0))
 
 
 # ---------------------------------------------------------------------------- KL, entropy, value loss
@@ -398,7 +399,8 @@ def _logp(*ratios):
 def test_gspo_uses_the_geometric_mean_sequence_ratio_with_each_tokens_own_gradient():
     new = _logp(1.1, 1.3)
     old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
-    out = ca.compute_policy_loss("gspo", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    out = pl.compute_policy_loss("gspo", PolicyLossInput(old, new, torch.ones(1, 2, dtype=torch.float64), mask,
+                                                         0.2, 0.2))
     s = math.sqrt(1.1 * 1.3)  # s_i = (1.1 * 1.3) ** (1 / 2), inside [0.8, 1.2]: no clip
     assert out["pg_loss"].item() == pytest.approx(-s)
     out["pg_loss"].backward()
@@ -410,14 +412,16 @@ def test_gspo_uses_the_geometric_mean_sequence_ratio_with_each_tokens_own_gradie
 def test_gspo_clips_the_sequence_ratio_and_then_passes_no_gradient():
     new = _logp(1.5, 1.5)
     old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
-    out = ca.compute_policy_loss("gspo", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    out = pl.compute_policy_loss("gspo", PolicyLossInput(old, new, torch.ones(1, 2, dtype=torch.float64), mask,
+                                                         0.2, 0.2))
     assert out["pg_loss"].item() == pytest.approx(-1.2)  # max(-1.5, -clip(1.5) = -1.2)
     out["pg_loss"].backward()
     assert new.grad[0].tolist() == [0.0, 0.0]
     assert out["pg_clipfrac"].item() == pytest.approx(1.0)
     # a negative advantage keeps the unclipped (larger) loss 1.5 and its gradient s / 2 per token
     new = _logp(1.5, 1.5)
-    out = ca.compute_policy_loss("gspo", old, new, -torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    out = pl.compute_policy_loss("gspo", PolicyLossInput(old, new, -torch.ones(1, 2, dtype=torch.float64), mask,
+                                                         0.2, 0.2))
     assert out["pg_loss"].item() == pytest.approx(1.5)
     out["pg_loss"].backward()
     assert new.grad[0].tolist() == pytest.approx([0.75, 0.75])
@@ -430,7 +434,7 @@ def test_gspo_averages_per_sequence_whatever_the_aggregation_mode_and_ignores_ma
     adv = torch.ones_like(new)
     expected = (-math.sqrt(1.1 * 1.3) + -1.0) / 2  # the masked 9.0 counts nowhere
     for mode in ("token-mean", "token-sum"):
-        out = ca.compute_policy_loss("gspo", old, new, adv, mask, 0.2, 0.2, loss_agg_mode=mode)
+        out = pl.compute_policy_loss("gspo", PolicyLossInput(old, new, adv, mask, 0.2, 0.2, loss_agg_mode=mode))
         assert out["pg_loss"].item() == pytest.approx(expected)
 
 
@@ -438,7 +442,8 @@ def test_geo_mean_clips_each_token_on_the_pessimistic_side_then_takes_the_geomet
     old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
     # A > 0: log-ratios [log 1.5, log 0.5] -> min(d, clip(d, -0.2, 0.2)) = [0.2, log 0.5]
     new = _logp(1.5, 0.5)
-    out = ca.compute_policy_loss("geo_mean", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    out = pl.compute_policy_loss("geo_mean", PolicyLossInput(old, new, torch.ones(1, 2, dtype=torch.float64), mask,
+                                                             0.2, 0.2))
     ratio = math.exp((0.2 + math.log(0.5)) / 2)
     assert out["pg_loss"].item() == pytest.approx(-ratio)
     out["pg_loss"].backward()
@@ -447,7 +452,8 @@ def test_geo_mean_clips_each_token_on_the_pessimistic_side_then_takes_the_geomet
     assert out["pg_clipfrac"].item() == pytest.approx(1.0) and out["pg_clipfrac_lower"].item() == 0.0
     # A < 0: max(d, clip(d)) = [log 1.5, -0.2]
     new = _logp(1.5, 0.5)
-    out = ca.compute_policy_loss("geo_mean", old, new, -torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
+    out = pl.compute_policy_loss("geo_mean", PolicyLossInput(old, new, -torch.ones(1, 2, dtype=torch.float64), mask,
+                                                             0.2, 0.2))
     ratio = math.exp((math.log(1.5) - 0.2) / 2)
     assert out["pg_loss"].item() == pytest.approx(ratio)
     out["pg_loss"].backward()
@@ -460,12 +466,14 @@ def test_geo_mean_averages_sequences_over_the_global_batch_size_so_micro_batches
     old = torch.zeros_like(new)
     mask = torch.tensor([[1, 1], [1, 0], [1, 1]], dtype=torch.float64)
     adv = torch.tensor([[1.0, 1.0], [-2.0, -2.0], [0.5, 0.5]], dtype=torch.float64)
-    whole = ca.compute_policy_loss("geo_mean", old, new, adv, mask, 0.2, 0.2)["pg_loss"]
-    parts = [ca.compute_policy_loss("geo_mean", old[i:j], new[i:j], adv[i:j], mask[i:j], 0.2, 0.2,
-                                    global_batch_size=3)["pg_loss"] for i, j in ((0, 1), (1, 3))]
+    whole = pl.compute_policy_loss("geo_mean", PolicyLossInput(old, new, adv, mask, 0.2, 0.2))["pg_loss"]
+    parts = [pl.compute_policy_loss("geo_mean", PolicyLossInput(old[i:j], new[i:j], adv[i:j], mask[i:j], 0.2, 0.2,
+                                                                global_batch_size=3))["pg_loss"]
+             for i, j in ((0, 1), (1, 3))]
     assert sum(parts).item() == pytest.approx(whole.item())
     # the second sequence: one token; A < 0 keeps max(d, clip(d)) = log 1.1, so the loss is -(-2) * 1.1
-    second = ca.compute_policy_loss("geo_mean", old[1:2], new[1:2], adv[1:2], mask[1:2], 0.2, 0.2)["pg_loss"]
+    second = pl.compute_policy_loss("geo_mean", PolicyLossInput(old[1:2], new[1:2], adv[1:2], mask[1:2], 0.2,
+                                                                0.2))["pg_loss"]
     assert second.item() == pytest.approx(2 * 1.1)
 
 
@@ -473,8 +481,8 @@ def test_vanilla_through_the_dispatcher_equals_the_vanilla_function():
     g = torch.Generator().manual_seed(0)
     old, new, adv = (torch.randn(3, 4, generator=g) for _ in range(3))
     mask = torch.ones(3, 4)
-    a = ca.compute_policy_loss("vanilla", old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum")
-    b = ca.compute_policy_loss_vanilla(old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum")
+    a = pl.compute_policy_loss("vanilla", PolicyLossInput(old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum"))
+    b = pl.compute_policy_loss_vanilla(PolicyLossInput(old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum"))
     assert {k: v.item() for k, v in a.items()} == {k: v.item() for k, v in b.items()}
 
 
@@ -482,7 +490,7 @@ def test_an_unknown_policy_loss_mode_names_the_valid_ones():
     t = torch.zeros(1, 1)
     with pytest.raises(ValueError, match="loss_mode='clip_covv' is not supported: choose one of vanilla, gspo, geo_mean, "
                                          "dppo_tv"):
-        ca.compute_policy_loss("clip_covv", t, t, t, t)
+        pl.compute_policy_loss("clip_covv", PolicyLossInput(t, t, t, t))
 
 
 # ---------------------------------------------------------------------------- KL penalty in the reward
@@ -546,8 +554,8 @@ def test_kl_controller_errors_name_the_setting():
 def test_every_policy_loss_mode_the_config_accepts_has_one_registered_loss():
     from verl_lite.config.choices import POLICY_LOSS_MODES
 
-    assert tuple(ca.POLICY_LOSSES) == POLICY_LOSS_MODES
+    assert tuple(pl.POLICY_LOSSES) == POLICY_LOSS_MODES
     with pytest.raises(ValueError, match="registered twice"):
-        ca.register_policy_loss("vanilla")(lambda *a, **k: {})
+        pl.register_policy_loss("vanilla")(lambda *a, **k: {})
     with pytest.raises(ValueError, match="loss_mode='bypass_mode' is not supported by verl_lite: .*rollout_correction"):
-        ca.compute_policy_loss("bypass_mode", *([torch.zeros(1, 1)] * 4))
+        pl.compute_policy_loss("bypass_mode", PolicyLossInput(*([torch.zeros(1, 1)] * 4)))
