@@ -57,11 +57,12 @@ def size_override(model: str, hidden=None, layers=None) -> dict:
 
 def policy_loss(global_tokens: int):
     """A token-mean vanilla policy loss over `global_tokens` response tokens (the engines' loss_fn form)."""
-    from verl_lite.trainer import core_algos
+    from verl_lite.trainer.algos.policy_losses import PolicyLossInput, compute_policy_loss
 
     def loss_fn(out, mb):
-        pg = core_algos.compute_policy_loss("vanilla", mb["old_log_probs"], out["log_probs"], mb["advantages"],
-                                            mb["response_mask"].float(), global_token_num=global_tokens)
+        pg = compute_policy_loss("vanilla", PolicyLossInput(mb["old_log_probs"], out["log_probs"], mb["advantages"],
+                                                            mb["response_mask"].float(),
+                                                            global_token_num=global_tokens))
         return pg["pg_loss"], {"pg_loss": pg["pg_loss"].item()}
 
     return loss_fn

@@ -1,13 +1,11 @@
-"""Numeric tests of the advantage, loss, KL and aggregation functions against hand-computed values."""
+"""Numeric tests of core_algos (masked statistics, loss aggregation, KL, entropy) against hand-computed values."""
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from verl_lite.trainer import core_algos as ca
-from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (registers verl's further losses)
 
 
 def t(rows):
@@ -46,109 +44,6 @@ def test_masked_whiten_centres_and_scales_and_can_keep_the_mean():
     # mean 2, unbiased var 1 -> (x - 2) / sqrt(1 + 1e-8); the masked 50 becomes (50 - 2) = 48
     assert ca.masked_whiten(values, mask).tolist() == pytest.approx([-1, 0, 1, 48], abs=1e-6)
     assert ca.masked_whiten(values, mask, shift_mean=False).tolist() == pytest.approx([1, 2, 3, 50], abs=1e-6)
-
-
-# ---------------------------------------------------------------------------- GRPO
-
-
-def grpo_batch():
-    # scores (sum of token rewards): 3, 1, 2 for prompt "a"; 2 for prompt "b" (a group of one)
-    rewards = t([[0, 0, 3], [0, 1, 0], [1, 1, 0], [0, 2, 0]])
-    mask = t([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 0]])
-    return rewards, mask, ["a", "a", "a", "b"]
-
-
-def test_grpo_advantage_is_the_group_normalised_score_broadcast_over_the_mask():
-    rewards, mask, uids = grpo_batch()
-    adv, returns = ca.compute_grpo_outcome_advantage(rewards, mask, uids)
-    # group a: mean 2, unbiased std sqrt((1 + 1 + 0) / 2) = 1 -> (1, -1, 0) / (1 + 1e-6)
-    # group b (one response): mean 0, std 1 -> 2 / (1 + 1e-6) = 1.999998
-    s = 1 / (1 + 1e-6)
-    expected = [[s, s, s], [-s, -s, 0], [0, 0, 0], [2 * s, 2 * s, 0]]
-    assert adv.flatten().tolist() == pytest.approx(sum(expected, []), abs=1e-7)
-    assert torch.equal(adv, returns)
-
-
-def test_grpo_without_std_normalisation_only_subtracts_the_group_mean():
-    rewards, mask, uids = grpo_batch()
-    adv, _ = ca.compute_grpo_outcome_advantage(rewards, mask, uids, norm_adv_by_std_in_grpo=False)
-    # group a: 3 - 2, 1 - 2, 2 - 2; group b: 2 - 0
-    assert adv[:, 0].tolist() == pytest.approx([1.0, -1.0, 0.0, 2.0])
-
-
-def test_grpo_group_with_equal_scores_gets_zero_advantage_not_nan():
-    # scores 1, 1: mean 1, std 0 -> 0 / (0 + 1e-6) = 0
-    adv, _ = ca.compute_grpo_outcome_advantage(t([[1.0], [1.0]]), t([[1], [1]]), ["p", "p"])
-    assert adv.tolist() == [[0.0], [0.0]]
-
-
-def test_grpo_groups_numpy_and_tensor_uids_by_value():
-    rewards, mask, _ = grpo_batch()
-    expected, _ = ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "a", "a", "b"])
-    as_numpy, _ = ca.compute_grpo_outcome_advantage(rewards, mask, np.array(["a", "a", "a", "b"], dtype=object))
-    as_tensor, _ = ca.compute_grpo_outcome_advantage(rewards, mask, torch.tensor([7, 7, 7, 8]))
-    assert torch.equal(as_numpy, expected)
-    assert torch.equal(as_tensor, expected)
-
-
-def test_grpo_of_an_empty_batch_is_empty():
-    adv, returns = ca.compute_grpo_outcome_advantage(torch.zeros(0, 3), torch.zeros(0, 3), [])
-    assert adv.shape == returns.shape == (0, 3)
-
-
-def test_grpo_rejects_an_index_of_the_wrong_length():
-    rewards, mask, _ = grpo_batch()
-    with pytest.raises(ValueError, match="index has 2 uids but token_level_rewards has 4 rows"):
-        ca.compute_grpo_outcome_advantage(rewards, mask, ["a", "b"])
-
-
-def verl_grpo_loop(scores, uids, epsilon=1e-6):
-    """verl's compute_grpo_outcome_advantage's definition, row by row: each group's scores stacked in row
-    order, torch.mean and torch.std of that 1-D tensor, a group of one mean 0 and std 1."""
-    groups = {}
-    for i, uid in enumerate(uids):
-        groups.setdefault(uid, []).append(scores[i])
-    stats = {uid: (torch.tensor(0.0), torch.tensor(1.0)) if len(rows) == 1
-             else (torch.mean(torch.stack(rows)), torch.std(torch.stack(rows))) for uid, rows in groups.items()}
-    out = scores.clone()
-    for i, uid in enumerate(uids):
-        out[i] = (scores[i] - stats[uid][0]) / (stats[uid][1] + epsilon)
-    return out
-
-
-def test_grpo_equals_verls_row_by_row_definition_to_the_bit_even_where_float32_rounding_shows():
-    # 7 equal scores of 1/3: their float32 mean is not exactly 1/3, so verl's advantage is not 0 but
-    # rounding over (std + 1e-6); a float64 or dim-wise reduction would give other numbers there
-    g = torch.Generator().manual_seed(0)
-    cases = [(torch.full((7,), 1 / 3), [0] * 7)]
-    for n, groups in ((8, 16), (5, 3), (16, 2)):
-        uids = torch.randint(0, groups, (n * groups,), generator=g).tolist()
-        cases.append((torch.randn(n * groups, generator=g), uids))
-        cases.append((torch.randint(0, 4, (n * groups,), generator=g).float() / 3, [str(u) for u in uids]))
-    rounding_shown = False
-    for scores, uids in cases:
-        adv, _ = ca.compute_grpo_outcome_advantage(scores.unsqueeze(-1), torch.ones(len(uids), 1), uids)
-        want = verl_grpo_loop(scores, uids)
-        assert torch.equal(adv[:, 0], want), (adv[:, 0] - want).abs().max()
-        rounding_shown |= bool((want != 0).any() and len(set(uids)) == 1)
-    assert rounding_shown  # the first case is the one where the reduction's rounding decides
-
-
-# ---------------------------------------------------------------------------- GAE
-
-
-def test_gae_walks_backwards_skips_masked_tokens_and_whitens_advantages():
-    rewards, values, mask = t([[1, 0, 2, 0]]), t([[0.5, 1.0, 1.5, 9.0]]), t([[1, 1, 1, 0]])
-    adv, returns = ca.compute_gae_advantage_return(rewards, values, mask, gamma=0.5, lam=0.5)
-    # t=3 masked: next value and advantage stay 0 (the 9.0 must not leak into t=2)
-    # t=2: delta = 2 + 0.5*0 - 1.5 = 0.5;          A = 0.5
-    # t=1: delta = 0 + 0.5*1.5 - 1.0 = -0.25;      A = -0.25 + 0.25*0.5 = -0.125
-    # t=0: delta = 1 + 0.5*1.0 - 0.5 = 1.0;        A = 1.0 + 0.25*(-0.125) = 0.96875
-    # returns = raw A + V = 1.46875, 0.875, 2.0, 0 + 9.0
-    assert returns[0].tolist() == pytest.approx([1.46875, 0.875, 2.0, 9.0])
-    # whiten over the 3 masked tokens: mean 0.4479167, unbiased var 0.3011068 (std 0.5487320)
-    # -> 0.5208333/0.548732 = 0.949158, -0.5729167/0.548732 = -1.044074, 0.0520833/0.548732 = 0.094916
-    assert adv[0, :3].tolist() == pytest.approx([0.949158, -1.044074, 0.094916], abs=1e-5)
 
 
 # ---------------------------------------------------------------------------- aggregation
@@ -203,34 +98,6 @@ def test_every_aggregation_mode_equals_verls_definition_on_ragged_batches_and_mi
         assert ours.item() == pytest.approx(theirs.item(), abs=1e-6)
 
 
-def verl_vanilla_policy_loss(old, new, adv, mask, low, high, clip_c, mode):
-    """verl 0.9.0's `compute_policy_loss_vanilla` (no rollout weights), written out from its definition."""
-    neg_kl = torch.clamp(new - old, -20.0, 20.0)
-    ratio = torch.exp(neg_kl)
-    masked_mean = lambda x: (x * mask).sum() / mask.sum()  # noqa: E731
-    loss1, loss2 = -adv * ratio, -adv * torch.clamp(ratio, 1 - low, 1 + high)
-    clipped = torch.maximum(loss1, loss2)
-    loss3 = -adv * clip_c
-    losses = torch.where(adv < 0, torch.min(loss3, clipped), clipped)
-    return {"pg_loss": verl_agg_loss(losses, mask, mode), "pg_clipfrac": masked_mean(torch.gt(loss2, loss1).float()),
-            "ppo_kl": masked_mean(-neg_kl),
-            "pg_clipfrac_lower": masked_mean(torch.gt(clipped, loss3) * (adv < 0).float())}
-
-
-@pytest.mark.parametrize("mode", ca.LOSS_AGG_MODES)
-def test_the_vanilla_policy_loss_and_its_metrics_equal_verls_in_every_aggregation_mode(mode):
-    g = torch.Generator().manual_seed(5)
-    old = torch.randn(5, 6, generator=g)
-    new = old + 0.6 * torch.randn(5, 6, generator=g)  # ratios well outside [0.8, 1.28]: both clips fire
-    adv = 2 * torch.randn(5, 1, generator=g).expand(5, 6)
-    mask = (torch.arange(6) < torch.tensor([6, 4, 1, 3, 5])[:, None]).float()
-    ours = ca.compute_policy_loss_vanilla(old, new, adv, mask, 0.2, 0.28, 3.0, mode)
-    theirs = verl_vanilla_policy_loss(old, new, adv, mask, 0.2, 0.28, 3.0, mode)
-    assert theirs["pg_clipfrac"] > 0 and theirs["pg_clipfrac_lower"] > 0
-    for key, value in theirs.items():
-        assert ours[key].item() == pytest.approx(value.item(), abs=1e-6), key
-
-
 def test_token_mean_is_the_default_aggregation_mode():
     assert ca.agg_loss(LOSS, MASK).item() == pytest.approx(7 / 3)
 
@@ -257,68 +124,7 @@ def test_token_mean_micro_batch_divides_by_the_global_token_count():
     assert ca.agg_loss(LOSS[:1], MASK[:1], "token-mean", global_token_num=3).item() == pytest.approx(1.0)
 
 
-# ---------------------------------------------------------------------------- policy loss
-
-
-def policy_batch():
-    # old log-prob 0, so ratio = exp(log_prob). Tokens (row, col):
-    # (0,0) A=+1, ratio e^0.5=1.6487: max(-1.6487, -1.2) = -1.2        clipped
-    # (0,1) A=-1, ratio 0.5:          max(0.5, 0.8) = 0.8, below 3      clipped
-    # (1,0) A=-1, ratio 4:            max(4, 1.2) = 4 -> dual clip 3    clipped lower
-    # (1,1) A=+2, ratio 1:            -2
-    # (*,2) masked out with extreme values that would change every number
-    log_prob = t([[0.5, math.log(0.5), 30.0], [math.log(4.0), 0.0, -30.0]])
-    advantages = t([[1.0, -1.0, 100.0], [-1.0, 2.0, -100.0]])
-    mask = t([[1, 1, 0], [1, 1, 0]])
-    return torch.zeros_like(log_prob), log_prob, advantages, mask
-
-
-def test_vanilla_policy_loss_clips_and_dual_clips_as_verl():
-    old, new, adv, mask = policy_batch()
-    out = ca.compute_policy_loss_vanilla(old, new, adv, mask)
-    assert out["pg_loss"].item() == pytest.approx(0.15, abs=1e-6)  # (-1.2 + 0.8 + 3 - 2) / 4
-    assert out["pg_clipfrac"].item() == pytest.approx(0.5)  # tokens (0,0) and (0,1)
-    assert out["pg_clipfrac_lower"].item() == pytest.approx(0.25)  # token (1,0)
-    # mean of old - new = -(0.5 - 0.693147 + 1.386294 + 0) / 4
-    assert out["ppo_kl"].item() == pytest.approx(-0.2982868, abs=1e-6)
-
-
-def test_vanilla_policy_loss_passes_gradient_only_through_unclipped_tokens():
-    old, new, adv, mask = policy_batch()
-    new.requires_grad_(True)
-    ca.compute_policy_loss_vanilla(old, new, adv, mask)["pg_loss"].backward()
-    # only (1,1) is unclipped: d(-A * exp(logp)) / dlogp / 4 tokens = -2 * 1 / 4 = -0.5
-    assert new.grad.flatten().tolist() == pytest.approx([0, 0, 0, 0, -0.5, 0])
-
-
-def test_vanilla_policy_loss_uses_the_high_clip_for_positive_advantages():
-    old, new, adv, mask = policy_batch()
-    out = ca.compute_policy_loss_vanilla(old, new, adv, mask, clip_ratio_high=0.28)
-    # token (0,0) now clips at -1.28: (-1.28 + 0.8 + 3 - 2) / 4 = 0.13
-    assert out["pg_loss"].item() == pytest.approx(0.13, abs=1e-6)
-
-
-def test_vanilla_policy_loss_aggregates_with_the_requested_mode():
-    old, new, adv, mask = policy_batch()
-    out = ca.compute_policy_loss_vanilla(old, new, adv, mask, loss_agg_mode="seq-mean-token-sum")
-    # rows: -1.2 + 0.8 = -0.4 and 3 - 2 = 1 -> (-0.4 + 1) / 2
-    assert out["pg_loss"].item() == pytest.approx(0.3, abs=1e-6)
-
-
-def test_log_ratio_is_clamped_to_twenty():
-    # log_prob - old = 50 is clamped to 20, so ppo_kl = -20 (not -50) and the loss stays finite
-    out = ca.compute_policy_loss_vanilla(t([[0.0]]), t([[50.0]]), t([[-1.0]]), t([[1]]))
-    assert out["ppo_kl"].item() == -20.0
-    assert out["pg_loss"].item() == pytest.approx(3.0)  # A=-1: capped by the dual clip at 3
-
-
-def test_dual_clip_bound_not_above_one_is_rejected_with_the_value():
-    old, new, adv, mask = policy_batch()
-    with pytest.raises(ValueError, match=r"clip_ratio_c=1.0: .*greater than 1.0"):
-        ca.compute_policy_loss_vanilla(old, new, adv, mask, clip_ratio_c=1.0)
-
-
-# ---------------------------------------------------------------------------- KL, entropy, value loss
+# ---------------------------------------------------------------------------- KL, entropy
 
 LOGP, REF = t([0.0, -1.0]), t([-1.0, 0.0])  # logp - ref = 1, -1
 
@@ -365,122 +171,6 @@ def test_entropy_from_logits_matches_the_closed_form_and_is_stable_for_large_log
     # (-1e9 logits have p = 0, where a naive -sum p log p gives 0 * -inf = nan; at 1000, float32
     # rounding of two ~1000.69 terms leaves ~3e-5 error, hence abs=1e-4)
     assert ca.entropy_from_logits(logits).tolist() == pytest.approx([1.386294, 0.562335, 0.693147], abs=1e-4)
-
-
-def test_value_loss_takes_the_larger_of_clipped_and_unclipped_errors():
-    vpreds, values = t([[1.0, 0.0, 2.0, 99.0]]), t([[0.0, 0.0, 0.0, 0.0]])
-    returns, mask = t([[1.0, 0.5, 0.0, 0.0]]), t([[1, 1, 1, 0]])
-    vf_loss, clipfrac = ca.compute_value_loss(vpreds, returns, values, mask, cliprange_value=0.5)
-    # token 0: v=1 clipped to 0.5: max(0, 0.25) = 0.25 (clipped error larger)
-    # token 1: v=0 inside the range: 0.25
-    # token 2: v=2 clipped to 0.5: max(4, 0.25) = 4
-    # 0.5 * (0.25 + 0.25 + 4) / 3 = 0.75; clip fraction 1/3
-    assert vf_loss.item() == pytest.approx(0.75)
-    assert clipfrac.item() == pytest.approx(1 / 3)
-
-
-def test_value_loss_micro_batch_uses_the_global_token_count():
-    vf_loss, _ = ca.compute_value_loss(t([[2.0]]), t([[0.0]]), t([[2.0]]), t([[1]]), 0.5, global_token_num=4)
-    # 0.5 * (2 - 0)^2 / 4 global tokens = 0.5
-    assert vf_loss.item() == pytest.approx(0.5)
-
-
-# ---------------------------------------------------------------------------- policy loss modes (gspo, geo_mean)
-
-
-def _logp(*ratios):
-    """New log-probs for old log-probs of 0: the token ratios themselves."""
-    return torch.tensor([[math.log(r) for r in ratios]], dtype=torch.float64, requires_grad=True)
-
-
-def test_gspo_uses_the_geometric_mean_sequence_ratio_with_each_tokens_own_gradient():
-    new = _logp(1.1, 1.3)
-    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
-    out = ca.compute_policy_loss("gspo", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
-    s = math.sqrt(1.1 * 1.3)  # s_i = (1.1 * 1.3) ** (1 / 2), inside [0.8, 1.2]: no clip
-    assert out["pg_loss"].item() == pytest.approx(-s)
-    out["pg_loss"].backward()
-    # loss = mean_t(-s_it), d s_it / d logp_t = s: each token gets -s / 2
-    assert new.grad[0].tolist() == pytest.approx([-s / 2, -s / 2])
-    assert out["pg_clipfrac"].item() == 0.0
-
-
-def test_gspo_clips_the_sequence_ratio_and_then_passes_no_gradient():
-    new = _logp(1.5, 1.5)
-    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
-    out = ca.compute_policy_loss("gspo", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
-    assert out["pg_loss"].item() == pytest.approx(-1.2)  # max(-1.5, -clip(1.5) = -1.2)
-    out["pg_loss"].backward()
-    assert new.grad[0].tolist() == [0.0, 0.0]
-    assert out["pg_clipfrac"].item() == pytest.approx(1.0)
-    # a negative advantage keeps the unclipped (larger) loss 1.5 and its gradient s / 2 per token
-    new = _logp(1.5, 1.5)
-    out = ca.compute_policy_loss("gspo", old, new, -torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
-    assert out["pg_loss"].item() == pytest.approx(1.5)
-    out["pg_loss"].backward()
-    assert new.grad[0].tolist() == pytest.approx([0.75, 0.75])
-
-
-def test_gspo_averages_per_sequence_whatever_the_aggregation_mode_and_ignores_masked_tokens():
-    new = torch.log(torch.tensor([[1.1, 1.3, 9.0], [1.0, 1.0, 1.0]], dtype=torch.float64))
-    old = torch.zeros_like(new)
-    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.float64)
-    adv = torch.ones_like(new)
-    expected = (-math.sqrt(1.1 * 1.3) + -1.0) / 2  # the masked 9.0 counts nowhere
-    for mode in ("token-mean", "token-sum"):
-        out = ca.compute_policy_loss("gspo", old, new, adv, mask, 0.2, 0.2, loss_agg_mode=mode)
-        assert out["pg_loss"].item() == pytest.approx(expected)
-
-
-def test_geo_mean_clips_each_token_on_the_pessimistic_side_then_takes_the_geometric_mean():
-    old, mask = torch.zeros(1, 2, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64)
-    # A > 0: log-ratios [log 1.5, log 0.5] -> min(d, clip(d, -0.2, 0.2)) = [0.2, log 0.5]
-    new = _logp(1.5, 0.5)
-    out = ca.compute_policy_loss("geo_mean", old, new, torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
-    ratio = math.exp((0.2 + math.log(0.5)) / 2)
-    assert out["pg_loss"].item() == pytest.approx(-ratio)
-    out["pg_loss"].backward()
-    assert new.grad[0].tolist() == pytest.approx([0.0, -ratio / 2])  # the clipped token passes no gradient
-    # verl counts a token as clipped wherever the clamp changed its log-ratio (both tokens here)
-    assert out["pg_clipfrac"].item() == pytest.approx(1.0) and out["pg_clipfrac_lower"].item() == 0.0
-    # A < 0: max(d, clip(d)) = [log 1.5, -0.2]
-    new = _logp(1.5, 0.5)
-    out = ca.compute_policy_loss("geo_mean", old, new, -torch.ones(1, 2, dtype=torch.float64), mask, 0.2, 0.2)
-    ratio = math.exp((math.log(1.5) - 0.2) / 2)
-    assert out["pg_loss"].item() == pytest.approx(ratio)
-    out["pg_loss"].backward()
-    assert new.grad[0].tolist() == pytest.approx([ratio / 2, 0.0])
-    assert out["pg_clipfrac_lower"].item() == pytest.approx(1.0) and out["pg_clipfrac"].item() == 0.0
-
-
-def test_geo_mean_averages_sequences_over_the_global_batch_size_so_micro_batches_add_up():
-    new = torch.log(torch.tensor([[1.5, 0.5], [1.1, 0.9], [1.0, 2.0]], dtype=torch.float64))
-    old = torch.zeros_like(new)
-    mask = torch.tensor([[1, 1], [1, 0], [1, 1]], dtype=torch.float64)
-    adv = torch.tensor([[1.0, 1.0], [-2.0, -2.0], [0.5, 0.5]], dtype=torch.float64)
-    whole = ca.compute_policy_loss("geo_mean", old, new, adv, mask, 0.2, 0.2)["pg_loss"]
-    parts = [ca.compute_policy_loss("geo_mean", old[i:j], new[i:j], adv[i:j], mask[i:j], 0.2, 0.2,
-                                    global_batch_size=3)["pg_loss"] for i, j in ((0, 1), (1, 3))]
-    assert sum(parts).item() == pytest.approx(whole.item())
-    # the second sequence: one token; A < 0 keeps max(d, clip(d)) = log 1.1, so the loss is -(-2) * 1.1
-    second = ca.compute_policy_loss("geo_mean", old[1:2], new[1:2], adv[1:2], mask[1:2], 0.2, 0.2)["pg_loss"]
-    assert second.item() == pytest.approx(2 * 1.1)
-
-
-def test_vanilla_through_the_dispatcher_equals_the_vanilla_function():
-    g = torch.Generator().manual_seed(0)
-    old, new, adv = (torch.randn(3, 4, generator=g) for _ in range(3))
-    mask = torch.ones(3, 4)
-    a = ca.compute_policy_loss("vanilla", old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum")
-    b = ca.compute_policy_loss_vanilla(old, new, adv, mask, 0.2, 0.28, 3.0, "seq-mean-token-sum")
-    assert {k: v.item() for k, v in a.items()} == {k: v.item() for k, v in b.items()}
-
-
-def test_an_unknown_policy_loss_mode_names_the_valid_ones():
-    t = torch.zeros(1, 1)
-    with pytest.raises(ValueError, match="loss_mode='clip_covv' is not supported: choose one of vanilla, gspo, geo_mean, "
-                                         "dppo_tv"):
-        ca.compute_policy_loss("clip_covv", t, t, t, t)
 
 
 # ---------------------------------------------------------------------------- KL penalty in the reward
@@ -539,13 +229,3 @@ def test_kl_controller_errors_name_the_setting():
         ca.get_kl_controller(_KLCtrl("pid"))
     with pytest.raises(ValueError, match="kl_ctrl.horizon=0"):
         ca.get_kl_controller(_KLCtrl("adaptive", horizon=0))
-
-
-def test_every_policy_loss_mode_the_config_accepts_has_one_registered_loss():
-    from verl_lite.config.choices import POLICY_LOSS_MODES
-
-    assert tuple(ca.POLICY_LOSSES) == POLICY_LOSS_MODES
-    with pytest.raises(ValueError, match="registered twice"):
-        ca.register_policy_loss("vanilla")(lambda *a, **k: {})
-    with pytest.raises(ValueError, match="loss_mode='bypass_mode' is not supported by verl_lite: .*rollout_correction"):
-        ca.compute_policy_loss("bypass_mode", *([torch.zeros(1, 1)] * 4))

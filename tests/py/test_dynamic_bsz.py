@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from verl_lite.trainer.algos import policy_losses
 from verl_lite.trainer.dynamic_batch import MicroBatches, pack_by_tokens, row_extents
-from verl_lite.trainer import core_algos
 
 P, R = 6, 16
 TOL = 1e-5
@@ -112,8 +112,9 @@ def policy_loss(mode, batch):
 
     def loss_fn(out, mb):
         m = mb["response_mask"].float()
-        pg = core_algos.compute_policy_loss("vanilla", mb["old_log_probs"], out["log_probs"], mb["advantages"], m,
-                                            loss_agg_mode=mode, global_batch_size=gseq, global_token_num=gtok)
+        pg = policy_losses.compute_policy_loss("vanilla", policy_losses.PolicyLossInput(
+            mb["old_log_probs"], out["log_probs"], mb["advantages"], m, loss_agg_mode=mode, global_batch_size=gseq,
+            global_token_num=gtok))
         return pg["pg_loss"], {"pg_loss": pg["pg_loss"].item()}
     return loss_fn
 

@@ -99,6 +99,7 @@ def _table_cases(rank: int, group, first=None):
     from types import SimpleNamespace
 
     from verl_lite.trainer.algos import rollout_correction
+    from verl_lite.trainer.algos.policy_losses import PolicyLossInput
 
     out = []
     for case in TABLE["bypass_dp"][:first]:
@@ -112,8 +113,9 @@ def _table_cases(rank: int, group, first=None):
                                 "loss_type": "ppo_clip", **case["bypass"], "bypass_mode": True})
         log_prob = current.clone().requires_grad_(True)
         pg, metrics = rollout_correction.bypass_policy_loss(
-            rc, rollout, log_prob, adv.contiguous(), mask, 0.2, 0.28, 3.0, case["loss_agg_mode"],
-            global_batch_size=case["global_batch_size"], global_token_num=case["global_token_num"],
+            rc, PolicyLossInput(rollout, log_prob, adv.contiguous(), mask, 0.2, 0.28, 3.0, case["loss_agg_mode"],
+                                global_batch_size=case["global_batch_size"],
+                                global_token_num=case["global_token_num"]),
             group=group)
         (pg["pg_loss"] * case["dp_size"]).backward()  # the worker's scaling: FSDP averages over the ranks
         ours = {f"actor/{k}": v.item() for k, v in pg.items() if k != "pg_loss"}

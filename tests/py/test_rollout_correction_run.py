@@ -21,17 +21,17 @@ def data_dir(copy_task_data):
 
 
 def _record_vanilla(monkeypatch):
-    from verl_lite.trainer import core_algos
+    from verl_lite.trainer.algos import policy_losses
 
     calls = []
-    original = core_algos.POLICY_LOSSES["vanilla"]
+    original = policy_losses.POLICY_LOSSES["vanilla"]
 
-    def recorded(*args, **kwargs):
-        calls.append({"mask": args[3].detach().clone(), "weights": kwargs.get("rollout_is_weights")})
-        return original(*args, **kwargs)
+    def recorded(x):
+        calls.append({"mask": x.response_mask.detach().clone(), "weights": x.rollout_is_weights})
+        return original(x)
 
-    monkeypatch.setitem(core_algos.POLICY_LOSSES, "vanilla", recorded)  # the registry the actor reads
-    monkeypatch.setattr(core_algos, "compute_policy_loss_vanilla", recorded)  # bypass mode's ppo_clip calls it
+    monkeypatch.setitem(policy_losses.POLICY_LOSSES, "vanilla", recorded)  # the registry the actor reads
+    monkeypatch.setattr(policy_losses, "compute_policy_loss_vanilla", recorded)  # bypass mode's ppo_clip calls it
     return calls
 
 

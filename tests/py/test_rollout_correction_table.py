@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from verl_lite.trainer.algos import rollout_correction
+from verl_lite.trainer.algos.policy_losses import PolicyLossInput
 
 TABLE = json.loads((Path(__file__).parent / "data" / "rollout_correction_cases.json").read_text())
 ATOL = RTOL = 1e-6
@@ -84,8 +85,9 @@ def test_bypass_loss_equals_verl(i):
                               for k in ("old_log_prob", "rollout_log_prob", "response_mask"))
     rc = config(dict(case["bypass"], bypass_mode=True))
     log_prob = current.clone().requires_grad_(True)
-    pg, metrics = rollout_correction.bypass_policy_loss(rc, rollout, log_prob, torch.tensor(case["advantages"]), mask,
-                                                        0.2, 0.28, 3.0, case["loss_agg_mode"])
+    pg, metrics = rollout_correction.bypass_policy_loss(
+        rc, PolicyLossInput(rollout, log_prob, torch.tensor(case["advantages"]), mask, 0.2, 0.28, 3.0,
+                            case["loss_agg_mode"]))
     pg["pg_loss"].backward()
     tag = f"{case['bypass']} {case['loss_agg_mode']}"
     close(pg["pg_loss"].detach(), case["pg_loss"], f"pg_loss {tag}")

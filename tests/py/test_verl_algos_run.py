@@ -34,16 +34,16 @@ def test_kl_in_reward_builds_the_ref_penalises_the_reward_and_adapts_its_coeffic
 
 @pytest.mark.parametrize("mode", ["gspo", "geo_mean"])
 def test_a_policy_loss_mode_is_the_loss_the_actor_trains_with(data_dir, tmp_path, monkeypatch, mode):
-    from verl_lite.trainer import core_algos
+    from verl_lite.trainer.algos import policy_losses
 
     calls = []
-    original = core_algos.POLICY_LOSSES[mode]
+    original = policy_losses.POLICY_LOSSES[mode]
 
     def counted(*args, **kwargs):
         calls.append(mode)
         return original(*args, **kwargs)
 
-    monkeypatch.setitem(core_algos.POLICY_LOSSES, mode, counted)  # the registry the actor reads (in-process workers)
+    monkeypatch.setitem(policy_losses.POLICY_LOSSES, mode, counted)  # the registry the actor reads (in-process workers)
     out = tmp_path / mode
     run_training(tiny_overrides(data_dir, out, 2, f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}"))
     rows = read_metrics(out)

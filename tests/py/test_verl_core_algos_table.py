@@ -18,8 +18,7 @@ import torch
 
 from verl_lite.config.choices import (ADV_ESTIMATORS, POLICY_LOSS_MODES, REFUSED_ADV_ESTIMATORS,
                                       REFUSED_POLICY_LOSSES)
-from verl_lite.trainer import core_algos
-from verl_lite.trainer.algos import advantages, policy_losses  # noqa: F401  (policy_losses registers on import)
+from verl_lite.trainer.algos import advantages, policy_losses, token_estimators
 
 TABLE = json.loads((Path(__file__).parent / "data" / "core_algos_cases.json").read_text())
 ATOL = RTOL = 1e-6
@@ -42,7 +41,7 @@ def test_every_verl_name_is_implemented_or_refused_with_a_reason():
     assert set(ADV_ESTIMATORS) | set(REFUSED_ADV_ESTIMATORS) == set(TABLE["verl_estimators"])
     assert set(POLICY_LOSS_MODES) | set(REFUSED_POLICY_LOSSES) == set(TABLE["verl_policy_losses"])
     assert set(advantages.ADV_ESTIMATORS) == set(ADV_ESTIMATORS)
-    assert tuple(core_algos.POLICY_LOSSES) == POLICY_LOSS_MODES
+    assert tuple(policy_losses.POLICY_LOSSES) == POLICY_LOSS_MODES
 
 
 def test_the_table_covers_every_implemented_name():
@@ -94,9 +93,10 @@ def test_each_policy_loss_its_metrics_and_gradient_equal_verls(i, name):
     options = {k: s[k] for k in ("tau_pos", "tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
                                  "ppo_kl_coef", "dro_beta")}
     torch.manual_seed(want["seed"])  # clip_cov's draw, as the generator seeded verl's
-    call = lambda: core_algos.compute_policy_loss(  # noqa: E731
-        name, torch.tensor(x["old"]), log_prob, torch.tensor(x["adv"]), torch.tensor(x["mask"]), s["clip_ratio_low"],
-        s["clip_ratio_high"], s["clip_ratio_c"], entry["loss_agg_mode"], options=options)
+    call = lambda: policy_losses.compute_policy_loss(  # noqa: E731
+        name, policy_losses.PolicyLossInput(torch.tensor(x["old"]), log_prob, torch.tensor(x["adv"]),
+                                            torch.tensor(x["mask"]), s["clip_ratio_low"], s["clip_ratio_high"],
+                                            s["clip_ratio_c"], entry["loss_agg_mode"], options=options))
     if "error" in want:
         with pytest.raises(ValueError, match="dro_beta"):
             call()
@@ -152,7 +152,7 @@ def test_missing_inputs_say_what_is_missing():
 def test_refused_names_say_what_is_missing():
     t = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="bypass_mode.*not supported by verl_lite: .*rollout_correction"):
-        core_algos.compute_policy_loss("bypass_mode", t, t, t, t)
+        policy_losses.compute_policy_loss("bypass_mode", policy_losses.PolicyLossInput(t, t, t, t))
     with pytest.raises(ValueError, match="'nope' is not supported: choose one of gae, grpo"):
         advantages.get_adv_estimator_fn("nope")
 
@@ -179,7 +179,7 @@ def test_the_variance_proxy_metrics_equal_verls(case):
     entry = next(e for e in TABLE["estimators"] if e["case"] == case)
     x, want = entry["inputs"], entry["variance_proxy"]
     weights = x["rollout_is_weights"]
-    ours = advantages.variance_proxy_metrics(
+    ours = token_estimators.variance_proxy_metrics(
         torch.tensor(x["old_log_probs"]), torch.tensor(x["sum_pi_squared"]),
         torch.tensor(entry["outputs"]["optimal_token_baseline"]["advantages"]), torch.tensor(x["mask"]),
         None if weights is None else torch.tensor(weights), want["gradient_norm"])

@@ -55,7 +55,7 @@ KL_PENALTIES = tuple(KL_TYPES)
 # algorithm.kl_ctrl.type: a fixed KL coefficient or verl's adaptive controller
 KL_CTRL_TYPES = ("fixed", "adaptive")
 # actor_rollout_ref.actor.policy_loss.loss_mode: verl's registered losses that verl_lite runs
-# (trainer/core_algos.py and trainer/algos/policy_losses.py register one function under each)
+# (trainer/algos/policy_losses.py registers one function under each)
 POLICY_LOSS_MODES = ("vanilla", "gspo", "geo_mean", "dppo_tv", "dppo_kl", "sapo", "gpg", "clip_cov", "kl_cov", "dro",
                      "cispo")
 # verl's losses that need what verl_lite lacks: name -> what is missing

@@ -1,8 +1,11 @@
-"""The numbers of GRPO and PPO: advantages, policy/value losses, KL estimators, loss aggregation.
+"""The shared numbers under GRPO's and PPO's algorithms: masked statistics, loss aggregation, KL.
 
-Pure torch functions, defined exactly as verl defines them (`verl/trainer/ppo/core_algos.py` and
-`verl/utils/torch_functional.py`), so a run here and a verl run on the same batch produce the same
-losses. Shapes: B = responses in the batch, R = response length (padded), V = vocabulary size.
+Pure torch functions, defined exactly as verl defines them (`verl/trainer/ppo/core_algos.py`,
+`verl/trainer/ppo/ray_trainer.py` and `verl/utils/torch_functional.py`), so a run here and a verl run
+on the same batch produce the same numbers: masked sum/mean/var/whiten, `agg_loss`, the KL estimators
+(`kl_penalty`), the in-reward KL penalty and its controllers, and the entropy of logits. The advantage
+estimators and the losses built on these are in trainer/algos/. Shapes: B = responses in the batch,
+R = response length (padded), V = vocabulary size.
 
 Micro-batching: `agg_loss` (and the losses built on it) take optional `global_batch_size` and
 `global_token_num`. With them, the micro-batch losses of every data-parallel rank *add up* to the
@@ -13,12 +16,11 @@ its `agg_loss` as `dp_size`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from verl_lite.config.choices import KL_TYPES, LOSS_AGG_MODES
-from verl_lite.decisions.rollout_correction import IS_WEIGHTED_LOSSES
 
 
 # ---------------------------------------------------------------------------- masked statistics
@@ -59,101 +61,6 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
     return whitened if shift_mean else whitened + mean
 
 
-# ---------------------------------------------------------------------------- advantages
-
-
-def compute_grpo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Sequence[Hashable],
-    epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: bool = True,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """GRPO outcome advantage: each response's score normalised within its prompt's group.
-
-    score = sum of the response's token rewards; responses sharing `index[i]` (the prompt uid) form
-    a group; advantage = (score - mean) / (std + epsilon) with the unbiased std, or score - mean when
-    `norm_adv_by_std_in_grpo` is False (Dr. GRPO). A group of one gets mean 0 and std 1 (its advantage
-    is its score / (1 + epsilon)). The advantage is broadcast over `response_mask`.
-    Returns (advantages, returns), both (B, R); for GRPO they are the same tensor.
-    """
-    with torch.no_grad():
-        scores = token_level_rewards.sum(dim=-1)
-        g, groups = group_ids(index, scores.shape[0])
-        # Each group's mean and std are torch's of the group as a 1-D tensor, as in verl's loop
-        # (a dim-wise or float64 reduction differs in the last bit, which a group of equal scores
-        # turns into an advantage of up to ~0.03 through the 1e-6 epsilon); the rest is elementwise.
-        # Contiguous slices of the scores sorted by group keep it at ~8 us a group (the loop over rows
-        # of index lists took ~25 us a group: 13 ms a step at 512 prompts).
-        counts = torch.bincount(g, minlength=groups).tolist()
-        ordered = scores[torch.argsort(g, stable=True)]
-        means, stds, start = [], [], 0
-        for count in counts:
-            group = ordered[start:start + count]
-            start += count
-            if count == 1:  # verl: mean 0, std 1
-                means.append(torch.tensor(0.0, dtype=scores.dtype))
-                stds.append(torch.tensor(1.0, dtype=scores.dtype))
-            else:
-                means.append(group.mean())
-                stds.append(group.std())  # unbiased (n - 1)
-        empty = torch.zeros(0, dtype=scores.dtype)  # no rows: no groups
-        mean, std = (torch.stack(means), torch.stack(stds)) if means else (empty, empty)
-        centred = scores - mean[g]
-        advantages = centred / (std[g] + epsilon) if norm_adv_by_std_in_grpo else centred
-        advantages = advantages.unsqueeze(-1) * response_mask
-    return advantages, advantages
-
-
-def uid_values(index: Sequence[Hashable], batch: int) -> List[Hashable]:
-    """The prompt uid of each of the `batch` responses as a Python value (a list, numpy array or
-    tensor of them); a length other than `batch` is refused."""
-    if len(index) != batch:
-        raise ValueError(
-            f"index has {len(index)} uids but token_level_rewards has {batch} rows; give one uid per response"
-        )
-    # A tensor's elements hash by identity: compare uids as Python values.
-    return index.tolist() if hasattr(index, "tolist") else list(index)
-
-
-def group_ids(index: Sequence[Hashable], batch: int) -> Tuple[torch.Tensor, int]:
-    """((B,) long group number of each response, numbered in order of first appearance; the number of
-    groups). Responses sharing a uid (`index[i]`, compared as Python values) form a group."""
-    first: Dict[Hashable, int] = {}
-    ids = [first.setdefault(uid, len(first)) for uid in uid_values(index, batch)]
-    return torch.tensor(ids, dtype=torch.long), len(first)
-
-
-def compute_gae_advantage_return(
-    token_level_rewards: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    gamma: float,
-    lam: float,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation (PPO with a critic), all tensors (B, R).
-
-    Walks the response backwards: delta_t = r_t + gamma * V_{t+1} - V_t and
-    A_t = delta_t + gamma * lam * A_{t+1}; masked-out positions carry the next value and advantage
-    through unchanged. returns = A + V (before whitening); advantages are whitened over the mask.
-    """
-    with torch.no_grad():
-        next_value = torch.zeros_like(values[:, 0])
-        next_adv = torch.zeros_like(values[:, 0])
-        reversed_adv = []
-        for t in reversed(range(token_level_rewards.shape[-1])):
-            m = response_mask[:, t].to(values.dtype)
-            delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
-            adv_t = delta + gamma * lam * next_adv
-            next_value = values[:, t] * m + (1 - m) * next_value
-            next_adv = adv_t * m + (1 - m) * next_adv
-            reversed_adv.append(next_adv)
-        advantages = torch.stack(reversed_adv[::-1], dim=1)
-        returns = advantages + values
-        advantages = masked_whiten(advantages, response_mask)
-    return advantages, returns
-
-
 # ---------------------------------------------------------------------------- loss aggregation
 
 
@@ -190,204 +97,7 @@ def agg_loss(
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}")
 
 
-# ---------------------------------------------------------------------------- policy, value, entropy, KL
-
-# actor.policy_loss.loss_mode -> the loss, as verl's `register_policy_loss` / `get_policy_loss_fn`.
-# Every loss takes (old_log_prob, log_prob, advantages, response_mask, clip_ratio_low, clip_ratio_high)
-# and keyword arguments of `compute_policy_loss`; the settings a loss does not use (as in verl, where
-# GSPO and GMPO ignore loss_agg_mode) are declared with its registration, not dropped unseen, and so are
-# the further settings it reads from `options` (SAPO's tau_pos/tau_neg, Clip-Cov's clip_cov_ratio, ...).
-# It returns {"pg_loss": ..., <verl's metric name without "actor/">: ...}.
-PolicyLoss = Callable[..., Dict[str, torch.Tensor]]
-POLICY_LOSSES: Dict[str, PolicyLoss] = {}
-UNUSED_SETTINGS: Dict[str, Tuple[str, ...]] = {}
-READS: Dict[str, Tuple[str, ...]] = {}
-
-
-def register_policy_loss(name: str, unused: Tuple[str, ...] = (),
-                         reads: Tuple[str, ...] = ()) -> Callable[[PolicyLoss], PolicyLoss]:
-    """Register a policy loss under `name` (a user's own loss too; a name taken twice is refused).
-    `unused`: the keyword arguments of `compute_policy_loss` that this loss does not read; `reads`: the
-    names in `compute_policy_loss`'s `options` it takes as keyword arguments (see `policy_loss_options`)."""
-    def register(fn: PolicyLoss) -> PolicyLoss:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is registered twice ({POLICY_LOSSES[name].__name__}, {fn.__name__})")
-        POLICY_LOSSES[name], UNUSED_SETTINGS[name], READS[name] = fn, tuple(unused), tuple(reads)
-        return fn
-    return register
-
-
-def policy_loss_options(actor) -> Dict[str, Any]:
-    """The settings beyond the clip ratios that the chosen loss (actor.policy_loss.loss_mode) reads, by the
-    names it takes: actor.tau_pos/tau_neg (sapo), actor.policy_loss.clip_cov_ratio/clip_cov_lb/clip_cov_ub
-    (clip_cov), kl_cov_ratio/ppo_kl_coef (kl_cov), dro_beta (dro)."""
-    pl = actor.policy_loss
-    sources = {"tau_pos": lambda: float(actor.tau_pos), "tau_neg": lambda: float(actor.tau_neg),
-               "clip_cov_ratio": lambda: float(pl.clip_cov_ratio), "clip_cov_lb": lambda: float(pl.clip_cov_lb),
-               "clip_cov_ub": lambda: float(pl.clip_cov_ub), "kl_cov_ratio": lambda: float(pl.kl_cov_ratio),
-               "ppo_kl_coef": lambda: float(pl.ppo_kl_coef),
-               "dro_beta": lambda: None if pl.dro_beta is None else float(pl.dro_beta)}
-    return {name: sources[name]() for name in READS.get(pl.loss_mode, ()) if name in sources}
-
-
-def compute_policy_loss(loss_mode: str, old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                        response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                        clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
-                        global_batch_size: Optional[int] = None,
-                        global_token_num: Optional[int] = None,
-                        options: Optional[Mapping[str, Any]] = None,
-                        rollout_is_weights: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
-    """The policy loss registered as `actor.policy_loss.loss_mode` (verl's names). `options`: the further
-    settings some losses read (`policy_loss_options(actor)`); a loss reading one that is absent uses its
-    own default, which is verl's. `rollout_is_weights` (B, R): algorithm.rollout_correction's importance
-    weights, multiplied into the per-token loss by the losses that take them (IS_WEIGHTED_LOSSES)."""
-    if loss_mode not in POLICY_LOSSES:
-        from verl_lite.config.choices import REFUSED_POLICY_LOSSES
-
-        if loss_mode in REFUSED_POLICY_LOSSES:
-            raise ValueError(f"policy_loss.loss_mode={loss_mode!r} is not supported by verl_lite: "
-                             f"{REFUSED_POLICY_LOSSES[loss_mode]}")
-        raise ValueError(f"policy_loss.loss_mode={loss_mode!r} is not supported: choose one of {', '.join(POLICY_LOSSES)}")
-    settings = {"clip_ratio_c": clip_ratio_c, "loss_agg_mode": loss_agg_mode, "global_batch_size": global_batch_size,
-                "global_token_num": global_token_num}
-    for name in UNUSED_SETTINGS[loss_mode]:
-        del settings[name]
-    settings.update({name: options[name] for name in READS[loss_mode] if options is not None and name in options})
-    if rollout_is_weights is not None:
-        if loss_mode not in IS_WEIGHTED_LOSSES:
-            raise ValueError(f"algorithm.rollout_correction.rollout_is with policy_loss.loss_mode={loss_mode!r} is not "
-                             f"supported: use one of {', '.join(IS_WEIGHTED_LOSSES)}, or rollout_is=null")
-        settings["rollout_is_weights"] = rollout_is_weights
-    return POLICY_LOSSES[loss_mode](old_log_prob, log_prob, advantages, response_mask, clip_ratio_low,
-                                    clip_ratio_high, **settings)
-
-
-
-
-@register_policy_loss("vanilla")
-def compute_policy_loss_vanilla(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: str = "token-mean",
-    global_batch_size: Optional[int] = None,
-    global_token_num: Optional[int] = None,
-    rollout_is_weights: Optional[torch.Tensor] = None,
-) -> Dict[str, torch.Tensor]:
-    """PPO clipped surrogate with dual clip (https://arxiv.org/abs/1912.09729), tensors (B, R).
-
-    ratio = exp(clamp(log_prob - old_log_prob, -20, 20)); per token
-    loss = max(-A * ratio, -A * clip(ratio, 1 - low, 1 + high)), and for A < 0 it is further capped
-    at -A * clip_ratio_c so one very unlikely token cannot dominate the batch.
-    Returns pg_loss (aggregated), pg_clipfrac (share of tokens where the clip was active),
-    ppo_kl (masked mean of old - new log-prob) and pg_clipfrac_lower (share capped by the dual clip).
-    """
-    if not clip_ratio_c > 1.0:
-        raise ValueError(
-            f"clip_ratio_c={clip_ratio_c}: the dual-clip bound must be greater than 1.0 (verl's default is 3.0)"
-        )
-    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
-    ratio = torch.exp(log_ratio)
-    ppo_kl = masked_mean(-log_ratio, response_mask)
-
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
-    clip_max = torch.maximum(unclipped, clipped)
-    pg_clipfrac = masked_mean(torch.gt(clipped, unclipped).float(), response_mask)
-
-    dual_bound = -advantages * clip_ratio_c
-    dual_clipped = torch.minimum(dual_bound, clip_max)
-    pg_clipfrac_lower = masked_mean(torch.gt(clip_max, dual_bound).float() * (advantages < 0).float(), response_mask)
-
-    pg_losses = torch.where(advantages < 0, dual_clipped, clip_max)
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, global_batch_size, global_token_num)
-    return {"pg_loss": pg_loss, "pg_clipfrac": pg_clipfrac, "ppo_kl": ppo_kl, "pg_clipfrac_lower": pg_clipfrac_lower}
-
-
-@register_policy_loss("gspo", unused=("clip_ratio_c", "loss_agg_mode"))
-def compute_policy_loss_gspo(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    global_batch_size: Optional[int] = None,
-    global_token_num: Optional[int] = None,
-    rollout_is_weights: Optional[torch.Tensor] = None,
-) -> Dict[str, torch.Tensor]:
-    """GSPO (https://arxiv.org/abs/2507.18071), as verl's `compute_policy_loss_gspo`, tensors (B, R).
-
-    The sequence ratio s_i = exp(mean over the response of (log_prob - old)); each token carries
-    s_i with the gradient of its own log-prob (log s_it = sg[log s_i] + log_prob - sg[log_prob],
-    clamped at 10). Per token max(-A * s_it, -A * clip(s_it, 1 - low, 1 + high)), always aggregated
-    as seq-mean-token-mean (verl ignores loss_agg_mode here too); no dual clip.
-    """
-    mask = response_mask.to(log_prob.dtype)
-    log_ratio = log_prob - old_log_prob
-    seq_log_ratio = (log_ratio * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
-    log_seq_ratio = torch.clamp(log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1), max=10.0)
-    ratio = torch.exp(log_seq_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
-    pg_losses = torch.maximum(unclipped, clipped)
-    if rollout_is_weights is not None:
-        pg_losses = pg_losses * rollout_is_weights
-    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean", global_batch_size, global_token_num)
-    return {
-        "pg_loss": pg_loss,
-        "pg_clipfrac": masked_mean(torch.gt(clipped, unclipped).float(), response_mask),
-        "ppo_kl": masked_mean(-log_ratio, response_mask),
-        "pg_clipfrac_lower": torch.zeros((), dtype=pg_loss.dtype),
-    }
-
-
-@register_policy_loss("geo_mean", unused=("clip_ratio_c", "loss_agg_mode"))
-def compute_policy_loss_geo_mean(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    global_batch_size: Optional[int] = None,
-    global_token_num: Optional[int] = None,
-) -> Dict[str, torch.Tensor]:
-    """GMPO (https://arxiv.org/abs/2507.20673), as verl's `compute_policy_loss_geo_mean`, tensors (B, R).
-
-    Token log-ratios d = log_prob - old are clipped in log space to [-low, high] on the side that
-    the advantage's sign makes pessimistic (sgn(A) * min(sgn(A) * d, sgn(A) * clip(d))); the sequence
-    ratio is the geometric mean exp(mean of those over the response), the sequence advantage the mean
-    of A over it, and the loss is -A_seq * ratio averaged over sequences (over `global_batch_size`
-    when given, so micro-batches and data-parallel ranks add up to the mini-batch mean).
-    loss_agg_mode does not apply (as in verl).
-    """
-    mask = response_mask.to(log_prob.dtype)
-    log_ratio = log_prob - old_log_prob
-    sign = torch.sign(advantages)
-    clamped = torch.clamp(log_ratio, -clip_ratio_low, clip_ratio_high)
-    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clamped)
-    tokens = mask.sum(dim=-1)
-    ratio = torch.exp((pessimistic * mask).sum(dim=-1) / (tokens + 1e-8))
-    seq_advantage = (advantages * mask).sum(dim=-1) / (tokens + 1e-8)
-    pg_losses = -seq_advantage * ratio
-    denom = pg_losses.shape[0] if global_batch_size is None else global_batch_size
-    was_clipped = torch.ne(log_ratio, clamped).float()
-    return {
-        "pg_loss": pg_losses.sum() / denom,
-        "pg_clipfrac": masked_mean(was_clipped * (advantages > 0).float(), response_mask),
-        "ppo_kl": masked_mean(-log_ratio, response_mask),
-        "pg_clipfrac_lower": masked_mean(was_clipped * (advantages < 0).float(), response_mask),
-    }
-
-
-# ---------------------------------------------------------------------------- KL penalty in the reward
+# ---------------------------------------------------------------------------- KL, in the reward and per token
 
 
 class FixedKLController:
@@ -478,31 +188,10 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_type: str) -
     return k2 - k2.detach() + value.detach()
 
 
+# ---------------------------------------------------------------------------- entropy
+
+
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim: logsumexp(z) - sum(softmax(z) * z). (..., V) -> (...)."""
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
-
-
-def compute_value_loss(
-    vpreds: torch.Tensor,
-    returns: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    cliprange_value: float,
-    loss_agg_mode: str = "token-mean",
-    global_batch_size: Optional[int] = None,
-    global_token_num: Optional[int] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Clipped value loss: 0.5 * agg(max((v - G)^2, (clip(v, V_old +- c) - G)^2)).
-
-    Returns (vf_loss, vf_clipfrac), the latter the share of tokens where the clipped error was larger.
-    """
-    vpred_clipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
-    err_unclipped = (vpreds - returns) ** 2
-    err_clipped = (vpred_clipped - returns) ** 2
-    per_token = torch.maximum(err_unclipped, err_clipped)
-    vf_loss = 0.5 * agg_loss(per_token, response_mask, loss_agg_mode, global_batch_size, global_token_num)
-    vf_clipfrac = masked_mean(torch.gt(err_clipped, err_unclipped).float(), response_mask)
-    return vf_loss, vf_clipfrac
-

@@ -25,7 +25,7 @@ from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
-from verl_lite.trainer.algos import advantages, rollout_correction
+from verl_lite.trainer.algos import advantages, rollout_correction, token_estimators
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.profiling import is_profiled_step, recording_bounds
@@ -474,9 +474,9 @@ class PPOTrainer(StepLoop):
         if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
             metrics["actor/entropy"] = entropy
         if "sum_pi_squared" in gen:  # verl's variance proxies, with the actor's gradient norm when it stepped
-            metrics.update(advantages.variance_proxy_metrics(gen["old_log_probs"], gen["sum_pi_squared"], adv, mask,
-                                                             gen.get("rollout_is_weights"),
-                                                             metrics.get("actor/grad_norm")))
+            metrics.update(token_estimators.variance_proxy_metrics(gen["old_log_probs"], gen["sum_pi_squared"], adv,
+                                                                   mask, gen.get("rollout_is_weights"),
+                                                                   metrics.get("actor/grad_norm")))
         # the generating thread's CPU seconds (wall time on a shared machine includes waiting for a core)
         metrics.update({f"perf/cpu_s/{k[4:]}" if k.startswith("cpu/") else f"timing_s/{k}": v for k, v in timing.items()})
         metrics["sample"] = gen["_texts"][0]

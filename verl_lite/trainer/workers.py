@@ -27,8 +27,8 @@ from verl_lite.device import DIST_BACKENDS
 from verl_lite.registry import ROLLOUTS, load_engine
 from verl_lite.rollout.metrics import RolloutGap
 from verl_lite.trainer import core_algos, dynamic_batch
-from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401  (verl's further losses register into core_algos)
-from verl_lite.trainer.algos import rollout_correction
+from verl_lite.trainer.algos import critic as critic_algos
+from verl_lite.trainer.algos import policy_losses, rollout_correction
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 from verl_lite.trainer.placement import assigned_device_index
 
@@ -354,7 +354,7 @@ class ActorRolloutRefWorker(EngineWorker):
                              f"{meta['num_mini_batches']} mini-batches and ppo_epochs={actor.ppo_epochs} "
                              f"(send old_log_probs instead)")
 
-        options = core_algos.policy_loss_options(actor)
+        options = policy_losses.policy_loss_options(actor)
         correction = self.cfg.algorithm.rollout_correction
         # bypass mode's batch normalisation: over this micro-batch index on every data-parallel rank
         dp_group = self.actor.data_parallel_group() if correction.bypass_mode else None
@@ -364,15 +364,14 @@ class ActorRolloutRefWorker(EngineWorker):
                 mask = mb["response_mask"].float()
                 old = out["log_probs"].detach() if on_policy else mb["old_log_probs"]
                 correction_metrics = {}
+                x = policy_losses.PolicyLossInput(
+                    old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c, mode,
+                    global_batch_size=gseq, global_token_num=gtok, options=options,
+                    rollout_is_weights=mb.get("rollout_is_weights"))
                 if correction.bypass_mode:  # old = the rollout's log-probs; verl's bypass-mode loss
-                    pg, correction_metrics = rollout_correction.bypass_policy_loss(
-                        correction, old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c, mode,
-                        global_batch_size=gseq, global_token_num=gtok, group=dp_group)
+                    pg, correction_metrics = rollout_correction.bypass_policy_loss(correction, x, group=dp_group)
                 else:
-                    pg = core_algos.compute_policy_loss(
-                        actor.policy_loss.loss_mode, old, out["log_probs"], mb["advantages"], mask, low, high,
-                        actor.clip_ratio_c, mode, global_batch_size=gseq, global_token_num=gtok, options=options,
-                        rollout_is_weights=mb.get("rollout_is_weights"))
+                    pg = policy_losses.compute_policy_loss(actor.policy_loss.loss_mode, x)
                 loss = pg["pg_loss"]
                 # the loss's own metrics, verl's names (gpg reports none, kl_cov only ppo_kl)
                 metrics = {f"actor/{k}": v.item() for k, v in pg.items()}
@@ -447,7 +446,7 @@ class CriticWorker(EngineWorker):
 
         def make_loss(gtok: int, gseq: int):
             def loss_fn(out, mb):
-                vf_loss, clipfrac = core_algos.compute_value_loss(
+                vf_loss, clipfrac = critic_algos.compute_value_loss(
                     out["values"], mb["returns"], mb["values"], mb["response_mask"].float(), critic.cliprange_value,
                     critic.loss_agg_mode, global_batch_size=gseq, global_token_num=gtok)
                 return vf_loss * dp, {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": clipfrac.item()}

@@ -21,12 +21,15 @@ tests/py/test_rollout_correction_table.py compares all of it with verl's own fun
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from verl_lite.trainer.core_algos import masked_mean, masked_sum
+from verl_lite.trainer.algos import policy_losses
+from verl_lite.trainer.algos.policy_losses import PolicyLossInput
+from verl_lite.trainer.core_algos import agg_loss, masked_mean, masked_sum
 
 from verl_lite.decisions.rollout_correction import (IS_LEVELS, LOSS_TYPES, RS_OPTIONS, SAFETY_BOUND,  # noqa: F401
                                                     active, needs_rollout_log_probs, parse_is_threshold, parse_rs,
@@ -257,31 +260,26 @@ def apply_to_batch(rc: Any, batch: Dict[str, Any]) -> Dict[str, float]:
     return metrics
 
 
-def bypass_policy_loss(rc: Any, rollout_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                       response_mask: torch.Tensor, clip_ratio_low: float, clip_ratio_high: float,
-                       clip_ratio_c: float, loss_agg_mode: str, global_batch_size: Optional[int] = None,
-                       global_token_num: Optional[int] = None,
+def bypass_policy_loss(rc: Any, x: PolicyLossInput,
                        group: Any = None) -> Tuple[Dict[str, torch.Tensor], Dict[str, float]]:
-    """verl's bypass mode (`compute_policy_loss_bypass_mode`): the rollout's log-probs are the old ones;
-    the weights and the rejection are measured per micro-batch between the current policy and the
-    rollout's, then loss_type=ppo_clip trains PPO's clipped loss against the rollout log-probs on the
-    kept tokens (no weights: the ratio is the correction), reinforce trains -A * w * log_prob.
-    With rollout_is_batch_normalize the weights are divided by their mean over the micro-batches of
-    this index on every rank of `group` (the engine's data-parallel group), as verl does.
+    """verl's bypass mode (`compute_policy_loss_bypass_mode`): the rollout's log-probs are the old ones
+    (`x.old_log_prob`); the weights and the rejection are measured per micro-batch between the current
+    policy and the rollout's, then loss_type=ppo_clip trains PPO's clipped loss against the rollout
+    log-probs on the kept tokens (no weights: the ratio is the correction), reinforce trains
+    -A * w * log_prob. `x.options` and `x.rollout_is_weights` are not read (the weights are this
+    function's own). With rollout_is_batch_normalize the weights are divided by their mean over the
+    micro-batches of this index on every rank of `group` (the engine's data-parallel group), as verl does.
     Returns ({"pg_loss", <verl's metric names without "actor/">}, rollout_corr/* metrics)."""
-    from verl_lite.trainer.core_algos import agg_loss, compute_policy_loss_vanilla
-
+    rollout_log_prob, log_prob = x.old_log_prob, x.log_prob
     with torch.no_grad():
-        weights, mask, metrics = compute(rc, log_prob.detach(), rollout_log_prob, response_mask, group)
+        weights, mask, metrics = compute(rc, log_prob.detach(), rollout_log_prob, x.response_mask, group)
     if rc.loss_type == "reinforce":
-        pg_losses = -advantages * log_prob * (weights if weights is not None else 1.0)
-        pg = {"pg_loss": agg_loss(pg_losses, mask, loss_agg_mode, global_batch_size, global_token_num),
+        pg_losses = -x.advantages * log_prob * (weights if weights is not None else 1.0)
+        pg = {"pg_loss": agg_loss(pg_losses, mask, x.loss_agg_mode, x.global_batch_size, x.global_token_num),
               "ppo_kl": masked_mean(-(log_prob - rollout_log_prob), mask)}
     elif rc.loss_type == "ppo_clip":
-        pg = compute_policy_loss_vanilla(rollout_log_prob, log_prob, advantages, mask, clip_ratio_low, clip_ratio_high,
-                                         clip_ratio_c, loss_agg_mode, global_batch_size, global_token_num)
+        kept = dataclasses.replace(x, response_mask=mask, rollout_is_weights=None)
+        pg = policy_losses.compute_policy_loss_vanilla(kept)
     else:
         raise ValueError(f"algorithm.rollout_correction.loss_type={rc.loss_type!r}: choose ppo_clip or reinforce")
     return pg, metrics
-
-
