@@ -114,7 +114,8 @@ def main() -> int:
 
     from verl_lite.batch import left_pad
     from verl_lite.config.schema import ModelConfig, RolloutConfig
-    from verl_lite.rollout.vllm import VLLMRollout, _set_processed_logprobs
+    from verl_lite.rollout.vllm import VLLMRollout
+    from verl_lite.rollout.vllm_ascend import set_processed_logprobs
 
     t0 = time.perf_counter()
     results = {"model": "qwen3_moe" if args.moe else "qwen3", "dtype": args.dtype, "temperature": args.temperature}
@@ -139,7 +140,7 @@ def main() -> int:
     results["engine_start_s"] = round(time.perf_counter() - t, 2)
     kwargs = rollout.engine_kwargs()
     check(kwargs.get("additional_config", {}).get("weight_nz_mode") == 0, "engine additional_config weight_nz_mode=0")
-    modes = rollout.llm.collective_rpc(_set_processed_logprobs)
+    modes = rollout.llm.collective_rpc(set_processed_logprobs)
     check(all(m[0] is None and m[1] == ["processed_logprobs"] * 2 for m in modes),
           f"every worker's sampler reads processed_logprobs ({modes})")
     check(rollout.asleep == {"weights", "kv_cache"}, "asleep after start (free_cache_engine)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_lite.reward import default_compute_score, geo3k, has_default_scorer, math_dapo, prime_math, qa_em
+from verl_lite.reward import default_compute_score, geo3k, has_default_scorer, math_dapo, prime_math, qa_em, tora_math
 from verl_lite.reward import manager, timelimit
 
 TABLES = json.loads((Path(__file__).parent / "data" / "reward_cases.json").read_text())
@@ -163,13 +163,13 @@ def test_the_helper_runs_only_verl_lite_reward_functions():
 @pytest.mark.parametrize("text, value", [("1*3.141592653589793", 3.141592653589793), (" 2**3", 8),
                                          ("[1, (2, -3.5)]", [1, (2, -3.5)]), ("7/2", 3.5)])
 def test_the_literal_evaluator_gives_what_eval_gives(text, value):
-    assert prime_math.evaluate_literal(text) == value == eval(text.lstrip())
+    assert tora_math.evaluate_literal(text) == value == eval(text.lstrip())
 
 
 @pytest.mark.parametrize("text", ["__import__('os').system('true')", "abs(-1)", "x", "2**10**9", "[1]*10**9", "1 +"])
 def test_the_literal_evaluator_refuses_code_names_and_huge_values(text):
     with pytest.raises(Exception):
-        prime_math.evaluate_literal(text)
+        tora_math.evaluate_literal(text)
 
 
 def test_without_a_helper_process_the_check_runs_here_and_warns_once(monkeypatch):

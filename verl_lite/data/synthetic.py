@@ -72,13 +72,21 @@ def generate(
     """Write train.parquet and val.parquet under out_dir (kept if present unless force)."""
     if digits < 1:
         raise ValueError(f"--digits must be >= 1, got {digits}")
+    return write_splits(out_dir, n_train, n_val, seed, force,
+                        lambda n, split_seed, split: make_rows(n, task, digits, split_seed, split))
+
+
+def write_splits(out_dir: str, n_train: int, n_val: int, seed: int, force: bool,
+                 make_split: Callable[[int, int, str], List[Dict[str, Any]]]) -> Dict[str, str]:
+    """Write train.parquet (`make_split(n_train, seed, "train")`) and val.parquet (`make_split(n_val,
+    seed + 1, "val")`) under out_dir, a file already there kept unless force; returns split -> path."""
     paths = {"train": os.path.join(out_dir, "train.parquet"), "val": os.path.join(out_dir, "val.parquet")}
     for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + 1)):
         path = paths[split]
         if os.path.exists(path) and not force:
             logger.info("keeping existing %s", path)
             continue
-        write_parquet(make_rows(n, task, digits, split_seed, split), path)
+        write_parquet(make_split(n, split_seed, split), path)
         logger.info("wrote %d %s rows to %s", n, split, path)
     return paths
 

@@ -19,16 +19,12 @@ Usage: python -m verl_lite.data.synthetic_images --out-dir data/tiny_vl [--task 
 from __future__ import annotations
 
 import io
-import logging
-import os
 import random
 import sys
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from verl_lite.data.synthetic import generator_cli, write_parquet
-
-logger = logging.getLogger(__name__)
+from verl_lite.data.synthetic import generator_cli, write_splits
 
 SIZE = 64
 MIN_SIZE, MAX_SIZE = 20, 44  # the colour task's shape side in pixels (min_size raises the lower end)
@@ -108,15 +104,8 @@ def generate(out_dir: str, task: str = "colour", n_train: int = 1024, n_val: int
              force: bool = False, n_colours: Optional[int] = None, min_size: Optional[int] = None) -> Dict[str, str]:
     """Write train.parquet and val.parquet under out_dir (kept if present unless force)."""
     _check_options(task, n_colours, min_size)
-    paths = {"train": os.path.join(out_dir, "train.parquet"), "val": os.path.join(out_dir, "val.parquet")}
-    for split, n, split_seed in (("train", n_train, seed), ("val", n_val, seed + 1)):
-        path = paths[split]
-        if os.path.exists(path) and not force:
-            logger.info("keeping existing %s", path)
-            continue
-        write_parquet(make_rows(n, task, split_seed, split, n_colours, min_size), path)
-        logger.info("wrote %d %s rows to %s", n, split, path)
-    return paths
+    return write_splits(out_dir, n_train, n_val, seed, force,
+                        lambda n, split_seed, split: make_rows(n, task, split_seed, split, n_colours, min_size))
 
 
 def read_rows(path: str) -> List[Dict[str, Any]]:

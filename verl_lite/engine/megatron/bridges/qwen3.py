@@ -57,6 +57,20 @@ def _kind(name: str, layer_offset: int) -> Tuple[str, Optional[str]]:
     return entry
 
 
+def local_block_spec(spec: Any, config: Any, vp_stage: Optional[int]) -> Any:
+    """The block spec of this chunk's layers, each megatron's local layer spec `spec` (a Qwen3 text layer,
+    dense or MoE; changed in place) with verl_lite's RMSNorm (norm.py: it takes sequence parallelism,
+    which megatron's torch norm refuses) and per-head q/k RMSNorm."""
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    spec.submodules.input_layernorm = megatron_norm.RMSNorm
+    spec.submodules.pre_mlp_layernorm = megatron_norm.RMSNorm
+    spec.submodules.self_attention.submodules.q_layernorm = megatron_norm.HeadRMSNorm
+    spec.submodules.self_attention.submodules.k_layernorm = megatron_norm.HeadRMSNorm
+    count = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[spec] * count, layer_norm=megatron_norm.RMSNorm)
+
+
 def _cut(full: torch.Tensor, dim: int, layout: Layout) -> torch.Tensor:
     return full.chunk(layout.tp_size, dim=dim)[layout.tp_rank]
 
@@ -89,17 +103,8 @@ class Qwen3Bridge(ModelBridge):
         return get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
 
     def model_spec(self, config: Any, vp_stage: Optional[int] = None) -> Any:
-        """The local layer spec with verl_lite's RMSNorm (norm.py: it takes sequence
-        parallelism, which megatron's torch norm refuses), one spec per layer of this chunk."""
-        from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
-
-        spec = self.layer_spec()
-        spec.submodules.input_layernorm = megatron_norm.RMSNorm
-        spec.submodules.pre_mlp_layernorm = megatron_norm.RMSNorm
-        spec.submodules.self_attention.submodules.q_layernorm = megatron_norm.HeadRMSNorm
-        spec.submodules.self_attention.submodules.k_layernorm = megatron_norm.HeadRMSNorm
-        count = get_num_layers_to_build(config, vp_stage=vp_stage)
-        return TransformerBlockSubmodules(layer_specs=[spec] * count, layer_norm=megatron_norm.RMSNorm)
+        """The local layer spec with verl_lite's RMSNorm, one spec per layer of this chunk."""
+        return local_block_spec(self.layer_spec(), config, vp_stage)
 
     def rope_theta(self) -> float:
         params = hf_field(self.hf_config, "rope_parameters") or {}

@@ -29,18 +29,18 @@ import copy
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
-import torch
-
 from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron import norm as megatron_norm
 from verl_lite.engine.megatron.bridges.base import (Layout, ModelBridge, UnsupportedModelError, check_divides_tp,
-                                                    gpt_config_kwargs, hf_field, moe_config_kwargs)
+                                                    gpt_config_kwargs, hf_field)
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
+from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, rope_parameters, text_problems,
+                                                          use_torch_router_gemm)
 
 logger = logging.getLogger(__name__)
 
 
-class Qwen3_5Bridge(Qwen3_5Weights, ModelBridge):
+class Qwen3_5Bridge(Qwen3TextMLP, Qwen3_5Weights, ModelBridge):
     """Qwen3.5 dense (`Qwen3_5ForCausalLM`, model_type qwen3_5_text)."""
 
     model_types: Tuple[str, ...] = ("qwen3_5_text",)
@@ -50,14 +50,10 @@ class Qwen3_5Bridge(Qwen3_5Weights, ModelBridge):
     def __init__(self, hf_config: Any):
         super().__init__(hf_config)
         self.text = self.text_config(hf_config)
-        self._expert_cache: Dict[str, Optional[torch.Tensor]] = {}
         mtp = int(hf_field(self.text, "mtp_num_hidden_layers", 0) or 0)
         if mtp:
             logger.info("%s: the %d multi-token-prediction layer(s) (mtp.* weights) are not built, as transformers' "
                         "Qwen3.5 CausalLM does not build them; RL trains the next-token model", type(self).__name__, mtp)
-
-    def finish_load(self) -> None:
-        self._expert_cache = {}
 
     @staticmethod
     def text_config(hf_config: Any) -> Any:
@@ -72,13 +68,7 @@ class Qwen3_5Bridge(Qwen3_5Weights, ModelBridge):
         problems = []
         if model_type not in cls.model_types:
             problems.append(f"model_type={model_type!r} (expected {' or '.join(cls.model_types)})")
-        if hf_field(text, "attention_bias", False):
-            problems.append("attention_bias=True")
-        if str(hf_field(text, "hidden_act", "silu")) != "silu":
-            problems.append(f"hidden_act={hf_field(text, 'hidden_act')!r}")
-        rope = cls._rope_parameters(text)
-        if str(rope.get("rope_type", "default")) != "default":
-            problems.append(f"rope_type={rope.get('rope_type')!r}")
+        problems += text_problems(text)
         try:
             kinds = cls.layer_kinds(text)
         except UnsupportedModelError as e:
@@ -91,11 +81,6 @@ class Qwen3_5Bridge(Qwen3_5Weights, ModelBridge):
                 f"model_type {model_type!r} with {'; '.join(problems)} is not covered by verl_lite's {cls.__name__} "
                 f"(it maps Qwen3.5 {'MoE' if cls.moe else 'dense'}: GDN + gated attention, default RoPE, SiLU)"
             )
-
-    @staticmethod
-    def _rope_parameters(text: Any) -> Dict[str, Any]:
-        params = hf_field(text, "rope_parameters", None) or hf_field(text, "rope_scaling", None) or {}
-        return dict(params) if isinstance(params, dict) else {}
 
     @staticmethod
     def layer_kinds(text: Any) -> List[str]:
@@ -141,12 +126,6 @@ class Qwen3_5Bridge(Qwen3_5Weights, ModelBridge):
         kwargs.update(self._moe_kwargs())
         return kwargs
 
-    def _ffn_hidden_size(self) -> int:
-        return self._int("intermediate_size")
-
-    def _moe_kwargs(self) -> Dict[str, Any]:
-        return {}
-
     def _mlp_spec(self, local_spec: Any) -> Any:
         return local_spec.submodules.mlp
 
@@ -186,7 +165,7 @@ class Qwen3_5Bridge(Qwen3_5Weights, ModelBridge):
         return TransformerBlockSubmodules(layer_specs=specs, layer_norm=norm)
 
     def gpt_model_kwargs(self) -> Dict[str, Any]:
-        rope = self._rope_parameters(self.text)
+        rope = rope_parameters(self.text)
         theta = rope.get("rope_theta", hf_field(self.text, "rope_theta", 10000.0))
         return dict(
             max_sequence_length=self._int("max_position_embeddings", 4096),
@@ -215,6 +194,7 @@ class Qwen3_5MoeBridge(Qwen3_5Bridge):
 
     model_types = ("qwen3_5_moe_text",)
     moe = True
+    shared_expert = True
 
     @classmethod
     def check_supported(cls, hf_config: Any) -> None:
@@ -225,17 +205,6 @@ class Qwen3_5MoeBridge(Qwen3_5Bridge):
         if missing:
             raise UnsupportedModelError(f"Qwen3.5 MoE config lacks {', '.join(missing)}")
 
-    def _ffn_hidden_size(self) -> int:
-        return self._int("moe_intermediate_size")
-
-    def _moe_kwargs(self) -> Dict[str, Any]:
-        return moe_config_kwargs(self.text, self._int, shared_expert=True)
-
     def _mlp_spec(self, local_spec: Any) -> Any:
-        from megatron.core.transformer.moe import moe_utils
-
-        if not hasattr(moe_utils, "te_general_gemm"):
-            # megatron-core 0.16's router GEMM reads this name unguarded; it is only bound when
-            # Transformer Engine imports. None selects its torch.mm path.
-            moe_utils.te_general_gemm = None
+        use_torch_router_gemm()
         return local_spec.submodules.mlp  # MoELayer with SequentialMLP experts and the shared expert

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Tuple
 
 from verl_lite.engine.megatron.bridges.base import UnsupportedModelError, hf_field
 from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5Bridge, Qwen3_5MoeBridge
+from verl_lite.engine.megatron.bridges.qwen3_text import rope_parameters
 from verl_lite.engine.megatron.bridges.vision import VisionTower
 
 # transformers' Qwen3_5TextRotaryEmbedding takes these sections when the config gives none
@@ -52,7 +53,7 @@ class _Qwen3_5Vision(VisionTower):
             problems.append("no vision_config")
         if hf_field(hf_config, "image_token_id", None) is None:
             problems.append("no image_token_id")
-        rope = cls._rope_parameters(cls.text_config(hf_config))  # type: ignore[attr-defined]
+        rope = rope_parameters(cls.text_config(hf_config))  # type: ignore[attr-defined]
         section = rope.get("mrope_section", MROPE_SECTION)
         if not isinstance(section, (list, tuple)) or len(section) != 3:
             problems.append(f"mrope_section={section!r} (three sections expected: T, H, W)")
@@ -63,7 +64,7 @@ class _Qwen3_5Vision(VisionTower):
                 f"interleaved rotary positions)")
 
     def mrope_section(self) -> List[int]:
-        rope = self._rope_parameters(self.text)  # type: ignore[attr-defined]
+        rope = rope_parameters(self.text)  # type: ignore[attr-defined]
         return [int(s) for s in rope.get("mrope_section", MROPE_SECTION)]
 
     def rope_theta(self) -> float:

@@ -15,7 +15,7 @@ TP and EP by `verl_lite.engine.megatron.hf.stage_hf_tensors`.
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -53,13 +53,20 @@ def _cut(full: torch.Tensor, dim: int, size: int, rank: int) -> torch.Tensor:
 
 
 class Qwen3_5Weights:
-    """HF <-> megatron tensors of a Qwen3.5 bridge. The bridge provides `_int(name)` (an HF config
-    field), `hf_prefix`, `moe` and the per-load `_expert_cache`."""
+    """HF <-> megatron tensors of a Qwen3.5 bridge, mixed in before ModelBridge. The bridge provides
+    `_int(name)` (an HF config field), `hf_prefix` and `moe`; the per-load `_expert_cache` (the fused expert
+    tensor read last) is this mixin's, emptied when a load finishes."""
 
     hf_prefix: str
     moe: bool
-    _expert_cache: Dict[str, Optional[torch.Tensor]]
     _int: Callable[..., int]
+
+    def __init__(self, hf_config: Any):
+        super().__init__(hf_config)  # type: ignore[call-arg]
+        self._expert_cache: Dict[str, Optional[torch.Tensor]] = {}
+
+    def finish_load(self) -> None:
+        self._expert_cache = {}
 
     # -- weight names ----------------------------------------------------------------------------
 

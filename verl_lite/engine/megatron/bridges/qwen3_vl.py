@@ -28,10 +28,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from verl_lite.engine.megatron import norm as megatron_norm
 from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, UnsupportedModelError,
-                                                    gpt_config_kwargs, hf_field, moe_config_kwargs)
+                                                    gpt_config_kwargs, hf_field)
+from verl_lite.engine.megatron.bridges.qwen3 import local_block_spec
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
+from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, rope_parameters, text_problems,
+                                                          use_torch_router_gemm)
 from verl_lite.engine.megatron.bridges.vision import (VISION_PREFIX, DeepStackFeatures, InterleavedMRoPE, VisionTower,
                                                       visual_inputs)
 
@@ -50,7 +52,7 @@ def _text_field(text: Any, name: str, default: Any = None) -> Any:
     return default
 
 
-class Qwen3VLBridge(VisionTower, Qwen3_5Weights, ModelBridge):
+class Qwen3VLBridge(VisionTower, Qwen3TextMLP, Qwen3_5Weights, ModelBridge):
     """Qwen3-VL dense (`Qwen3VLForConditionalGeneration`): vision tower + Qwen3 text model."""
 
     model_types: Tuple[str, ...] = ("qwen3_vl",)
@@ -64,10 +66,6 @@ class Qwen3VLBridge(VisionTower, Qwen3_5Weights, ModelBridge):
     def __init__(self, hf_config: Any):
         super().__init__(hf_config)
         self.text = hf_field(hf_config, "text_config")
-        self._expert_cache: Dict[str, Optional[torch.Tensor]] = {}
-
-    def finish_load(self) -> None:
-        self._expert_cache = {}
 
     # -- what is covered ---------------------------------------------------------------------
 
@@ -81,14 +79,8 @@ class Qwen3VLBridge(VisionTower, Qwen3_5Weights, ModelBridge):
         if text is None or vision is None:
             problems.append("no text_config / vision_config")
         else:
-            if hf_field(text, "attention_bias", False):
-                problems.append("attention_bias=True")
-            if str(hf_field(text, "hidden_act", "silu")) != "silu":
-                problems.append(f"hidden_act={hf_field(text, 'hidden_act')!r}")
-            rope = cls._rope(text)
-            if str(rope.get("rope_type", "default")) != "default":
-                problems.append(f"rope_type={rope.get('rope_type')!r}")
-            if rope.get("mrope_interleaved") is False:
+            problems += text_problems(text)
+            if rope_parameters(text).get("mrope_interleaved") is False:
                 problems.append("mrope_interleaved=False")
             if cls.moe:
                 if hf_field(text, "mlp_only_layers", None):
@@ -104,11 +96,6 @@ class Qwen3VLBridge(VisionTower, Qwen3_5Weights, ModelBridge):
                 f"(it maps Qwen3-VL {'MoE' if cls.moe else 'dense'}: vision tower + Qwen3 text model, default "
                 f"interleaved mrope, SiLU{', MoE on every layer' if cls.moe else ''})")
 
-    @staticmethod
-    def _rope(text: Any) -> Dict[str, Any]:
-        params = hf_field(text, "rope_parameters", None) or hf_field(text, "rope_scaling", None) or {}
-        return dict(params) if isinstance(params, dict) else {}
-
     def _int(self, name: str, default: Any = None) -> int:
         value = _text_field(self.text, name, default)
         if value is None:
@@ -122,41 +109,26 @@ class Qwen3VLBridge(VisionTower, Qwen3_5Weights, ModelBridge):
         kwargs.update(self._moe_kwargs())
         return kwargs
 
-    def _ffn_hidden_size(self) -> int:
-        return self._int("intermediate_size")
-
-    def _moe_kwargs(self) -> Dict[str, Any]:
-        return {}
-
     def model_spec(self, config: Any, vp_stage: Optional[int] = None) -> Any:
         """The local layer spec with verl_lite's RMSNorm (as the Qwen3 bridge), dense or MoE MLP."""
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-        from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
         if self.moe:
-            from megatron.core.transformer.moe import moe_utils
-
-            if not hasattr(moe_utils, "te_general_gemm"):  # as the Qwen3.5 MoE bridge: None selects torch.mm
-                moe_utils.te_general_gemm = None
+            use_torch_router_gemm()
         spec = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, moe_grouped_gemm=False,
                                         qk_layernorm=True, normalization="RMSNorm")
-        spec.submodules.input_layernorm = megatron_norm.RMSNorm
-        spec.submodules.pre_mlp_layernorm = megatron_norm.RMSNorm
-        spec.submodules.self_attention.submodules.q_layernorm = megatron_norm.HeadRMSNorm
-        spec.submodules.self_attention.submodules.k_layernorm = megatron_norm.HeadRMSNorm
-        count = get_num_layers_to_build(config, vp_stage=vp_stage)
-        return TransformerBlockSubmodules(layer_specs=[spec] * count, layer_norm=megatron_norm.RMSNorm)
+        return local_block_spec(spec, config, vp_stage)
 
     def gpt_model_kwargs(self) -> Dict[str, Any]:
         # built with plain rope; finish_chunk swaps in the interleaved mrope (megatron's own asks for CUDA)
         return dict(max_sequence_length=self._int("max_position_embeddings", 4096), position_embedding_type="rope",
-                    rotary_base=float(self._rope(self.text).get("rope_theta", 10000.0) or 10000.0))
+                    rotary_base=float(rope_parameters(self.text).get("rope_theta", 10000.0) or 10000.0))
 
     def mrope_section(self) -> List[int]:
-        return [int(s) for s in self._rope(self.text).get("mrope_section", [24, 20, 20])]
+        return [int(s) for s in rope_parameters(self.text).get("mrope_section", [24, 20, 20])]
 
     def rope_theta(self) -> float:
-        return float(self._rope(self.text).get("rope_theta", 10000.0) or 10000.0)
+        return float(rope_parameters(self.text).get("rope_theta", 10000.0) or 10000.0)
 
     def layout(self, tp_size: int, tp_rank: int) -> Layout:
         fields = {k: hf_field(self.text, k) for k in (
@@ -212,12 +184,6 @@ class Qwen3VLMoeBridge(Qwen3VLBridge):
     moe = True
     vision_class = "transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe:Qwen3VLMoeVisionModel"
     hf_class = "transformers:Qwen3VLMoeForConditionalGeneration"
-
-    def _ffn_hidden_size(self) -> int:
-        return self._int("moe_intermediate_size")
-
-    def _moe_kwargs(self) -> Dict[str, Any]:
-        return moe_config_kwargs(self.text, self._int)
 
 
 __all__ = ["DeepStackFeatures", "InterleavedMRoPE", "Qwen3VLBridge", "Qwen3VLMoeBridge", "visual_inputs"]
