@@ -88,8 +88,14 @@ class RolloutLayout:
         return max(1, self.tp)
 
     def vllm_kwargs(self) -> Dict[str, Any]:
-        """vLLM's names of the settings (its engine arguments)."""
-        return {"tensor_parallel_size": self.tp, "data_parallel_size": self.dp, "enable_expert_parallel": self.ep > 1}
+        """vLLM's engine arguments for the layout: its TP, and its data-parallel group and expert parallelism
+        where they are on."""
+        kwargs: Dict[str, Any] = {"tensor_parallel_size": self.tp}
+        if self.dp > 1:  # all engines of the actor's world: one vLLM data-parallel group
+            kwargs["data_parallel_size"] = self.dp
+        if self.ep > 1:  # experts spread over TP x DP ranks
+            kwargs["enable_expert_parallel"] = True
+        return kwargs
 
 
 def rollout_section_layout(rollout: Any) -> RolloutLayout:

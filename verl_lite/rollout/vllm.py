@@ -36,6 +36,7 @@ from verl_lite.preflight.rollout import CHECKPOINT_BACKENDS, DEFAULT_MEMORY_SHAR
     OWN_SETTINGS, additional_config, engine_kwarg_problems, max_model_len, setting
 from verl_lite.config.schema import ModelConfig, RolloutConfig
 from verl_lite.config.sections import as_section
+from verl_lite.decisions.layout import RolloutLayout, rollout_section_layout
 from verl_lite.models import resolve_model_dir
 from verl_lite.models.hf import load_hf_config
 from verl_lite.rollout.hf import position_ids_from
@@ -83,7 +84,8 @@ class VLLMRollout:
         if backend not in CHECKPOINT_BACKENDS:
             raise ValueError(f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend!r}: the vllm rollout "
                              f"takes its weights in its own process; choose one of {list(CHECKPOINT_BACKENDS)}")
-        self.dp, self.ep = int(self.config.data_parallel_size), int(self.config.expert_parallel_size)
+        self.layout = rollout_section_layout(self.config)
+        self.dp, self.ep = self.layout.dp, self.layout.ep
         self.tp, self.tp_group, self.tp_rank = self._tensor_parallel_group()
         try:
             from vllm import LLM
@@ -119,7 +121,7 @@ class VLLMRollout:
             model=resolve_model_dir(m.path), skip_tokenizer_init=not self.vision_language,
             trust_remote_code=bool(m.trust_remote_code),
             hf_overrides=dict(m.override_config or {}) or None, dtype=c.dtype, load_format=c.load_format,
-            tensor_parallel_size=tp, enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
+            enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
             max_num_batched_tokens=int(c.max_num_batched_tokens), enable_chunked_prefill=bool(c.enable_chunked_prefill),
             enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=max_model_len(c),
             logprobs_mode=PROCESSED, enable_sleep_mode=self.sleep_mode, seed=self._seed(),
@@ -130,10 +132,7 @@ class VLLMRollout:
             kwargs["distributed_executor_backend"] = "external_launcher"
         elif tp > 1:  # a fully-async replica holding TP devices: vLLM starts a worker process per device
             kwargs["distributed_executor_backend"] = "mp"
-        if self.dp > 1:  # all engines of the actor's world: one vLLM data-parallel group
-            kwargs["data_parallel_size"] = self.dp
-        if self.ep > 1:  # experts spread over TP x DP ranks (checked in _tensor_parallel_group)
-            kwargs["enable_expert_parallel"] = True
+        kwargs.update(RolloutLayout(tp, self.dp, self.ep).vllm_kwargs())  # DP / EP where on (_tensor_parallel_group)
         if self.device == "cpu":
             import psutil  # a vLLM dependency
 
@@ -164,7 +163,7 @@ class VLLMRollout:
         Sets `launched`: the engine runs on the actor's process group (vLLM's external launcher)."""
         import torch.distributed as dist
 
-        tp, dp, ep = int(self.config.tensor_model_parallel_size), self.dp, self.ep
+        tp, dp, ep = self.layout.tp, self.dp, self.ep
         key = "actor_rollout_ref.rollout"
         if ep not in (1, tp * dp):
             raise ValueError(f"{key}.expert_parallel_size={ep}: vLLM spreads the experts over tensor_model_parallel_size "
