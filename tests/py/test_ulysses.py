@@ -312,7 +312,7 @@ def test_sp2_over_two_ray_workers_trains_as_one_worker_does_on_the_same_batch(ra
     import torch
 
     from verl_lite.config import load_config, to_dataclass
-    from verl_lite.trainer.ppo_trainer import update_meta
+    from verl_lite.trainer.data_parallel import update_meta
     from verl_lite.trainer.worker_group import WorkerGroup
     from verl_lite.trainer.workers import ActorRolloutRefWorker
 

@@ -44,9 +44,10 @@ from verl_lite.trainer.async_buffer import ChunkBuffer
 from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
 from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
 from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_into_workers
+from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
-from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
 from verl_lite.trainer.placement import NodeGroups
+from verl_lite.trainer.update_metrics import merge_rank_metrics
 from verl_lite.trainer.worker_group import WorkerGroup, _pid, _short, lost_node, node_lost_error, \
     worker_resources
 
@@ -356,12 +357,12 @@ class AsyncTrainer(StepLoop):
             metrics["async/is_weight/mean"] = core_algos.masked_mean(weight[rows], mask[rows]).item()
         train_batch.update(advantages=adv, returns=ret)
         t = time.perf_counter()
-        num_mini = max(1, self.want // int(actor_rollout_ref.actor.ppo_mini_batch_size))
+        num_mini = num_mini_batches(self.want, actor_rollout_ref.actor.ppo_mini_batch_size)
         dp = self.train_wg.dp_size
         shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
         res = self.train_wg.call_shards("update_actor", shards,
                                         update_meta(train_batch, num_mini, dp))
-        metrics.update(_merge_rank_metrics(res))
+        metrics.update(merge_rank_metrics(res))
         timing["update_actor"] = time.perf_counter() - t
         fault_point("step")  # crash tests: mid-step, after the update, before the weights are published
         self.global_step += 1

@@ -19,47 +19,24 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 import torch
 
-from verl_lite.batch import Batch, left_pad, select, split
+from verl_lite.batch import Batch, left_pad, select
 from verl_lite.data.dataset import BatchSampler, multi_modal_fields
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
 from verl_lite.trainer.algos import advantages, rollout_correction
+from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.profiling import is_profiled_step, recording_bounds
 from verl_lite.trainer.tracking import val_generations
-from verl_lite.trainer.workers import LOSS_METRICS
+from verl_lite.trainer.update_metrics import merge_rank_metrics
 
 logger = logging.getLogger(__name__)
 
 CONSOLE_KEYS = ("critic/score/mean", "val/score", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
                 "response_length/mean", "timing_s/step", "perf/tokens_per_s")
-
-
-def reorder_for_dp(n: int, num_mini: int, dp: int) -> List[int]:
-    """Sample order so that DP rank r's shard is [mini_0 part r, mini_1 part r, ...].
-
-    Each mini-batch is then the same set of samples whatever the DP size, so DP=2 computes the
-    same update as DP=1 on the same global batch.
-    """
-    per_mini = n // num_mini
-    per_part = per_mini // dp
-    order = []
-    for r in range(dp):
-        for j in range(num_mini):
-            start = j * per_mini + r * per_part
-            order.extend(range(start, start + per_part))
-    return order
-
-
-def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
-    """Global token and sequence counts per mini-batch, so per-rank losses add up to the global one."""
-    mask = batch["response_mask"]
-    per_mini = mask.shape[0] // num_mini
-    tokens = [int(mask[j * per_mini:(j + 1) * per_mini].sum()) for j in range(num_mini)]
-    return {"num_mini_batches": num_mini, "mini_tokens": tokens, "mini_seqs": [per_mini] * num_mini, "dp_size": dp}
 
 
 # Per-row Python values stay on the driver (reward, advantages by uid); workers get tensors only.
@@ -86,77 +63,6 @@ def _tensors(batch: Batch, keys: Optional[Sequence[str]] = None) -> Batch:
         return {k: batch[k] for k in tuple(keys) + MM_KEYS if k in batch}
     return {k: v for k, v in batch.items()
             if k not in LIST_KEYS and k != "multi_modal_data" and not k.startswith("_")}
-
-
-def workload(seqlens: torch.Tensor) -> torch.Tensor:
-    """verl's `calculate_workload`: the relative FLOPs of a sequence of each length (a 7B-sized block)."""
-    return 24576 * seqlens + seqlens ** 2
-
-
-def equal_size_partitions(costs: Sequence[int], k: int) -> List[List[int]]:
-    """Indices of `costs` in `k` parts of equal size with near-equal cost sums: the costliest item
-    goes to the cheapest part that still has room (len(costs) must divide by k)."""
-    size = len(costs) // k
-    parts: List[List[int]] = [[] for _ in range(k)]
-    sums = [0] * k
-    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
-        p = min((j for j in range(k) if len(parts[j]) < size), key=lambda j: (sums[j], j))
-        parts[p].append(i)
-        sums[p] += costs[i]
-    return parts
-
-
-def balanced_order(attention_mask: torch.Tensor, num_mini: int, dp: int) -> List[int]:
-    """verl's `_balance_batch` with keep_minibatch: a row order in which each mini-batch keeps its
-    rows, and the part of it each DP rank gets (see reorder_for_dp) has balanced total tokens.
-
-    Keeping the mini-batches (rather than verl's default, which balances the whole batch and so
-    changes which rows share a mini-batch) keeps each update the same set of samples as with
-    balance_batch off or DP=1. Within a part, short rows are at both ends (as verl places them)."""
-    n = attention_mask.shape[0]
-    per_mini, per_part = n // num_mini, n // num_mini // dp
-    costs = workload(attention_mask.reshape(n, -1).sum(-1).long()).tolist()
-    order: List[int] = []
-    for j in range(num_mini):
-        rows = list(range(j * per_mini, (j + 1) * per_mini))
-        for part in equal_size_partitions([costs[i] for i in rows], dp):
-            part.sort(key=lambda x: (costs[rows[x]], x))
-            order.extend(rows[x] for x in part[::2] + part[1::2][::-1])
-    assert len(order) == n and per_part * dp * num_mini == n
-    return order
-
-
-def seqlen_balance_metrics(attention_mask: torch.Tensor, order: List[int], num_mini: int, dp: int,
-                           prefix: str = "global_seqlen") -> Dict[str, float]:
-    """verl's `log_seqlen_unbalance`: total tokens per DP rank before (min, max, minmax_diff) and after
-    balancing (balanced_min, balanced_max), and the mean per rank."""
-    seqlens = attention_mask.reshape(attention_mask.shape[0], -1).sum(-1).long()
-
-    def per_rank(rows: List[int]) -> List[int]:
-        share = len(rows) // dp
-        return [int(seqlens[rows[r * share:(r + 1) * share]].sum()) for r in range(dp)]
-
-    n = seqlens.shape[0]
-    before = per_rank(reorder_for_dp(n, num_mini, dp))
-    after = per_rank([order[k] for k in reorder_for_dp(n, num_mini, dp)])
-    return {f"{prefix}/min": min(before), f"{prefix}/max": max(before), f"{prefix}/minmax_diff": max(before) - min(before),
-            f"{prefix}/balanced_min": min(after), f"{prefix}/balanced_max": max(after),
-            f"{prefix}/mean": int(seqlens.sum()) / dp}
-
-
-def dp_shards(batch: Batch, num_mini: int, dp: int, balance: bool = False,
-              metrics: Optional[Dict[str, Any]] = None) -> List[Batch]:
-    """The batch split over `dp` ranks, mini-batch by mini-batch (reorder_for_dp). With `balance`
-    (trainer.balance_batch) the rows of each mini-batch are first regrouped so each rank's part has
-    balanced total tokens; verl's global_seqlen metrics go into `metrics`."""
-    n = batch["response_mask"].shape[0]
-    if balance and dp > 1:
-        order = balanced_order(batch["attention_mask"], num_mini, dp)
-        if metrics is not None:
-            metrics.update(seqlen_balance_metrics(batch["attention_mask"], order, num_mini, dp))
-        batch = select(batch, order)
-    ordered = select(batch, reorder_for_dp(n, num_mini, dp))
-    return split(ordered, [n // dp] * dp)
 
 
 class EpochsExhausted(Exception):
@@ -298,7 +204,7 @@ class PPOTrainer(StepLoop):
         rollout = actor_rollout_ref.rollout
         sampling = {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p,
                     "do_sample": rollout.do_sample}
-        num_mini = self._num_mini(actor_rollout_ref.actor.ppo_mini_batch_size)
+        num_mini = num_mini_batches(cfg.data.train_batch_size, actor_rollout_ref.actor.ppo_mini_batch_size)
         # One mini-batch trained once: the update's own forward gives the old log-probs (verl's dp_actor
         # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
         # The KL in the reward needs the old log-probs before the update, so it always scores them.
@@ -426,12 +332,13 @@ class PPOTrainer(StepLoop):
         n_seq = mask.shape[0]
         t = time.perf_counter()
         if self.critic_wg is not None:
-            critic_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or actor_rollout_ref.actor.ppo_mini_batch_size)
+            critic_mini = num_mini_batches(cfg.data.train_batch_size,
+                                           cfg.critic.ppo_mini_batch_size or actor_rollout_ref.actor.ppo_mini_batch_size)
             dp = self.critic_wg.dp_size
             res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp,
                                                                         bool(cfg.trainer.balance_batch)),
                                              update_meta(train_batch, critic_mini, dp))
-            metrics.update(_merge_rank_metrics(res))
+            metrics.update(merge_rank_metrics(res))
         timing["update_critic"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.global_step >= int(cfg.trainer.critic_warmup):
@@ -442,7 +349,7 @@ class PPOTrainer(StepLoop):
             shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
             update = self.actor_wg.submit_shards("update_actor", shards, meta)
             sending = self._send_ahead(plan, timing)
-            metrics.update(_merge_rank_metrics(update.result()))
+            metrics.update(merge_rank_metrics(update.result()))
             if sending is not None:  # the update answered: a failure to send the next generation is step t+1's
                 raise sending
             fault_point("step")
@@ -497,10 +404,6 @@ class PPOTrainer(StepLoop):
             greedy[k] = picked[k]
         scores = self._score(greedy).sum(-1)[:len(firsts)]
         return scores.repeat_interleave(n)
-
-    def _num_mini(self, mini_prompts: int) -> int:
-        bs = int(self.cfg.data.train_batch_size)
-        return max(1, bs // int(mini_prompts))
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -647,17 +550,4 @@ def gdpo_metrics(keys: Sequence[str], components: Dict[str, List[Any]]) -> Dict[
         if values.size:
             out.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std()),
                         f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
-    return out
-
-
-def _merge_rank_metrics(per_rank: List[Dict[str, List[float]]]) -> Dict[str, float]:
-    """Loss parts add up over DP ranks (they are normalised by global counts); the rest average."""
-    keys = per_rank[0].keys()
-    out = {}
-    for k in keys:
-        per_mini = np.array([r[k] for r in per_rank], dtype=np.float64)  # (ranks, minis)
-        if k in LOSS_METRICS:
-            out[k] = float(per_mini.sum(axis=0).mean())
-        else:
-            out[k] = float(per_mini.mean())
     return out

@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import logging
 import os
-from collections import defaultdict
 from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import chunk
@@ -31,10 +30,10 @@ from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401 
 from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 from verl_lite.trainer.placement import assigned_device_index
+from verl_lite.trainer.update_metrics import mini_batch_metrics, per_mini_batch
 
 logger = logging.getLogger(__name__)
 
-LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/vf_loss")
 # The per-rank micro-batch when every micro-batch size a pass reads is null (the schema's comments on
 # ppo_micro_batch_size_per_gpu and log_prob_micro_batch_size_per_gpu say so).
 FALLBACK_MICRO_BATCH = 64
@@ -84,14 +83,6 @@ def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr:
         backend = DIST_BACKENDS[device]
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=int(timeout_s)))
-
-
-def _reduce_metrics(per_mini: List[Dict[str, float]]) -> Dict[str, List[float]]:
-    out: Dict[str, List[float]] = defaultdict(list)
-    for m in per_mini:
-        for k, v in m.items():
-            out[k].append(float(v))
-    return dict(out)
 
 
 class EngineWorker:
@@ -215,19 +206,12 @@ class EngineWorker:
                 engine.optimizer_zero_grad()
                 micro = self._micro_batches(engine, mini, micro_bsz, self._token_budget(engine.role, training=True))
                 outs = engine.forward_backward(micro.parts, micro.loss(loss_fn), calculate_entropy=calculate_entropy)
-                summed: Dict[str, float] = defaultdict(float)
-                counts: Dict[str, int] = defaultdict(int)
-                for o in outs:
-                    for k, v in o["metrics"].items():
-                        summed[k] += float(v)
-                        counts[k] += 1
-                # Loss parts are already normalised by global counts: they add up. Ratios average.
-                m = {k: (summed[k] if k in LOSS_METRICS else summed[k] / counts[k]) for k in summed}
+                m = mini_batch_metrics(outs)
                 m[f"{engine.role}/grad_norm"] = engine.optimizer_step()
                 per_mini.append(m)
         lr = engine.lr_scheduler_step()
         engine.eval_mode()
-        out = _reduce_metrics(per_mini)
+        out = per_mini_batch(per_mini)
         out[f"{engine.role}/lr"] = [lr]
         return out
 
