@@ -48,8 +48,8 @@ from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.placement import NodeGroups
 from verl_lite.trainer.update_metrics import merge_rank_metrics
-from verl_lite.trainer.worker_group import WorkerGroup, _pid, _short, lost_node, node_lost_error, \
-    worker_resources
+from verl_lite.trainer.worker_group import (WorkerGroup, lost_node, node_lost_error, short_error, worker_pid,
+                                            worker_resources)
 
 logger = logging.getLogger("verl_lite")
 
@@ -93,7 +93,7 @@ class RolloutPool:
         self.nodes = [placement.node_of(r) if placement is not None else None for r in range(replicas)]
         self.pids: List[Optional[int]] = [None] * replicas
         self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
-        self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
+        self.pids = self._wait([w.__ray_call__.remote(worker_pid) for w in self.workers], "pid", init_timeout_s)
 
     def _wait(self, refs: List[Any], method: str, timeout: Optional[float]) -> List[Any]:
         import ray
@@ -105,7 +105,7 @@ class RolloutPool:
                 answers[refs.index(ref)] = ray.get(ref)
             except Exception as e:
                 self._raise_if_node_lost(e, method, pending)
-                raise RolloutError(f"rollout replica {refs.index(ref)} failed in {method}: {_short(e)}") from e
+                raise RolloutError(f"rollout replica {refs.index(ref)} failed in {method}: {short_error(e)}") from e
         if pending:
             raise RolloutError(f"rollout replicas {[refs.index(p) for p in pending]} did not answer {method} within "
                                f"{timeout:.0f} s (raise trainer.ray_timeout_s if they are just slow)")
@@ -137,7 +137,7 @@ class RolloutPool:
                 ray.get(ref)
             except Exception as e:
                 self._raise_if_node_lost(e, "run", [])
-                raise RolloutError(f"rollout replica {replica} stopped generating: {_short(e)}") from e
+                raise RolloutError(f"rollout replica {replica} stopped generating: {short_error(e)}") from e
             raise RolloutError(f"rollout replica {replica} stopped generating without an error (was it stopped?)")
 
     def stats(self) -> List[Dict[str, Any]]:

@@ -30,6 +30,7 @@ from verl_lite.trainer.algos import policy_losses as _verl_losses  # noqa: F401 
 from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 from verl_lite.trainer.placement import assigned_device_index
+from verl_lite.trainer.profiling import RolloutReplica, WorkerProfiler
 from verl_lite.trainer.update_metrics import mini_batch_metrics, per_mini_batch
 
 logger = logging.getLogger(__name__)
@@ -113,8 +114,6 @@ class EngineWorker:
 
     def start_profile(self, step: int) -> None:
         """Start recording before step `step` when this role and rank are profiled (trainer/profiling.py)."""
-        from verl_lite.trainer.profiling import RolloutReplica, WorkerProfiler
-
         if getattr(self, "_profiler", None) is None:
             rollout = getattr(self, "rollout", None)
             place = None
