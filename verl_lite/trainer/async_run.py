@@ -39,7 +39,8 @@ from verl_lite.decisions import async_pools, placement
 from verl_lite.decisions.layout import train_world
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos, tensor_transport
-from verl_lite.trainer.algos import advantages, rollout_correction
+from verl_lite.trainer.advantage_phase import advantage_phase
+from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.async_buffer import ChunkBuffer
 from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
 from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
@@ -47,6 +48,7 @@ from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_i
 from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.placement import NodeGroups
+from verl_lite.trainer.step_metrics import batch_metrics, entropy_mean, timing_metrics
 from verl_lite.trainer.update_metrics import merge_rank_metrics
 from verl_lite.trainer.worker_group import (WorkerGroup, lost_node, node_lost_error, short_error, worker_pid,
                                             worker_resources)
@@ -313,7 +315,6 @@ class AsyncTrainer(StepLoop):
         timing["wait_rollout"] = got["wait_s"]
         groups = got["groups"]
         batch = merge_groups(groups)
-        mask = batch["response_mask"].float()
         tensors = {k: batch[k] for k in TRAIN_KEYS if k in batch}
         tensors["temperature"] = float(actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
@@ -336,19 +337,18 @@ class AsyncTrainer(StepLoop):
             train_batch["ref_log_prob"] = self.train_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
         timing["old_log_prob"] = time.perf_counter() - t
         rewards = batch["token_level_scores"]
-        metrics: Dict[str, Any] = {}
-        generated_mask = mask  # response lengths are the generated ones
-        if not bypass and "rollout_log_probs" in batch:
-            # as verl's fully-async trainer (separation/ray_trainer.py _fit_compute_advantage), before the
-            # advantages: "rollout" = the replica's log-probs, "old" = the published weights'
-            corrected = {"old_log_probs": old, "rollout_log_probs": batch["rollout_log_probs"],
-                         "response_mask": tensors["response_mask"]}
-            metrics.update(rollout_correction.apply_to_batch(correction, corrected))
-            train_batch["response_mask"] = corrected["response_mask"]
-            if "rollout_is_weights" in corrected:
-                train_batch["rollout_is_weights"] = corrected["rollout_is_weights"]
-            mask = corrected["response_mask"].float()
-        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, batch["uid"])
+        # as verl's fully-async trainer (separation/ray_trainer.py _fit_compute_advantage): "rollout" = the
+        # replica's log-probs, "old" = the published weights'; the correction's mask and weights are trained on
+        view = {"old_log_probs": old, "response_mask": tensors["response_mask"], "uid": batch["uid"]}
+        if "rollout_log_probs" in batch:
+            view["rollout_log_probs"] = batch["rollout_log_probs"]
+        phase = advantage_phase(cfg.algorithm, view, rewards)
+        train_batch["response_mask"] = view["response_mask"]
+        if "rollout_is_weights" in view:
+            train_batch["rollout_is_weights"] = view["rollout_is_weights"]
+        adv, ret, mask, generated_mask = phase.advantages, phase.returns, phase.mask, phase.generated_mask
+        metrics: Dict[str, Any] = dict(phase.correction_metrics)
+        metrics.update(phase.input_metrics)
         rows = torch.tensor([g["reweight"] for g in groups for _ in range(g["data"]["response_mask"].shape[0])])
         if rows.any():
             cap = float(cfg.async_training.reweight_cap)
@@ -373,12 +373,8 @@ class AsyncTrainer(StepLoop):
         timing["step"] = time.perf_counter() - t0
         staleness = torch.tensor([float(g["staleness"]) for g in groups])
         metrics.update(self._verl_metrics(groups, got, timing))
-        scores, resp_len = rewards.sum(-1), generated_mask.sum(-1)
+        metrics.update(batch_metrics(rewards, adv, mask, generated_mask))
         metrics.update({
-            "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
-            "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
-            "response_length/mean": resp_len.mean().item(),
-            "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
             "async/param_version": self.global_step // self.k, "async/staleness/mean": staleness.mean().item(),
             "async/staleness/max": staleness.max().item(), "async/dropped_groups": got["dropped"],
             "async/dropped_groups_total": self.dropped_total,
@@ -389,10 +385,10 @@ class AsyncTrainer(StepLoop):
             "perf/num_sequences": int(mask.shape[0]),
         })
         if "entropy" in lp:  # of the old log-prob pass (none in bypass mode)
-            metrics["actor/entropy"] = core_algos.masked_mean(lp["entropy"], generated_mask).item()
+            metrics["actor/entropy"] = entropy_mean(lp["entropy"], generated_mask)
         metrics.update(reward_extra_metrics(batch))  # the dapo manager's overlong_buffer_cfg.log
         metrics.update(self._rollout_perf())
-        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics.update(timing_metrics(timing))
         return metrics
 
     def _verl_metrics(self, groups: List[Dict[str, Any]], got: Dict[str, Any], timing: Dict[str, float]) -> Dict[str, Any]:

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -25,11 +25,13 @@ from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
+from verl_lite.trainer.advantage_phase import advantage_phase
 from verl_lite.trainer.algos import advantages, rollout_correction
 from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.profiling import is_profiled_step, recording_bounds
+from verl_lite.trainer.step_metrics import batch_metrics, entropy_mean, throughput_metrics, timing_metrics
 from verl_lite.trainer.tracking import val_generations
 from verl_lite.trainer.update_metrics import merge_rank_metrics
 
@@ -264,89 +266,94 @@ class PPOTrainer(StepLoop):
 
     def step(self) -> Dict[str, Any]:
         cfg = self.cfg
-        actor_rollout_ref = cfg.actor_rollout_ref
         timing: Dict[str, float] = {}
         ahead, self._ahead = self._ahead, None
         # a step whose generation was sent during the previous one starts where that one ended
         t0 = self._last_step_end if ahead is not None else time.perf_counter()
         plan = self._plan()
-        sampling, num_mini, kl_in_reward = plan.sampling, plan.num_mini, plan.kl_in_reward
-        correction, bypass, on_policy, score_old = plan.correction, plan.bypass, plan.on_policy, plan.score_old
+        gen, sampling_metrics = self._generation(plan, ahead, timing)
+        entropy = self._before_advantages(plan, gen, timing)
+        rewards, kl_metrics = gen["token_level_scores"], {}
+        if plan.kl_in_reward:
+            rewards, kl_metrics = core_algos.apply_kl_penalty(
+                rewards, gen["old_log_probs"], gen["ref_log_prob"], gen["response_mask"].float(),
+                self.kl_ctrl_in_reward, cfg.algorithm.kl_penalty)
+        phase = advantage_phase(cfg.algorithm, gen, rewards, lambda: self._greedy_rewards(gen, plan.sampling, timing))
+        adv, mask = phase.advantages, phase.mask
+        gen["advantages"], gen["returns"] = adv, phase.returns
+        metrics: Dict[str, Any] = dict(kl_metrics)
+        metrics.update(phase.correction_metrics)
+        metrics.update(sampling_metrics)
+        metrics.update(reward_extra_metrics(gen))
+        metrics.update(phase.input_metrics)
+        self._update(plan, _tensors(gen), metrics, timing)
+        self._last_step_end = time.perf_counter()
+        timing["step"] = self._last_step_end - t0
+        # verl's critic/score: before the KL penalty; response lengths: the generated ones
+        metrics.update(batch_metrics(gen["token_level_scores"], adv, mask, phase.generated_mask, rewards=rewards,
+                                     prompt_mask=gen["attention_mask"][:, :-mask.shape[1]]))
+        metrics.update(throughput_metrics(phase.generated_mask, gen["attention_mask"], timing, self.n_devices))
+        if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
+            metrics["actor/entropy"] = entropy
+        if "sum_pi_squared" in gen:  # verl's variance proxies, with the actor's gradient norm when it stepped
+            metrics.update(advantages.variance_proxy_metrics(gen["old_log_probs"], gen["sum_pi_squared"], adv, mask,
+                                                             gen.get("rollout_is_weights"),
+                                                             metrics.get("actor/grad_norm")))
+        metrics.update(timing_metrics(timing))
+        metrics["sample"] = gen["_texts"][0]
+        return metrics
 
-        def generate(fetches: int) -> Batch:
-            return self._generate_and_score(self._next_prompts(fetches), sampling, score_old, plan.score_ref, timing)
-
+    def _generation(self, plan: "_StepPlan", ahead: Optional["_Generation"],
+                    timing: Dict[str, float]) -> Tuple[Batch, Dict[str, Any]]:
+        """The step's scored generation batch and dynamic sampling's metrics: the one sent during the
+        previous step, or train_batch_size prompts now, or DAPO's rounds of gen_batch_size prompts
+        until enough groups with varied rewards."""
         if ahead is not None:
-            gen, sampling_metrics = self._score_generation(ahead, timing, ahead=True), {}
-        elif self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
-            gen, sampling_metrics = self._score_generation(self._send_generation(plan), timing), {}
-        else:  # DAPO's dynamic sampling: rounds of gen_batch_size prompts until enough varied groups
-            gen, sampling_metrics = self.dynamic.collect(lambda _round: generate(1))
-        entropy = None
-        if bypass:
+            return self._score_generation(ahead, timing, ahead=True), {}
+        if self.dynamic is None:
+            return self._score_generation(self._send_generation(plan), timing), {}
+        return self.dynamic.collect(lambda _round: self._generate_and_score(
+            self._next_prompts(1), plan.sampling, plan.score_old, plan.score_ref, timing))
+
+    def _before_advantages(self, plan: "_StepPlan", gen: Batch, timing: Dict[str, float]) -> Optional[float]:
+        """What the batch holds before its advantages: in bypass mode the rollout's log-probs as the old
+        ones, the critic's values (timed with the old log-probs); the old pass's entropy is returned."""
+        if plan.bypass:
             if "rollout_log_probs" not in gen:
                 raise RuntimeError("algorithm.rollout_correction.bypass_mode=True needs the rollout's log-probs: set "
                                    "actor_rollout_ref.rollout.calculate_log_probs=True")
             gen["old_log_probs"] = gen["rollout_log_probs"]
-        if score_old:
-            entropy = core_algos.masked_mean(gen.pop("entropy"), gen["response_mask"].float()).item()
+        entropy = entropy_mean(gen.pop("entropy"), gen["response_mask"].float()) if plan.score_old else None
         if self.critic_wg is not None:
             t = time.perf_counter()
             gen["values"] = self.critic_wg.dp_call("compute_values", _tensors(gen))["values"]
             timing["old_log_prob"] += time.perf_counter() - t
-        rewards = gen["token_level_scores"]
-        mask = gen["response_mask"].float()
-        kl_metrics: Dict[str, float] = {}
-        if kl_in_reward:
-            rewards, kl_metrics = core_algos.apply_kl_penalty(
-                rewards, gen["old_log_probs"], gen["ref_log_prob"], mask, self.kl_ctrl_in_reward,
-                cfg.algorithm.kl_penalty)
-        correction_metrics: Dict[str, float] = {}
-        generated_mask = mask  # response lengths are the generated ones (verl's, from the attention mask)
-        if not bypass and "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
-            correction_metrics = rollout_correction.apply_to_batch(correction, gen)
-            mask = gen["response_mask"].float()
-        elif plan.correction_active and not bypass:
+        if plan.correction_active and not plan.bypass and not ("rollout_log_probs" in gen and "old_log_probs" in gen):
             raise RuntimeError("algorithm.rollout_correction is set but the rollout returned no rollout_log_probs: "
                                "set actor_rollout_ref.rollout.calculate_log_probs=True")
-        baselines = None
-        if cfg.algorithm.adv_estimator == "remax":
-            t = time.perf_counter()
-            baselines = self._greedy_rewards(_prompts_of(gen), sampling)
-            timing["gen_baseline"] = time.perf_counter() - t
-        components = {k[len(EXTRA_PREFIX):]: v for k, v in gen.items() if k.startswith(EXTRA_PREFIX)}
-        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, gen["uid"], values=gen.get("values"),
-                                                reward_baselines=baselines, old_log_probs=gen.get("old_log_probs"),
-                                                sum_pi_squared=gen.get("sum_pi_squared"),
-                                                rollout_is_weights=gen.get("rollout_is_weights"),
-                                                reward_components=components,
-                                                response_lengths=generated_mask.sum(-1))
-        gen["advantages"], gen["returns"] = adv, ret
-        metrics: Dict[str, Any] = dict(kl_metrics)
-        metrics.update(correction_metrics)
-        metrics.update(sampling_metrics)
-        metrics.update(reward_extra_metrics(gen))
-        if cfg.algorithm.adv_estimator == "gdpo":  # verl's per-component metrics
-            metrics.update(gdpo_metrics(cfg.algorithm.gdpo_reward_keys, components))
-        train_batch = _tensors(gen)
-        n_seq = mask.shape[0]
+        return entropy
+
+    def _update(self, plan: "_StepPlan", train_batch: Batch, metrics: Dict[str, Any], timing: Dict[str, float]) -> None:
+        """The critic's update, then the actor's (from trainer.critic_warmup on), the next step's
+        generation sent behind it (_send_ahead); their metrics go into `metrics`."""
+        cfg = self.cfg
+        balance = bool(cfg.trainer.balance_batch)
         t = time.perf_counter()
         if self.critic_wg is not None:
-            critic_mini = num_mini_batches(cfg.data.train_batch_size,
-                                           cfg.critic.ppo_mini_batch_size or actor_rollout_ref.actor.ppo_mini_batch_size)
+            critic_mini = num_mini_batches(cfg.data.train_batch_size, cfg.critic.ppo_mini_batch_size
+                                           or cfg.actor_rollout_ref.actor.ppo_mini_batch_size)
             dp = self.critic_wg.dp_size
-            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp,
-                                                                        bool(cfg.trainer.balance_batch)),
+            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp, balance),
                                              update_meta(train_batch, critic_mini, dp))
             metrics.update(merge_rank_metrics(res))
         timing["update_critic"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.global_step >= int(cfg.trainer.critic_warmup):
             dp = self.actor_wg.dp_size
-            meta = update_meta(train_batch, num_mini, dp)
+            meta = update_meta(train_batch, plan.num_mini, dp)
             # The worker pushes the new weights to its rollout before it answers: one round trip.
-            meta.update(on_policy=on_policy, sync_weights_version=self.global_step + 1)
-            shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
+            meta.update(on_policy=plan.on_policy, sync_weights_version=self.global_step + 1)
+            shards = dp_shards(train_batch, plan.num_mini, dp, balance, metrics)
             update = self.actor_wg.submit_shards("update_actor", shards, meta)
             sending = self._send_ahead(plan, timing)
             metrics.update(merge_rank_metrics(update.result()))
@@ -359,39 +366,13 @@ class PPOTrainer(StepLoop):
                 raise sending
         # the update's call alone: sending the next step's generation is timed apart (timing_s/gen_send)
         timing["update_actor"] = time.perf_counter() - t - timing.get("gen_send", 0.0)
-        self._last_step_end = time.perf_counter()
-        timing["step"] = self._last_step_end - t0
-        scores = gen["token_level_scores"].sum(-1)  # verl's critic/score: before the KL penalty
-        resp_len = generated_mask.sum(-1)
-        total_tokens = int(gen["attention_mask"].sum())
-        metrics.update({
-            "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
-            "critic/score/min": scores.min().item(), "critic/rewards/mean": rewards.sum(-1).mean().item(),
-            "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
-            "response_length/mean": resp_len.mean().item(),
-            "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
-            "prompt_length/mean": gen["attention_mask"][:, :-mask.shape[1]].sum(-1).float().mean().item(),
-            # Generated tokens over the generate call alone (not the step; see perf/throughput).
-            "perf/tokens_per_s": resp_len.sum().item() / max(timing["gen"], 1e-9),
-            "perf/num_sequences": n_seq,
-            # verl's definitions: prompt + response tokens of the step, per second of step per device.
-            "perf/total_num_tokens": total_tokens,
-            "perf/throughput": total_tokens / max(timing["step"], 1e-9) / self.n_devices,
-        })
-        if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
-            metrics["actor/entropy"] = entropy
-        if "sum_pi_squared" in gen:  # verl's variance proxies, with the actor's gradient norm when it stepped
-            metrics.update(advantages.variance_proxy_metrics(gen["old_log_probs"], gen["sum_pi_squared"], adv, mask,
-                                                             gen.get("rollout_is_weights"),
-                                                             metrics.get("actor/grad_norm")))
-        # the generating thread's CPU seconds (wall time on a shared machine includes waiting for a core)
-        metrics.update({f"perf/cpu_s/{k[4:]}" if k.startswith("cpu/") else f"timing_s/{k}": v for k, v in timing.items()})
-        metrics["sample"] = gen["_texts"][0]
-        return metrics
 
-    def _greedy_rewards(self, prompts: Batch, sampling: Dict[str, Any]) -> torch.Tensor:
-        """remax's baseline, as verl's trainer makes it: the score of one greedy response per prompt (same
-        policy, same reward), repeated over that prompt's rollout.n responses. (B,)"""
+    def _greedy_rewards(self, gen: Batch, sampling: Dict[str, Any], timing: Dict[str, float]) -> torch.Tensor:
+        """remax's baseline, as verl's trainer makes it: the score of one greedy response per prompt of
+        `gen` (same policy, same reward), repeated over that prompt's rollout.n responses (B,); its
+        seconds are timing's gen_baseline."""
+        t = time.perf_counter()
+        prompts = _prompts_of(gen)
         n = int(self.cfg.actor_rollout_ref.rollout.n)
         firsts = list(range(0, len(prompts["uid"]), n))
         dp = self.actor_wg.dp_size
@@ -403,6 +384,7 @@ class PPOTrainer(StepLoop):
         for k in LIST_KEYS:
             greedy[k] = picked[k]
         scores = self._score(greedy).sum(-1)[:len(firsts)]
+        timing["gen_baseline"] = time.perf_counter() - t
         return scores.repeat_interleave(n)
 
     # -- validation ----------------------------------------------------------------------------
@@ -540,14 +522,3 @@ class _StepPlan(NamedTuple):
     score_old: bool  # the actor scores the old log-probs inside the generate call
     score_ref: bool  # the ref scores its log-probs there too
     correction_active: bool  # algorithm.rollout_correction asks for weights or rejection
-
-
-def gdpo_metrics(keys: Sequence[str], components: Dict[str, List[Any]]) -> Dict[str, float]:
-    """verl's gdpo/<key>/{mean,std,max,min} of each reward component over the batch."""
-    out = {}
-    for key in keys or ():
-        values = np.asarray([float(v) for v in components.get(key, []) if v is not None], dtype=np.float64)
-        if values.size:
-            out.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std()),
-                        f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
-    return out

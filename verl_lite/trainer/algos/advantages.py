@@ -15,7 +15,7 @@ A user's own estimator registers with `@register_adv_est("name")` and receives t
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Hashable, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -25,17 +25,32 @@ from verl_lite.trainer.core_algos import masked_whiten
 
 AdvEstimator = Callable[..., Tuple[torch.Tensor, torch.Tensor]]
 ADV_ESTIMATORS: Dict[str, AdvEstimator] = {}
+# The inputs an estimator may need beyond rewards, mask and uids, gathered by trainer/advantage_phase.py
+ESTIMATOR_INPUTS = ("values", "reward_baselines", "sum_pi_squared", "reward_components")
+ADV_NEEDS: Dict[str, FrozenSet[str]] = {}
 
 
-def register_adv_est(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
-    """Register an advantage estimator under `name` (a user's own too; a name taken twice is refused)."""
+def register_adv_est(name: str, needs: Iterable[str] = ()) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Register an advantage estimator under `name` (a user's own too; a name taken twice is refused),
+    with the ESTIMATOR_INPUTS it `needs` (what the trainer gathers for it: estimator_needs)."""
+    needs = frozenset(needs)
+    if needs - set(ESTIMATOR_INPUTS):
+        raise ValueError(f"advantage estimator {name!r} needs {sorted(needs - set(ESTIMATOR_INPUTS))}: "
+                         f"choose from {', '.join(ESTIMATOR_INPUTS)}")
+
     def register(fn: AdvEstimator) -> AdvEstimator:
         if name in ADV_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is registered twice "
                              f"({ADV_ESTIMATORS[name].__name__}, {fn.__name__})")
-        ADV_ESTIMATORS[name] = fn
+        ADV_ESTIMATORS[name], ADV_NEEDS[name] = fn, needs
         return fn
     return register
+
+
+def estimator_needs(name: str) -> FrozenSet[str]:
+    """The inputs the estimator `name` declared with register_adv_est(needs=...); unknown names are refused."""
+    get_adv_estimator_fn(name)  # an unknown name is refused as there
+    return ADV_NEEDS.get(name, frozenset())
 
 
 def get_adv_estimator_fn(name: str) -> AdvEstimator:
@@ -65,7 +80,7 @@ def _reward_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
     return (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
 
 
-register_adv_est("gae")(core_algos.compute_gae_advantage_return)
+register_adv_est("gae", needs={"values"})(core_algos.compute_gae_advantage_return)
 register_adv_est("grpo")(core_algos.compute_grpo_outcome_advantage)
 
 
@@ -205,7 +220,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     return advantages, returns
 
 
-@register_adv_est("remax")
+@register_adv_est("remax", needs={"reward_baselines"})
 def compute_remax_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                     reward_baselines: Optional[torch.Tensor] = None, **_: Any):
     """ReMax (https://arxiv.org/abs/2310.10505): the reward-to-go of each token minus the reward of
@@ -259,7 +274,7 @@ def _otb_inputs(name: str, old_log_probs: Optional[torch.Tensor], sum_pi_squared
         raise ValueError(f"{name} needs the old log-probs of the responses (the actor's log-prob pass)")
 
 
-@register_adv_est("optimal_token_baseline")
+@register_adv_est("optimal_token_baseline", needs={"sum_pi_squared"})
 def compute_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                             index: Sequence[Hashable], old_log_probs: Optional[torch.Tensor] = None,
                                             sum_pi_squared: Optional[torch.Tensor] = None,
@@ -288,7 +303,7 @@ def compute_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, 
     return advantages, returns
 
 
-@register_adv_est("tir_optimal_token_baseline")
+@register_adv_est("tir_optimal_token_baseline", needs={"sum_pi_squared"})
 def compute_multi_turn_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor,
                                                         response_mask: torch.Tensor, index: Sequence[Hashable],
                                                         old_log_probs: Optional[torch.Tensor] = None,
@@ -332,7 +347,7 @@ def compute_multi_turn_optimal_token_baseline_advantage(token_level_rewards: tor
     return advantages, token_returns
 
 
-@register_adv_est("gdpo")
+@register_adv_est("gdpo", needs={"reward_components"})
 def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                    index: Sequence[Hashable], epsilon: float = 1e-6,
                                    norm_adv_by_std_in_grpo: bool = True, config: Any = None,
