@@ -531,7 +531,7 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
             load_into_workers(path, train_wg)
             logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are "
                         "skipped)", path, state["global_step"])
-        chunk_groups = max(1, min(batch, int(actor_rollout_ref.rollout.micro_batch_size or 256) // n))
+        chunk_groups = max(1, min(batch, int(actor_rollout_ref.rollout.micro_batch_size) // n))
         budget = async_pools.max_required_samples(cfg)  # verl's max_required_samples, also its max_queue_size
         resumed = {"sampler": state["sampler"], "pending": state.get("pending", [])} if state else None
         # verl deals one prompt at a time over whole epochs (gen_batch_size 1); with a batch, whole batches
