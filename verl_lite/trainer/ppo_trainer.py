@@ -3,8 +3,11 @@
 The driver holds the data, the reward function and the metrics; workers (Ray actors) hold the
 models. One step:
   prompts -> rollout (n samples each) -> rewards -> old log-probs [-> ref log-probs] [-> values]
-  -> advantages (algorithm.adv_estimator, trainer/algos/advantages.py) [-> critic update] -> actor update
-  -> weight sync.
+  -> advantages (trainer/advantage_phase.py) [-> critic update] -> actor update -> weight sync.
+What the fully-async driver (`async_run`) runs too has rooms of its own: the advantage phase, the step
+metrics (`step_metrics`), the data-parallel dealing (`data_parallel`) and the update metrics'
+merging (`update_metrics`); this driver's generation batches are in `generation`, its per-step
+plan in `step_plan`.
 """
 
 from __future__ import annotations
@@ -14,24 +17,27 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from verl_lite.batch import Batch, left_pad, select
-from verl_lite.data.dataset import BatchSampler, multi_modal_fields
+from verl_lite.batch import Batch, select
+from verl_lite.data.dataset import BatchSampler
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
 from verl_lite.trainer.advantage_phase import advantage_phase
-from verl_lite.trainer.algos import advantages, rollout_correction
-from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
+from verl_lite.trainer.algos import advantages
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
+from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
+from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
+from verl_lite.trainer.generation import (LIST_KEYS, PROMPT_KEYS, Generation, answer, generate_ahead_enabled,
+                                          prompt_batch, prompts_of, submit_generation, worker_fields)
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.profiling import is_profiled_step, recording_bounds
 from verl_lite.trainer.step_metrics import batch_metrics, entropy_mean, throughput_metrics, timing_metrics
+from verl_lite.trainer.step_plan import StepPlan, read_plan
 from verl_lite.trainer.tracking import val_generations
 from verl_lite.trainer.update_metrics import merge_rank_metrics
 
@@ -39,32 +45,6 @@ logger = logging.getLogger(__name__)
 
 CONSOLE_KEYS = ("critic/score/mean", "val/score", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
                 "response_length/mean", "timing_s/step", "perf/tokens_per_s")
-
-
-# Per-row Python values stay on the driver (reward, advantages by uid); workers get tensors only.
-LIST_KEYS = ("uid", "data_source", "ground_truth", "extra_info")
-PROMPT_KEYS = ("input_ids", "attention_mask")
-# Per-sample image fields (the batch contract, docs/vl.md): multi_modal_data (the PIL images) goes to the
-# rollout only; multi_modal_inputs (the processor's pixel inputs) to the rollout, actor, ref and critic.
-MM_KEYS = ("multi_modal_data", "multi_modal_inputs")
-
-
-def _prompts_of(gen: Batch) -> Batch:
-    """The prompt rows a generation batch was made from (left-padded ids, their mask, the list keys),
-    as _prompt_batch built them; under dynamic sampling the batch that was kept."""
-    width = gen["prompts"].shape[1]
-    prompts: Batch = {"input_ids": gen["prompts"], "attention_mask": gen["attention_mask"][:, :width]}
-    prompts.update({k: gen[k] for k in LIST_KEYS + MM_KEYS if k in gen})
-    return prompts
-
-
-def _tensors(batch: Batch, keys: Optional[Sequence[str]] = None) -> Batch:
-    """The fields of `batch` a worker needs: `keys` (and the image fields the batch has: the rollout's
-    input), or all but the per-row lists the driver keeps and the images (the pixel inputs go)."""
-    if keys is not None:
-        return {k: batch[k] for k in tuple(keys) + MM_KEYS if k in batch}
-    return {k: v for k, v in batch.items()
-            if k not in LIST_KEYS and k != "multi_modal_data" and not k.startswith("_")}
 
 
 class EpochsExhausted(Exception):
@@ -76,7 +56,16 @@ class EpochsExhausted(Exception):
 
 
 _UNSET: Any = object()
+
+
 class PPOTrainer(StepLoop):
+    """The synchronous GRPO/PPO driver: one step at a time, generation, scoring, advantages and the
+    updates in turn (the next step's generation may be sent behind this step's actor update: see
+    _prefetch_allowed). run.py's `_fit_sync` builds it over the worker groups it started (the
+    actor/rollout/ref group, the critic group for gae) and calls `fit`. It owns the driver's state:
+    the prompt sampler, the KL controller of algorithm.use_kl_in_reward, dynamic sampling's rounds,
+    the step counter and history, and the checkpoints (the workers save their own parts)."""
+
     def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
                  tracking, out_dir: str, stop: Optional[StopRequest] = None, resume: Any = _UNSET):
         self.cfg, self.device = cfg, device
@@ -97,9 +86,9 @@ class PPOTrainer(StepLoop):
         # algorithm.use_kl_in_reward: the KL controller lives on the driver, as verl's trainer holds it
         self.kl_ctrl_in_reward = (core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
                                   if cfg.algorithm.use_kl_in_reward else None)
-        self._ahead: Optional[_Generation] = None  # the next step's generation, sent during this step (_prefetch_allowed)
+        self._ahead: Optional[Generation] = None  # the next step's generation, sent during this step (_prefetch_allowed)
         self._generate_ahead = generate_ahead_enabled()  # run() checked it before anything started
-        self._step_plan: Optional[_StepPlan] = None
+        self._step_plan: Optional[StepPlan] = None
         self._last_step_end = 0.0
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -143,17 +132,7 @@ class PPOTrainer(StepLoop):
                     raise EpochsExhausted(self.sampler.state.epoch)
                 idx = self.sampler.next_batch()
             examples += [self.train_set.examples[i] for i in idx]
-        return self._prompt_batch(examples, int(self.cfg.actor_rollout_ref.rollout.n))
-
-    def _prompt_batch(self, examples, n: int) -> Batch:
-        rep = [e for e in examples for _ in range(n)]
-        batch: Batch = left_pad([e.prompt_ids for e in rep], self.tokenizer.pad_token_id)
-        batch["uid"] = [e.uid for e in rep]
-        batch["data_source"] = [e.data_source for e in rep]
-        batch["ground_truth"] = [e.ground_truth for e in rep]
-        batch["extra_info"] = [e.extra_info for e in rep]
-        batch.update(multi_modal_fields(rep))  # images: multi_modal_data / multi_modal_inputs per sample
-        return batch
+        return prompt_batch(examples, int(self.cfg.actor_rollout_ref.rollout.n), self.tokenizer.pad_token_id)
 
     def _score(self, batch: Batch) -> torch.Tensor:
         token_scores, batch["_texts"], extra = score_responses(self.tokenizer, self.reward_fn, batch)
@@ -166,63 +145,25 @@ class PPOTrainer(StepLoop):
         return self._score_generation(self._submit_generation(prompts, sampling, log_probs, ref_log_probs), timing)
 
     def _submit_generation(self, prompts: Batch, sampling: Dict[str, Any], log_probs: bool,
-                           ref_log_probs: bool) -> "_Generation":
-        sent = time.perf_counter()  # in-process the call runs here
-        call = self.actor_wg.dp_submit("generate_sequences", _tensors(prompts, PROMPT_KEYS),
-                                       int(self.cfg.data.max_response_length), sampling,
-                                       log_probs=log_probs, ref_log_probs=ref_log_probs)
-        return _Generation(prompts, call, sent)
+                           ref_log_probs: bool) -> Generation:
+        return submit_generation(self.actor_wg, prompts, int(self.cfg.data.max_response_length), sampling,
+                                 log_probs, ref_log_probs)
 
-    def _score_generation(self, pending: "_Generation", timing: Dict[str, float], ahead: bool = False) -> Batch:
-        """The generation's answer, scored. `ahead`: it was sent during the previous step's update (see
-        _prefetch_allowed), so its time is the worker's own generation seconds, not the wait for it."""
-        rollout = self.cfg.actor_rollout_ref.rollout
-        gen = pending.call.batch()
-        prompts = pending.prompts
-        worker_timing = gen.pop("timing_s")
-        old_log_prob = worker_timing["old_log_prob"]
-        timing["cpu/gen"] = timing.get("cpu/gen", 0.0) + worker_timing.get("gen_cpu", 0.0)
-        timing["old_log_prob"] = timing.get("old_log_prob", 0.0) + old_log_prob
-        took = worker_timing["gen"] if ahead else time.perf_counter() - pending.sent - old_log_prob
-        timing["gen"] = timing.get("gen", 0.0) + took
-        for k in LIST_KEYS:
-            gen[k] = prompts[k]
-        gen["temperature"] = float(rollout.temperature)
+    def _score_generation(self, pending: Generation, timing: Dict[str, float], ahead: bool = False) -> Batch:
+        """The generation's answer (generation.answer: `ahead` when sent during the previous step's
+        update, _prefetch_allowed), scored; the reward's seconds go to timing's reward."""
+        gen = answer(pending, timing, ahead)
+        gen["temperature"] = float(self.cfg.actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
         gen["token_level_scores"] = self._score(gen)
         timing["reward"] = timing.get("reward", 0.0) + time.perf_counter() - t
         return gen
 
-    def _plan(self) -> "_StepPlan":
-        """What every step's calls ask for, from the config (the same each step: read once, as reading
-        an OmegaConf config costs the driver ~1 ms a step, during which the worker would wait)."""
+    def _plan(self) -> StepPlan:
+        """What every step's calls ask for (step_plan.read_plan), read once."""
         if self._step_plan is None:
-            self._step_plan = self._read_plan()
+            self._step_plan = read_plan(self.cfg, self.kl_ctrl_in_reward is not None)
         return self._step_plan
-
-    def _read_plan(self) -> "_StepPlan":
-        cfg = self.cfg
-        actor_rollout_ref = cfg.actor_rollout_ref
-        rollout = actor_rollout_ref.rollout
-        sampling = {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p,
-                    "do_sample": rollout.do_sample}
-        num_mini = num_mini_batches(cfg.data.train_batch_size, actor_rollout_ref.actor.ppo_mini_batch_size)
-        # One mini-batch trained once: the update's own forward gives the old log-probs (verl's dp_actor
-        # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
-        # The KL in the reward needs the old log-probs before the update, so it always scores them.
-        kl_in_reward = self.kl_ctrl_in_reward is not None
-        # Rollout correction weighs / rejects by old vs rollout log-probs, so it scores the old ones too;
-        # its bypass mode takes the rollout's log-probs as the old ones and scores none.
-        correction = cfg.algorithm.rollout_correction
-        bypass = bool(correction.bypass_mode)
-        # sum_pi_squared (the optimal token baselines' input) comes from the old log-prob pass, so it scores them too
-        sum_pi_squared = bool(actor_rollout_ref.actor.calculate_sum_pi_squared)
-        on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
-                     and not rollout_correction.active(correction) and not bypass and not sum_pi_squared)
-        use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
-        return _StepPlan(sampling, num_mini, kl_in_reward, correction, bypass, on_policy,
-                         score_old=not on_policy and not bypass, score_ref=use_kl or kl_in_reward,
-                         correction_active=rollout_correction.active(correction))
 
     # -- generating the next step's batch during this step's update -----------------------------
 
@@ -242,7 +183,7 @@ class PPOTrainer(StepLoop):
                 and not (t.save_freq > 0 and step % t.save_freq == 0)
                 and not is_profiled_step(self.cfg, step) and not is_profiled_step(self.cfg, nxt))
 
-    def _send_ahead(self, plan: "_StepPlan", timing: Dict[str, float]) -> Optional[BaseException]:
+    def _send_ahead(self, plan: StepPlan, timing: Dict[str, float]) -> Optional[BaseException]:
         """Send the next step's generation when _prefetch_allowed; its seconds go to timing's gen_send.
         A failure to prepare or send it is returned (with a note naming the next step), to be raised
         once this step's update has answered, so that the update's own failure comes first."""
@@ -258,7 +199,7 @@ class PPOTrainer(StepLoop):
             timing["gen_send"] = time.perf_counter() - t
         return None
 
-    def _send_generation(self, plan: "_StepPlan") -> "_Generation":
+    def _send_generation(self, plan: StepPlan) -> Generation:
         """The step's generate call (without dynamic sampling), sent: train_batch_size prompts, fetched
         gen_batch_size at a time."""
         fetches = int(self.cfg.data.train_batch_size) // prompts_per_fetch(self.cfg)
@@ -286,7 +227,7 @@ class PPOTrainer(StepLoop):
         metrics.update(sampling_metrics)
         metrics.update(reward_extra_metrics(gen))
         metrics.update(phase.input_metrics)
-        self._update(plan, _tensors(gen), metrics, timing)
+        self._update(plan, worker_fields(gen), metrics, timing)
         self._last_step_end = time.perf_counter()
         timing["step"] = self._last_step_end - t0
         # verl's critic/score: before the KL penalty; response lengths: the generated ones
@@ -303,7 +244,7 @@ class PPOTrainer(StepLoop):
         metrics["sample"] = gen["_texts"][0]
         return metrics
 
-    def _generation(self, plan: "_StepPlan", ahead: Optional["_Generation"],
+    def _generation(self, plan: StepPlan, ahead: Optional[Generation],
                     timing: Dict[str, float]) -> Tuple[Batch, Dict[str, Any]]:
         """The step's scored generation batch and dynamic sampling's metrics: the one sent during the
         previous step, or train_batch_size prompts now, or DAPO's rounds of gen_batch_size prompts
@@ -315,7 +256,7 @@ class PPOTrainer(StepLoop):
         return self.dynamic.collect(lambda _round: self._generate_and_score(
             self._next_prompts(1), plan.sampling, plan.score_old, plan.score_ref, timing))
 
-    def _before_advantages(self, plan: "_StepPlan", gen: Batch, timing: Dict[str, float]) -> Optional[float]:
+    def _before_advantages(self, plan: StepPlan, gen: Batch, timing: Dict[str, float]) -> Optional[float]:
         """What the batch holds before its advantages: in bypass mode the rollout's log-probs as the old
         ones, the critic's values (timed with the old log-probs); the old pass's entropy is returned."""
         if plan.bypass:
@@ -326,14 +267,14 @@ class PPOTrainer(StepLoop):
         entropy = entropy_mean(gen.pop("entropy"), gen["response_mask"].float()) if plan.score_old else None
         if self.critic_wg is not None:
             t = time.perf_counter()
-            gen["values"] = self.critic_wg.dp_call("compute_values", _tensors(gen))["values"]
+            gen["values"] = self.critic_wg.dp_call("compute_values", worker_fields(gen))["values"]
             timing["old_log_prob"] += time.perf_counter() - t
         if plan.correction_active and not plan.bypass and not ("rollout_log_probs" in gen and "old_log_probs" in gen):
             raise RuntimeError("algorithm.rollout_correction is set but the rollout returned no rollout_log_probs: "
                                "set actor_rollout_ref.rollout.calculate_log_probs=True")
         return entropy
 
-    def _update(self, plan: "_StepPlan", train_batch: Batch, metrics: Dict[str, Any], timing: Dict[str, float]) -> None:
+    def _update(self, plan: StepPlan, train_batch: Batch, metrics: Dict[str, Any], timing: Dict[str, float]) -> None:
         """The critic's update, then the actor's (from trainer.critic_warmup on), the next step's
         generation sent behind it (_send_ahead); their metrics go into `metrics`."""
         cfg = self.cfg
@@ -372,13 +313,13 @@ class PPOTrainer(StepLoop):
         `gen` (same policy, same reward), repeated over that prompt's rollout.n responses (B,); its
         seconds are timing's gen_baseline."""
         t = time.perf_counter()
-        prompts = _prompts_of(gen)
+        prompts = prompts_of(gen)
         n = int(self.cfg.actor_rollout_ref.rollout.n)
         firsts = list(range(0, len(prompts["uid"]), n))
         dp = self.actor_wg.dp_size
         rows = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // dp) * dp)]  # a multiple of the DP size
         picked = select(prompts, rows)
-        greedy = self.actor_wg.dp_call("generate_sequences", _tensors(picked, PROMPT_KEYS),
+        greedy = self.actor_wg.dp_call("generate_sequences", worker_fields(picked, PROMPT_KEYS),
                                        int(self.cfg.data.max_response_length), dict(sampling, do_sample=False))
         greedy.pop("timing_s")
         for k in LIST_KEYS:
@@ -396,8 +337,8 @@ class PPOTrainer(StepLoop):
         n = int(vk.get("n", 1))
         examples = self.val_set.examples
         bs = len(examples) - len(examples) % max(1, self.actor_wg.dp_size)
-        batch = self._prompt_batch(examples[:bs], n)
-        gen = self.actor_wg.dp_call("generate_sequences", _tensors(batch, PROMPT_KEYS),
+        batch = prompt_batch(examples[:bs], n, self.tokenizer.pad_token_id)
+        gen = self.actor_wg.dp_call("generate_sequences", worker_fields(batch, PROMPT_KEYS),
                                     int(self.cfg.data.max_response_length), vk)
         gen.pop("timing_s")
         for k in LIST_KEYS:
@@ -490,35 +431,3 @@ class PPOTrainer(StepLoop):
             if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
                 with self.during("saving the checkpoint of step", self.global_step):
                     self._save()
-
-
-GENERATE_AHEAD_ENV = "VERL_LITE_GENERATE_AHEAD"
-
-
-def generate_ahead_enabled() -> bool:
-    """VERL_LITE_GENERATE_AHEAD=0 turns off sending the next step's generation during the update (a
-    diagnostic: the results are the same either way; only the time a step takes changes)."""
-    value = os.environ.get(GENERATE_AHEAD_ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise ValueError(f"{GENERATE_AHEAD_ENV}={value!r} is not 0 or 1 (1, the default, sends the next step's "
-                         f"generation during the update; 0 waits for the update first)")
-    return value == "1"
-
-
-class _Generation(NamedTuple):
-    """A generate call on its way: the prompt batch it was made from, the call, when it was sent."""
-    prompts: Batch
-    call: Any
-    sent: float
-
-
-class _StepPlan(NamedTuple):
-    sampling: Dict[str, Any]
-    num_mini: int
-    kl_in_reward: bool
-    correction: Any
-    bypass: bool
-    on_policy: bool
-    score_old: bool  # the actor scores the old log-probs inside the generate call
-    score_ref: bool  # the ref scores its log-probs there too
-    correction_active: bool  # algorithm.rollout_correction asks for weights or rejection

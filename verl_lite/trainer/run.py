@@ -40,7 +40,8 @@ from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
 from verl_lite.trainer.checkpoint import CheckpointManager, select_checkpoint
 from verl_lite.trainer.loop import StopRequest, lr_schedule_steps
 from verl_lite.trainer.plot import plot_rewards
-from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer, generate_ahead_enabled
+from verl_lite.trainer.generation import generate_ahead_enabled
+from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
 from verl_lite.trainer.tracking import Tracking
 from verl_lite.trainer import tensor_transport
 from verl_lite.trainer.placement import NodeGroups, wait_for_cluster
