@@ -36,7 +36,8 @@ from verl_lite.reward.registry import build_reward_manager
 from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES,
                                      has_default_scorer)
 from verl_lite.secrets import redact, redacted_logs
-from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
+from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS
+from verl_lite.trainer.async_setup import fit_async
 from verl_lite.trainer.checkpoint import CheckpointManager, select_checkpoint
 from verl_lite.trainer.loop import StopRequest, lr_schedule_steps
 from verl_lite.trainer.plot import plot_rewards
