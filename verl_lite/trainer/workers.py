@@ -200,6 +200,13 @@ class EngineWorker:
 
 
 class ActorRolloutRefWorker(EngineWorker):
+    """One rank of the synchronous run's actor group: the actor's engine (trained), the ref's engine
+    when a KL term needs one (with LoRA the actor with its adapters off), and this rank's rollout,
+    which takes the actor's weights after every update (`sync_rollout_weights`). run.py's `_fit_sync`
+    builds the group through a `WorkerGroup`, which calls its methods on every rank: generate (with
+    the old and ref log-prob passes in the same call), score log-probs, update the actor (the loss:
+    `update_loss.policy_loss`), checkpoint, profile. `async_workers.TrainWorker` is it without a rollout."""
+
     def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, device: str = "cpu", threads: int = 1):
         cfg = self._init_process(cfg, rank, world_size, master_addr, master_port, device, threads)
