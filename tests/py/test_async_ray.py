@@ -99,7 +99,7 @@ def run_faulty(data_dir, tmp_path, at, fault, *extra, limit_s=180):
 
 def test_syncing_every_second_step_with_threshold_zero_trains_on_policy_and_a_dying_replica_stops_the_run(
         ray_cluster, data_dir, tmp_path):
-    from verl_lite.trainer.async_run import RolloutError
+    from verl_lite.trainer.rollout_pool import RolloutError
 
     # One chunk = one batch = 128 reward calls; validation at version 2 (step 4) scores 16 more. The
     # replica dies scoring its 7th chunk, which it generates while the trainer is on step 5 or 6.

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from verl_lite.trainer.ppo_trainer import (balanced_order, dp_shards, equal_size_partitions, reorder_for_dp,
-                                           seqlen_balance_metrics, update_meta, workload)
+from verl_lite.trainer.data_parallel import (balanced_order, dp_shards, equal_size_partitions, reorder_for_dp,
+                                             seqlen_balance_metrics, update_meta, workload)
 
 
 def _mask(lengths, width=None):

@@ -245,7 +245,7 @@ def test_a_failure_to_send_the_next_generation_is_held_until_the_update_answers_
 
 
 def test_the_switch_takes_0_or_1_and_names_a_bad_value(monkeypatch):
-    from verl_lite.trainer.ppo_trainer import generate_ahead_enabled
+    from verl_lite.trainer.generation import generate_ahead_enabled
 
     monkeypatch.delenv("VERL_LITE_GENERATE_AHEAD", raising=False)
     assert generate_ahead_enabled() is True

@@ -289,7 +289,7 @@ def test_lora_at_dp2_over_ray_gives_the_dp1_update_and_its_checkpoint_resumes_at
     from test_trainer_ray import fixed_batch, make_cfg
 
     from verl_lite.config import to_dataclass
-    from verl_lite.trainer.ppo_trainer import dp_shards, update_meta
+    from verl_lite.trainer.data_parallel import dp_shards, update_meta
     from verl_lite.trainer.worker_group import WorkerGroup
     from verl_lite.trainer.workers import ActorRolloutRefWorker
 

@@ -375,14 +375,14 @@ def test_a_node_lost_under_the_fully_async_rollout_pool_stops_with_the_node_and_
 
     from test_faults import latest, overrides
     from verl_lite.config import load_config
-    from verl_lite.trainer import async_run
+    from verl_lite.trainer import rollout_pool
     from verl_lite.trainer import run as run_mod
     from verl_lite.trainer.worker_group import NodeLostError
 
     worker = next(iter(two_nodes.worker_nodes))
     head = ray.get_runtime_context().get_node_id()
     seen: Dict[str, object] = {}
-    push = async_run.RolloutPool.push
+    push = rollout_pool.RolloutPool.push
 
     def push_losing_the_node(self, weights_ref, version):
         if version == 3:  # the end of step 3 (a version a step): the worker node goes before its replica hears
@@ -392,7 +392,7 @@ def test_a_node_lost_under_the_fully_async_rollout_pool_stops_with_the_node_and_
             seen["removed"] = time.monotonic()
         return push(self, weights_ref, version)
 
-    monkeypatch.setattr(async_run.RolloutPool, "push", push_losing_the_node)
+    monkeypatch.setattr(rollout_pool.RolloutPool, "push", push_losing_the_node)
     out = tmp_path / "async"
     cfg = load_config(overrides(copy_task_data(n_train=64, n_val=8), out, "async_training.enable=True",
                                 "actor_rollout_ref.rollout.nnodes=2", "actor_rollout_ref.rollout.n_gpus_per_node=1",

@@ -48,7 +48,7 @@ def _config(ranks: int, micro: int, out: str):
 def _train(rank: int, world: int, out: str):
     """One bypass-mode update of the 8-row batch over `world` ranks; this rank's metrics and the weights."""
     from verl_lite.trainer.async_workers import TrainWorker
-    from verl_lite.trainer.ppo_trainer import update_meta
+    from verl_lite.trainer.data_parallel import update_meta
 
     worker = TrainWorker(_config(world, 2 if world == 2 else 4, out), rank, world)
     worker.init_model()

@@ -60,7 +60,7 @@ def new_worker(cfg):
 
 def test_the_on_policy_update_equals_the_update_with_recomputed_old_log_probs(data_dir, tmp_path):
     """One mini-batch, one epoch: the old log-probs the trainer no longer computes are the update's own."""
-    from verl_lite.trainer.ppo_trainer import update_meta
+    from verl_lite.trainer.data_parallel import update_meta
 
     cfg = make_cfg(data_dir, tmp_path, 1, "actor_rollout_ref.actor.ppo_mini_batch_size=4")
     batch = fixed_batch(cfg)
@@ -80,7 +80,7 @@ def test_the_on_policy_update_equals_the_update_with_recomputed_old_log_probs(da
 
 
 def test_an_on_policy_update_over_several_mini_batches_is_refused(data_dir, tmp_path):
-    from verl_lite.trainer.ppo_trainer import update_meta
+    from verl_lite.trainer.data_parallel import update_meta
 
     cfg = make_cfg(data_dir, tmp_path, 1)  # 4 prompts, mini-batch 2: two updates from one generation
     batch = fixed_batch(cfg)
@@ -110,7 +110,7 @@ def test_generate_with_log_probs_scores_the_responses_as_compute_log_prob_does(d
 
 
 def test_update_actor_pushes_the_new_weights_to_the_rollout_when_asked(data_dir, tmp_path):
-    from verl_lite.trainer.ppo_trainer import update_meta
+    from verl_lite.trainer.data_parallel import update_meta
 
     cfg = make_cfg(data_dir, tmp_path, 1)
     batch = fixed_batch(cfg)
@@ -129,7 +129,7 @@ def test_update_actor_pushes_the_new_weights_to_the_rollout_when_asked(data_dir,
 
 def test_dp2_over_two_ray_workers_gives_the_dp1_loss_and_weights_on_the_same_global_batch(ray_cluster, data_dir, tmp_path):
     from verl_lite.config import to_dataclass
-    from verl_lite.trainer.ppo_trainer import balanced_order, dp_shards, update_meta
+    from verl_lite.trainer.data_parallel import balanced_order, dp_shards, update_meta
     from verl_lite.trainer.worker_group import WorkerGroup
     from verl_lite.trainer.workers import ActorRolloutRefWorker
 

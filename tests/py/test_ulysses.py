@@ -259,9 +259,9 @@ def test_the_megatron_strategy_refuses_ulysses_and_names_context_parallelism():
 
 
 def test_the_dynamic_token_budget_of_an_sp_group_is_the_roles_times_the_sp_size():
-    from verl_lite.trainer.workers import EngineWorker
+    from verl_lite.trainer.dynamic_batch import engine_micro_batches
 
-    class Engine:  # what _micro_batches asks of an engine
+    class Engine:  # what engine_micro_batches asks of an engine
         def __init__(self, sp):
             self.sp = sp
 
@@ -272,10 +272,9 @@ def test_the_dynamic_token_budget_of_an_sp_group_is_the_roles_times_the_sp_size(
             return 1
 
     batch = _batch()  # 3 rows of 9 columns (5 prompt + 4 response): 27 padded tokens
-    worker = EngineWorker()
     # a budget of 18 tokens per rank: two rows per micro-batch at most without SP; the SP=2 group's 36 holds all 3
-    assert len(worker._micro_batches(Engine(1), batch, 8, 18).parts) == 2
-    assert len(worker._micro_batches(Engine(2), batch, 8, 18).parts) == 1
+    assert len(engine_micro_batches(Engine(1), batch, 8, 18).parts) == 2
+    assert len(engine_micro_batches(Engine(2), batch, 8, 18).parts) == 1
 
 
 def test_the_torch_engine_refuses_sp_for_qwen3_5_when_it_builds():
@@ -312,7 +311,7 @@ def test_sp2_over_two_ray_workers_trains_as_one_worker_does_on_the_same_batch(ra
     import torch
 
     from verl_lite.config import load_config, to_dataclass
-    from verl_lite.trainer.ppo_trainer import update_meta
+    from verl_lite.trainer.data_parallel import update_meta
     from verl_lite.trainer.worker_group import WorkerGroup
     from verl_lite.trainer.workers import ActorRolloutRefWorker
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from verl_lite import device as devices
 from verl_lite.config import roles
 from verl_lite.config.devices import ASSUMED, DEVICE_MEMORY, RESERVE_GIB, match_device
-from verl_lite.decisions import fsdp_settings, packing_mode
+from verl_lite.decisions import fsdp_settings
 from verl_lite.decisions import memory as m
 from verl_lite.decisions import memory_step as ms
 from verl_lite.decisions.layout import Layout, rollout_layout, train_world, with_fsdp_shard
+from verl_lite.decisions.micro_batch import micro_batch_size
 from verl_lite.decisions.switches import switch
 from verl_lite.preflight.layout import override_config
 from verl_lite.preflight.roles import RoleView, role_views
@@ -90,10 +91,6 @@ def _layout(view: RoleView) -> Layout:
     return with_fsdp_shard(lay, shard)
 
 
-# the micro-batch of a pass whose settings are all null (trainer/workers.py: FALLBACK_MICRO_BATCH)
-FALLBACK_MICRO = 64
-
-
 def _micro(cfg: Any, view: RoleView, update: bool, dp: int) -> Tuple[int, int]:
     """(tokens, sequences) of the role's largest micro-batch in its update or its forward pass, read in
     the order the workers read them (trainer/workers.py), at most the rank's share of the step's rows."""
@@ -115,7 +112,7 @@ def _micro(cfg: Any, view: RoleView, update: bool, dp: int) -> Tuple[int, int]:
         budget = max(int(budget), longest)
         return budget, max(1, budget // longest)
     rows = int(cfg.data.train_batch_size) * int(arr.rollout.n) // max(1, dp)
-    micro = min(int(next((s for s in settings if s), FALLBACK_MICRO)), max(1, rows))
+    micro = min(micro_batch_size(*settings), max(1, rows))
     return micro * longest, micro
 
 

@@ -6,7 +6,7 @@ the one trained (precision, kernels, or stale weights)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -33,26 +33,22 @@ class RolloutGap:
     """Collects `rollout_probs_diff` over an actor update's batch, when the rollout sent its
     log-probs (`rollout_log_probs`). Off-policy batches carry the actor's `old_log_probs`; in an
     on-policy update (one mini-batch, one epoch) the update's own forward, before any step of this
-    batch, gives them: `wrap` taps the loss function for it."""
+    batch, gives them: the loss `record`s them as it sees them (`taps`; trainer/update_loss.py)."""
 
     def __init__(self, batch: Dict[str, Any], on_policy: bool):
         self.batch, self.on_policy = batch, on_policy
         self.active = "rollout_log_probs" in batch and (on_policy or "old_log_probs" in batch)
         self.parts: List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
-    def wrap(self, make_loss: Callable) -> Callable:
-        if not (self.active and self.on_policy):
-            return make_loss
+    @property
+    def taps(self) -> bool:
+        """Whether the loss must record its forward's log-probs (an on-policy update with the rollout's)."""
+        return self.active and self.on_policy
 
-        def make(*args: Any) -> Callable:
-            loss_fn = make_loss(*args)
-
-            def tapped(out: Dict[str, Any], mb: Dict[str, Any]):
-                self.parts.append((out["log_probs"].detach().float().cpu(), mb["rollout_log_probs"].cpu(),
-                                   mb["response_mask"].cpu()))
-                return loss_fn(out, mb)
-            return tapped
-        return make
+    def record(self, out: Dict[str, Any], mb: Dict[str, Any]) -> None:
+        """One micro-batch's forward log-probs, the rollout's and the response mask, as the loss sees them."""
+        self.parts.append((out["log_probs"].detach().float().cpu(), mb["rollout_log_probs"].cpu(),
+                           mb["response_mask"].cpu()))
 
     def metrics(self) -> Dict[str, List[float]]:
         if not self.active:

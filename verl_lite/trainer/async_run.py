@@ -19,6 +19,7 @@ trainer: the rollout's log-probs (under the weights that sampled each token) pla
 published weights' old log-probs "old" in decoupled mode, applied before the advantages; bypass mode
 takes the rollout's log-probs as the old ones and scores none.
 
+The rollout replicas are `rollout_pool.RolloutPool`; `async_setup.fit_async` builds the run.
 Faults stop the run with the cause: a rollout replica that raises or dies is seen within
 POLL_S seconds; a queue that stays empty for `async_training.queue_timeout_s` raises QueueTimeout
 with what the replicas did meanwhile. See docs/async.md.
@@ -35,20 +36,18 @@ import time
 from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import batch_size, concat, select
-from verl_lite.decisions import async_pools, placement
-from verl_lite.decisions.layout import rollout_replicas, train_world
+from verl_lite.decisions import async_pools
 from verl_lite.faults import fault_point
-from verl_lite.trainer import core_algos, tensor_transport
-from verl_lite.trainer.algos import advantages, rollout_correction
-from verl_lite.trainer.async_buffer import ChunkBuffer
-from verl_lite.trainer.async_workers import RolloutWorker, TrainWorker
+from verl_lite.trainer import core_algos
+from verl_lite.trainer.advantage_phase import advantage_phase
+from verl_lite.trainer.algos import rollout_correction
+from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE
+from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
 from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
-from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE, load_into_workers
-from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
-from verl_lite.trainer.ppo_trainer import _merge_rank_metrics, dp_shards, update_meta
-from verl_lite.trainer.placement import NodeGroups
-from verl_lite.trainer.worker_group import WorkerGroup, _pid, _short, lost_node, node_lost_error, \
-    worker_resources
+from verl_lite.trainer.loop import StepLoop, StopRequest
+from verl_lite.trainer.rollout_pool import RolloutError, RolloutPool
+from verl_lite.trainer.step_metrics import batch_metrics, entropy_mean, timing_metrics
+from verl_lite.trainer.update_metrics import merge_rank_metrics
 
 logger = logging.getLogger("verl_lite")
 
@@ -59,104 +58,8 @@ TRAIN_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "respo
 ASYNC_CONSOLE_KEYS = ("async/staleness/mean", "async/queue_depth", "async/dropped_groups", "timing_s/wait_rollout")
 
 
-class RolloutError(RuntimeError):
-    """A rollout replica raised, died or stopped generating."""
-
-
 class QueueTimeout(RuntimeError):
     """No rollout chunk arrived for async_training.queue_timeout_s seconds."""
-
-
-class RolloutPool:
-    """The rollout replicas: threaded Ray actors (update_weights and stats run beside the loop)."""
-
-    def __init__(self, cfg: Any, replicas: int, device: str, threads: int, examples: List[Any],
-                 val_examples: List[Any], call_timeout_s: Optional[float], init_timeout_s: float = 600.0,
-                 placement: Any = None):
-        import ray
-
-        self.timeout = call_timeout_s
-        # A replica holds rollout.tensor_model_parallel_size devices (vllm runs its TP workers on them).
-        tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
-        resources = {k: ({n: c * tp for n, c in v.items()} if isinstance(v, dict) else v * tp)
-                     for k, v in worker_resources(device).items()}
-        remote = ray.remote(tensor_transport.actor_class(RolloutWorker))
-        # With `placement` (trainer/placement.NodeGroups, bundles of tp devices), replica r runs in bundle r.
-        where = (lambda r: placement.options(r)) if placement is not None else (lambda r: resources)  # noqa: E731
-        ex_ref, val_ref = ray.put(examples), ray.put(val_examples)
-        self.workers = [remote.options(max_concurrency=4, max_restarts=0, max_task_retries=0, **where(r)).remote(
-                            cfg, r, device, threads, ex_ref, val_ref) for r in range(replicas)]
-        self.loops: List[Any] = []
-        # the node of each replica: a replica whose node left the cluster is reported as such (the
-        # training pool's line), not as a dead process
-        self.nodes = [placement.node_of(r) if placement is not None else None for r in range(replicas)]
-        self.pids: List[Optional[int]] = [None] * replicas
-        self._wait([w.ready.remote() for w in self.workers], "__init__", init_timeout_s)
-        self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
-
-    def _wait(self, refs: List[Any], method: str, timeout: Optional[float]) -> List[Any]:
-        import ray
-
-        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-        answers = {}  # each answer fetched (and unpickled) once
-        for ref in ready:
-            try:
-                answers[refs.index(ref)] = ray.get(ref)
-            except Exception as e:
-                self._raise_if_node_lost(e, method, pending)
-                raise RolloutError(f"rollout replica {refs.index(ref)} failed in {method}: {_short(e)}") from e
-        if pending:
-            raise RolloutError(f"rollout replicas {[refs.index(p) for p in pending]} did not answer {method} within "
-                               f"{timeout:.0f} s (raise trainer.ray_timeout_s if they are just slow)")
-        return [answers[i] for i in range(len(refs))]
-
-    def _raise_if_node_lost(self, first: BaseException, method: str, pending: List[Any]) -> None:
-        """NodeLostError naming the replica and its node, when a replica's node left the cluster."""
-        lost = lost_node(self.nodes, first, pending)
-        if lost:
-            raise node_lost_error("rollout replica", lost, self.pids, method) from first
-
-    def push(self, weights_ref: Any, version: int) -> None:
-        refs = [w.update_weights.remote(weights_ref, version) for w in self.workers]
-        self._wait(refs, "update_weights", self.timeout)
-
-    def start(self, buffer: Any) -> None:
-        self.loops = [w.run.remote(buffer) for w in self.workers]
-
-    def check(self) -> None:
-        """Raise RolloutError if a generation loop has ended (it never ends on its own)."""
-        import ray
-
-        if not self.loops:
-            return
-        done, _ = ray.wait(self.loops, num_returns=len(self.loops), timeout=0)
-        for ref in done:
-            replica = self.loops.index(ref)
-            try:
-                ray.get(ref)
-            except Exception as e:
-                self._raise_if_node_lost(e, "run", [])
-                raise RolloutError(f"rollout replica {replica} stopped generating: {_short(e)}") from e
-            raise RolloutError(f"rollout replica {replica} stopped generating without an error (was it stopped?)")
-
-    def stats(self) -> List[Dict[str, Any]]:
-        return self._wait([w.stats.remote() for w in self.workers], "stats", self.timeout)
-
-    def validate(self) -> Dict[str, float]:
-        return self._wait([self.workers[0].validate.remote()], "validate", self.timeout)[0]
-
-    def shutdown(self, buffer: Any) -> None:
-        import ray
-
-        for w in self.workers:
-            w.stop.remote()
-        if buffer is not None:
-            buffer.close.remote()
-        if self.loops:
-            ray.wait(self.loops, num_returns=len(self.loops), timeout=2)  # a stuck one is killed below
-        for w in self.workers:
-            ray.kill(w, no_restart=True)
-        self.workers, self.loops = [], []
 
 
 def torch_cat(parts: List[Any]) -> Any:
@@ -187,6 +90,13 @@ def merge_groups(groups: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 class AsyncTrainer(StepLoop):
+    """The fully-async GRPO driver: each step takes its prompt groups from the queue (collect: the stale
+    ones dropped or marked for reweighting), scores the old log-probs under the published weights, runs
+    the advantage phase and the actor update, and publishes the weights to the rollout pool every
+    trigger_parameter_sync_step steps. `async_setup.fit_async` builds it over the training pool, the
+    rollout pool and the queue. It owns the step counter and history, the groups carried to the next
+    step, the staleness counts, and the checkpoints (the train workers' parts and the queue's sampler)."""
+
     def __init__(self, cfg: Any, train_wg: Any, pool: RolloutPool, buffer: Any, tracking: Any, out_dir: str,
                  state: Dict[str, Any], total_steps: int, stop: Optional[StopRequest] = None):
         self.cfg, self.train_wg, self.pool, self.buffer = cfg, train_wg, pool, buffer
@@ -312,7 +222,6 @@ class AsyncTrainer(StepLoop):
         timing["wait_rollout"] = got["wait_s"]
         groups = got["groups"]
         batch = merge_groups(groups)
-        mask = batch["response_mask"].float()
         tensors = {k: batch[k] for k in TRAIN_KEYS if k in batch}
         tensors["temperature"] = float(actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
@@ -335,19 +244,18 @@ class AsyncTrainer(StepLoop):
             train_batch["ref_log_prob"] = self.train_wg.dp_call("compute_ref_log_prob", tensors)["ref_log_prob"]
         timing["old_log_prob"] = time.perf_counter() - t
         rewards = batch["token_level_scores"]
-        metrics: Dict[str, Any] = {}
-        generated_mask = mask  # response lengths are the generated ones
-        if not bypass and "rollout_log_probs" in batch:
-            # as verl's fully-async trainer (separation/ray_trainer.py _fit_compute_advantage), before the
-            # advantages: "rollout" = the replica's log-probs, "old" = the published weights'
-            corrected = {"old_log_probs": old, "rollout_log_probs": batch["rollout_log_probs"],
-                         "response_mask": tensors["response_mask"]}
-            metrics.update(rollout_correction.apply_to_batch(correction, corrected))
-            train_batch["response_mask"] = corrected["response_mask"]
-            if "rollout_is_weights" in corrected:
-                train_batch["rollout_is_weights"] = corrected["rollout_is_weights"]
-            mask = corrected["response_mask"].float()
-        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, batch["uid"])
+        # as verl's fully-async trainer (separation/ray_trainer.py _fit_compute_advantage): "rollout" = the
+        # replica's log-probs, "old" = the published weights'; the correction's mask and weights are trained on
+        view = {"old_log_probs": old, "response_mask": tensors["response_mask"], "uid": batch["uid"]}
+        if "rollout_log_probs" in batch:
+            view["rollout_log_probs"] = batch["rollout_log_probs"]
+        phase = advantage_phase(cfg.algorithm, view, rewards)
+        train_batch["response_mask"] = view["response_mask"]
+        if "rollout_is_weights" in view:
+            train_batch["rollout_is_weights"] = view["rollout_is_weights"]
+        adv, ret, mask, generated_mask = phase.advantages, phase.returns, phase.mask, phase.generated_mask
+        metrics: Dict[str, Any] = dict(phase.correction_metrics)
+        metrics.update(phase.input_metrics)
         rows = torch.tensor([g["reweight"] for g in groups for _ in range(g["data"]["response_mask"].shape[0])])
         if rows.any():
             cap = float(cfg.async_training.reweight_cap)
@@ -356,12 +264,12 @@ class AsyncTrainer(StepLoop):
             metrics["async/is_weight/mean"] = core_algos.masked_mean(weight[rows], mask[rows]).item()
         train_batch.update(advantages=adv, returns=ret)
         t = time.perf_counter()
-        num_mini = max(1, self.want // int(actor_rollout_ref.actor.ppo_mini_batch_size))
+        num_mini = num_mini_batches(self.want, actor_rollout_ref.actor.ppo_mini_batch_size)
         dp = self.train_wg.dp_size
         shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
         res = self.train_wg.call_shards("update_actor", shards,
                                         update_meta(train_batch, num_mini, dp))
-        metrics.update(_merge_rank_metrics(res))
+        metrics.update(merge_rank_metrics(res))
         timing["update_actor"] = time.perf_counter() - t
         fault_point("step")  # crash tests: mid-step, after the update, before the weights are published
         self.global_step += 1
@@ -372,12 +280,8 @@ class AsyncTrainer(StepLoop):
         timing["step"] = time.perf_counter() - t0
         staleness = torch.tensor([float(g["staleness"]) for g in groups])
         metrics.update(self._verl_metrics(groups, got, timing))
-        scores, resp_len = rewards.sum(-1), generated_mask.sum(-1)
+        metrics.update(batch_metrics(rewards, adv, mask, generated_mask))
         metrics.update({
-            "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
-            "critic/score/min": scores.min().item(), "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
-            "response_length/mean": resp_len.mean().item(),
-            "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
             "async/param_version": self.global_step // self.k, "async/staleness/mean": staleness.mean().item(),
             "async/staleness/max": staleness.max().item(), "async/dropped_groups": got["dropped"],
             "async/dropped_groups_total": self.dropped_total,
@@ -388,10 +292,10 @@ class AsyncTrainer(StepLoop):
             "perf/num_sequences": int(mask.shape[0]),
         })
         if "entropy" in lp:  # of the old log-prob pass (none in bypass mode)
-            metrics["actor/entropy"] = core_algos.masked_mean(lp["entropy"], generated_mask).item()
+            metrics["actor/entropy"] = entropy_mean(lp["entropy"], generated_mask)
         metrics.update(reward_extra_metrics(batch))  # the dapo manager's overlong_buffer_cfg.log
         metrics.update(self._rollout_perf())
-        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics.update(timing_metrics(timing))
         return metrics
 
     def _verl_metrics(self, groups: List[Dict[str, Any]], got: Dict[str, Any], timing: Dict[str, float]) -> Dict[str, Any]:
@@ -497,77 +401,3 @@ class AsyncTrainer(StepLoop):
 
         logger.info("saved checkpoint %s", self.ckpt.save(step, write))
         self.saved_step = step
-
-
-def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> List[Dict[str, Any]]:
-    """The fully-async trainer for run.py's job: the training pool, the queue and the rollout pool,
-    resumed from the checkpoint the job selected; returns the step history."""
-    import ray
-
-    cfg, t, d, actor_rollout_ref = job.cfg, job.cfg.trainer, job.cfg.data, job.cfg.actor_rollout_ref
-    batch, n = async_pools.step_prompts(cfg), int(actor_rollout_ref.rollout.n)
-    total = total_steps(cfg, len(job.train_set))
-    streaming = async_pools.streaming(cfg)
-    limit = (async_pools.total_rollout_prompts(cfg, len(job.train_set))
-             if streaming or actor_rollout_ref.rollout.total_rollout_steps is not None else None)
-    train_devices, replicas = train_world(cfg), rollout_replicas(cfg)
-    logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
-                "sync every %d step(s), staleness_threshold %s (%s)", job.device, t.nnodes, t.n_gpus_per_node,
-                actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.nnodes,
-                actor_rollout_ref.rollout.n_gpus_per_node, replicas, actor_rollout_ref.rollout.name,
-                cfg.async_training.trigger_parameter_sync_step, cfg.async_training.staleness_threshold,
-                cfg.async_training.stale_policy)
-    train_wg = pool = buffer = None
-    nodes: List[Any] = []
-    try:
-        # Each pool one placement group per node (decisions/placement.py): the training pool, then the
-        # rollout pool in bundles of a replica's devices; a node holds a part of each when it has the devices.
-        train_pool, rollout_pool = placement.async_pool_list(cfg)
-        nodes.append(NodeGroups(train_pool, job.device, job.wait_nodes_s))
-        tp = max(1, int(actor_rollout_ref.rollout.tensor_model_parallel_size))
-        nodes.append(NodeGroups(rollout_pool, job.device, job.wait_nodes_s, per_bundle=tp))
-        train_wg = WorkerGroup(TrainWorker, "trainer", typed_cfg, train_devices, job.device, True, job.threads,
-                               call_timeout_s=job.call_timeout_s, placement=nodes[0])
-        state: Dict[str, Any] = {}
-        if job.resume is not None:
-            path, state = job.resume
-            load_into_workers(path, train_wg)
-            logger.info("resumed from %s at step %d (prompts the rollouters had generated but not trained on are "
-                        "skipped)", path, state["global_step"])
-        chunk_groups = max(1, min(batch, int(actor_rollout_ref.rollout.micro_batch_size or 256) // n))
-        budget = async_pools.max_required_samples(cfg)  # verl's max_required_samples, also its max_queue_size
-        resumed = {"sampler": state["sampler"], "pending": state.get("pending", [])} if state else None
-        # verl deals one prompt at a time over whole epochs (gen_batch_size 1); with a batch, whole batches
-        sampler_batch = 1 if streaming else batch
-        # resumed: verl's rollouter counts the prompts trained on as dealt (fully_async_rollouter.py:712)
-        dealt = int(state.get("global_step", 0)) * batch if state else 0
-        # the queue lives on the driver's node: a lost worker node never takes it (and the run's state) along
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        buffer = ray.remote(tensor_transport.actor_class(ChunkBuffer)).options(num_cpus=0, max_restarts=0, scheduling_strategy=here).remote(
-            len(job.train_set), sampler_batch, int(d.seed), bool(d.shuffle), budget, chunk_groups, resumed,
-            budget, limit, dealt)
-        logger.info("fully-async: %d prompt group(s) a step, at most %d started per weight version (verl's "
-                    "max_required_samples), %s prompts in the run, %d step(s)", batch, budget,
-                    "all" if limit is None else limit, total)
-        val_examples = job.val_set.examples if job.val_set else []
-        pool = RolloutPool(typed_cfg, replicas, job.device, job.threads, job.train_set.examples, val_examples,
-                           job.call_timeout_s, placement=nodes[1])
-        trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, job.out_dir, state, total, stop)
-        tracking.rewind(trainer.global_step if state else -1)  # steps logged after the checkpoint are redone
-        trainer.publish()
-        pool.start(buffer)
-        if t.val_before_train and trainer.global_step == 0 and not stop.requested:
-            with trainer.during("validating before step", 1):
-                tracking.log(pool.validate(), 0)
-        return trainer.fit(progress=True)
-    finally:
-        if pool is not None:
-            pool.shutdown(buffer)
-        if buffer is not None:
-            ray.kill(buffer, no_restart=True)
-        if train_wg is not None:
-            train_wg.shutdown()
-        for n in nodes:
-            n.remove()

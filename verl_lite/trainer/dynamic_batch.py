@@ -207,6 +207,17 @@ class MicroBatches:
         return restored
 
 
+def engine_micro_batches(engine: Any, batch: Batch, micro_batch_size: int, max_token_len: Optional[int]) -> MicroBatches:
+    """A pass's micro-batches on `engine`: fixed ones of `micro_batch_size` rows, or packed by the token
+    budget `max_token_len` when it is set. The budget is per rank: a sequence-parallel group shares each
+    micro-batch, so its budget is the role's times the SP size (as verl counts it); every DP rank runs
+    the same count (max_over_ranks), a multiple of the engine's `micro_batch_multiple()`."""
+    if max_token_len is not None:
+        max_token_len *= engine.sequence_parallel_size()
+    return MicroBatches(batch, micro_batch_size=int(micro_batch_size), max_token_len=max_token_len,
+                        count_sync=max_over_ranks, multiple_of=engine.micro_batch_multiple())
+
+
 def max_over_ranks(count: int) -> int:
     """The largest `count` over all ranks of the default process group (itself without one).
 

@@ -1,6 +1,7 @@
-"""What the synchronous and the fully-async trainers share around their steps: the step counter
-against the total, a note naming the step on any failure, and the stop request (a SIGINT/SIGTERM
-lets the current step finish, then the last finished step is saved and the run stops)."""
+"""What the synchronous and the fully-async trainers share around their steps: the run's length (and
+the LR schedule's), the step counter against it, a note naming the step on any failure, and the stop
+request (a SIGINT/SIGTERM lets the current step finish, then the last finished step is saved and the
+run stops)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def total_steps(cfg: Any, n_prompts: int) -> int:
     if t.total_training_steps:
         return min(int(t.total_training_steps), epochs)
     return epochs
+
+
+def lr_schedule_steps(cfg: Any, n_prompts: int) -> int:
+    """The LR schedule's length (cosine, warm-up ratio) of a role whose optim.total_training_steps is
+    unset (<= 0), as verl's trainer fills it: trainer.total_training_steps when given (even where
+    total_epochs ends the run first), else total_epochs epochs (total_steps)."""
+    t = cfg.trainer
+    return int(t.total_training_steps) if t.total_training_steps else total_steps(cfg, n_prompts)
 
 
 class StepLoop:

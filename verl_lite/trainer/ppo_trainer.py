@@ -3,8 +3,11 @@
 The driver holds the data, the reward function and the metrics; workers (Ray actors) hold the
 models. One step:
   prompts -> rollout (n samples each) -> rewards -> old log-probs [-> ref log-probs] [-> values]
-  -> advantages (algorithm.adv_estimator, trainer/algos/advantages.py) [-> critic update] -> actor update
-  -> weight sync.
+  -> advantages (trainer/advantage_phase.py) [-> critic update] -> actor update -> weight sync.
+What the fully-async driver (`async_run`) runs too has rooms of its own: the advantage phase, the step
+metrics (`step_metrics`), the data-parallel dealing (`data_parallel`) and the update metrics'
+merging (`update_metrics`); this driver's generation batches are in `generation`, its per-step
+plan in `step_plan`.
 """
 
 from __future__ import annotations
@@ -14,149 +17,34 @@ import logging
 import os
 import time
 from collections import defaultdict
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
-from verl_lite.batch import Batch, left_pad, select, split
-from verl_lite.data.dataset import BatchSampler, multi_modal_fields
+from verl_lite.batch import Batch, select
+from verl_lite.data.dataset import BatchSampler
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
-from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
-from verl_lite.trainer.algos import advantages, rollout_correction, token_estimators
+from verl_lite.trainer.advantage_phase import advantage_phase
+from verl_lite.trainer.algos import token_estimators
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
+from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
+from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
+from verl_lite.trainer.generation import (LIST_KEYS, PROMPT_KEYS, Generation, answer, generate_ahead_enabled,
+                                          prompt_batch, prompts_of, submit_generation, worker_fields)
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
 from verl_lite.trainer.profiling import is_profiled_step, recording_bounds
+from verl_lite.trainer.step_metrics import batch_metrics, entropy_mean, throughput_metrics, timing_metrics
+from verl_lite.trainer.step_plan import StepPlan, read_plan
 from verl_lite.trainer.tracking import val_generations
-from verl_lite.trainer.workers import LOSS_METRICS
+from verl_lite.trainer.update_metrics import merge_rank_metrics
 
 logger = logging.getLogger(__name__)
 
 CONSOLE_KEYS = ("critic/score/mean", "val/score", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
                 "response_length/mean", "timing_s/step", "perf/tokens_per_s")
-
-
-def reorder_for_dp(n: int, num_mini: int, dp: int) -> List[int]:
-    """Sample order so that DP rank r's shard is [mini_0 part r, mini_1 part r, ...].
-
-    Each mini-batch is then the same set of samples whatever the DP size, so DP=2 computes the
-    same update as DP=1 on the same global batch.
-    """
-    per_mini = n // num_mini
-    per_part = per_mini // dp
-    order = []
-    for r in range(dp):
-        for j in range(num_mini):
-            start = j * per_mini + r * per_part
-            order.extend(range(start, start + per_part))
-    return order
-
-
-def update_meta(batch: Batch, num_mini: int, dp: int) -> Dict[str, Any]:
-    """Global token and sequence counts per mini-batch, so per-rank losses add up to the global one."""
-    mask = batch["response_mask"]
-    per_mini = mask.shape[0] // num_mini
-    tokens = [int(mask[j * per_mini:(j + 1) * per_mini].sum()) for j in range(num_mini)]
-    return {"num_mini_batches": num_mini, "mini_tokens": tokens, "mini_seqs": [per_mini] * num_mini, "dp_size": dp}
-
-
-# Per-row Python values stay on the driver (reward, advantages by uid); workers get tensors only.
-LIST_KEYS = ("uid", "data_source", "ground_truth", "extra_info")
-PROMPT_KEYS = ("input_ids", "attention_mask")
-# Per-sample image fields (the batch contract, docs/vl.md): multi_modal_data (the PIL images) goes to the
-# rollout only; multi_modal_inputs (the processor's pixel inputs) to the rollout, actor, ref and critic.
-MM_KEYS = ("multi_modal_data", "multi_modal_inputs")
-
-
-def _prompts_of(gen: Batch) -> Batch:
-    """The prompt rows a generation batch was made from (left-padded ids, their mask, the list keys),
-    as _prompt_batch built them; under dynamic sampling the batch that was kept."""
-    width = gen["prompts"].shape[1]
-    prompts: Batch = {"input_ids": gen["prompts"], "attention_mask": gen["attention_mask"][:, :width]}
-    prompts.update({k: gen[k] for k in LIST_KEYS + MM_KEYS if k in gen})
-    return prompts
-
-
-def _tensors(batch: Batch, keys: Optional[Sequence[str]] = None) -> Batch:
-    """The fields of `batch` a worker needs: `keys` (and the image fields the batch has: the rollout's
-    input), or all but the per-row lists the driver keeps and the images (the pixel inputs go)."""
-    if keys is not None:
-        return {k: batch[k] for k in tuple(keys) + MM_KEYS if k in batch}
-    return {k: v for k, v in batch.items()
-            if k not in LIST_KEYS and k != "multi_modal_data" and not k.startswith("_")}
-
-
-def workload(seqlens: torch.Tensor) -> torch.Tensor:
-    """verl's `calculate_workload`: the relative FLOPs of a sequence of each length (a 7B-sized block)."""
-    return 24576 * seqlens + seqlens ** 2
-
-
-def equal_size_partitions(costs: Sequence[int], k: int) -> List[List[int]]:
-    """Indices of `costs` in `k` parts of equal size with near-equal cost sums: the costliest item
-    goes to the cheapest part that still has room (len(costs) must divide by k)."""
-    size = len(costs) // k
-    parts: List[List[int]] = [[] for _ in range(k)]
-    sums = [0] * k
-    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
-        p = min((j for j in range(k) if len(parts[j]) < size), key=lambda j: (sums[j], j))
-        parts[p].append(i)
-        sums[p] += costs[i]
-    return parts
-
-
-def balanced_order(attention_mask: torch.Tensor, num_mini: int, dp: int) -> List[int]:
-    """verl's `_balance_batch` with keep_minibatch: a row order in which each mini-batch keeps its
-    rows, and the part of it each DP rank gets (see reorder_for_dp) has balanced total tokens.
-
-    Keeping the mini-batches (rather than verl's default, which balances the whole batch and so
-    changes which rows share a mini-batch) keeps each update the same set of samples as with
-    balance_batch off or DP=1. Within a part, short rows are at both ends (as verl places them)."""
-    n = attention_mask.shape[0]
-    per_mini, per_part = n // num_mini, n // num_mini // dp
-    costs = workload(attention_mask.reshape(n, -1).sum(-1).long()).tolist()
-    order: List[int] = []
-    for j in range(num_mini):
-        rows = list(range(j * per_mini, (j + 1) * per_mini))
-        for part in equal_size_partitions([costs[i] for i in rows], dp):
-            part.sort(key=lambda x: (costs[rows[x]], x))
-            order.extend(rows[x] for x in part[::2] + part[1::2][::-1])
-    assert len(order) == n and per_part * dp * num_mini == n
-    return order
-
-
-def seqlen_balance_metrics(attention_mask: torch.Tensor, order: List[int], num_mini: int, dp: int,
-                           prefix: str = "global_seqlen") -> Dict[str, float]:
-    """verl's `log_seqlen_unbalance`: total tokens per DP rank before (min, max, minmax_diff) and after
-    balancing (balanced_min, balanced_max), and the mean per rank."""
-    seqlens = attention_mask.reshape(attention_mask.shape[0], -1).sum(-1).long()
-
-    def per_rank(rows: List[int]) -> List[int]:
-        share = len(rows) // dp
-        return [int(seqlens[rows[r * share:(r + 1) * share]].sum()) for r in range(dp)]
-
-    n = seqlens.shape[0]
-    before = per_rank(reorder_for_dp(n, num_mini, dp))
-    after = per_rank([order[k] for k in reorder_for_dp(n, num_mini, dp)])
-    return {f"{prefix}/min": min(before), f"{prefix}/max": max(before), f"{prefix}/minmax_diff": max(before) - min(before),
-            f"{prefix}/balanced_min": min(after), f"{prefix}/balanced_max": max(after),
-            f"{prefix}/mean": int(seqlens.sum()) / dp}
-
-
-def dp_shards(batch: Batch, num_mini: int, dp: int, balance: bool = False,
-              metrics: Optional[Dict[str, Any]] = None) -> List[Batch]:
-    """The batch split over `dp` ranks, mini-batch by mini-batch (reorder_for_dp). With `balance`
-    (trainer.balance_batch) the rows of each mini-batch are first regrouped so each rank's part has
-    balanced total tokens; verl's global_seqlen metrics go into `metrics`."""
-    n = batch["response_mask"].shape[0]
-    if balance and dp > 1:
-        order = balanced_order(batch["attention_mask"], num_mini, dp)
-        if metrics is not None:
-            metrics.update(seqlen_balance_metrics(batch["attention_mask"], order, num_mini, dp))
-        batch = select(batch, order)
-    ordered = select(batch, reorder_for_dp(n, num_mini, dp))
-    return split(ordered, [n // dp] * dp)
 
 
 class EpochsExhausted(Exception):
@@ -168,7 +56,16 @@ class EpochsExhausted(Exception):
 
 
 _UNSET: Any = object()
+
+
 class PPOTrainer(StepLoop):
+    """The synchronous GRPO/PPO driver: one step at a time, generation, scoring, advantages and the
+    updates in turn (the next step's generation may be sent behind this step's actor update: see
+    _prefetch_allowed). run.py's `_fit_sync` builds it over the worker groups it started (the
+    actor/rollout/ref group, the critic group for gae) and calls `fit`. It owns the driver's state:
+    the prompt sampler, the KL controller of algorithm.use_kl_in_reward, dynamic sampling's rounds,
+    the step counter and history, and the checkpoints (the workers save their own parts)."""
+
     def __init__(self, cfg: Any, device: str, actor_wg, critic_wg, tokenizer, train_set, val_set, reward_fn,
                  tracking, out_dir: str, stop: Optional[StopRequest] = None, resume: Any = _UNSET):
         self.cfg, self.device = cfg, device
@@ -189,9 +86,9 @@ class PPOTrainer(StepLoop):
         # algorithm.use_kl_in_reward: the KL controller lives on the driver, as verl's trainer holds it
         self.kl_ctrl_in_reward = (core_algos.get_kl_controller(cfg.algorithm.kl_ctrl)
                                   if cfg.algorithm.use_kl_in_reward else None)
-        self._ahead: Optional[_Generation] = None  # the next step's generation, sent during this step (_prefetch_allowed)
+        self._ahead: Optional[Generation] = None  # the next step's generation, sent during this step (_prefetch_allowed)
         self._generate_ahead = generate_ahead_enabled()  # run() checked it before anything started
-        self._step_plan: Optional[_StepPlan] = None
+        self._step_plan: Optional[StepPlan] = None
         self._last_step_end = 0.0
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -235,17 +132,7 @@ class PPOTrainer(StepLoop):
                     raise EpochsExhausted(self.sampler.state.epoch)
                 idx = self.sampler.next_batch()
             examples += [self.train_set.examples[i] for i in idx]
-        return self._prompt_batch(examples, int(self.cfg.actor_rollout_ref.rollout.n))
-
-    def _prompt_batch(self, examples, n: int) -> Batch:
-        rep = [e for e in examples for _ in range(n)]
-        batch: Batch = left_pad([e.prompt_ids for e in rep], self.tokenizer.pad_token_id)
-        batch["uid"] = [e.uid for e in rep]
-        batch["data_source"] = [e.data_source for e in rep]
-        batch["ground_truth"] = [e.ground_truth for e in rep]
-        batch["extra_info"] = [e.extra_info for e in rep]
-        batch.update(multi_modal_fields(rep))  # images: multi_modal_data / multi_modal_inputs per sample
-        return batch
+        return prompt_batch(examples, int(self.cfg.actor_rollout_ref.rollout.n), self.tokenizer.pad_token_id)
 
     def _score(self, batch: Batch) -> torch.Tensor:
         token_scores, batch["_texts"], extra = score_responses(self.tokenizer, self.reward_fn, batch)
@@ -258,63 +145,25 @@ class PPOTrainer(StepLoop):
         return self._score_generation(self._submit_generation(prompts, sampling, log_probs, ref_log_probs), timing)
 
     def _submit_generation(self, prompts: Batch, sampling: Dict[str, Any], log_probs: bool,
-                           ref_log_probs: bool) -> "_Generation":
-        sent = time.perf_counter()  # in-process the call runs here
-        call = self.actor_wg.dp_submit("generate_sequences", _tensors(prompts, PROMPT_KEYS),
-                                       int(self.cfg.data.max_response_length), sampling,
-                                       log_probs=log_probs, ref_log_probs=ref_log_probs)
-        return _Generation(prompts, call, sent)
+                           ref_log_probs: bool) -> Generation:
+        return submit_generation(self.actor_wg, prompts, int(self.cfg.data.max_response_length), sampling,
+                                 log_probs, ref_log_probs)
 
-    def _score_generation(self, pending: "_Generation", timing: Dict[str, float], ahead: bool = False) -> Batch:
-        """The generation's answer, scored. `ahead`: it was sent during the previous step's update (see
-        _prefetch_allowed), so its time is the worker's own generation seconds, not the wait for it."""
-        rollout = self.cfg.actor_rollout_ref.rollout
-        gen = pending.call.batch()
-        prompts = pending.prompts
-        worker_timing = gen.pop("timing_s")
-        old_log_prob = worker_timing["old_log_prob"]
-        timing["cpu/gen"] = timing.get("cpu/gen", 0.0) + worker_timing.get("gen_cpu", 0.0)
-        timing["old_log_prob"] = timing.get("old_log_prob", 0.0) + old_log_prob
-        took = worker_timing["gen"] if ahead else time.perf_counter() - pending.sent - old_log_prob
-        timing["gen"] = timing.get("gen", 0.0) + took
-        for k in LIST_KEYS:
-            gen[k] = prompts[k]
-        gen["temperature"] = float(rollout.temperature)
+    def _score_generation(self, pending: Generation, timing: Dict[str, float], ahead: bool = False) -> Batch:
+        """The generation's answer (generation.answer: `ahead` when sent during the previous step's
+        update, _prefetch_allowed), scored; the reward's seconds go to timing's reward."""
+        gen = answer(pending, timing, ahead)
+        gen["temperature"] = float(self.cfg.actor_rollout_ref.rollout.temperature)
         t = time.perf_counter()
         gen["token_level_scores"] = self._score(gen)
         timing["reward"] = timing.get("reward", 0.0) + time.perf_counter() - t
         return gen
 
-    def _plan(self) -> "_StepPlan":
-        """What every step's calls ask for, from the config (the same each step: read once, as reading
-        an OmegaConf config costs the driver ~1 ms a step, during which the worker would wait)."""
+    def _plan(self) -> StepPlan:
+        """What every step's calls ask for (step_plan.read_plan), read once."""
         if self._step_plan is None:
-            self._step_plan = self._read_plan()
+            self._step_plan = read_plan(self.cfg, self.kl_ctrl_in_reward is not None)
         return self._step_plan
-
-    def _read_plan(self) -> "_StepPlan":
-        cfg = self.cfg
-        actor_rollout_ref = cfg.actor_rollout_ref
-        rollout = actor_rollout_ref.rollout
-        sampling = {"temperature": rollout.temperature, "top_k": rollout.top_k, "top_p": rollout.top_p,
-                    "do_sample": rollout.do_sample}
-        num_mini = self._num_mini(actor_rollout_ref.actor.ppo_mini_batch_size)
-        # One mini-batch trained once: the update's own forward gives the old log-probs (verl's dp_actor
-        # does the same), so no scoring pass. Otherwise the actor (and ref) score inside the generate call.
-        # The KL in the reward needs the old log-probs before the update, so it always scores them.
-        kl_in_reward = self.kl_ctrl_in_reward is not None
-        # Rollout correction weighs / rejects by old vs rollout log-probs, so it scores the old ones too;
-        # its bypass mode takes the rollout's log-probs as the old ones and scores none.
-        correction = cfg.algorithm.rollout_correction
-        bypass = bool(correction.bypass_mode)
-        # sum_pi_squared (the optimal token baselines' input) comes from the old log-prob pass, so it scores them too
-        sum_pi_squared = bool(actor_rollout_ref.actor.calculate_sum_pi_squared)
-        on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
-                     and not rollout_correction.active(correction) and not bypass and not sum_pi_squared)
-        use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
-        return _StepPlan(sampling, num_mini, kl_in_reward, correction, bypass, on_policy,
-                         score_old=not on_policy and not bypass, score_ref=use_kl or kl_in_reward,
-                         correction_active=rollout_correction.active(correction))
 
     # -- generating the next step's batch during this step's update -----------------------------
 
@@ -334,7 +183,7 @@ class PPOTrainer(StepLoop):
                 and not (t.save_freq > 0 and step % t.save_freq == 0)
                 and not is_profiled_step(self.cfg, step) and not is_profiled_step(self.cfg, nxt))
 
-    def _send_ahead(self, plan: "_StepPlan", timing: Dict[str, float]) -> Optional[BaseException]:
+    def _send_ahead(self, plan: StepPlan, timing: Dict[str, float]) -> Optional[BaseException]:
         """Send the next step's generation when _prefetch_allowed; its seconds go to timing's gen_send.
         A failure to prepare or send it is returned (with a note naming the next step), to be raised
         once this step's update has answered, so that the update's own failure comes first."""
@@ -350,7 +199,7 @@ class PPOTrainer(StepLoop):
             timing["gen_send"] = time.perf_counter() - t
         return None
 
-    def _send_generation(self, plan: "_StepPlan") -> "_Generation":
+    def _send_generation(self, plan: StepPlan) -> Generation:
         """The step's generate call (without dynamic sampling), sent: train_batch_size prompts, fetched
         gen_batch_size at a time."""
         fetches = int(self.cfg.data.train_batch_size) // prompts_per_fetch(self.cfg)
@@ -358,91 +207,97 @@ class PPOTrainer(StepLoop):
 
     def step(self) -> Dict[str, Any]:
         cfg = self.cfg
-        actor_rollout_ref = cfg.actor_rollout_ref
         timing: Dict[str, float] = {}
         ahead, self._ahead = self._ahead, None
         # a step whose generation was sent during the previous one starts where that one ended
         t0 = self._last_step_end if ahead is not None else time.perf_counter()
         plan = self._plan()
-        sampling, num_mini, kl_in_reward = plan.sampling, plan.num_mini, plan.kl_in_reward
-        correction, bypass, on_policy, score_old = plan.correction, plan.bypass, plan.on_policy, plan.score_old
+        gen, sampling_metrics = self._generation(plan, ahead, timing)
+        entropy = self._before_advantages(plan, gen, timing)
+        rewards, kl_metrics = gen["token_level_scores"], {}
+        if plan.kl_in_reward:
+            rewards, kl_metrics = core_algos.apply_kl_penalty(
+                rewards, gen["old_log_probs"], gen["ref_log_prob"], gen["response_mask"].float(),
+                self.kl_ctrl_in_reward, cfg.algorithm.kl_penalty)
+        phase = advantage_phase(cfg.algorithm, gen, rewards, lambda: self._greedy_rewards(gen, plan.sampling, timing))
+        adv, mask = phase.advantages, phase.mask
+        gen["advantages"], gen["returns"] = adv, phase.returns
+        metrics: Dict[str, Any] = dict(kl_metrics)
+        metrics.update(phase.correction_metrics)
+        metrics.update(sampling_metrics)
+        metrics.update(reward_extra_metrics(gen))
+        metrics.update(phase.input_metrics)
+        self._update(plan, worker_fields(gen), metrics, timing)
+        self._last_step_end = time.perf_counter()
+        timing["step"] = self._last_step_end - t0
+        # verl's critic/score: before the KL penalty; response lengths: the generated ones
+        metrics.update(batch_metrics(gen["token_level_scores"], adv, mask, phase.generated_mask, rewards=rewards,
+                                     prompt_mask=gen["attention_mask"][:, :-mask.shape[1]]))
+        metrics.update(throughput_metrics(phase.generated_mask, gen["attention_mask"], timing, self.n_devices))
+        if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
+            metrics["actor/entropy"] = entropy
+        if "sum_pi_squared" in gen:  # verl's variance proxies, with the actor's gradient norm when it stepped
+            metrics.update(token_estimators.variance_proxy_metrics(gen["old_log_probs"], gen["sum_pi_squared"], adv,
+                                                                   mask, gen.get("rollout_is_weights"),
+                                                                   metrics.get("actor/grad_norm")))
+        metrics.update(timing_metrics(timing))
+        metrics["sample"] = gen["_texts"][0]
+        return metrics
 
-        def generate(fetches: int) -> Batch:
-            return self._generate_and_score(self._next_prompts(fetches), sampling, score_old, plan.score_ref, timing)
-
+    def _generation(self, plan: StepPlan, ahead: Optional[Generation],
+                    timing: Dict[str, float]) -> Tuple[Batch, Dict[str, Any]]:
+        """The step's scored generation batch and dynamic sampling's metrics: the one sent during the
+        previous step, or train_batch_size prompts now, or DAPO's rounds of gen_batch_size prompts
+        until enough groups with varied rewards."""
         if ahead is not None:
-            gen, sampling_metrics = self._score_generation(ahead, timing, ahead=True), {}
-        elif self.dynamic is None:  # train_batch_size prompts, fetched gen_batch_size at a time
-            gen, sampling_metrics = self._score_generation(self._send_generation(plan), timing), {}
-        else:  # DAPO's dynamic sampling: rounds of gen_batch_size prompts until enough varied groups
-            gen, sampling_metrics = self.dynamic.collect(lambda _round: generate(1))
-        entropy = None
-        if bypass:
+            return self._score_generation(ahead, timing, ahead=True), {}
+        if self.dynamic is None:
+            return self._score_generation(self._send_generation(plan), timing), {}
+        return self.dynamic.collect(lambda _round: self._generate_and_score(
+            self._next_prompts(1), plan.sampling, plan.score_old, plan.score_ref, timing))
+
+    def _before_advantages(self, plan: StepPlan, gen: Batch, timing: Dict[str, float]) -> Optional[float]:
+        """What the batch holds before its advantages: in bypass mode the rollout's log-probs as the old
+        ones, the critic's values (timed with the old log-probs); the old pass's entropy is returned."""
+        if plan.bypass:
             if "rollout_log_probs" not in gen:
                 raise RuntimeError("algorithm.rollout_correction.bypass_mode=True needs the rollout's log-probs: set "
                                    "actor_rollout_ref.rollout.calculate_log_probs=True")
             gen["old_log_probs"] = gen["rollout_log_probs"]
-        if score_old:
-            entropy = core_algos.masked_mean(gen.pop("entropy"), gen["response_mask"].float()).item()
+        entropy = entropy_mean(gen.pop("entropy"), gen["response_mask"].float()) if plan.score_old else None
         if self.critic_wg is not None:
             t = time.perf_counter()
-            gen["values"] = self.critic_wg.dp_call("compute_values", _tensors(gen))["values"]
+            gen["values"] = self.critic_wg.dp_call("compute_values", worker_fields(gen))["values"]
             timing["old_log_prob"] += time.perf_counter() - t
-        rewards = gen["token_level_scores"]
-        mask = gen["response_mask"].float()
-        kl_metrics: Dict[str, float] = {}
-        if kl_in_reward:
-            rewards, kl_metrics = core_algos.apply_kl_penalty(
-                rewards, gen["old_log_probs"], gen["ref_log_prob"], mask, self.kl_ctrl_in_reward,
-                cfg.algorithm.kl_penalty)
-        correction_metrics: Dict[str, float] = {}
-        generated_mask = mask  # response lengths are the generated ones (verl's, from the attention mask)
-        if not bypass and "rollout_log_probs" in gen and "old_log_probs" in gen:  # as verl: before the advantages
-            correction_metrics = rollout_correction.apply_to_batch(correction, gen)
-            mask = gen["response_mask"].float()
-        elif plan.correction_active and not bypass:
+        if plan.correction_active and not plan.bypass and not ("rollout_log_probs" in gen and "old_log_probs" in gen):
             raise RuntimeError("algorithm.rollout_correction is set but the rollout returned no rollout_log_probs: "
                                "set actor_rollout_ref.rollout.calculate_log_probs=True")
-        baselines = None
-        if cfg.algorithm.adv_estimator == "remax":
-            t = time.perf_counter()
-            baselines = self._greedy_rewards(_prompts_of(gen), sampling)
-            timing["gen_baseline"] = time.perf_counter() - t
-        components = {k[len(EXTRA_PREFIX):]: v for k, v in gen.items() if k.startswith(EXTRA_PREFIX)}
-        adv, ret = advantages.compute_advantage(cfg.algorithm, rewards, mask, gen["uid"], values=gen.get("values"),
-                                                reward_baselines=baselines, old_log_probs=gen.get("old_log_probs"),
-                                                sum_pi_squared=gen.get("sum_pi_squared"),
-                                                rollout_is_weights=gen.get("rollout_is_weights"),
-                                                reward_components=components,
-                                                response_lengths=generated_mask.sum(-1))
-        gen["advantages"], gen["returns"] = adv, ret
-        metrics: Dict[str, Any] = dict(kl_metrics)
-        metrics.update(correction_metrics)
-        metrics.update(sampling_metrics)
-        metrics.update(reward_extra_metrics(gen))
-        if cfg.algorithm.adv_estimator == "gdpo":  # verl's per-component metrics
-            metrics.update(gdpo_metrics(cfg.algorithm.gdpo_reward_keys, components))
-        train_batch = _tensors(gen)
-        n_seq = mask.shape[0]
+        return entropy
+
+    def _update(self, plan: StepPlan, train_batch: Batch, metrics: Dict[str, Any], timing: Dict[str, float]) -> None:
+        """The critic's update, then the actor's (from trainer.critic_warmup on), the next step's
+        generation sent behind it (_send_ahead); their metrics go into `metrics`."""
+        cfg = self.cfg
+        balance = bool(cfg.trainer.balance_batch)
         t = time.perf_counter()
         if self.critic_wg is not None:
-            critic_mini = self._num_mini(cfg.critic.ppo_mini_batch_size or actor_rollout_ref.actor.ppo_mini_batch_size)
+            critic_mini = num_mini_batches(cfg.data.train_batch_size, cfg.critic.ppo_mini_batch_size
+                                           or cfg.actor_rollout_ref.actor.ppo_mini_batch_size)
             dp = self.critic_wg.dp_size
-            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp,
-                                                                        bool(cfg.trainer.balance_batch)),
+            res = self.critic_wg.call_shards("update_critic", dp_shards(train_batch, critic_mini, dp, balance),
                                              update_meta(train_batch, critic_mini, dp))
-            metrics.update(_merge_rank_metrics(res))
+            metrics.update(merge_rank_metrics(res))
         timing["update_critic"] = time.perf_counter() - t
         t = time.perf_counter()
         if self.global_step >= int(cfg.trainer.critic_warmup):
             dp = self.actor_wg.dp_size
-            meta = update_meta(train_batch, num_mini, dp)
+            meta = update_meta(train_batch, plan.num_mini, dp)
             # The worker pushes the new weights to its rollout before it answers: one round trip.
-            meta.update(on_policy=on_policy, sync_weights_version=self.global_step + 1)
-            shards = dp_shards(train_batch, num_mini, dp, bool(cfg.trainer.balance_batch), metrics)
+            meta.update(on_policy=plan.on_policy, sync_weights_version=self.global_step + 1)
+            shards = dp_shards(train_batch, plan.num_mini, dp, balance, metrics)
             update = self.actor_wg.submit_shards("update_actor", shards, meta)
             sending = self._send_ahead(plan, timing)
-            metrics.update(_merge_rank_metrics(update.result()))
+            metrics.update(merge_rank_metrics(update.result()))
             if sending is not None:  # the update answered: a failure to send the next generation is step t+1's
                 raise sending
             fault_point("step")
@@ -452,55 +307,26 @@ class PPOTrainer(StepLoop):
                 raise sending
         # the update's call alone: sending the next step's generation is timed apart (timing_s/gen_send)
         timing["update_actor"] = time.perf_counter() - t - timing.get("gen_send", 0.0)
-        self._last_step_end = time.perf_counter()
-        timing["step"] = self._last_step_end - t0
-        scores = gen["token_level_scores"].sum(-1)  # verl's critic/score: before the KL penalty
-        resp_len = generated_mask.sum(-1)
-        total_tokens = int(gen["attention_mask"].sum())
-        metrics.update({
-            "critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
-            "critic/score/min": scores.min().item(), "critic/rewards/mean": rewards.sum(-1).mean().item(),
-            "critic/advantages/mean": core_algos.masked_mean(adv, mask).item(),
-            "response_length/mean": resp_len.mean().item(),
-            "response_length/clip_ratio": (resp_len == mask.shape[1]).float().mean().item(),
-            "prompt_length/mean": gen["attention_mask"][:, :-mask.shape[1]].sum(-1).float().mean().item(),
-            # Generated tokens over the generate call alone (not the step; see perf/throughput).
-            "perf/tokens_per_s": resp_len.sum().item() / max(timing["gen"], 1e-9),
-            "perf/num_sequences": n_seq,
-            # verl's definitions: prompt + response tokens of the step, per second of step per device.
-            "perf/total_num_tokens": total_tokens,
-            "perf/throughput": total_tokens / max(timing["step"], 1e-9) / self.n_devices,
-        })
-        if entropy is not None:  # else the update measured it (on-policy), or the actor was not updated
-            metrics["actor/entropy"] = entropy
-        if "sum_pi_squared" in gen:  # verl's variance proxies, with the actor's gradient norm when it stepped
-            metrics.update(token_estimators.variance_proxy_metrics(gen["old_log_probs"], gen["sum_pi_squared"], adv,
-                                                                   mask, gen.get("rollout_is_weights"),
-                                                                   metrics.get("actor/grad_norm")))
-        # the generating thread's CPU seconds (wall time on a shared machine includes waiting for a core)
-        metrics.update({f"perf/cpu_s/{k[4:]}" if k.startswith("cpu/") else f"timing_s/{k}": v for k, v in timing.items()})
-        metrics["sample"] = gen["_texts"][0]
-        return metrics
 
-    def _greedy_rewards(self, prompts: Batch, sampling: Dict[str, Any]) -> torch.Tensor:
-        """remax's baseline, as verl's trainer makes it: the score of one greedy response per prompt (same
-        policy, same reward), repeated over that prompt's rollout.n responses. (B,)"""
+    def _greedy_rewards(self, gen: Batch, sampling: Dict[str, Any], timing: Dict[str, float]) -> torch.Tensor:
+        """remax's baseline, as verl's trainer makes it: the score of one greedy response per prompt of
+        `gen` (same policy, same reward), repeated over that prompt's rollout.n responses (B,); its
+        seconds are timing's gen_baseline."""
+        t = time.perf_counter()
+        prompts = prompts_of(gen)
         n = int(self.cfg.actor_rollout_ref.rollout.n)
         firsts = list(range(0, len(prompts["uid"]), n))
         dp = self.actor_wg.dp_size
         rows = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // dp) * dp)]  # a multiple of the DP size
         picked = select(prompts, rows)
-        greedy = self.actor_wg.dp_call("generate_sequences", _tensors(picked, PROMPT_KEYS),
+        greedy = self.actor_wg.dp_call("generate_sequences", worker_fields(picked, PROMPT_KEYS),
                                        int(self.cfg.data.max_response_length), dict(sampling, do_sample=False))
         greedy.pop("timing_s")
         for k in LIST_KEYS:
             greedy[k] = picked[k]
         scores = self._score(greedy).sum(-1)[:len(firsts)]
+        timing["gen_baseline"] = time.perf_counter() - t
         return scores.repeat_interleave(n)
-
-    def _num_mini(self, mini_prompts: int) -> int:
-        bs = int(self.cfg.data.train_batch_size)
-        return max(1, bs // int(mini_prompts))
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -511,8 +337,8 @@ class PPOTrainer(StepLoop):
         n = int(vk.get("n", 1))
         examples = self.val_set.examples
         bs = len(examples) - len(examples) % max(1, self.actor_wg.dp_size)
-        batch = self._prompt_batch(examples[:bs], n)
-        gen = self.actor_wg.dp_call("generate_sequences", _tensors(batch, PROMPT_KEYS),
+        batch = prompt_batch(examples[:bs], n, self.tokenizer.pad_token_id)
+        gen = self.actor_wg.dp_call("generate_sequences", worker_fields(batch, PROMPT_KEYS),
                                     int(self.cfg.data.max_response_length), vk)
         gen.pop("timing_s")
         for k in LIST_KEYS:
@@ -605,59 +431,3 @@ class PPOTrainer(StepLoop):
             if t.save_freq > 0 and (self.global_step % t.save_freq == 0 or is_last):
                 with self.during("saving the checkpoint of step", self.global_step):
                     self._save()
-
-
-GENERATE_AHEAD_ENV = "VERL_LITE_GENERATE_AHEAD"
-
-
-def generate_ahead_enabled() -> bool:
-    """VERL_LITE_GENERATE_AHEAD=0 turns off sending the next step's generation during the update (a
-    diagnostic: the results are the same either way; only the time a step takes changes)."""
-    value = os.environ.get(GENERATE_AHEAD_ENV, "1").strip()
-    if value not in ("0", "1"):
-        raise ValueError(f"{GENERATE_AHEAD_ENV}={value!r} is not 0 or 1 (1, the default, sends the next step's "
-                         f"generation during the update; 0 waits for the update first)")
-    return value == "1"
-
-
-class _Generation(NamedTuple):
-    """A generate call on its way: the prompt batch it was made from, the call, when it was sent."""
-    prompts: Batch
-    call: Any
-    sent: float
-
-
-class _StepPlan(NamedTuple):
-    sampling: Dict[str, Any]
-    num_mini: int
-    kl_in_reward: bool
-    correction: Any
-    bypass: bool
-    on_policy: bool
-    score_old: bool  # the actor scores the old log-probs inside the generate call
-    score_ref: bool  # the ref scores its log-probs there too
-    correction_active: bool  # algorithm.rollout_correction asks for weights or rejection
-
-
-def gdpo_metrics(keys: Sequence[str], components: Dict[str, List[Any]]) -> Dict[str, float]:
-    """verl's gdpo/<key>/{mean,std,max,min} of each reward component over the batch."""
-    out = {}
-    for key in keys or ():
-        values = np.asarray([float(v) for v in components.get(key, []) if v is not None], dtype=np.float64)
-        if values.size:
-            out.update({f"gdpo/{key}/mean": float(values.mean()), f"gdpo/{key}/std": float(values.std()),
-                        f"gdpo/{key}/max": float(values.max()), f"gdpo/{key}/min": float(values.min())})
-    return out
-
-
-def _merge_rank_metrics(per_rank: List[Dict[str, List[float]]]) -> Dict[str, float]:
-    """Loss parts add up over DP ranks (they are normalised by global counts); the rest average."""
-    keys = per_rank[0].keys()
-    out = {}
-    for k in keys:
-        per_mini = np.array([r[k] for r in per_rank], dtype=np.float64)  # (ranks, minis)
-        if k in LOSS_METRICS:
-            out[k] = float(per_mini.sum(axis=0).mean())
-        else:
-            out[k] = float(per_mini.mean())
-    return out

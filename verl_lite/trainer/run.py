@@ -11,6 +11,7 @@ that `python -m verl_lite.main` prints.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -35,11 +36,13 @@ from verl_lite.reward.registry import build_reward_manager
 from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES,
                                      has_default_scorer)
 from verl_lite.secrets import redact, redacted_logs
-from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS, fit_async
-from verl_lite.trainer.checkpoint import select_checkpoint
-from verl_lite.trainer.loop import StopRequest, total_steps
+from verl_lite.trainer.async_run import ASYNC_CONSOLE_KEYS
+from verl_lite.trainer.async_setup import fit_async
+from verl_lite.trainer.checkpoint import CheckpointManager, select_checkpoint
+from verl_lite.trainer.loop import StopRequest, lr_schedule_steps
 from verl_lite.trainer.plot import plot_rewards
-from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer, generate_ahead_enabled
+from verl_lite.trainer.generation import generate_ahead_enabled
+from verl_lite.trainer.ppo_trainer import CONSOLE_KEYS, PPOTrainer
 from verl_lite.trainer.tracking import Tracking
 from verl_lite.trainer import tensor_transport
 from verl_lite.trainer.placement import NodeGroups, wait_for_cluster
@@ -269,21 +272,18 @@ class _Job:
         from omegaconf import OmegaConf
 
         cfg, t = self.cfg, self.cfg.trainer
-        # As verl's trainer does: the LR schedule's length (cosine, warm-up ratio), unless set, is
-        # trainer.total_training_steps when given (even where total_epochs ends the run first), else
-        # total_epochs epochs.
-        steps = int(t.total_training_steps) if t.total_training_steps else total_steps(cfg, len(self.train_set))
-        for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
-            if int(optim.total_training_steps) <= 0:
-                optim.total_training_steps = steps
+        # The workers get the typed config: dataclasses pickle across Ray, every default is the schema's.
+        typed = with_lr_schedule(to_dataclass(cfg), lr_schedule_steps(cfg, len(self.train_set)))
+        logged = OmegaConf.to_container(cfg, resolve=True)  # the loggers': with the schedules the workers run
+        logged["actor_rollout_ref"]["actor"]["optim"]["total_training_steps"] = \
+            typed.actor_rollout_ref.actor.optim.total_training_steps
+        logged["critic"]["optim"]["total_training_steps"] = typed.critic.optim.total_training_steps
         keys = CONSOLE_KEYS + (ASYNC_CONSOLE_KEYS if self.is_async else ())
-        tracking = Tracking(list(t.logger), self.out_dir, keys, t.project_name, t.experiment_name,
-                            OmegaConf.to_container(cfg, resolve=True))
+        tracking = Tracking(list(t.logger), self.out_dir, keys, t.project_name, t.experiment_name, logged)
         try:
             fit = fit_async if self.is_async else _fit_sync
-            # The workers get the typed config: dataclasses pickle across Ray, every default is the schema's.
             try:
-                history = fit(self, to_dataclass(cfg), tracking, stop)
+                history = fit(self, typed, tracking, stop)
             except NodeLostError as e:
                 e.resume_hint = self._resume_hint()
                 raise
@@ -295,8 +295,6 @@ class _Job:
     def _resume_hint(self) -> str:
         """Where a run that lost a node resumes from: the newest complete checkpoint (the save a lost
         node interrupted is never complete: see checkpoint.py)."""
-        from verl_lite.trainer.checkpoint import CheckpointManager
-
         found = CheckpointManager(self.out_dir).latest_complete()
         if found is None:
             return "no complete checkpoint yet (a rerun starts from step 0)"
@@ -316,6 +314,18 @@ class _Job:
             tail = sum(h["score"] for h in history[-k:]) / k
             logger.info("done: %d steps, reward %.3f at the first step, %.3f mean over the last %d", len(history),
                         first, tail, k)
+
+
+def with_lr_schedule(typed_cfg: Any, steps: int) -> Any:
+    """The typed config with the actor's and the critic's unset optim.total_training_steps (<= 0) set to
+    `steps` (lr_schedule_steps); the run's own config stays as the user composed it."""
+    def filled(section: Any) -> Any:
+        if int(section.optim.total_training_steps) > 0:
+            return section
+        return dataclasses.replace(section, optim=dataclasses.replace(section.optim, total_training_steps=steps))
+
+    arr = dataclasses.replace(typed_cfg.actor_rollout_ref, actor=filled(typed_cfg.actor_rollout_ref.actor))
+    return dataclasses.replace(typed_cfg, actor_rollout_ref=arr, critic=filled(typed_cfg.critic))
 
 
 def _fit_sync(job: _Job, typed_cfg: Any, tracking: Any, stop: Any) -> list:

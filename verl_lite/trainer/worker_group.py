@@ -20,7 +20,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite.batch import Batch, chunk, concat
 from verl_lite.device import free_port
+from verl_lite.faults import FAULT_ENV, fault_spec
 from verl_lite.trainer import tensor_transport
+from verl_lite.trainer.placement import dead_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ class WorkerGroup:
                     logger.warning("%s: port %d on %s was taken before rank 0 listened on it; starting the %d "
                                    "ranks again on a new port (try %d of %d)", name, port, master, world_size,
                                    attempt + 1, PORT_TRIES)
-            self.pids = self._wait([w.__ray_call__.remote(_pid) for w in self.workers], "pid", init_timeout_s)
+            self.pids = self._wait([w.__ray_call__.remote(worker_pid) for w in self.workers], "pid", init_timeout_s)
             logger.info("%s: %d rank(s) ready, pids %s", name, world_size, self.pids)
         else:
             if world_size != 1:
@@ -169,7 +171,7 @@ class WorkerGroup:
                 lost = lost_node(self.nodes, e, pending)
                 if lost:
                     raise node_lost_error(f"{self.name} rank", lost, self.pids, method) from e
-                raise WorkerError(f"{who} failed in {method}: {_short(e)}") from e
+                raise WorkerError(f"{who} failed in {method}: {short_error(e)}") from e
         return [answers[i] for i in range(len(refs))]
 
     def call_all(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
@@ -258,8 +260,6 @@ def lost_node(nodes: Sequence[Optional[str]], first: BaseException, pending: Lis
     `grace_s` (NODE_DEATH_GRACE_S) seconds."""
     import ray
 
-    from verl_lite.trainer.placement import dead_nodes
-
     spread = {n for n in nodes if n}
     if len(spread) < 2:
         return None
@@ -303,9 +303,8 @@ def _died(ref: Any) -> bool:
     return False
 
 
-def _pid(_worker: Any) -> int:
-    import os
-
+def worker_pid(_worker: Any) -> int:
+    """The process id of the actor it runs in (`actor.__ray_call__.remote(worker_pid)`)."""
     return os.getpid()
 
 
@@ -334,8 +333,6 @@ def with_fault_hook(cls: type) -> type:
     """`cls`, or a subclass whose METHOD first hits the fault point `worker.METHOD` when
     VERL_LITE_FAULT names one (crash tests). The subclass keeps the name, so Ray's process titles
     stay `ray::<Class>`; it is defined here, so Ray ships it to the workers by value."""
-    from verl_lite.faults import FAULT_ENV, fault_spec  # here: Ray ships this function by value
-
     spec = fault_spec()
     if spec is None or not spec.point.startswith("worker."):
         return cls
@@ -352,7 +349,7 @@ def with_fault_hook(cls: type) -> type:
     return type(cls.__name__, (cls,), {method: hooked})
 
 
-def _short(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
     """The worker's own error line(s), without Ray's wrapper boilerplate."""
     cause = getattr(e, "cause", None)
     if cause is not None and not isinstance(cause, type(e)):

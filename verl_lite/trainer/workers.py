@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import logging
 import os
-from collections import defaultdict
+import time
 from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import chunk
@@ -23,21 +23,19 @@ from verl_lite.config import roles
 from verl_lite.config.schema import VerlLiteConfig
 from verl_lite.config.sections import as_section
 from verl_lite.data.tokenizer import load_tokenizer
+from verl_lite.decisions.micro_batch import micro_batch_size
 from verl_lite.device import DIST_BACKENDS
 from verl_lite.registry import ROLLOUTS, load_engine
 from verl_lite.rollout.metrics import RolloutGap
-from verl_lite.trainer import core_algos, dynamic_batch
-from verl_lite.trainer.algos import critic as critic_algos
-from verl_lite.trainer.algos import policy_losses, rollout_correction
+from verl_lite.trainer import dynamic_batch
 from verl_lite.trainer.offload import OffloadPolicy, PhaseOwner
 from verl_lite.trainer.placement import assigned_device_index
+from verl_lite.trainer.profiling import RolloutReplica, WorkerProfiler
+from verl_lite.trainer.update_loss import mini_batch_loss, policy_loss, value_loss
+from verl_lite.trainer.update_metrics import mini_batch_metrics, per_mini_batch
 
 logger = logging.getLogger(__name__)
 
-LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/vf_loss")
-# The per-rank micro-batch when every micro-batch size a pass reads is null (the schema's comments on
-# ppo_micro_batch_size_per_gpu and log_prob_micro_batch_size_per_gpu say so).
-FALLBACK_MICRO_BATCH = 64
 # the model section's LoRA settings (engine/lora.py)
 LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path")
 
@@ -54,11 +52,6 @@ def profiled_stage(name: str):
                 return method(self, *args, **kwargs)
         return staged
     return decorate
-
-
-def micro_batch_size(*settings: Optional[int]) -> int:
-    """The first micro-batch size that is set, in the order a pass reads them, else the fallback."""
-    return int(next((s for s in settings if s), FALLBACK_MICRO_BATCH))
 
 
 def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str, master_port: int, device: str,
@@ -84,14 +77,6 @@ def _setup_process(cfg: VerlLiteConfig, rank: int, world_size: int, master_addr:
         backend = DIST_BACKENDS[device]
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=int(timeout_s)))
-
-
-def _reduce_metrics(per_mini: List[Dict[str, float]]) -> Dict[str, List[float]]:
-    out: Dict[str, List[float]] = defaultdict(list)
-    for m in per_mini:
-        for k, v in m.items():
-            out[k].append(float(v))
-    return dict(out)
 
 
 class EngineWorker:
@@ -122,8 +107,6 @@ class EngineWorker:
 
     def start_profile(self, step: int) -> None:
         """Start recording before step `step` when this role and rank are profiled (trainer/profiling.py)."""
-        from verl_lite.trainer.profiling import RolloutReplica, WorkerProfiler
-
         if getattr(self, "_profiler", None) is None:
             rollout = getattr(self, "rollout", None)
             place = None
@@ -173,16 +156,6 @@ class EngineWorker:
         return {"dp_rank": engine.data_parallel_rank(), "dp_size": engine.data_parallel_size(),
                 "leader": engine.is_data_parallel_leader()}
 
-    def _micro_batches(self, engine, batch: Dict[str, Any], micro_bsz: int, max_token_len: Optional[int]):
-        """Fixed micro-batches of `micro_bsz` rows, or packed by a token budget (verl's dynamic batch size)
-        when `max_token_len` is set (`verl_lite.trainer.dynamic_batch`). The budget is per rank: an SP
-        group shares each micro-batch, so its budget is the role's times the SP size (as verl counts it)."""
-        if max_token_len is not None:
-            max_token_len *= engine.sequence_parallel_size()
-        return dynamic_batch.MicroBatches(batch, micro_batch_size=int(micro_bsz), max_token_len=max_token_len,
-                                          count_sync=dynamic_batch.max_over_ranks,
-                                          multiple_of=engine.micro_batch_multiple())
-
     def _token_budget(self, role: str, training: bool) -> Optional[int]:
         """The role's token budget per micro-batch when its dynamic batch size is on, else None: training
         reads use_dynamic_bsz / ppo_max_token_len_per_gpu (actor, critic), the log-prob passes the rollout's
@@ -211,28 +184,29 @@ class EngineWorker:
         per_mini: List[Dict[str, float]] = []
         for _ in range(epochs):
             for j, mini in enumerate(chunk(batch, meta["num_mini_batches"])):
-                loss_fn = make_loss(meta["mini_tokens"][j], meta["mini_seqs"][j])
                 engine.optimizer_zero_grad()
-                micro = self._micro_batches(engine, mini, micro_bsz, self._token_budget(engine.role, training=True))
-                outs = engine.forward_backward(micro.parts, micro.loss(loss_fn), calculate_entropy=calculate_entropy)
-                summed: Dict[str, float] = defaultdict(float)
-                counts: Dict[str, int] = defaultdict(int)
-                for o in outs:
-                    for k, v in o["metrics"].items():
-                        summed[k] += float(v)
-                        counts[k] += 1
-                # Loss parts are already normalised by global counts: they add up. Ratios average.
-                m = {k: (summed[k] if k in LOSS_METRICS else summed[k] / counts[k]) for k in summed}
+                micro = dynamic_batch.engine_micro_batches(engine, mini, micro_bsz,
+                                                           self._token_budget(engine.role, training=True))
+                outs = engine.forward_backward(micro.parts, mini_batch_loss(make_loss, meta, j, micro),
+                                               calculate_entropy=calculate_entropy)
+                m = mini_batch_metrics(outs)
                 m[f"{engine.role}/grad_norm"] = engine.optimizer_step()
                 per_mini.append(m)
         lr = engine.lr_scheduler_step()
         engine.eval_mode()
-        out = _reduce_metrics(per_mini)
+        out = per_mini_batch(per_mini)
         out[f"{engine.role}/lr"] = [lr]
         return out
 
 
 class ActorRolloutRefWorker(EngineWorker):
+    """One rank of the synchronous run's actor group: the actor's engine (trained), the ref's engine
+    when a KL term needs one (with LoRA the actor with its adapters off), and this rank's rollout,
+    which takes the actor's weights after every update (`sync_rollout_weights`). run.py's `_fit_sync`
+    builds the group through a `WorkerGroup`, which calls its methods on every rank: generate (with
+    the old and ref log-prob passes in the same call), score log-probs, update the actor (the loss:
+    `update_loss.policy_loss`), checkpoint, profile. `async_workers.TrainWorker` is it without a rollout."""
+
     def __init__(self, cfg: VerlLiteConfig, rank: int, world_size: int, master_addr: str = "127.0.0.1",
                  master_port: int = 29500, device: str = "cpu", threads: int = 1):
         cfg = self._init_process(cfg, rank, world_size, master_addr, master_port, device, threads)
@@ -272,8 +246,6 @@ class ActorRolloutRefWorker(EngineWorker):
         in the same call, which spares the driver a round trip per pass. `timing_s` holds this rank's
         seconds for generation (`gen`) and the scoring passes (`old_log_prob`), and the CPU seconds
         of the thread that generated (`gen_cpu`: comparable across runs on a loaded machine)."""
-        import time
-
         t, c = time.perf_counter(), time.thread_time()
         with self.phases.phase("rollout"):
             out = self._generate(prompts, response_length, sampling)
@@ -303,8 +275,8 @@ class ActorRolloutRefWorker(EngineWorker):
         micro = micro_batch_size(micro, section.rollout.log_prob_micro_batch_size_per_gpu,
                                  section.actor.ppo_micro_batch_size_per_gpu)
         engine.eval_mode()
-        parts = self._micro_batches(engine, batch, int(micro),
-                                    self._token_budget(budget_role or engine.role, training=False))
+        parts = dynamic_batch.engine_micro_batches(engine, batch, int(micro),
+                                                   self._token_budget(budget_role or engine.role, training=False))
         with self.phases.phase("forward", engine.role):
             outs = engine.forward_backward(parts.parts, None, forward_only=True,
                                            calculate_entropy=entropy,
@@ -341,59 +313,21 @@ class ActorRolloutRefWorker(EngineWorker):
           verl's dp_actor does), and `batch` needs no `old_log_probs`. `actor/entropy` is measured here.
         - `sync_weights_version`: push the updated weights to the rollout before returning.
         `perf/cpu_s/update_actor`: this thread's CPU seconds for the update and the sync."""
-        import time
-
         cpu = time.thread_time()
         actor = self.cfg.actor_rollout_ref.actor
-        low = actor.clip_ratio_low if actor.clip_ratio_low is not None else actor.clip_ratio
-        high = actor.clip_ratio_high if actor.clip_ratio_high is not None else actor.clip_ratio
-        mode, dp = actor.loss_agg_mode, meta["dp_size"]
         on_policy = bool(meta.get("on_policy", False))
         if on_policy and (meta["num_mini_batches"] != 1 or int(actor.ppo_epochs) != 1):
             raise ValueError(f"update_actor: on_policy needs one mini-batch and ppo_epochs=1, got "
                              f"{meta['num_mini_batches']} mini-batches and ppo_epochs={actor.ppo_epochs} "
                              f"(send old_log_probs instead)")
 
-        options = policy_losses.policy_loss_options(actor)
         correction = self.cfg.algorithm.rollout_correction
         # bypass mode's batch normalisation: over this micro-batch index on every data-parallel rank
         dp_group = self.actor.data_parallel_group() if correction.bypass_mode else None
-
-        def make_loss(gtok: int, gseq: int):
-            def loss_fn(out, mb):
-                mask = mb["response_mask"].float()
-                old = out["log_probs"].detach() if on_policy else mb["old_log_probs"]
-                correction_metrics = {}
-                x = policy_losses.PolicyLossInput(
-                    old, out["log_probs"], mb["advantages"], mask, low, high, actor.clip_ratio_c, mode,
-                    global_batch_size=gseq, global_token_num=gtok, options=options,
-                    rollout_is_weights=mb.get("rollout_is_weights"))
-                if correction.bypass_mode:  # old = the rollout's log-probs; verl's bypass-mode loss
-                    pg, correction_metrics = rollout_correction.bypass_policy_loss(correction, x, group=dp_group)
-                else:
-                    pg = policy_losses.compute_policy_loss(actor.policy_loss.loss_mode, x)
-                loss = pg["pg_loss"]
-                # the loss's own metrics, verl's names (gpg reports none, kl_cov only ppo_kl)
-                metrics = {f"actor/{k}": v.item() for k, v in pg.items()}
-                metrics.update(correction_metrics)
-                if on_policy:
-                    metrics["actor/entropy"] = core_algos.masked_mean(out["entropy"].detach(), mask).item()
-                if actor.entropy_coeff != 0:
-                    ent = core_algos.agg_loss(out["entropy"], mask, mode, global_batch_size=gseq, global_token_num=gtok)
-                    loss = loss - actor.entropy_coeff * ent
-                    metrics["actor/entropy_loss"] = ent.item()
-                if actor.use_kl_loss:
-                    kl = core_algos.kl_penalty(out["log_probs"], mb["ref_log_prob"], actor.kl_loss_type)
-                    kl_loss = core_algos.agg_loss(kl, mask, mode, global_batch_size=gseq, global_token_num=gtok)
-                    loss = loss + actor.kl_loss_coef * kl_loss
-                    metrics["actor/kl_loss"] = kl_loss.item()
-                # FSDP averages gradients over ranks; the loss parts are normalised by global counts.
-                return loss * dp, metrics
-            return loss_fn
-
-        micro = micro_batch_size(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size)
         gap = RolloutGap(batch, on_policy)  # training-vs-rollout probabilities, when the rollout sent its own
-        result = self._update(self.actor, batch, meta, gap.wrap(make_loss), actor.ppo_epochs, int(micro),
+        make_loss = policy_loss(actor, correction, on_policy, meta["dp_size"], dp_group, gap)
+        micro = micro_batch_size(actor.ppo_micro_batch_size_per_gpu, actor.ppo_micro_batch_size)
+        result = self._update(self.actor, batch, meta, make_loss, actor.ppo_epochs, int(micro),
                               calculate_entropy=actor.entropy_coeff != 0 or on_policy)
         result.update(gap.metrics())
         if meta.get("sync_weights_version") is not None:
@@ -435,23 +369,16 @@ class CriticWorker(EngineWorker):
     def compute_values(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         micro = micro_batch_size(self.cfg.critic.ppo_micro_batch_size_per_gpu)
         self.critic.eval_mode()
-        parts = self._micro_batches(self.critic, batch, int(micro), self._token_budget("critic", training=False))
+        parts = dynamic_batch.engine_micro_batches(self.critic, batch, int(micro),
+                                                   self._token_budget("critic", training=False))
         with self.phases.phase("forward", "critic"):
             outs = self.critic.forward_backward(parts.parts, None, forward_only=True)
         return {"values": parts.gather(outs, "values")}
 
     @profiled_stage("critic_update")
     def update_critic(self, batch: Dict[str, Any], meta: Dict[str, Any]) -> Dict[str, List[float]]:
-        critic, dp = self.cfg.critic, meta["dp_size"]
-
-        def make_loss(gtok: int, gseq: int):
-            def loss_fn(out, mb):
-                vf_loss, clipfrac = critic_algos.compute_value_loss(
-                    out["values"], mb["returns"], mb["values"], mb["response_mask"].float(), critic.cliprange_value,
-                    critic.loss_agg_mode, global_batch_size=gseq, global_token_num=gtok)
-                return vf_loss * dp, {"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": clipfrac.item()}
-            return loss_fn
-
+        critic = self.cfg.critic
         epochs = critic.ppo_epochs or self.cfg.actor_rollout_ref.actor.ppo_epochs
         micro = micro_batch_size(critic.ppo_micro_batch_size_per_gpu)
-        return self._update(self.critic, batch, meta, make_loss, int(epochs), micro, calculate_entropy=False)
+        return self._update(self.critic, batch, meta, value_loss(critic, meta["dp_size"]), int(epochs), micro,
+                            calculate_entropy=False)

@@ -12,12 +12,14 @@ compare a response's score with its group's) and token_estimators.py (reward-to-
 remax, the optimal token baselines), which the package imports, so importing this module registers all.
 tests/py/test_verl_core_algos_table.py compares every estimator with verl's own on a committed table.
 
-A user's own estimator registers with `@register_adv_est("name")` and receives the same keywords.
+A user's own estimator registers with `@register_adv_est("name", needs=...)` and receives the same keywords;
+`needs` names what the trainer must gather for it (ESTIMATOR_INPUTS: the critic's values, remax's greedy
+baseline, the actor's sum_pi_squared, the reward's components).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Hashable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Hashable, Iterable, Optional, Sequence, Tuple
 
 import torch
 
@@ -25,17 +27,32 @@ from verl_lite.config.choices import REFUSED_ADV_ESTIMATORS
 
 AdvEstimator = Callable[..., Tuple[torch.Tensor, torch.Tensor]]
 ADV_ESTIMATORS: Dict[str, AdvEstimator] = {}
+# The inputs an estimator may need beyond rewards, mask and uids, gathered by trainer/advantage_phase.py
+ESTIMATOR_INPUTS = ("values", "reward_baselines", "sum_pi_squared", "reward_components")
+ADV_NEEDS: Dict[str, FrozenSet[str]] = {}
 
 
-def register_adv_est(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
-    """Register an advantage estimator under `name` (a user's own too; a name taken twice is refused)."""
+def register_adv_est(name: str, needs: Iterable[str] = ()) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Register an advantage estimator under `name` (a user's own too; a name taken twice is refused),
+    with the ESTIMATOR_INPUTS it `needs` (what the trainer gathers for it: estimator_needs)."""
+    needs = frozenset(needs)
+    if needs - set(ESTIMATOR_INPUTS):
+        raise ValueError(f"advantage estimator {name!r} needs {sorted(needs - set(ESTIMATOR_INPUTS))}: "
+                         f"choose from {', '.join(ESTIMATOR_INPUTS)}")
+
     def register(fn: AdvEstimator) -> AdvEstimator:
         if name in ADV_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is registered twice "
                              f"({ADV_ESTIMATORS[name].__name__}, {fn.__name__})")
-        ADV_ESTIMATORS[name] = fn
+        ADV_ESTIMATORS[name], ADV_NEEDS[name] = fn, needs
         return fn
     return register
+
+
+def estimator_needs(name: str) -> FrozenSet[str]:
+    """The inputs the estimator `name` declared with register_adv_est(needs=...); unknown names are refused."""
+    get_adv_estimator_fn(name)  # an unknown name is refused as there
+    return ADV_NEEDS.get(name, frozenset())
 
 
 def get_adv_estimator_fn(name: str) -> AdvEstimator:

@@ -16,7 +16,7 @@ from verl_lite.trainer.algos.advantages import register_adv_est
 from verl_lite.trainer.core_algos import agg_loss, masked_mean, masked_whiten
 
 
-@register_adv_est("gae")
+@register_adv_est("gae", needs={"values"})
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,
     values: torch.Tensor,

@@ -230,7 +230,7 @@ def compute_gpg_outcome_advantage(token_level_rewards: torch.Tensor, response_ma
     return advantages, advantages
 
 
-@register_adv_est("gdpo")
+@register_adv_est("gdpo", needs={"reward_components"})
 def compute_gdpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                    index: Sequence[Hashable], epsilon: float = 1e-6,
                                    norm_adv_by_std_in_grpo: bool = True, config: Any = None,

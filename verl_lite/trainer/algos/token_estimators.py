@@ -45,7 +45,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     return advantages, returns
 
 
-@register_adv_est("remax")
+@register_adv_est("remax", needs={"reward_baselines"})
 def compute_remax_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                     reward_baselines: Optional[torch.Tensor] = None, **_: Any):
     """ReMax (https://arxiv.org/abs/2310.10505): the reward-to-go of each token minus the reward of
@@ -89,7 +89,7 @@ def _otb_inputs(name: str, old_log_probs: Optional[torch.Tensor], sum_pi_squared
         raise ValueError(f"{name} needs the old log-probs of the responses (the actor's log-prob pass)")
 
 
-@register_adv_est("optimal_token_baseline")
+@register_adv_est("optimal_token_baseline", needs={"sum_pi_squared"})
 def compute_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                             index: Sequence[Hashable], old_log_probs: Optional[torch.Tensor] = None,
                                             sum_pi_squared: Optional[torch.Tensor] = None,
@@ -118,7 +118,7 @@ def compute_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor, 
     return advantages, returns
 
 
-@register_adv_est("tir_optimal_token_baseline")
+@register_adv_est("tir_optimal_token_baseline", needs={"sum_pi_squared"})
 def compute_multi_turn_optimal_token_baseline_advantage(token_level_rewards: torch.Tensor,
                                                         response_mask: torch.Tensor, index: Sequence[Hashable],
                                                         old_log_probs: Optional[torch.Tensor] = None,
