@@ -206,7 +206,7 @@ def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
         from verl_lite.device import init_one_rank_group
         from verl_lite.engine.megatron import batch as megatron_batch, parallel
         from verl_lite.engine.megatron.bridges import select
-        from verl_lite.engine.megatron.bridges.base import UnsupportedModelError
+        from verl_lite.engine.base import UnsupportedModelError
         init_one_rank_group("gloo")
         parallel.prepare_device("cpu")
         from megatron.core import parallel_state as mpu

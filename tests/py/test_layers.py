@@ -30,7 +30,7 @@ LAYERS: List[tuple] = [
     ("verl_lite.engine", "verl_lite.rollout"),  # what runs on a device: shared engine pieces, rollouts
     ("verl_lite.engine.fsdp",),  # the torch (FSDP2) engine
     # the Megatron engines' sub-layers, lowest first: a bridge never imports the engine that uses it
-    ("verl_lite.engine.megatron.bridges.base",),  # Layout, ModelBridge, UnsupportedModelError
+    ("verl_lite.engine.megatron.bridges.base",),  # Layout, ModelBridge
     ("verl_lite.engine.megatron.cpu", "verl_lite.engine.megatron.norm",
      "verl_lite.engine.megatron.gdn"),  # layers the specs use, megatron on CPU
     ("verl_lite.engine.megatron.bridges",),  # HF <-> Megatron per family, the external-bridge builds

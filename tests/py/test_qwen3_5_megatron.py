@@ -451,7 +451,7 @@ def test_on_npu_the_fla_name_imports_whatever_this_machine_has_because_mindspeed
 
 
 def test_megatron_core_releases_other_than_0_16_are_refused_with_what_to_install():
-    from verl_lite.engine.megatron.bridges import UnsupportedModelError
+    from verl_lite.engine.base import UnsupportedModelError
     from verl_lite.engine.megatron.gdn import check_megatron_version
 
     check_megatron_version("0.16.1")

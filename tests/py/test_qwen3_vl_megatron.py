@@ -362,7 +362,8 @@ def _fake_chunk(pre_process, layer_numbers):
 
 
 def test_deepstack_layers_off_the_first_pipeline_stage_are_refused_naming_the_fix():
-    from verl_lite.engine.megatron.bridges import UnsupportedModelError, bridge_for
+    from verl_lite.engine.base import UnsupportedModelError
+    from verl_lite.engine.megatron.bridges import bridge_for
 
     bridge = bridge_for(tiny_config(MOE, deepstack=(0, 1, 1)).to_dict())  # three DeepStack layers
     tf = SimpleNamespace(kv_channels=16, params_dtype=torch.float32, sequence_parallel=False)

@@ -250,7 +250,7 @@ def mark_forward_convention(chunks: List[Any], device: Optional[str] = None) -> 
     from its class (`batch.forward_convention`, which cites the classes' sources), and with the engine's
     device (verl builds the masks for npu differently: `batch.external_item`); a model of unknown forward
     is refused here, before anything calls it."""
-    from verl_lite.engine.megatron.bridges.base import UnsupportedModelError
+    from verl_lite.engine.base import UnsupportedModelError
 
     try:
         conventions = {forward_convention(chunk) for chunk in chunks}

@@ -41,7 +41,7 @@ import torch
 from verl_lite.config.schema import MegatronConfig
 from verl_lite.decisions import packing_mode
 from verl_lite.engine import hf_export
-from verl_lite.engine.base import BaseEngine, LossFn
+from verl_lite.engine.base import BaseEngine, LossFn, UnsupportedModelError
 from verl_lite.engine.logits import log_prob_outputs
 from verl_lite.engine.megatron import batch as megatron_batch
 from verl_lite.engine.megatron import checkpoint as megatron_checkpoint
@@ -50,7 +50,7 @@ from verl_lite.engine.megatron import memory as megatron_memory
 from verl_lite.engine.megatron import model as megatron_model
 from verl_lite.engine.megatron import optim as megatron_optim
 from verl_lite.engine.megatron import parallel
-from verl_lite.engine.megatron.bridges import Layout, ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron.bridges import Layout, ModelBridge
 from verl_lite.engine.megatron.bridges import select as bridge_select
 from verl_lite.models import resolve_model_dir
 

@@ -31,10 +31,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron import norm as megatron_norm
-from verl_lite.engine.megatron.bridges.base import (Layout, ModelBridge, UnsupportedModelError, check_divides_tp,
-                                                    gpt_config_kwargs, hf_field, moe_config_kwargs)
+from verl_lite.engine.megatron.bridges.base import (Layout, ModelBridge, check_divides_tp, gpt_config_kwargs, hf_field,
+                                                    moe_config_kwargs)
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
 
 logger = logging.getLogger(__name__)

@@ -28,9 +28,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import norm as megatron_norm
-from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, UnsupportedModelError,
-                                                    gpt_config_kwargs, hf_field, moe_config_kwargs)
+from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, gpt_config_kwargs, hf_field,
+                                                    moe_config_kwargs)
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
 from verl_lite.engine.megatron.bridges.vision import (VISION_PREFIX, DeepStackFeatures, InterleavedMRoPE, VisionTower,
                                                       visual_inputs)

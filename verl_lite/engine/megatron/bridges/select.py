@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from verl_lite.decisions import bridge_choice
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron.bridges import bridge_for
-from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge
 from verl_lite.engine.megatron.gdn import fla_installed, megatron_gdn_packed_refusal
 from verl_lite.models import is_gdn_model
 from verl_lite.registry import BRIDGES

@@ -29,7 +29,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 
 import torch
 
-from verl_lite.engine.megatron.bridges.base import HFShard, Layout, UnsupportedModelError, hf_field
+from verl_lite.engine.base import UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import HFShard, Layout, hf_field
 
 VISION_PREFIX = "vision."  # the tower's parameters in a megatron chunk
 HF_VISION_PREFIX = "model.visual."
