@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def engine():
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     engine = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), ActorConfig(), OptimConfig(), "cpu", "actor")
     engine.initialize()

@@ -27,8 +27,15 @@ LAYERS: List[tuple] = [
     ("verl_lite.registry", "verl_lite.runtime_env"),  # which engine, which worker env
     # the preflight: one module of rules per subject, the orchestrator and the summary (torch-free)
     ("verl_lite.preflight",),
-    ("verl_lite.engine", "verl_lite.rollout"),  # what runs on a device: shared engine pieces, rollouts
-    ("verl_lite.engine.fsdp",),  # the torch (FSDP2) engine
+    # what runs on a device: the engines' shared pieces (the interface and its errors, log-probs from logits,
+    # the HF export), rollouts; a shared module never imports a wing
+    ("verl_lite.engine", "verl_lite.rollout"),
+    # the torch (FSDP2) engine's wing, lowest first
+    ("verl_lite.engine.torch", "verl_lite.engine.torch.fsdp_policy", "verl_lite.engine.torch.fused",
+     "verl_lite.engine.torch.packing", "verl_lite.engine.torch.lora", "verl_lite.engine.torch.activations",
+     "verl_lite.engine.torch.optim"),  # FSDP2 policies, log-prob head, packing, LoRA, offload, optimizer
+    ("verl_lite.engine.torch.ulysses", "verl_lite.engine.torch.checkpoint"),  # SP over the packed forward; checkpoints
+    ("verl_lite.engine.torch.engine",),  # TorchLMEngine / TorchValueEngine
     # the Megatron engines' sub-layers, lowest first: a bridge never imports the engine that uses it
     ("verl_lite.engine.megatron.bridges.base",),  # Layout, ModelBridge
     ("verl_lite.engine.megatron.cpu", "verl_lite.engine.megatron.norm",

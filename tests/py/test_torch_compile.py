@@ -41,7 +41,7 @@ def loss_fn(outputs, batch):
 
 
 def torch_actor(cfg):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     arr = compose.to_dataclass(cfg).actor_rollout_ref  # the sections tagged with their paths while tracking
     engine = TorchLMEngine(arr.model, arr.actor, arr.actor.optim, "cpu", "actor")

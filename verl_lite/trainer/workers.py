@@ -38,7 +38,7 @@ LOSS_METRICS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "critic/
 # The per-rank micro-batch when every micro-batch size a pass reads is null (the schema's comments on
 # ppo_micro_batch_size_per_gpu and log_prob_micro_batch_size_per_gpu say so).
 FALLBACK_MICRO_BATCH = 64
-# the model section's LoRA settings (engine/lora.py)
+# the model section's LoRA settings (engine/torch/lora.py)
 LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path")
 
 

@@ -305,7 +305,7 @@ class MegatronLMEngine(BaseEngine):
         temperature = float(batch.get("temperature", 1.0) or 1.0)  # the rollout's, as the torch engine divides
         if temperature != 1.0:
             logits = logits / temperature
-        role = self.engine_config  # the role's log-prob settings, as on the torch engine (engine/fused.py)
+        role = self.engine_config  # the role's log-prob settings, as on the torch engine (engine/torch/fused.py)
         chunk = int(role.entropy_from_logits_chunk_size) if role.entropy_from_logits_with_chunking else None
         # sum_pi_squared first: it reads the logits without changing them (verl's order too)
         extra = ({"sum_pi_squared": megatron_batch.vocab_parallel_sum_pi_squared(logits, self.layout.vocab, chunk)}
