@@ -87,7 +87,7 @@ def _outputs(engine, batch):
 def _scenario(rank, rec, out_dir):
     from megatron.core import parallel_state as mpu
 
-    from verl_lite.engine.megatron.engine import MegatronValueEngine
+    from verl_lite.engine.megatron.value import MegatronValueEngine
 
     rec["dir"] = out_dir
     batch = make_batch()

@@ -42,9 +42,13 @@ LAYERS: List[tuple] = [
      "verl_lite.engine.megatron.gdn"),  # layers the specs use, megatron on CPU
     ("verl_lite.engine.megatron.bridges",),  # HF <-> Megatron per family, the external-bridge builds
     ("verl_lite.engine.megatron.model", "verl_lite.engine.megatron.hf", "verl_lite.engine.megatron.batch",
-     "verl_lite.engine.megatron.optim", "verl_lite.engine.megatron.memory", "verl_lite.engine.megatron.checkpoint",
-     "verl_lite.engine.megatron.parallel"),  # model chunks, weights, batches, optimizer, set-up
-    ("verl_lite.engine.megatron.engine",),  # MegatronLMEngine / MegatronValueEngine
+     "verl_lite.engine.megatron.vocab", "verl_lite.engine.megatron.optim", "verl_lite.engine.megatron.memory",
+     "verl_lite.engine.megatron.parallel"),  # model chunks, weights, micro-batches, log-probs, optimizer, set-up
+    ("verl_lite.engine.megatron.conventions",
+     "verl_lite.engine.megatron.checkpoint"),  # how each kind of chunk is called; checkpoints
+    ("verl_lite.engine.megatron.schedule",),  # the step: micro-batches through the pipeline schedule
+    ("verl_lite.engine.megatron.engine",),  # MegatronLMEngine
+    ("verl_lite.engine.megatron.value",),  # MegatronValueEngine
     ("verl_lite.engine.megatron.mindspeed",),  # the same engines on Ascend
     ("verl_lite.trainer",),  # the driver, the workers, Ray
     ("verl_lite.check", "verl_lite.main"),  # entry points

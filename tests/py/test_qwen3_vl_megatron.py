@@ -114,6 +114,7 @@ def _engine_logits(engine, batch):
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
     from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import schedule as megatron_schedule
 
     def logits_of(output, item, with_entropy):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
@@ -121,7 +122,7 @@ def _engine_logits(engine, batch):
     tp = mpu.get_tensor_model_parallel_world_size()
     item = megatron_batch.prepare_batch(batch, torch.device("cpu"), 0, 0, multiple=tp)
     item["visual"] = engine.bridge.visual_inputs(batch, torch.device("cpu"))
-    logits = megatron_batch.run_schedule(engine.model, [item], logits_of, None, True, False)[0]["logits"]
+    logits = megatron_schedule.run_schedule(engine.model, [item], logits_of, None, True, False)[0]["logits"]
     return logits[:, logits.shape[1] - batch["input_ids"].shape[1]:]
 
 

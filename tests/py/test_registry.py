@@ -22,8 +22,8 @@ def test_the_engine_table_is_exactly_the_supported_backends_and_devices():
         ("value_model", "fsdp", "npu"): "verl_lite.engine.torch.engine:TorchValueEngine",
         ("language_model", "megatron", "cpu"): "verl_lite.engine.megatron.engine:MegatronLMEngine",
         ("language_model", "megatron", "cuda"): "verl_lite.engine.megatron.engine:MegatronLMEngine",
-        ("value_model", "megatron", "cpu"): "verl_lite.engine.megatron.engine:MegatronValueEngine",
-        ("value_model", "megatron", "cuda"): "verl_lite.engine.megatron.engine:MegatronValueEngine",
+        ("value_model", "megatron", "cpu"): "verl_lite.engine.megatron.value:MegatronValueEngine",
+        ("value_model", "megatron", "cuda"): "verl_lite.engine.megatron.value:MegatronValueEngine",
         ("language_model", "megatron", "npu"): "verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine",
         ("value_model", "megatron", "npu"): "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine",
     }

@@ -365,7 +365,7 @@ def test_the_megatron_engine_takes_images_with_the_tower_and_refuses_them_for_a_
     with images; the text model's bridge (Qwen3_5ForCausalLM from the same text config) refuses it
     (it would run without them), a text batch passes both."""
     from verl_lite.engine.megatron.bridges import bridge_for
-    from verl_lite.engine.megatron.engine import refuse_images_without_tower
+    from verl_lite.engine.megatron.schedule import refuse_images_without_tower
     from verl_lite.models.hf import load_hf_config
 
     _, out = rollout_out

@@ -19,9 +19,9 @@ load_hf_weights(model, path) (`build_external`); the rollout sync and HF export 
 export_hf_weights(model). The engine then sets the chunks up as it does its own bridges' (DDP wrap,
 optimizer, freeze: `MegatronLMEngine._set_up_chunks`).
 
-The engine marks each built model with its forward convention (`batch.mark_forward_convention`, from
+The engine marks each built model with its forward convention (`conventions.mark_forward_convention`, from
 its class: megatron-core's GPTModel, or Megatron-Bridge's Qwen3VLModel and its MindSpeed-Bridge /
-mbridge namesakes), which `batch.run_schedule` follows: verl's calls, not verl_lite's own GPT-style one.
+mbridge namesakes), which `schedule.run_schedule` follows: verl's calls, not verl_lite's own GPT-style one.
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ class VisionTower:
                                                  self.mrope_section())
         module.position_embedding_type = "mrope"
         module.mrope_section = self.mrope_section()
-        module.visual_inputs = None  # set per micro-batch (batch.run_schedule)
+        module.visual_inputs = None  # set per micro-batch (schedule.run_schedule)
         layers = [int(layer.layer_number) - 1 for layer in module.decoder.layers]
         deep = self.deepstack_layers
         if not module.pre_process:
