@@ -85,7 +85,7 @@ def layout_mismatch(part: str, saved: Optional[Dict[str, Any]], current: Dict[st
         return (f"the {role} checkpoint {part} was written by the {saved['engine']} engine and this run's {role} "
                 f"runs on the {current['engine']} engine; its {parts} files are that engine's. Resume with "
                 f"{key}={strategy}, {instead}")
-    section = "critic.megatron" if role == "critic" else "actor_rollout_ref.actor.megatron"
+    section = prefix.rsplit(".", 1)[0] + ".megatron"  # `prefix` is the role's config.roles.SECTION + ".checkpoint"
     shown = ", ".join(f"{k}={old} (this run: {new})" for k, (old, new) in sorted(diff.items()))
 
     def setting(key: str, value: Any) -> Optional[str]:

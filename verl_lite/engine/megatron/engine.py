@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from verl_lite.config.roles import SECTION
 from verl_lite.config.schema import MegatronConfig
 from verl_lite.decisions import packing_mode
 from verl_lite.engine import hf_export
@@ -121,10 +122,9 @@ class MegatronLMEngine(BaseEngine):
     @property
     def megatron_key(self) -> str:
         """The role's megatron section, as messages name it (e.g. actor_rollout_ref.actor.megatron)."""
-        return {"critic": "critic.megatron"}.get(self.role, f"actor_rollout_ref.{self.role}.megatron")
+        return f"{SECTION[self.role]}.megatron"
 
     def initialize(self) -> None:
-        from verl_lite.config.roles import SECTION
         from verl_lite.decisions import ulysses
 
         refused = ulysses.problems(*ulysses.setting(self.engine_config, SECTION[self.role]), None, None, None,
