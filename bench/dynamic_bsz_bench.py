@@ -99,7 +99,7 @@ def main() -> None:
 
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
     from verl_lite.trainer.dynamic_batch import MicroBatches
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     torch.manual_seed(0)
     override = size_override(args.model, args.hidden, args.layers)

@@ -17,7 +17,7 @@ entropy) to the hidden states and the weight:
   chunking                 + entropy_from_logits_with_chunking (--chunk tokens, verl's 2048)
   checkpointing            + entropy_checkpointing (recomputed in backward)
   chunking+checkpointing   both
-  fused                    model.use_fused_kernels (engine/fused.py: 512-token chunks, no (T, V) logits)
+  fused                    model.use_fused_kernels (engine/torch/fused.py: 512-token chunks, no (T, V) logits)
 and, for the ref's and the old log-prob's pass, the same forward under no_grad.
 
 Peak = the most memory allocated at once during the variant, above what its inputs (h, W, targets)
@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verl_lite.engine.fused import fused_log_probs_and_entropy  # noqa: E402
+from verl_lite.engine.torch.fused import fused_log_probs_and_entropy  # noqa: E402
 from verl_lite.engine.logits import log_probs_and_entropy  # noqa: E402
 
 QWEN3_5_VOCAB = 248320

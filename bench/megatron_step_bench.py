@@ -35,7 +35,7 @@ IMPORT_PROBES = {
         "import megatron.core.parallel_state, megatron.core.models.gpt, megatron.core.pipeline_parallel, "
         "megatron.core.distributed, megatron.core.optimizer"
     ),
-    "torch engine path (transformers model)": "import verl_lite.engine.fsdp, transformers.models.qwen3.modeling_qwen3",
+    "torch engine path (transformers model)": "import verl_lite.engine.torch.engine, transformers.models.qwen3.modeling_qwen3",
 }
 
 
@@ -119,7 +119,7 @@ def megatron_worker(rank: int, world: int, port: int, args, out: str, path: str,
 
 
 def torch_engine(args, path: str) -> dict:
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     model, actor = sections("fsdp", path)
     engine = TorchLMEngine(model, actor, actor.optim, "cpu", "actor")

@@ -33,7 +33,7 @@ from dynamic_bsz_bench import log_prob_pass, policy_loss, ragged_batch, size_ove
 
 def engine_for(args, packed: bool):
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     override = size_override(args.model, args.hidden, args.layers)
     engine = TorchLMEngine(ModelConfig(path=args.model, override_config=override, use_remove_padding=packed),

@@ -194,10 +194,10 @@ class RolloutRegistry(Registry):
 
 ENGINES = EngineRegistry()
 for _device in ENGINE_DEVICES:
-    ENGINES.register("language_model", "fsdp", _device, "verl_lite.engine.fsdp:TorchLMEngine")
-    ENGINES.register("value_model", "fsdp", _device, "verl_lite.engine.fsdp:TorchValueEngine")
+    ENGINES.register("language_model", "fsdp", _device, "verl_lite.engine.torch.engine:TorchLMEngine")
+    ENGINES.register("value_model", "fsdp", _device, "verl_lite.engine.torch.engine:TorchValueEngine")
 ENGINES.register("language_model", "megatron", ("cpu", "cuda"), "verl_lite.engine.megatron.engine:MegatronLMEngine")
-ENGINES.register("value_model", "megatron", ("cpu", "cuda"), "verl_lite.engine.megatron.engine:MegatronValueEngine")
+ENGINES.register("value_model", "megatron", ("cpu", "cuda"), "verl_lite.engine.megatron.value:MegatronValueEngine")
 ENGINES.register("language_model", "megatron", "npu", "verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine")
 ENGINES.register("value_model", "megatron", "npu", "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine")
 

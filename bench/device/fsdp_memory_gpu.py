@@ -38,7 +38,7 @@ def offload_check() -> None:
     import torch
 
     from verl_lite.config import compose, load_config
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     g = torch.Generator().manual_seed(0)
     rows, width, r = 4, 96, 32

@@ -52,7 +52,7 @@ def main() -> None:
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
     from verl_lite.decisions import memory as m
     from verl_lite.decisions.layout import Layout
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
     from verl_lite.models import ASSETS_DIR
 
     if args.tiny:

@@ -82,13 +82,14 @@ def engine_logits(engine, batch):
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
     from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import schedule as megatron_schedule
 
     def logits_of(output, item, with_entropy):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
 
     prepared = [megatron_batch.prepare_batch(batch, engine._torch_device(), batch["input_ids"].shape[1], 0)]
     with torch.no_grad():
-        return megatron_batch.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
+        return megatron_schedule.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
 
 
 def gdn_kernels(engine):

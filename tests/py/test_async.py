@@ -230,7 +230,7 @@ def test_the_fsdp_train_worker_computes_old_log_probs_from_the_published_snapsho
 
 def test_fully_async_with_a_strategy_without_cpu_snapshots_names_the_strategy_and_the_fix(data_dir):
     from verl_lite.engine.base import BaseEngine
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
     from verl_lite.trainer.async_workers import TrainWorker
 
     class EngineWithoutSnapshots(TorchLMEngine):

@@ -204,9 +204,9 @@ def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
         from verl_lite.decisions.bridge_choice import installed_here
         res = {{"installed": installed_here(), "megatron_imported_by_probe": "megatron" in sys.modules}}
         from verl_lite.device import init_one_rank_group
-        from verl_lite.engine.megatron import batch as megatron_batch, parallel
+        from verl_lite.engine.megatron import conventions, parallel
         from verl_lite.engine.megatron.bridges import select
-        from verl_lite.engine.megatron.bridges.base import UnsupportedModelError
+        from verl_lite.engine.base import UnsupportedModelError
         init_one_rank_group("gloo")
         parallel.prepare_device("cpu")
         from megatron.core import parallel_state as mpu
@@ -219,8 +219,8 @@ def test_megatron_bridge_and_mbridge_paths_as_verl_drives_them(tmp_path):
         b.configure({{"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1}}, {{"recompute_num_layers": 1}},
                     torch.bfloat16)
         chunks = b.build()
-        res["convention"] = megatron_batch.mark_forward_convention(chunks, "cuda")
-        res["wrapped"] = [type(c).__name__ + "/" + type(megatron_batch.innermost(c)).__name__ for c in chunks]
+        res["convention"] = conventions.mark_forward_convention(chunks, "cuda")
+        res["wrapped"] = [type(c).__name__ + "/" + type(conventions.innermost(c)).__name__ for c in chunks]
         b.load(chunks)
         exported = dict(b.export(chunks))
         res["names"] = sorted(exported)
@@ -296,7 +296,7 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
         from omegaconf import OmegaConf
         from verl_lite.config.schema import VerlLiteConfig
         from verl_lite.engine.megatron import mindspeed as engine_ms
-        from verl_lite.engine.megatron import batch as megatron_batch
+        from verl_lite.engine.megatron import conventions
         engine_ms.MindSpeedEngineMixin.internals_device = "cpu"
         cfg = OmegaConf.structured(VerlLiteConfig)
         sec = cfg.actor_rollout_ref
@@ -307,7 +307,7 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
         engine.initialize()  # the ref: the model built and loaded through AutoBridge, frozen, no optimizer
         exported = dict(engine.export_hf_weights())
         checkpoint = torch.load({str(tmp_path / 'state.pt')!r})
-        inner = megatron_batch.innermost(engine.model[0])
+        inner = conventions.innermost(engine.model[0])
         batch = torch.load({str(tmp_path / 'batch.pt')!r})
         log_probs = engine.forward_backward([batch], forward_only=True)[0]["log_probs"]
         import megatron.bridge._double as d
@@ -315,7 +315,7 @@ def test_npu_mindspeed_bridge_registers_after_the_repatch_and_before_the_build(t
             p.requires_grad for c in engine.model for p in c.parameters()), mindspeed=ms.kinds(),
             bitwise=all(torch.equal(exported[k], v) for k, v in checkpoint.items()),
             model=type(inner).__module__ + "." + type(inner).__name__, packed=engine.remove_padding,
-            convention=megatron_batch.convention_of(engine.model[0]),
+            convention=conventions.convention_of(engine.model[0]),
             log_probs=log_probs.tolist(),
             bridge=[(k, {{kk: str(vv) for kk, vv in v.items()}}) for k, v in d.EVENTS])
         print(json.dumps(res))

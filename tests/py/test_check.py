@@ -674,7 +674,7 @@ def test_a_gae_run_on_npu_shows_the_critic_with_the_mindspeed_value_engine_and_i
 def test_auto_resolves_to_cpu_here_and_the_summary_shows_cpu_engines():
     text = summary.summarize(load_config(BASE))
     assert "target device : cpu (trainer.device=auto)" in text
-    assert "actor         : fsdp (FSDP2" in text and "-> DP 1" in text and "verl_lite.engine.fsdp:TorchLMEngine" in text
+    assert "actor         : fsdp (FSDP2" in text and "-> DP 1" in text and "verl_lite.engine.torch.engine:TorchLMEngine" in text
     assert "repatch" not in text
 
 

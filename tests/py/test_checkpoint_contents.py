@@ -87,7 +87,7 @@ def _outputs(engine, batch):
 def _scenario(rank, rec, out_dir):
     from megatron.core import parallel_state as mpu
 
-    from verl_lite.engine.megatron.engine import MegatronValueEngine
+    from verl_lite.engine.megatron.value import MegatronValueEngine
 
     rec["dir"] = out_dir
     batch = make_batch()
@@ -166,7 +166,7 @@ def test_a_megatron_checkpoint_refuses_another_layout_and_its_hf_copy_loads_into
 
 
 def _torch_engine(role, path, **checkpoint):
-    from verl_lite.engine.fsdp import TorchLMEngine, TorchValueEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine, TorchValueEngine
 
     model, sec = section(role, path, "fsdp", lr=1e-2, **checkpoint)
     engine = (TorchValueEngine if role == "critic" else TorchLMEngine)(model, sec, sec.optim, "cpu", role)

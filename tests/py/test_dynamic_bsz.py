@@ -98,7 +98,7 @@ def test_gather_puts_outputs_back_in_the_batch_order_at_the_full_width():
 @pytest.fixture(scope="module", params=["tiny-qwen3", "tiny-qwen3_5"])
 def engine(request):
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     torch.manual_seed(0)
     eng = TorchLMEngine(ModelConfig(path=request.param), ActorConfig(), OptimConfig(), "cpu", "actor")
@@ -218,9 +218,9 @@ def test_a_trainer_step_with_every_dynamic_switch_on_logs_the_fixed_runs_losses_
 def _engines(path, cls_name="TorchLMEngine"):
     """The same model (one init seed) padded and with use_remove_padding=True."""
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine import fsdp
+    from verl_lite.engine.torch import engine as torch_engine
 
-    cls = getattr(fsdp, cls_name)
+    cls = getattr(torch_engine, cls_name)
     built = []
     for packed in (False, True):
         eng = cls(ModelConfig(path=path, use_remove_padding=packed), ActorConfig(), OptimConfig(), "cpu", "actor")

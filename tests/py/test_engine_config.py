@@ -32,7 +32,7 @@ def nll_loss(outputs, batch):
 
 
 def torch_engine(optim, actor=None):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     engine = TorchLMEngine(ModelConfig(path="tiny-qwen3"), actor or ActorConfig(), optim, "cpu", "actor")
     engine.initialize()
@@ -63,14 +63,14 @@ def test_an_optim_dict_without_weight_decay_gets_the_schemas_default_in_the_torc
 
 
 def test_an_engine_section_with_an_unknown_key_is_refused_naming_it():
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     with pytest.raises(ValueError, match=r"unknown key 'grad_clipp' in ActorConfig \(did you mean 'grad_clip'\?\)"):
         TorchLMEngine({"path": "tiny-qwen3"}, {"grad_clipp": 0.5}, None, "cpu", "actor")
 
 
 def test_an_engine_for_an_unknown_role_names_the_roles():
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     with pytest.raises(ValueError, match="unknown role 'policy': engines are built for actor, ref, critic"):
         TorchLMEngine({"path": "tiny-qwen3"}, {}, None, "cpu", "policy")

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig
-from verl_lite.engine.megatron.bridges import UnsupportedModelError, bridge_for
+from verl_lite.engine.base import UnsupportedModelError
+from verl_lite.engine.megatron.bridges import bridge_for
 from verl_lite.engine.megatron.bridges.base import Layout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def engine():
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     engine = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), ActorConfig(), OptimConfig(), "cpu", "actor")
     engine.initialize()

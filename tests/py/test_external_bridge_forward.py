@@ -1,5 +1,5 @@
 """Models built by Megatron-Bridge's AutoBridge, called in their own forward conventions
-(`verl_lite/engine/megatron/batch.py`: `forward_convention`, `external_item`), against verl_lite's own
+(`verl_lite/engine/megatron/conventions.py`: `forward_convention`, `external_item`), against verl_lite's own
 bridges on the same safetensors and against transformers.
 
 Megatron-Bridge does not install here; its contract double (tests/py/megatron_bridge_double) builds
@@ -21,9 +21,9 @@ conditional-generation checkpoints. What runs:
   MindSpeed-Bridge (`use_ascend_gdn=True`, which MindSpeed's process-wide repatch would give every
   engine of the process, and which Megatron-Bridge's own providers refuse) is in test_bridge_select.py.
 
-Micro-batches with images go through `batch.run_schedule` with the engine's own preparation and
+Micro-batches with images go through `schedule.run_schedule` with the engine's own preparation and
 postprocess (`_schedule`): the engine's `forward_backward` refuses images when no verl_lite bridge built
-the model (`engine.refuse_images_without_tower` is given `self.bridge`, None on the external path).
+the model (`schedule.refuse_images_without_tower` is given `self.bridge`, None on the external path).
 """
 
 from __future__ import annotations
@@ -124,10 +124,11 @@ def gap(a, b, batch):
 
 
 def _schedule(engine, batches, packed, loss_fn=None):
-    """engine._forward_backward's preparation and schedule for micro-batches with images (see the module)."""
+    """schedule.forward_backward's preparation and schedule for micro-batches with images (see the module)."""
     from megatron.core import parallel_state as mpu
 
     from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import schedule as megatron_schedule
 
     device, tp = torch.device("cpu"), mpu.get_tensor_model_parallel_world_size()
     if packed:
@@ -135,7 +136,7 @@ def _schedule(engine, batches, packed, loss_fn=None):
     else:
         multiple = tp if getattr(engine.tf_config, "sequence_parallel", False) else 1
         prepared = [megatron_batch.prepare_batch(b, device, 0, 0, multiple=multiple) for b in batches]
-    return megatron_batch.run_schedule(engine.model, prepared, engine._postprocess, loss_fn, loss_fn is None, False)
+    return megatron_schedule.run_schedule(engine.model, prepared, engine._postprocess, loss_fn, loss_fn is None, False)
 
 
 def log_probs(engine, batch, packed=None):
@@ -174,9 +175,9 @@ def train_step(engine, batch, packed=False):
 
 
 def _convention_of(engine):
-    from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import conventions
 
-    return megatron_batch.convention_of(engine.model[0]), type(megatron_batch.innermost(engine.model[0])).__name__
+    return conventions.convention_of(engine.model[0]), type(conventions.innermost(engine.model[0])).__name__
 
 
 def _clean_bridge_modules():
@@ -225,14 +226,15 @@ def _wrong_calls(rec, vl_engine, vl_batch_, dense_engine):
     from megatron.core import parallel_state as mpu
 
     from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import conventions
 
     tp = mpu.get_tensor_model_parallel_world_size()
-    vl = megatron_batch.innermost(vl_engine.model[0])
+    vl = conventions.innermost(vl_engine.model[0])
     padded = megatron_batch.prepare_batch(vl_batch_, torch.device("cpu"), 0, 0, multiple=tp)
     packed = megatron_batch.prepare_packed_batch(vl_batch_, torch.device("cpu"), 0, align=tp)
-    right = megatron_batch.external_item(padded, megatron_batch.QWEN3_VL, vl)["call"][1]
-    good_packed = megatron_batch.external_item(packed, megatron_batch.QWEN3_VL, vl)["call"][1]
-    mm = megatron_batch.multi_modal_kwargs(vl_batch_, torch.device("cpu"))
+    right = conventions.external_item(padded, conventions.QWEN3_VL, vl)["call"][1]
+    good_packed = conventions.external_item(packed, conventions.QWEN3_VL, vl)["call"][1]
+    mm = conventions.multi_modal_kwargs(vl_batch_, torch.device("cpu"))
     calls = {
         # verl_lite's own GPT-style call: left-padded ids, positions, the 4-D True=masked mask
         "gpt_positional_4d": lambda: vl(padded["input_ids"], padded["position_ids"], padded["mask4d"], **mm),
@@ -251,7 +253,7 @@ def _wrong_calls(rec, vl_engine, vl_batch_, dense_engine):
         "left_padded": lambda: vl(input_ids=padded["input_ids"], attention_mask=padded["batch"]["attention_mask"]
                                   .bool(), **mm),
     }
-    gpt = megatron_batch.innermost(dense_engine.model[0])
+    gpt = conventions.innermost(dense_engine.model[0])
     calls["gpt_model_given_qwen3_vl_keywords"] = lambda: gpt(input_ids=right["input_ids"],
                                                              attention_mask=right["attention_mask"],
                                                              position_ids=None, pixel_values=torch.zeros(1))
@@ -313,9 +315,9 @@ def _scenario(rank, rec, out_dir):
             rec[f"{VL_MOE}:pp2:packed={packed}"] = max(
                 gap(got[0]["log_probs"], hf_log_probs(hf_models[VL_MOE], images), images),
                 gap(got[1]["log_probs"], hf_log_probs(hf_models[VL_MOE], second), second))
-        from verl_lite.engine.megatron import batch as megatron_batch
+        from verl_lite.engine.megatron import conventions
 
-        rec[f"{VL_MOE}:pp2:stage"] = [megatron_batch.innermost(c).pre_process for c in external.model]
+        rec[f"{VL_MOE}:pp2:stage"] = [conventions.innermost(c).pre_process for c in external.model]
         mpu.destroy_model_parallel()
         # Qwen3-VL dense with images, and its training step (the vision tower moves)
         external, own = _engines(paths[VL], 1, optim=True)
@@ -335,9 +337,10 @@ def _scenario(rank, rec, out_dir):
         rec[f"{Q35_MOE}:own_vs_hf"] = gap(reference, hf_log_probs(hf_models[Q35_MOE], text35), text35)
         rec[f"{Q35_MOE}:external"] = gap(log_probs(external, text35), reference, text35)
         from verl_lite.engine.megatron import batch as megatron_batch
+        from verl_lite.engine.megatron import conventions
 
-        inner = megatron_batch.innermost(external.model[0])
-        right = megatron_batch._right_padded(text35, 0, 1)
+        inner = conventions.innermost(external.model[0])
+        right = conventions._right_padded(text35, 0, 1)
         params = megatron_batch.prepare_packed_batch(text35, torch.device("cpu"), 0, align=1)["packed_seq_params"]
         try:
             with torch.no_grad():
@@ -449,7 +452,7 @@ def _npu_scenario(rank, world, port, out_dir):
     rec = {}
     try:
         importlib.import_module("mindspeed._double")  # the package only: megatron is not imported yet
-        from verl_lite.engine.megatron import batch as megatron_batch
+        from verl_lite.engine.megatron import conventions
         from verl_lite.engine.megatron import mindspeed as ms
         from verl_lite.engine.megatron.engine import MegatronLMEngine
         from verl_lite.registry import ENGINES
@@ -497,7 +500,7 @@ def _npu_scenario(rank, world, port, out_dir):
         engine, own = engines(Q35_MOE, optim=True)
         text35 = text_batch(vocab=400)
         rec[f"{Q35_MOE}:convention"] = _convention_of(engine)
-        rec[f"{Q35_MOE}:model_module"] = type(megatron_batch.innermost(engine.model[0])).__module__
+        rec[f"{Q35_MOE}:model_module"] = type(conventions.innermost(engine.model[0])).__module__
         rec[f"{Q35_MOE}:packed"] = engine.remove_padding
         reference = log_probs(own, text35)
         rec[f"{Q35_MOE}:own_vs_hf"] = gap(reference, hf_log_probs(hf_models[Q35_MOE], text35), text35)

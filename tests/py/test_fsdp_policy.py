@@ -1,4 +1,4 @@
-"""The torch engine's fsdp_config settings (engine/fsdp_policy.py), as verl's FSDP engine reads them:
+"""The torch engine's fsdp_config settings (engine/torch/fsdp_policy.py), as verl's FSDP engine reads them:
 mixed precision (bf16 compute over fp32 master weights, run on CPU here), model_dtype, the hybrid-sharding
 mesh of fsdp_size, the CPU offload policy, forward prefetch and the wrap policy; their preflight refusals
 and the check's summary lines.
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, OptimConfig, RefConfig
-from verl_lite.engine import fsdp_policy
+from verl_lite.engine.torch import fsdp_policy
 
 LP_TOL, GRAD_REL_TOL, SHARD_TOL = 0.02, 0.05, 1e-5
 
@@ -38,7 +38,7 @@ def full(t):
 
 
 def build(section, role="actor", path="tiny-qwen3", device="cpu", **model):
-    from verl_lite.engine.fsdp import TorchLMEngine, TorchValueEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine, TorchValueEngine
 
     cls = TorchValueEngine if role == "critic" else TorchLMEngine
     optim = None if role == "ref" else OptimConfig(lr=1e-3)

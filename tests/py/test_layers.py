@@ -27,17 +27,28 @@ LAYERS: List[tuple] = [
     ("verl_lite.registry", "verl_lite.runtime_env"),  # which engine, which worker env
     # the preflight: one module of rules per subject, the orchestrator and the summary (torch-free)
     ("verl_lite.preflight",),
-    ("verl_lite.engine", "verl_lite.rollout"),  # what runs on a device: shared engine pieces, rollouts
-    ("verl_lite.engine.fsdp",),  # the torch (FSDP2) engine
+    # what runs on a device: the engines' shared pieces (the interface and its errors, log-probs from logits,
+    # the HF export), rollouts; a shared module never imports a wing
+    ("verl_lite.engine", "verl_lite.rollout"),
+    # the torch (FSDP2) engine's wing, lowest first
+    ("verl_lite.engine.torch", "verl_lite.engine.torch.fsdp_policy", "verl_lite.engine.torch.fused",
+     "verl_lite.engine.torch.packing", "verl_lite.engine.torch.lora", "verl_lite.engine.torch.activations",
+     "verl_lite.engine.torch.optim"),  # FSDP2 policies, log-prob head, packing, LoRA, offload, optimizer
+    ("verl_lite.engine.torch.ulysses", "verl_lite.engine.torch.checkpoint"),  # SP over the packed forward; checkpoints
+    ("verl_lite.engine.torch.engine",),  # TorchLMEngine / TorchValueEngine
     # the Megatron engines' sub-layers, lowest first: a bridge never imports the engine that uses it
-    ("verl_lite.engine.megatron.bridges.base",),  # Layout, ModelBridge, UnsupportedModelError
+    ("verl_lite.engine.megatron.bridges.base",),  # Layout, ModelBridge
     ("verl_lite.engine.megatron.cpu", "verl_lite.engine.megatron.norm",
      "verl_lite.engine.megatron.gdn"),  # layers the specs use, megatron on CPU
     ("verl_lite.engine.megatron.bridges",),  # HF <-> Megatron per family, the external-bridge builds
     ("verl_lite.engine.megatron.model", "verl_lite.engine.megatron.hf", "verl_lite.engine.megatron.batch",
-     "verl_lite.engine.megatron.optim", "verl_lite.engine.megatron.memory", "verl_lite.engine.megatron.checkpoint",
-     "verl_lite.engine.megatron.parallel"),  # model chunks, weights, batches, optimizer, set-up
-    ("verl_lite.engine.megatron.engine",),  # MegatronLMEngine / MegatronValueEngine
+     "verl_lite.engine.megatron.vocab", "verl_lite.engine.megatron.optim", "verl_lite.engine.megatron.memory",
+     "verl_lite.engine.megatron.parallel"),  # model chunks, weights, micro-batches, log-probs, optimizer, set-up
+    ("verl_lite.engine.megatron.conventions",
+     "verl_lite.engine.megatron.checkpoint"),  # how each kind of chunk is called; checkpoints
+    ("verl_lite.engine.megatron.schedule",),  # the step: micro-batches through the pipeline schedule
+    ("verl_lite.engine.megatron.engine",),  # MegatronLMEngine
+    ("verl_lite.engine.megatron.value",),  # MegatronValueEngine
     ("verl_lite.engine.megatron.mindspeed",),  # the same engines on Ascend
     ("verl_lite.trainer",),  # the driver, the workers, Ray
     ("verl_lite.check", "verl_lite.main"),  # entry points

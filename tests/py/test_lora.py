@@ -1,4 +1,4 @@
-"""LoRA on the torch engine (engine/lora.py, PEFT): only the adapters train, the ref is the actor with
+"""LoRA on the torch engine (engine/torch/lora.py, PEFT): only the adapters train, the ref is the actor with
 its adapters disabled, the rollout gets the merged weights, checkpoints hold the adapters in PEFT's
 format and resume them; the preflight refuses LoRA where it cannot run."""
 
@@ -22,7 +22,7 @@ def make_batch(seed=0):
 
 
 def lora_engine(tmp_path=None, **model):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     actor = ActorConfig()
     if tmp_path is not None:
@@ -85,7 +85,7 @@ def test_a_step_changes_the_adapters_and_leaves_every_base_weight_bit_identical(
 
 
 def test_ref_log_probs_with_the_adapters_disabled_equal_the_base_models(trained):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     ref_config = RefConfig(use_torch_compile=False, ulysses_sequence_parallel_size=1)  # a lone section: no interpolation
     base = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), ref_config, None, "cpu", "ref")
@@ -176,7 +176,7 @@ def test_a_checkpoint_of_other_adapters_is_refused_naming_the_mismatch(trained, 
 
 
 def test_the_critic_gets_adapters_and_a_fully_trained_value_head():
-    from verl_lite.engine.fsdp import TorchValueEngine
+    from verl_lite.engine.torch.engine import TorchValueEngine
 
     engine = TorchValueEngine(ModelConfig(path="tiny-qwen3_5", lora_rank=4), CriticConfig(), OptimConfig(lr=1e-2),
                               "cpu", "critic")
@@ -340,7 +340,7 @@ def test_a_lora_grpo_run_on_the_copy_task_raises_the_mean_reward(copy_task_data,
 
 
 def test_the_critic_reads_its_own_lora_settings_even_when_it_takes_the_actors_model(copy_task_data):
-    from verl_lite.engine.lora import is_peft
+    from verl_lite.engine.torch.lora import is_peft
     from verl_lite.trainer.workers import CriticWorker
 
     data = copy_task_data(n_train=64, n_val=8)

@@ -23,7 +23,7 @@ from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, Rollo
 
 def test_vllm_samples_with_the_merged_lora_policy_before_and_after_a_step(tmp_path):
     from verl_lite.data.tokenizer import load_tokenizer
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
     from verl_lite.rollout.vllm import VLLMRollout
 
     actor = TorchLMEngine(ModelConfig(path=MODEL, lora_rank=8, lora_alpha=32), ActorConfig(),

@@ -14,7 +14,7 @@ import torch
 
 from verl_lite.config.compose import compose_config
 from verl_lite.config.schema import OptimConfig
-from verl_lite.engine.fsdp import build_optimizer, make_lr_lambda
+from verl_lite.engine.torch.optim import build_optimizer, make_lr_lambda
 from verl_lite.preflight.run import collect_problems
 
 TABLE = json.loads((Path(__file__).parent / "data" / "lr_schedule_cases.json").read_text())

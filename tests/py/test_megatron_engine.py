@@ -125,7 +125,8 @@ def train(engine, batch, loss_fn, steps):
 
 
 def _phase_tp2(rank, rec, ckpt_dir):
-    from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+    from verl_lite.engine.megatron.value import MegatronValueEngine
     from verl_lite.config.schema import RolloutConfig
     from verl_lite.rollout.hf import HFRollout
 
@@ -155,14 +156,14 @@ def _phase_tp2(rank, rec, ckpt_dir):
     rec["hf_entropy"] = -(logp.exp() * logp).sum(-1)
 
     # a vocabulary of 49 padded to 50 for TP=2: the padded logit must not count
-    from verl_lite.engine.megatron.batch import vocab_parallel_log_probs
+    from verl_lite.engine.megatron.vocab import vocab_parallel_log_probs
 
     g = torch.Generator().manual_seed(5)
     full, targets = torch.randn(B, R, 50, generator=g) * 3, torch.randint(0, 49, (B, R), generator=g)
     full[..., 49] = 30.0
     lp, ent = vocab_parallel_log_probs(full.chunk(2, -1)[rank], targets, 49, True)
     want = torch.log_softmax(full[..., :49], -1)
-    from verl_lite.engine.megatron.batch import vocab_parallel_sum_pi_squared
+    from verl_lite.engine.megatron.vocab import vocab_parallel_sum_pi_squared
 
     spsq = vocab_parallel_sum_pi_squared(full.chunk(2, -1)[rank], 49, chunk_size=4)
     rec["padded_vocab_spsq_gap"] = (spsq - (want.exp() ** 2).sum(-1)).abs().max().item()

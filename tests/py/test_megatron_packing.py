@@ -107,7 +107,8 @@ def _scenario(rank, rec, out_dir):
     sys.path.insert(0, str(DOUBLE))
     from megatron.core import parallel_state as mpu
 
-    from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
+    from verl_lite.engine.megatron.engine import MegatronLMEngine
+    from verl_lite.engine.megatron.value import MegatronValueEngine
 
     batches = [ragged_batch(0), ragged_batch(1, rows=3)]
     for path, tp, pp in LAYOUTS:

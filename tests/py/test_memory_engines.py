@@ -80,7 +80,7 @@ def _megatron(rank, rec):
 
 def _fsdp(rank, rec):
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     for path in ("tiny-qwen3", "tiny-qwen3_5-moe"):
         engine = TorchLMEngine(ModelConfig(path=path, override_config={"tie_word_embeddings": False}), ActorConfig(),

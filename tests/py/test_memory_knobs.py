@@ -1,5 +1,5 @@
 """verl's log-prob memory settings on the torch engine give the plain path's numbers: fused kernels
-(engine/fused.py: log-probs and entropy from hidden states and the LM head weight, chunk by chunk),
+(engine/torch/fused.py: log-probs and entropy from hidden states and the LM head weight, chunk by chunk),
 entropy_from_logits_with_chunking and entropy_checkpointing (engine/logits.py), activation offload and
 gradient checkpointing (the critic's too). Compared in float32 within ATOL on the function level (ragged
 masks, a chunk size that does not divide the tokens, temperature) and through the engine on a tiny model.
@@ -12,7 +12,7 @@ import torch
 
 from verl_lite.config import compose
 from verl_lite.config.compose import load_config
-from verl_lite.engine.fused import FusedLogProbs, LogProbHead, fused_log_probs_and_entropy
+from verl_lite.engine.torch.fused import FusedLogProbs, LogProbHead, fused_log_probs_and_entropy
 from verl_lite.engine.logits import log_probs_and_entropy
 from verl_lite.preflight.verl_settings import verl_problems
 
@@ -135,7 +135,7 @@ def loss_fn(outputs, batch):
 
 
 def actor_update(overrides, path="tiny-qwen3"):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     cfg = load_config([f"actor_rollout_ref.model.path={path}", *overrides])
     arr = compose.to_dataclass(cfg).actor_rollout_ref
@@ -184,7 +184,7 @@ def test_the_fused_engine_never_asks_the_model_for_logits():
 
 
 def test_the_critic_checkpoints_its_decoder_stack_when_asked():
-    from verl_lite.engine.fsdp import TorchValueEngine
+    from verl_lite.engine.torch.engine import TorchValueEngine
 
     cfg = compose.to_dataclass(load_config(["critic.enable=True", "critic.model.path=tiny-qwen3",
                                             "critic.model.enable_gradient_checkpointing=True"]))
@@ -195,7 +195,7 @@ def test_the_critic_checkpoints_its_decoder_stack_when_asked():
 
 @pytest.mark.gpu  # a device test: it may skip on a CPU machine (tests/py/conftest.py)
 def test_activation_offload_moves_saved_activations_but_not_parameters():
-    from verl_lite.engine.activations import ActivationOffload
+    from verl_lite.engine.torch.activations import ActivationOffload
 
     if not torch.cuda.is_available():
         pytest.skip("needs a cuda device: on cpu the activations are in host memory already (nothing installed)")
@@ -275,7 +275,7 @@ def _fsdp2_scenario(rank, world, port, out_dir):
     try:
         for fused_on in (False, True):
             res, _ = None, None
-            from verl_lite.engine.fsdp import TorchLMEngine
+            from verl_lite.engine.torch.engine import TorchLMEngine
 
             cfg = load_config(["actor_rollout_ref.model.path=tiny-qwen3", "actor_rollout_ref.model.use_remove_padding=False",
                                f"actor_rollout_ref.model.use_fused_kernels={fused_on}"])

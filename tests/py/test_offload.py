@@ -52,7 +52,7 @@ def check_timeline(events: List, policies: Dict[str, OffloadPolicy]) -> None:
 @contextlib.contextmanager
 def timeline(monkeypatch):
     """Record offload moves and engine/rollout uses, in order."""
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
     from verl_lite.engine.megatron.engine import MegatronLMEngine
     from verl_lite.rollout.hf import HFRollout
 
@@ -292,7 +292,7 @@ def test_on_a_gpu_the_torch_engine_leaves_the_device_between_phases():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     engine = TorchLMEngine(ModelConfig(path="tiny-qwen3"), ActorConfig(), OptimConfig(lr=1e-3), "cuda", "actor")
     engine.initialize()

@@ -57,12 +57,13 @@ def _engine_logits(engine, batch):
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
     from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import schedule as megatron_schedule
 
     def logits_of(output, item, with_entropy):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
 
     prepared = [megatron_batch.prepare_batch(batch, torch.device("cpu"), batch["input_ids"].shape[1], 0)]
-    return megatron_batch.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
+    return megatron_schedule.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
 
 
 def _hf_reference(path):
@@ -451,7 +452,7 @@ def test_on_npu_the_fla_name_imports_whatever_this_machine_has_because_mindspeed
 
 
 def test_megatron_core_releases_other_than_0_16_are_refused_with_what_to_install():
-    from verl_lite.engine.megatron.bridges import UnsupportedModelError
+    from verl_lite.engine.base import UnsupportedModelError
     from verl_lite.engine.megatron.gdn import check_megatron_version
 
     check_megatron_version("0.16.1")

@@ -235,7 +235,8 @@ def test_the_partial_interleaved_mrope_is_transformers_own():
 
 def test_the_registry_builds_the_qwen3_5_vl_bridges_with_the_tower():
     from verl_lite.decisions.packing_mode import VISION_BRIDGED
-    from verl_lite.engine.megatron.bridges import UnsupportedModelError, bridge_for
+    from verl_lite.engine.base import UnsupportedModelError
+    from verl_lite.engine.megatron.bridges import bridge_for
     from verl_lite.engine.megatron.bridges.qwen3_5_vl import Qwen3_5MoeVLBridge, Qwen3_5VLBridge
     from verl_lite.engine.megatron.bridges.vision import InterleavedMRoPE
 

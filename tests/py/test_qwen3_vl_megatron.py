@@ -114,6 +114,7 @@ def _engine_logits(engine, batch):
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
     from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import schedule as megatron_schedule
 
     def logits_of(output, item, with_entropy):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
@@ -121,7 +122,7 @@ def _engine_logits(engine, batch):
     tp = mpu.get_tensor_model_parallel_world_size()
     item = megatron_batch.prepare_batch(batch, torch.device("cpu"), 0, 0, multiple=tp)
     item["visual"] = engine.bridge.visual_inputs(batch, torch.device("cpu"))
-    logits = megatron_batch.run_schedule(engine.model, [item], logits_of, None, True, False)[0]["logits"]
+    logits = megatron_schedule.run_schedule(engine.model, [item], logits_of, None, True, False)[0]["logits"]
     return logits[:, logits.shape[1] - batch["input_ids"].shape[1]:]
 
 
@@ -362,7 +363,8 @@ def _fake_chunk(pre_process, layer_numbers):
 
 
 def test_deepstack_layers_off_the_first_pipeline_stage_are_refused_naming_the_fix():
-    from verl_lite.engine.megatron.bridges import UnsupportedModelError, bridge_for
+    from verl_lite.engine.base import UnsupportedModelError
+    from verl_lite.engine.megatron.bridges import bridge_for
 
     bridge = bridge_for(tiny_config(MOE, deepstack=(0, 1, 1)).to_dict())  # three DeepStack layers
     tf = SimpleNamespace(kv_channels=16, params_dtype=torch.float32, sequence_parallel=False)

@@ -14,16 +14,16 @@ from verl_lite.registry import ENGINES, ROLLOUTS, EngineRegistry, RegistryError
 
 def test_the_engine_table_is_exactly_the_supported_backends_and_devices():
     assert dict(ENGINES.items()) == {
-        ("language_model", "fsdp", "cpu"): "verl_lite.engine.fsdp:TorchLMEngine",
-        ("language_model", "fsdp", "cuda"): "verl_lite.engine.fsdp:TorchLMEngine",
-        ("language_model", "fsdp", "npu"): "verl_lite.engine.fsdp:TorchLMEngine",
-        ("value_model", "fsdp", "cpu"): "verl_lite.engine.fsdp:TorchValueEngine",
-        ("value_model", "fsdp", "cuda"): "verl_lite.engine.fsdp:TorchValueEngine",
-        ("value_model", "fsdp", "npu"): "verl_lite.engine.fsdp:TorchValueEngine",
+        ("language_model", "fsdp", "cpu"): "verl_lite.engine.torch.engine:TorchLMEngine",
+        ("language_model", "fsdp", "cuda"): "verl_lite.engine.torch.engine:TorchLMEngine",
+        ("language_model", "fsdp", "npu"): "verl_lite.engine.torch.engine:TorchLMEngine",
+        ("value_model", "fsdp", "cpu"): "verl_lite.engine.torch.engine:TorchValueEngine",
+        ("value_model", "fsdp", "cuda"): "verl_lite.engine.torch.engine:TorchValueEngine",
+        ("value_model", "fsdp", "npu"): "verl_lite.engine.torch.engine:TorchValueEngine",
         ("language_model", "megatron", "cpu"): "verl_lite.engine.megatron.engine:MegatronLMEngine",
         ("language_model", "megatron", "cuda"): "verl_lite.engine.megatron.engine:MegatronLMEngine",
-        ("value_model", "megatron", "cpu"): "verl_lite.engine.megatron.engine:MegatronValueEngine",
-        ("value_model", "megatron", "cuda"): "verl_lite.engine.megatron.engine:MegatronValueEngine",
+        ("value_model", "megatron", "cpu"): "verl_lite.engine.megatron.value:MegatronValueEngine",
+        ("value_model", "megatron", "cuda"): "verl_lite.engine.megatron.value:MegatronValueEngine",
         ("language_model", "megatron", "npu"): "verl_lite.engine.megatron.mindspeed:MindSpeedLMEngine",
         ("value_model", "megatron", "npu"): "verl_lite.engine.megatron.mindspeed:MindSpeedValueEngine",
     }

@@ -98,6 +98,7 @@ def _logits(engine, batch):
     from megatron.core.tensor_parallel.mappings import gather_from_tensor_model_parallel_region
 
     from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import schedule as megatron_schedule
 
     multiple = 2 if engine.tf_config.sequence_parallel else 1
 
@@ -105,7 +106,7 @@ def _logits(engine, batch):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
 
     prepared = [megatron_batch.prepare_batch(batch, torch.device("cpu"), 0, 0, multiple=multiple)]
-    out = megatron_batch.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
+    out = megatron_schedule.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
     return out[:, -batch["input_ids"].shape[1]:]
 
 
@@ -208,7 +209,7 @@ def _phase_critic(rec, batch):
     """The value engine (Qwen3 trunk, scalar head replicated over TP): values and one step with SP
     against TP=2 without SP."""
     from verl_lite.config.schema import CriticConfig
-    from verl_lite.engine.megatron.engine import MegatronValueEngine
+    from verl_lite.engine.megatron.value import MegatronValueEngine
 
     def value_loss(outputs, mb):
         mask = mb["response_mask"].float()

@@ -31,7 +31,7 @@ def make_batch(seed: int = 0):
 
 
 def engine_of(*overrides):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     cfg = load_config(["actor_rollout_ref.model.path=tiny-qwen3", *overrides])
     arr = compose.to_dataclass(cfg).actor_rollout_ref

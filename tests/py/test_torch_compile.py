@@ -41,7 +41,7 @@ def loss_fn(outputs, batch):
 
 
 def torch_actor(cfg):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     arr = compose.to_dataclass(cfg).actor_rollout_ref  # the sections tagged with their paths while tracking
     engine = TorchLMEngine(arr.model, arr.actor, arr.actor.optim, "cpu", "actor")
@@ -147,7 +147,7 @@ def test_the_ref_follows_the_actors_use_torch_compile_unless_set():
 
 @pytest.mark.parametrize("role,flag", [("actor", True), ("ref", True), ("ref", False)])
 def test_the_megatron_engine_passes_its_roles_flag_to_the_vocab_parallel_log_probs(monkeypatch, role, flag):
-    from verl_lite.engine.megatron import batch as megatron_batch
+    from verl_lite.engine.megatron import vocab as megatron_vocab
     from verl_lite.engine.megatron.engine import MegatronLMEngine
     from verl_lite.config.schema import ActorConfig, ModelConfig, RefConfig
 
@@ -157,7 +157,7 @@ def test_the_megatron_engine_passes_its_roles_flag_to_the_vocab_parallel_log_pro
         seen.append((compiled, chunk_size, checkpoint))
         return torch.zeros(responses.shape), None
 
-    monkeypatch.setattr(megatron_batch, "vocab_parallel_log_probs", spy)
+    monkeypatch.setattr(megatron_vocab, "vocab_parallel_log_probs", spy)
     # the entropy memory settings travel with it (tests/py/test_memory_knobs.py checks their numbers)
     memory = dict(entropy_from_logits_with_chunking=flag, entropy_from_logits_chunk_size=7, entropy_checkpointing=flag)
     section = ActorConfig(strategy="megatron", use_torch_compile=flag, **memory) if role == "actor" else \

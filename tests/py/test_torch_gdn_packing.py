@@ -25,12 +25,12 @@ MODELS = ["tiny-qwen3_5", "tiny-qwen3_5-moe"]
 def engines(path, cls_name="TorchLMEngine", **model):
     """The same model (one init seed) padded (use_remove_padding=False) and packed (True)."""
     from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig
-    from verl_lite.engine import fsdp
+    from verl_lite.engine.torch import engine as torch_engine
 
     built = []
     for setting in (False, True):
-        eng = getattr(fsdp, cls_name)(ModelConfig(path=path, use_remove_padding=setting, **model), ActorConfig(),
-                                      OptimConfig(), "cpu", "actor")
+        eng = getattr(torch_engine, cls_name)(ModelConfig(path=path, use_remove_padding=setting, **model), ActorConfig(),
+                                              OptimConfig(), "cpu", "actor")
         eng.initialize()
         built.append(eng)
     assert not built[0].remove_padding and built[1].remove_padding
@@ -158,7 +158,7 @@ def test_the_split_leaves_padded_and_cached_forwards_as_they_were():
 
 
 def test_other_linear_attention_models_are_refused_packed_and_run_padded_on_auto():
-    from verl_lite.engine.packing import decide
+    from verl_lite.engine.torch.packing import decide
 
     config = {"model_type": "minimax", "layer_types": ["linear_attention", "full_attention"]}
     with pytest.raises(ValueError, match="model_type minimax has linear-attention layers that the torch engine does "

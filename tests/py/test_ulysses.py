@@ -1,4 +1,4 @@
-"""Ulysses sequence parallelism on the torch engine (engine/ulysses.py): on 2 gloo ranks, SP=2 (both ranks one
+"""Ulysses sequence parallelism on the torch engine (engine/torch/ulysses.py): on 2 gloo ranks, SP=2 (both ranks one
 data-parallel rank, each running half of the packed sequence) against the plain engine on the same data, padded
 (no packing) and packed; the dispatch that hands both SP ranks the same shard; the refusals."""
 
@@ -64,7 +64,7 @@ def _compare(rank, world, rec, model, role, checkpointing=False):
     import torch.distributed as dist
 
     from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, OptimConfig
-    from verl_lite.engine.fsdp import TorchLMEngine, TorchValueEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine, TorchValueEngine
     from verl_lite.trainer.worker_group import dp_leaders, shards_by_rank
 
     cls, section, loss, entropy = ((TorchLMEngine, ActorConfig, _lm_loss, True) if role == "actor" else
@@ -195,7 +195,7 @@ def test_the_dispatch_hands_every_rank_of_an_sp_group_its_dp_shard_and_collects_
 
 def test_qwen3_5_is_refused_naming_its_gated_deltanet_layers():
     from verl_lite.config.schema import ActorConfig, ModelConfig
-    from verl_lite.engine import ulysses
+    from verl_lite.engine.torch import ulysses
     from verl_lite.models.hf import load_hf_config
 
     cfg = load_hf_config(ModelConfig(path="tiny-qwen3_5"))
@@ -205,7 +205,7 @@ def test_qwen3_5_is_refused_naming_its_gated_deltanet_layers():
 
 
 def test_the_padded_path_an_uneven_split_and_indivisible_heads_are_refused():
-    from verl_lite.engine import ulysses
+    from verl_lite.engine.torch import ulysses
 
     cfg = {"model_type": "qwen3", "num_attention_heads": 4}
     key = "critic.ulysses_sequence_parallel_size"
@@ -279,7 +279,7 @@ def test_the_dynamic_token_budget_of_an_sp_group_is_the_roles_times_the_sp_size(
 
 def test_the_torch_engine_refuses_sp_for_qwen3_5_when_it_builds():
     from verl_lite.config.schema import ActorConfig, ModelConfig
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     engine = TorchLMEngine(ModelConfig(path="tiny-qwen3_5"), ActorConfig(ulysses_sequence_parallel_size=2), None,
                            "cpu", "actor")

@@ -236,7 +236,7 @@ def test_the_hf_rollout_generates_from_the_images(rollout_out, hf_model):
 
 
 def test_torch_engine_vl_log_probs_equal_transformers_and_need_the_pixel_inputs(model_path, rollout_out, hf_model):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
     from verl_lite.models.hf import image_inputs
 
     _, out = rollout_out
@@ -261,7 +261,7 @@ def test_qwen3_5_text_rows_through_the_vision_language_model_are_the_text_models
     language-model weights (what a text checkpoint of the model, or a bridge that drops the tower, runs)."""
     from transformers import AutoModelForCausalLM
 
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
     from verl_lite.models.hf import vl_position_ids
 
     text = AutoModelForCausalLM.from_config(hf_model.config.text_config).eval()
@@ -284,7 +284,7 @@ def test_qwen3_5_text_rows_through_the_vision_language_model_are_the_text_models
 
 
 def test_the_loss_gradient_reaches_the_vision_tower(model_path, rollout_out):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
     from verl_lite.config.schema import OptimConfig
 
     _, out = rollout_out
@@ -303,7 +303,7 @@ def test_the_loss_gradient_reaches_the_vision_tower(model_path, rollout_out):
 
 
 def test_the_critic_values_see_the_images(model_path, rollout_out):
-    from verl_lite.engine.fsdp import TorchValueEngine
+    from verl_lite.engine.torch.engine import TorchValueEngine
 
     _, out = rollout_out
     engine = TorchValueEngine(ModelConfig(path=model_path), CriticConfig(), None, "cpu", "critic")
@@ -331,7 +331,7 @@ def test_token_budget_micro_batches_keep_the_pixel_inputs_and_3d_positions(rollo
 
 
 def test_packing_is_refused_for_a_vision_language_model(model_path):
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     engine = TorchLMEngine(ModelConfig(path=model_path, use_remove_padding=True), ActorConfig(), None, "cpu", "actor")
     with pytest.raises(ValueError, match="use_remove_padding=True is not supported here: .*vision-language models run padded"):
@@ -365,7 +365,7 @@ def test_the_megatron_engine_takes_images_with_the_tower_and_refuses_them_for_a_
     with images; the text model's bridge (Qwen3_5ForCausalLM from the same text config) refuses it
     (it would run without them), a text batch passes both."""
     from verl_lite.engine.megatron.bridges import bridge_for
-    from verl_lite.engine.megatron.engine import refuse_images_without_tower
+    from verl_lite.engine.megatron.schedule import refuse_images_without_tower
     from verl_lite.models.hf import load_hf_config
 
     _, out = rollout_out

@@ -51,7 +51,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def torch_actor():
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     torch.manual_seed(0)
     engine = TorchLMEngine(ModelConfig(path=MODEL), ActorConfig(), OptimConfig(lr=5e-2, weight_decay=0.0), "cpu",
@@ -331,7 +331,7 @@ def _rank_actor(rank: int, world: int, port: int, seed: int):
     import os
 
     from verl_lite.data.tokenizer import load_tokenizer
-    from verl_lite.engine.fsdp import TorchLMEngine
+    from verl_lite.engine.torch.engine import TorchLMEngine
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), VLLM_ENABLE_V1_MULTIPROCESSING="0")

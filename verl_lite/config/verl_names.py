@@ -85,7 +85,7 @@ VALUE_ALIASES = {key: {"fsdp2": "fsdp"} for key in (
 VALUE_ALIASES.update({f"{section}.optim.lr_warmup_steps": {None: -1}
                       for section in ("actor_rollout_ref.actor", "critic")})
 VALUE_ALIASES["custom_reward_function.name"] = {None: "compute_score"}
-# verl's null mixed precision (its bf16/fp32/fp32) is verl_lite's empty mapping (engine/fsdp_policy.py)
+# verl's null mixed precision (its bf16/fp32/fp32) is verl_lite's empty mapping (engine/torch/fsdp_policy.py)
 VALUE_ALIASES.update({f"{section}.fsdp_config.mixed_precision": {None: {}}
                       for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")})
 # verl's `file` logger writes one JSON line of metrics per step: verl_lite's jsonl logger

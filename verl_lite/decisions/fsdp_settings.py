@@ -29,7 +29,7 @@ one, or the CPU offload policy), on a one-rank group it starts itself (gloo on c
 runs the plain module.
 
 This module is the torch-free part (names, validation, the mesh shape, the summary's words), which the
-preflight reads; engine/fsdp_policy.py applies it with torch (fully_shard, the mesh, the policies).
+preflight reads; engine/torch/fsdp_policy.py applies it with torch (fully_shard, the mesh, the policies).
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ def checkpoint_mismatch(part: str, saved: Optional[Dict[str, Any]], current: Dic
     instead = (f"or load the weights alone from the checkpoint's HF copy ({prefix}.load_contents=[hf_model], which "
                "needs hf_model in the saved save_contents)")
     if "engine" in diff:
-        key = "critic.strategy" if role == "critic" else "actor_rollout_ref.actor.strategy"
+        key = f"{roles.SECTION[role]}.strategy"
         strategy = {"megatron": "megatron", "fsdp": "fsdp"}.get(saved["engine"], saved["engine"])
         return (f"the {role} checkpoint {part} was written by the {saved['engine']} engine and this run's {role} "
                 f"runs on the {current['engine']} engine; its {parts} files are that engine's. Resume with "

@@ -1,4 +1,4 @@
-"""What Ulysses sequence parallelism (`<role>.ulysses_sequence_parallel_size`, engine/ulysses.py) needs: the
+"""What Ulysses sequence parallelism (`<role>.ulysses_sequence_parallel_size`, engine/torch/ulysses.py) needs: the
 rules the torch engine enforces when it builds and the preflight reports before a run (no torch import)."""
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ from verl_lite.config.sections import as_section, role_section_class
 class CPUSnapshotUnsupported(NotImplementedError):
     """The engine does not implement `snapshot_to_cpu` / `restore_from_cpu`."""
 
+
+class UnsupportedModelError(ValueError):
+    """An HF config no registered bridge can build, or one its bridge does not cover (raised by the
+    Megatron engines, their model bridges and layers)."""
+
 # loss_fn(outputs, micro_batch) -> (loss tensor to backpropagate, metrics dict of floats)
 LossFn = Callable[[Dict[str, Any], Dict[str, Any]], Tuple[Any, Dict[str, float]]]
 

@@ -1,7 +1,7 @@
 """Log-probs of the chosen tokens and their entropy from the logits: the one implementation the
 torch and Megatron engines share. The torch engine holds the whole vocabulary; the Megatron engine's
 logits are split over the vocabulary across TP ranks, and it passes the reductions over the TP group
-(`megatron/batch.py:vocab_parallel_log_probs`).
+(`megatron/vocab.py:vocab_parallel_log_probs`).
 
 `<role>.use_torch_compile` (verl's switch, which wraps its entropy-from-logits in torch.compile): the
 two passes over the vocabulary (the sum of exp with the chosen token's logit; the entropy's sum of

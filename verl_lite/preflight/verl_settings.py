@@ -87,8 +87,8 @@ def _ulysses_problems(cfg: Any, view: RoleView) -> List[str]:
 
 
 def memory_knob_problems(cfg: Any, view: RoleView) -> List[str]:
-    """The log-prob and activation memory settings a role's engine cannot act on (engine/fused.py,
-    engine/activations.py): fused kernels need an LM head on the torch engine, activation offload the
+    """The log-prob and activation memory settings a role's engine cannot act on (engine/torch/fused.py,
+    engine/torch/activations.py): fused kernels need an LM head on the torch engine, activation offload the
     torch engine; the entropy settings run on both engines."""
     role, model = view.role, view.model
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
@@ -142,7 +142,7 @@ def _log_prob_memory_warnings(cfg: Any, views: List[RoleView]) -> List[str]:
 
 
 def lora_problems(cfg: Any, view: RoleView) -> List[str]:
-    """LoRA (model.lora_rank / lora_adapter_path) runs on the torch engine only (engine/lora.py); the ref
+    """LoRA (model.lora_rank / lora_adapter_path) runs on the torch engine only (engine/torch/lora.py); the ref
     has none of its own (it is the actor with its adapters disabled)."""
     if view.role == "ref":
         return []

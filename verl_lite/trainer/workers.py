@@ -36,7 +36,7 @@ from verl_lite.trainer.update_metrics import mini_batch_metrics, per_mini_batch
 
 logger = logging.getLogger(__name__)
 
-# the model section's LoRA settings (engine/lora.py)
+# the model section's LoRA settings (engine/torch/lora.py)
 LORA_KEYS = ("lora_rank", "lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path")
 
 

@@ -213,7 +213,7 @@ class ModelConfig:
     enable_activation_offload: bool = False
     # Log-probs and entropy from the final hidden states and the LM head weight, a chunk of 512 tokens
     # at a time, recomputed chunk by chunk in backward: the (tokens x vocabulary) logits are never held
-    # whole (engine/fused.py; bench/fsdp_memory_bench.py). Same numbers as the logits path; the actor and
+    # whole (engine/torch/fused.py; bench/fsdp_memory_bench.py). Same numbers as the logits path; the actor and
     # ref on the fsdp strategy (the critic has no LM head; True is refused there and on megatron).
     use_fused_kernels: bool = False
     # With use_fused_kernels: impl_backend = torch (verl_lite's chunked torch code); verl's triton

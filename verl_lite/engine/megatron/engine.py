@@ -1,7 +1,8 @@
-"""Megatron engines (megatron-core 0.16): the policy/reference language model and the critic.
+"""The Megatron engine (megatron-core 0.16) of the policy/reference language model, which the critic's
+(`value.MegatronValueEngine`) subclasses.
 
-Registered for (language_model | value_model, "megatron", cpu | cuda); on npu the MindSpeed
-subclasses in `verl_lite.engine.megatron.mindspeed` serve the same keys. Nothing here imports megatron at
+Registered for (language_model, "megatron", cpu | cuda); on npu the MindSpeed subclasses in
+`verl_lite.engine.megatron.mindspeed` serve the same keys. Nothing here imports megatron at
 module import time: MindSpeed must patch megatron before its first import, so every megatron
 import happens inside the methods (and the helper modules' functions) that need it. This module
 holds the engine's lifecycle; the package's __init__ lists the parts beside it.
@@ -16,7 +17,7 @@ What an engine does (see `BaseEngine` for the batch contract):
   the torch engine would). The optimizer is megatron's Adam with an `OptimizerParamScheduler`.
   Through Megatron-Bridge / mbridge (bridges/select.py) the external bridge builds and loads the
   chunks; the DDP wrap, the freeze, the optimizer and eval mode are this class's own (`_set_up_chunks`).
-- `forward_backward()` runs megatron's pipeline schedule; outputs reach every pipeline stage.
+- `forward_backward()` runs megatron's pipeline schedule (`schedule`); outputs reach every pipeline stage.
 - `optimizer_step()` clips to `optim.clip_grad` itself (megatron's clip asserts CUDA tensors).
 
 Remove-padding (`model.use_remove_padding`, null = auto; decisions/packing_mode.py decides per engine,
@@ -38,34 +39,26 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from verl_lite.config.roles import SECTION
 from verl_lite.config.schema import MegatronConfig
 from verl_lite.decisions import packing_mode
 from verl_lite.engine import hf_export
-from verl_lite.engine.base import BaseEngine, LossFn
+from verl_lite.engine.base import BaseEngine, LossFn, UnsupportedModelError
 from verl_lite.engine.logits import log_prob_outputs
-from verl_lite.engine.megatron import batch as megatron_batch
 from verl_lite.engine.megatron import checkpoint as megatron_checkpoint
+from verl_lite.engine.megatron import conventions
 from verl_lite.engine.megatron import hf as megatron_hf
 from verl_lite.engine.megatron import memory as megatron_memory
 from verl_lite.engine.megatron import model as megatron_model
 from verl_lite.engine.megatron import optim as megatron_optim
 from verl_lite.engine.megatron import parallel
-from verl_lite.engine.megatron.bridges import Layout, ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron import schedule as megatron_schedule
+from verl_lite.engine.megatron import vocab as megatron_vocab
+from verl_lite.engine.megatron.bridges import Layout, ModelBridge
 from verl_lite.engine.megatron.bridges import select as bridge_select
 from verl_lite.models import resolve_model_dir
 
 logger = logging.getLogger(__name__)
-
-
-def refuse_images_without_tower(role: str, bridge: Any, micro_batches: List[Dict[str, Any]]) -> None:
-    """A micro-batch with images (multi_modal_inputs) needs a bridge that builds the vision tower
-    (Qwen3-VL, Qwen3.5's ...ForConditionalGeneration): a text model's bridge would drop them."""
-    if bridge is not None and getattr(bridge, "has_vision", False):
-        return
-    if any(m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
-        raise ValueError(f"{role}: the batch has images (multi_modal_inputs) but {type(bridge).__name__} builds no "
-                         "vision tower on the Megatron engine (a text model); use the vision-language checkpoint "
-                         "(Qwen3-VL, Qwen3.5 ...ForConditionalGeneration), or the torch engine (strategy=fsdp)")
 
 
 class MegatronLMEngine(BaseEngine):
@@ -129,10 +122,9 @@ class MegatronLMEngine(BaseEngine):
     @property
     def megatron_key(self) -> str:
         """The role's megatron section, as messages name it (e.g. actor_rollout_ref.actor.megatron)."""
-        return {"critic": "critic.megatron"}.get(self.role, f"actor_rollout_ref.{self.role}.megatron")
+        return f"{SECTION[self.role]}.megatron"
 
     def initialize(self) -> None:
-        from verl_lite.config.roles import SECTION
         from verl_lite.decisions import ulysses
 
         refused = ulysses.problems(*ulysses.setting(self.engine_config, SECTION[self.role]), None, None, None,
@@ -162,8 +154,8 @@ class MegatronLMEngine(BaseEngine):
             chunks = bridge_select.build_external(self.external, self.parallel_sizes(),
                                                   self.megatron_config.sequence_parallel, self.transformer_overrides(),
                                                   self.dtype, self.model_type == "value_model")
-            # how batch.run_schedule calls them: verl's call for the model's class, not verl_lite's own
-            megatron_batch.mark_forward_convention(chunks, self.device)
+            # how schedule.run_schedule calls them: verl's call for the model's class, not verl_lite's own
+            conventions.mark_forward_convention(chunks, self.device)
             self.tf_config = getattr(chunks[0], "config", None)
             self.layout = bridge_select.external_layout(self.hf_config, tp_size, tp_rank)
             self._set_up_chunks(chunks)
@@ -305,12 +297,12 @@ class MegatronLMEngine(BaseEngine):
         temperature = float(batch.get("temperature", 1.0) or 1.0)  # the rollout's, as the torch engine divides
         if temperature != 1.0:
             logits = logits / temperature
-        role = self.engine_config  # the role's log-prob settings, as on the torch engine (engine/fused.py)
+        role = self.engine_config  # the role's log-prob settings, as on the torch engine (engine/torch/fused.py)
         chunk = int(role.entropy_from_logits_chunk_size) if role.entropy_from_logits_with_chunking else None
         # sum_pi_squared first: it reads the logits without changing them (verl's order too)
-        extra = ({"sum_pi_squared": megatron_batch.vocab_parallel_sum_pi_squared(logits, self.layout.vocab, chunk)}
+        extra = ({"sum_pi_squared": megatron_vocab.vocab_parallel_sum_pi_squared(logits, self.layout.vocab, chunk)}
                  if self._sum_pi_squared else {})
-        out = log_prob_outputs(*megatron_batch.vocab_parallel_log_probs(
+        out = log_prob_outputs(*megatron_vocab.vocab_parallel_log_probs(
             logits, responses, self.layout.vocab, with_entropy, role.use_torch_compile, chunk_size=chunk,
             checkpoint=bool(role.entropy_checkpointing)))
         out.update(extra)
@@ -327,54 +319,9 @@ class MegatronLMEngine(BaseEngine):
             raise ValueError("calculate_sum_pi_squared is computed in the forward-only log-prob pass, not in training")
         self._sum_pi_squared = bool(calculate_sum_pi_squared)
         try:
-            return self._forward_backward(micro_batches, loss_fn, forward_only, calculate_entropy)
+            return megatron_schedule.forward_backward(self, micro_batches, loss_fn, forward_only, calculate_entropy)
         finally:
             self._sum_pi_squared = False
-
-    def _forward_backward(self, micro_batches: List[Dict[str, Any]], loss_fn: Optional[LossFn],
-                          forward_only: bool, calculate_entropy: bool) -> List[Dict[str, Any]]:
-        from megatron.core import parallel_state as mpu
-
-        if not micro_batches:
-            return []
-        if not forward_only:
-            self._need_optimizer("forward_backward(forward_only=False)")
-            if loss_fn is None:
-                raise ValueError("forward_backward(forward_only=False) needs a loss_fn")
-        if mpu.get_context_parallel_world_size() > 1:
-            raise NotImplementedError("context_parallel_size > 1 is not supported by verl_lite's Megatron forward yet")
-        refuse_images_without_tower(self.role, self.bridge if self.external is None else self.external, micro_batches)
-        pipelined = mpu.get_pipeline_model_parallel_world_size() > 1
-        # Micro-batches of different shapes (dynamic batch size) cross pipeline stages with their shapes
-        # sent first (megatron's variable_seq_lengths); equal shapes keep one fixed p2p shape.
-        variable = pipelined and len({tuple(mb["input_ids"].shape) for mb in micro_batches}) > 1
-        pad_id = int(getattr(self.hf_config, "pad_token_id", 0) or 0)
-        packed = self.remove_padding
-        if packed and self.bridge is not None and self.bridge.has_vision and any(
-                m for mb in micro_batches for m in (mb.get("multi_modal_inputs") or [])):
-            if packing_mode.tri_state(self.model_config.use_remove_padding) is True:
-                raise ValueError(f"{self.role}: model.use_remove_padding=True: {packing_mode.VISION_PACKED_REFUSAL}")
-            packed = False  # auto: a call with images runs padded (the packed-capable model takes both layouts)
-        if packed:
-            # each sequence aligned to TP, as verl's preprocess_packed_seqs; packed shapes differ per micro-batch
-            align = mpu.get_tensor_model_parallel_world_size()
-            prepared = [megatron_batch.prepare_packed_batch(mb, self._torch_device(), pad_id, align=align)
-                        for mb in micro_batches]
-            variable = pipelined and len({tuple(p["input_ids"].shape) for p in prepared}) > 1
-        else:
-            # sequence parallelism splits the sequence over TP: its length must divide by TP (left padding)
-            multiple = mpu.get_tensor_model_parallel_world_size() if getattr(self.tf_config, "sequence_parallel", False) else 1
-            prepared = [megatron_batch.prepare_batch(mb, self._torch_device(), 0, pad_id, multiple=multiple)
-                        for mb in micro_batches]
-            if self.bridge is not None and self.bridge.has_vision:
-                for chunk in self.model:  # nothing of an earlier (failed) run stays queued
-                    store = getattr(megatron_model.unwrap(chunk), "deepstack", None)
-                    if store is not None:
-                        store.reset()
-                for item, mb in zip(prepared, micro_batches):
-                    item["visual"] = self.bridge.visual_inputs(mb, self._torch_device())
-        return megatron_batch.run_schedule(self.model, prepared, self._postprocess, loss_fn, forward_only,
-                                           calculate_entropy, variable_shapes=variable)
 
     def micro_batch_multiple(self) -> int:
         """The interleaved schedule (virtual pipeline stages) runs micro-batches in groups of PP."""
@@ -478,54 +425,3 @@ class MegatronLMEngine(BaseEngine):
         if not mpu.model_parallel_is_initialized() or mpu.get_data_parallel_world_size() == 1:
             return None
         return mpu.get_data_parallel_group()
-
-
-class MegatronValueEngine(MegatronLMEngine):
-    """Critic on megatron-core: the LM's trunk with a scalar head; outputs values (B, R)."""
-
-    model_type = "value_model"
-
-    def _attach_head(self, module: Any) -> None:
-        module.output_layer = megatron_model.ValueHead(self.tf_config.hidden_size, self.dtype,
-                                                       sequence_parallel=self.tf_config.sequence_parallel)
-
-    def _mapping_name(self, name: str) -> str:
-        if name.startswith("output_layer.linear."):
-            return "value_head." + name[len("output_layer.linear.") :]
-        return name
-
-    def _read_hf_config(self) -> Any:
-        hf_config = super()._read_hf_config()
-        hf_config.num_labels = 1
-        return hf_config
-
-    def _hf_model_class(self) -> Any:
-        """transformers' token-classification class where it has one for this config (Qwen3); Qwen3.5
-        has none, so its seeded random init is the causal LM's and the head is added below."""
-        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
-
-        if type(self.hf_config) in AutoModelForTokenClassification._model_mapping:
-            return AutoModelForTokenClassification
-        return AutoModelForCausalLM
-
-    def _hf_source(self) -> megatron_hf.HFSource:
-        source = super()._hf_source()
-        if not isinstance(source, megatron_hf.SafetensorsSource) and self._hf_model_class().__name__.endswith(
-                "TokenClassification"):
-            return source
-        if isinstance(source, megatron_hf.SafetensorsSource) and "score.weight" in source:
-            return source
-        # An LM checkpoint: the value head starts like HF's token-classification head.
-        generator = torch.Generator().manual_seed(int(self.model_config.init_seed))
-        std = float(getattr(self.hf_config, "initializer_range", 0.02))
-        head = {
-            "score.weight": torch.randn(1, self.hf_config.hidden_size, generator=generator) * std,
-            "score.bias": torch.zeros(1),
-        }
-        return lambda name: head[name] if name in head else source(name)
-
-    def _postprocess(self, output: torch.Tensor, batch: Dict[str, Any], with_entropy: bool) -> Dict[str, torch.Tensor]:
-        if self._sum_pi_squared:
-            raise ValueError(f"{self.role}: a value model has no token distribution: no sum_pi_squared")
-        r = batch["responses"].shape[1]
-        return {"values": output[:, -r - 1 : -1, 0].float()}

@@ -47,7 +47,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from verl_lite.decisions.bridge_choice import FLA, GDN_KERNELS
-from verl_lite.engine.megatron.bridges.base import UnsupportedModelError
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron.norm import RMSNorm
 from verl_lite.models.hf import auto_chunk_size
 

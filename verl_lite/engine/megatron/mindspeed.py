@@ -50,7 +50,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 import torch
 
 from verl_lite.decisions import ascend_stack, bridge_choice
-from verl_lite.engine.megatron.engine import MegatronLMEngine, MegatronValueEngine
+from verl_lite.engine.megatron.engine import MegatronLMEngine
+from verl_lite.engine.megatron.value import MegatronValueEngine
 from verl_lite.decisions.repatch import build_repatch_dict
 
 logger = logging.getLogger(__name__)

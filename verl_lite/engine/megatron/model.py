@@ -18,8 +18,9 @@ import torch
 
 from verl_lite.decisions.bridge_choice import ascend_gdn_problem, fla_importable, gdn_kernel
 from verl_lite.decisions.layout import moe_sequence_parallel_problem
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import cpu as megatron_cpu
-from verl_lite.engine.megatron.bridges import Layout, ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron.bridges import Layout, ModelBridge
 from verl_lite.engine.megatron.bridges.base import hf_field
 from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron.gdn import fla_installed

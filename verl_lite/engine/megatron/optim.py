@@ -22,8 +22,9 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from verl_lite.decisions import lr_schedule, optimizer_overrides
+from verl_lite.config.roles import SECTION
 from verl_lite.config.schema import OptimConfig
+from verl_lite.decisions import lr_schedule, optimizer_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +63,9 @@ def optimizer_config(model: List[Any], optim: OptimConfig, dtype: torch.dtype, u
     device = _device_of(model)
     items = dict(optim.override_optimizer_config or {})
     fields = tuple(f.name for f in dataclasses.fields(OptimizerConfig))
-    # the role's section, for messages: actor_rollout_ref.actor.optim..., critic.optim...
-    section = "critic" if role == "critic" else f"actor_rollout_ref.{role}"
+    # the role's section, for messages: actor_rollout_ref.actor.optim..., critic.optim... (a role outside
+    # config.roles, as the default, names itself)
+    section = SECTION.get(role, role)
     try:
         overrides = optimizer_overrides.engine_overrides(items, device, fields, prefix=section)
     except ValueError as e:

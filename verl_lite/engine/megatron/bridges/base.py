@@ -22,10 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import torch
 
 from verl_lite.decisions.layout import heads_problem
-
-
-class UnsupportedModelError(ValueError):
-    """An HF config no registered bridge can build, or one its bridge does not cover."""
+from verl_lite.engine.base import UnsupportedModelError
 
 
 def hf_field(hf_config: Any, name: str, default: Any = None) -> Any:

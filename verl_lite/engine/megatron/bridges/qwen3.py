@@ -21,9 +21,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import norm as megatron_norm
-from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, UnsupportedModelError,
-                                                    gpt_config_kwargs, hf_field, top_params)
+from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, gpt_config_kwargs, hf_field,
+                                                    top_params)
 
 # megatron local name pattern -> (kind, HF name or suffix). Layer names carry the layer index.
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")

@@ -29,9 +29,10 @@ import copy
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron import norm as megatron_norm
-from verl_lite.engine.megatron.bridges.base import (Layout, ModelBridge, UnsupportedModelError, check_divides_tp,
+from verl_lite.engine.megatron.bridges.base import (Layout, ModelBridge, check_divides_tp,
                                                     gpt_config_kwargs, hf_field)
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
 from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, rope_parameters, text_problems,

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from verl_lite.engine.megatron.bridges.base import UnsupportedModelError, hf_field
+from verl_lite.engine.base import UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import hf_field
 from verl_lite.engine.megatron.bridges.qwen3_5 import Qwen3_5Bridge, Qwen3_5MoeBridge
 from verl_lite.engine.megatron.bridges.qwen3_text import rope_parameters
 from verl_lite.engine.megatron.bridges.vision import VisionTower

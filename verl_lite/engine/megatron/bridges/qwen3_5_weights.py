@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from verl_lite.engine.megatron.bridges.base import ExpertPiece, HFShard, Layout, UnsupportedModelError, top_params
+from verl_lite.engine.base import UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import ExpertPiece, HFShard, Layout, top_params
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")

@@ -28,7 +28,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, UnsupportedModelError,
+from verl_lite.engine.base import UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, 
                                                     gpt_config_kwargs, hf_field)
 from verl_lite.engine.megatron.bridges.qwen3 import local_block_spec
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights

@@ -19,9 +19,9 @@ load_hf_weights(model, path) (`build_external`); the rollout sync and HF export 
 export_hf_weights(model). The engine then sets the chunks up as it does its own bridges' (DDP wrap,
 optimizer, freeze: `MegatronLMEngine._set_up_chunks`).
 
-The engine marks each built model with its forward convention (`batch.mark_forward_convention`, from
+The engine marks each built model with its forward convention (`conventions.mark_forward_convention`, from
 its class: megatron-core's GPTModel, or Megatron-Bridge's Qwen3VLModel and its MindSpeed-Bridge /
-mbridge namesakes), which `batch.run_schedule` follows: verl's calls, not verl_lite's own GPT-style one.
+mbridge namesakes), which `schedule.run_schedule` follows: verl's calls, not verl_lite's own GPT-style one.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from verl_lite.decisions import bridge_choice
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron.bridges import bridge_for
-from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge, UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge
 from verl_lite.engine.megatron.gdn import fla_installed, megatron_gdn_packed_refusal
 from verl_lite.models import is_gdn_model
 from verl_lite.registry import BRIDGES

@@ -29,7 +29,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 
 import torch
 
-from verl_lite.engine.megatron.bridges.base import HFShard, Layout, UnsupportedModelError, hf_field
+from verl_lite.engine.base import UnsupportedModelError
+from verl_lite.engine.megatron.bridges.base import HFShard, Layout, hf_field
 
 VISION_PREFIX = "vision."  # the tower's parameters in a megatron chunk
 HF_VISION_PREFIX = "model.visual."
@@ -226,7 +227,7 @@ class VisionTower:
                                                  self.mrope_section())
         module.position_embedding_type = "mrope"
         module.mrope_section = self.mrope_section()
-        module.visual_inputs = None  # set per micro-batch (batch.run_schedule)
+        module.visual_inputs = None  # set per micro-batch (schedule.run_schedule)
         layers = [int(layer.layer_number) - 1 for layer in module.decoder.layers]
         deep = self.deepstack_layers
         if not module.pre_process:

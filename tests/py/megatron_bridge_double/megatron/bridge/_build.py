@@ -33,7 +33,8 @@ def language_chunks(provider: Any) -> List[Any]:
     from transformers import AutoConfig
 
     from verl_lite.engine.megatron import model as megatron_model
-    from verl_lite.engine.megatron.bridges import UnsupportedModelError, bridge_for
+    from verl_lite.engine.base import UnsupportedModelError
+    from verl_lite.engine.megatron.bridges import bridge_for
 
     hf = provider.hf_config  # config.json as a dict (the double's AutoBridge reads no transformers)
     config = AutoConfig.from_pretrained(hf["_path"])  # as Megatron-Bridge's PreTrainedCausalLM / PreTrainedVLM

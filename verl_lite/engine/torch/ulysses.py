@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from verl_lite.decisions.ulysses import problems, setting
-from verl_lite.engine.packing import pack, unpack
+from verl_lite.engine.torch.packing import pack, unpack
 
 ATTENTION = "verl_lite_ulysses"  # the name the SP engine's model config points its attention at
 _TAG = "_verl_lite_ulysses"  # the attribute of each attention layer holding its SequenceParallel
@@ -134,7 +134,7 @@ def ulysses_attention(module, query, key, value, attention_mask, position_ids=No
     sp: Optional[SequenceParallel] = getattr(module, _TAG, None)
     if sp is None or position_ids is None:
         raise RuntimeError(f"{type(module).__name__}: the {ATTENTION} attention runs only inside a sequence-parallel "
-                           "packed forward (verl_lite.engine.ulysses.SequenceParallel.packed_forward)")
+                           "packed forward (verl_lite.engine.torch.ulysses.SequenceParallel.packed_forward)")
     group = sp.group
     if key.shape[1] % sp.size:  # too few K/V heads to split: one per query head (GQA expanded)
         reps = query.shape[1] // key.shape[1]
@@ -192,7 +192,7 @@ class SequenceParallel:
     def packed_forward(self, module: Any, batch: Dict[str, torch.Tensor], output: Union[str, Callable, None],
                        **kwargs: Any) -> torch.Tensor:
         """`module(...)`'s `output` for the packed batch, each rank running 1/sp of it; the whole result,
-        in the padded (B, T, ...) layout. `output` as in engine/packing.py:packed_forward: an attribute
+        in the padded (B, T, ...) layout. `output` as in engine/torch/packing.py:packed_forward: an attribute
         name ("logits"), a callable picking the tensor (the log-prob head's: logits or hidden states), or
         None for a module returning a tensor; `kwargs` go to the model call."""
         ids, pos, mask = pack(batch["input_ids"], batch["attention_mask"], batch["position_ids"])

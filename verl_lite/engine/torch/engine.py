@@ -1,35 +1,32 @@
-"""Torch-native engine (backend `fsdp`): one process on CPU, or torch FSDP2 over data-parallel ranks.
+"""The torch-native engine (backend `fsdp`): one process on CPU, or torch FSDP2 over data-parallel ranks.
 
 With a process group of more than one rank, the wrap targets (decoder layers; untied embeddings and LM
 head) and the root module are sharded with `fully_shard` (gloo on CPU, nccl/hccl on devices); gradients
 are averaged over ranks, so each rank scales its loss by the data-parallel size (done by the worker's
 loss function). The fsdp_config settings (dtypes, mesh, CPU offload policy, prefetch, wrap policy) are
-resolved in engine/fsdp_policy.py; one process is sharded too when they need it (mixed precision).
+resolved in engine/torch/fsdp_policy.py; one process is sharded too when they need it (mixed precision).
+This module holds the engines' set-up, step and weights; the package's __init__ lists the parts beside it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from verl_lite.checkpoint_files import CheckpointError, load_tensors
-from verl_lite.config.schema import OptimConfig
-from verl_lite.decisions.lr_schedule import TORCH_OPTIMIZERS
-from verl_lite.engine import fsdp_policy
-from verl_lite.engine import lora
 from verl_lite.engine.base import BaseEngine, LossFn
-from verl_lite.engine.hf_export import (HF_DIR, Contents, check_hf_model_possible, check_loadable, hf_files,
-                                        save_hf_model, write_contents)
-from verl_lite.engine.activations import enable_activation_offload
-from verl_lite.engine.fused import LogProbHead
-from verl_lite.engine.packing import decide, packed_forward
-from verl_lite.engine.ulysses import SequenceParallel, checked as checked_sp_size, setting_of as sp_setting_of
-from verl_lite.models import resolve_model_dir
+from verl_lite.engine.hf_export import check_hf_model_possible
+from verl_lite.engine.torch import checkpoint as torch_checkpoint
+from verl_lite.engine.torch import fsdp_policy
+from verl_lite.engine.torch import lora
+from verl_lite.engine.torch.activations import enable_activation_offload
+from verl_lite.engine.torch.fused import LogProbHead
+from verl_lite.engine.torch.optim import build_optimizer, make_lr_lambda
+from verl_lite.engine.torch.packing import decide, packed_forward
+from verl_lite.engine.torch.ulysses import SequenceParallel, checked as checked_sp_size, setting_of as sp_setting_of
 from verl_lite.models.hf import build_causal_lm, image_inputs, model_position_ids
 
 logger = logging.getLogger(__name__)
@@ -70,54 +67,18 @@ class ValueHeadModel(nn.Module):
         return self.value_head(hidden).squeeze(-1)
 
 
-def schedule_type(optim: OptimConfig) -> str:
-    """fsdp's schedule: verl's deprecated `warmup_style` wins over `lr_scheduler_type` when set."""
-    kind = optim.warmup_style if optim.warmup_style is not None else optim.lr_scheduler_type
-    if kind not in ("constant", "cosine"):
-        name = "warmup_style" if optim.warmup_style is not None else "lr_scheduler_type"
-        raise ValueError(f"optim.{name}={kind!r}: choose constant or cosine")
-    return kind
-
-
-def make_lr_lambda(optim: OptimConfig, total_steps: int):
-    """LR multiplier by step, as verl's FSDP engine builds it (verl/utils/torch_functional.py):
-    linear warm-up from 0 over `lr_warmup_steps` (else `lr_warmup_steps_ratio * total_steps`), then
-    constant, or `num_cycles` cosine waves from 1 down to `min_lr_ratio` at `total_steps`."""
-    warmup = int(optim.lr_warmup_steps)
-    if warmup <= 0:
-        warmup = int(float(optim.lr_warmup_steps_ratio) * total_steps)
-    kind = schedule_type(optim)
-    min_ratio, cycles = float(optim.min_lr_ratio), float(optim.num_cycles)
-    shift = 0 if optim.zero_indexed_step else 1
-
-    def constant(step: int) -> float:
-        return step / max(1.0, warmup) if step < warmup else 1.0
-
-    def cosine(step: int) -> float:
-        step += shift
-        if step < warmup:
-            return step / max(1, warmup)
-        progress = (step - warmup) / max(1, total_steps - warmup)
-        wave = math.cos(math.pi * cycles * 2.0 * progress)
-        return max(min_ratio, min_ratio + (1 - min_ratio) * 0.5 * (1 + wave))
-
-    return constant if kind == "constant" else cosine
-
-
-def build_optimizer(params, optim: OptimConfig) -> torch.optim.Optimizer:
-    """The optimizer class `optim.optimizer` of `optim.optimizer_impl` (torch.optim), as verl's
-    build_optimizer makes it: lr, weight_decay, betas, and override_optimizer_config's keyword arguments
-    (checked by the preflight, decisions/optimizer_overrides.torch_problems)."""
-    name = optim.optimizer or "AdamW"
-    if optim.optimizer_impl != "torch.optim" or name not in TORCH_OPTIMIZERS:
-        raise ValueError(f"optim.optimizer={name!r} of optim.optimizer_impl={optim.optimizer_impl!r}: the fsdp "
-                         f"engine builds {', '.join(TORCH_OPTIMIZERS)} of torch.optim")
-    cls = getattr(torch.optim, name)
-    extra = dict(optim.override_optimizer_config or {})
-    return cls(params, lr=float(optim.lr), betas=tuple(optim.betas), weight_decay=float(optim.weight_decay), **extra)
-
-
 class TorchLMEngine(BaseEngine):
+    """The language model (actor or ref) as a transformers model on torch, sharded with FSDP2 over the
+    data-parallel ranks when there are several (or when the fsdp_config policies need it).
+
+    Built by the workers through `verl_lite.registry.ENGINES` for (language_model, "fsdp", cpu | cuda | npu)
+    and set up by `initialize()`. It owns the model (`module`: the HF model, with LoRA the PEFT wrapper,
+    fully_shard'ed when `sharded`), its optimizer and LambdaLR schedule (engine/torch/optim.py), the
+    resolved dtypes and sharding (engine/torch/fsdp_policy.py), the log-prob head (engine/torch/fused.py),
+    the Ulysses sequence-parallel groups (`sp`, engine/torch/ulysses.py) and the remove-padding decision;
+    its checkpoints are engine/torch/checkpoint.py's. `TorchValueEngine` is the critic on the same set-up.
+    """
+
     model_type = "language_model"
 
     def __init__(self, model_config, engine_config, optim_config, device, role="actor"):
@@ -127,12 +88,13 @@ class TorchLMEngine(BaseEngine):
         self.lr_scheduler = None
         self.dp_rank, self.dp_size = 0, 1
         self.sharded = False
-        # fsdp_config's dtypes (engine/fsdp_policy.py); `sharding` is set when fully_shard ran
+        # fsdp_config's dtypes (engine/torch/fsdp_policy.py); `sharding` is set when fully_shard ran
         self.precision = fsdp_policy.resolve_precision(self.engine_config.fsdp_config, role, device)
         self.sharding: Optional[fsdp_policy.Sharding] = None
-        self.sp: Optional[SequenceParallel] = None  # <role>.ulysses_sequence_parallel_size > 1 (engine/ulysses.py)
-        # model.use_remove_padding: each micro-batch's real tokens packed into one row (engine/packing.py)
-        # (null = auto, resolved with the model in build: engine/packing.py:decide)
+        # <role>.ulysses_sequence_parallel_size > 1 (engine/torch/ulysses.py)
+        self.sp: Optional[SequenceParallel] = None
+        # model.use_remove_padding: each micro-batch's real tokens packed into one row (engine/torch/packing.py)
+        # (null = auto, resolved with the model in build: engine/torch/packing.py:decide)
         self.remove_padding = self.model_config.use_remove_padding is not False
         self.log_prob_head = LogProbHead(self.model_config, self.engine_config) if self.model_type == "language_model" \
             else None
@@ -162,7 +124,7 @@ class TorchLMEngine(BaseEngine):
         # model.enable_activation_offload: saved activations in host memory between forward and backward
         self.activation_offload = (enable_activation_offload(module, self.device)
                                    if self.model_config.enable_activation_offload else None)
-        if lora.enabled(self.model_config):  # adapters before sharding, as verl (engine/lora.py)
+        if lora.enabled(self.model_config):  # adapters before sharding, as verl (engine/torch/lora.py)
             module = lora.wrap(module, self.model_config, self.model_type, self.role)
         # the stored dtype (model_dtype) for all of it, then the floating buffers in buffer_dtype
         module.to(torch_device(self.device), dtype=fsdp_policy.torch_dtype(self.precision.storage))
@@ -243,7 +205,7 @@ class TorchLMEngine(BaseEngine):
         attention_mask = mb["attention_mask"].to(dev)
         position_ids = mb["position_ids"].to(dev)
         pixels = self._image_kwargs(mb, dev)
-        # the log-prob head (engine/fused.py): logits, or with model.use_fused_kernels the final hidden states
+        # the log-prob head (engine/torch/fused.py): logits, or with model.use_fused_kernels the final hidden states
         head = self.log_prob_head
         if position_ids.dim() == 3:  # Qwen-VL's 3-D positions: the model takes them as (3, B, L)
             if self.remove_padding or self.sp:
@@ -253,7 +215,7 @@ class TorchLMEngine(BaseEngine):
                                            position_ids=model_position_ids(position_ids), use_cache=False,
                                            **pixels, **head.model_kwargs()))
         elif self.remove_padding:
-            forward = self.sp.packed_forward if self.sp else packed_forward  # Ulysses SP: engine/ulysses.py
+            forward = self.sp.packed_forward if self.sp else packed_forward  # Ulysses SP: engine/torch/ulysses.py
             output = forward(self.module, {"input_ids": input_ids, "attention_mask": attention_mask,
                                            "position_ids": position_ids}, head.pick, **head.model_kwargs())
         else:
@@ -346,7 +308,7 @@ class TorchLMEngine(BaseEngine):
     def export_hf_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
         """The model's state dict (HF names: the module is a transformers model), one tensor at a
         time; under FSDP2 each is all-gathered in turn (a collective: every rank iterates to the end).
-        With LoRA: the merged weights (base + adapter) under the HF model's names (engine/lora.py)."""
+        With LoRA: the merged weights (base + adapter) under the HF model's names (engine/torch/lora.py)."""
         if lora.is_peft(self.module):
             yield from lora.merged_weights(self.module)
             return
@@ -377,141 +339,23 @@ class TorchLMEngine(BaseEngine):
         ref policy when LoRA is on (verl's ref in the actor)."""
         return lora.disabled(self.module)
 
-    def _contents(self):
-        return Contents(getattr(self.engine_config, "checkpoint", None), self.role)
-
-    def _layout(self) -> Dict[str, Any]:
-        """Recorded in contents.json; only the engine is compared on load: the full state dicts load at
-        any data-parallel size."""
-        return {"engine": "fsdp", "data_parallel_size": self.dp_size}
+    # -- checkpoints ---------------------------------------------------------------------------
 
     # the critic's value head is HF's token-classification `score`
     _HF_RENAME: Dict[str, str] = {}
 
     def save_hf_model(self, path: str, strict: bool = True, state: Optional[Dict[str, torch.Tensor]] = None
                       ) -> Optional[str]:
-        """Write the model as an HF model dir at `path` (config, safetensors, tokenizer; see
-        engine/hf_export.py). A collective: every rank calls it, rank 0 writes. `state`: the full
-        state dict when the caller holds it already (then nothing is gathered again)."""
-        mc = self.model_config
-        tensors = iter(state.items()) if state is not None else self.export_hf_weights()
-        return save_hf_model(path, tensors, self.module.config, self.model_type,
-                             mc.tokenizer_path or mc.path, bool(mc.trust_remote_code), strict, self.role,
-                             model_dir=resolve_model_dir(mc.path), rename=self._HF_RENAME)
+        """The model as an HF model dir at `path` (a collective, rank 0 writes; engine/torch/checkpoint.py).
+        `state`: the full state dict when the caller holds it already (then nothing is gathered again)."""
+        return torch_checkpoint.save_hf_model(self, path, strict, state)
 
     def save_checkpoint(self, path: str) -> None:
-        """What checkpoint.save_contents lists: model (the full, unsharded state dict), optimizer and
-        extra (LR schedule, RNG) in model.pt and rng_rank*.pt, hf_model in huggingface/; rank 0
-        writes all but each rank's RNG file."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        contents = self._contents()
-        os.makedirs(path, exist_ok=True)
-        peft = lora.is_peft(self.module)
-        model_sd = None
-        if "model" in contents.save:  # the whole model; with LoRA the adapters alone (the base is model.path)
-            model_sd = lora.trainable_state(self.module) if peft else dict(self.export_hf_weights())
-            if peft:
-                lora.save_adapter(self.module, os.path.join(path, lora.ADAPTER_DIR), model_sd, self.dp_rank == 0)
-        if "hf_model" in contents.save:  # with LoRA the merged model
-            self.save_hf_model(os.path.join(path, HF_DIR), contents.strict, state=None if peft else model_sd)
-        optim_sd = None
-        if self.optimizer is not None and "optimizer" in contents.save:
-            if self.sharded:
-                optim_sd = get_optimizer_state_dict(self.module, self.optimizer,
-                                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-            else:
-                optim_sd = self.optimizer.state_dict()
-        extra = "extra" in contents.save
-        if self.dp_rank == 0:
-            if contents.save & {"model", "optimizer", "extra"}:
-                payload = {"model": model_sd, "optimizer": optim_sd,
-                           "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler and extra else None}
-                torch.save(payload, os.path.join(path, "model.pt"))
-            write_contents(path, contents.save, self._layout())
-        if extra:
-            rng = {"cpu": torch.get_rng_state()}
-            if self.device in ("cuda", "npu"):  # sampling in the rollout draws from the device generator too
-                rng[self.device] = getattr(torch, self.device).get_rng_state()
-            torch.save(rng, os.path.join(path, f"rng_rank{self.dp_rank}.pt"))
-
-    def _load_hf_weights(self, path: str) -> None:
-        """The weights of the part's HF copy (huggingface/*.safetensors), whatever layout wrote them."""
-        from safetensors.torch import load_file
-
-        state: Dict[str, torch.Tensor] = {}
-        for file in hf_files(path):
-            state.update(load_file(file))
-        for own_prefix, hf_prefix in self._HF_RENAME.items():
-            state = {(own_prefix + k[len(hf_prefix):] if k.startswith(hf_prefix) else k): v for k, v in state.items()}
-        own = self.module.state_dict()
-        if "lm_head.weight" in own and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
-            state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied: written once, as HF does
-        self._set_model_state(state, os.path.join(path, "huggingface"))
-
-    def _set_model_state(self, state: Dict[str, Any], source: str, strict: bool = True) -> None:
-        """`strict=False`: `state` covers part of the model (the LoRA adapters, checked by the caller)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-        try:
-            if self.sharded:
-                set_model_state_dict(self.module, state, options=StateDictOptions(full_state_dict=True,
-                                                                                  cpu_offload=True, strict=strict))
-            else:
-                self.module.load_state_dict(state, strict=strict)
-        except RuntimeError as e:  # missing/unexpected keys or shape mismatch: another model's checkpoint
-            raise CheckpointError(f"checkpoint {source} does not fit the {self.role} model "
-                                  f"({' '.join(str(e).split())[:240]}); resume with the model it was "
-                                  f"saved from, or set trainer.resume_mode=disable") from e
+        """checkpoint.save_contents: model.pt, rng_rank*.pt and/or the HF copy (engine/torch/checkpoint.py)."""
+        torch_checkpoint.save(self, path)
 
     def load_checkpoint(self, path: str) -> None:
-        """What checkpoint.load_contents lists (a listed part the checkpoint lacks is a CheckpointError);
-        the weights from model.pt, or with hf_model alone from the HF copy."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        contents = self._contents()
-        check_loadable(path, contents, self.role, {"engine": "fsdp"})
-        weights = contents.weights_from()
-        payload: Dict[str, Any] = {}
-        model_file = os.path.join(path, "model.pt")
-        if weights == "model" or contents.load & {"optimizer", "extra"}:
-            payload = load_tensors(model_file)  # weights_only=True: pickled objects are refused, never run
-            if not isinstance(payload, dict) or "model" not in payload:
-                raise CheckpointError(f"checkpoint file {model_file} is not a {self.role} checkpoint of this engine "
-                                      f"(expected a dict with 'model', 'optimizer', 'lr_scheduler')")
-        if weights == "model":
-            if not isinstance(payload.get("model"), dict):
-                raise CheckpointError(f"checkpoint file {model_file} holds no model weights")
-            if lora.is_peft(self.module):  # the adapters alone; the base stays as model.path gave it
-                lora.check_trainable_state(self.module, payload["model"], model_file)
-                self._set_model_state(payload["model"], model_file, strict=False)
-            else:
-                self._set_model_state(payload["model"], model_file)
-        elif weights == "hf_model" and lora.is_peft(self.module):
-            raise CheckpointError(f"{path}: with LoRA the weights resume from the adapters in model.pt; "
-                                  f"{self._contents().prefix}.load_contents has hf_model but not model (the merged "
-                                  "HF copy cannot be split back into base and adapter): add model to load_contents")
-        elif weights == "hf_model":
-            self._load_hf_weights(path)
-        if "optimizer" in contents.load and self.optimizer is not None and payload.get("optimizer") is not None:
-            if self.sharded:
-                set_optimizer_state_dict(self.module, self.optimizer, payload["optimizer"],
-                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-            else:
-                self.optimizer.load_state_dict(payload["optimizer"])
-        if "extra" not in contents.load:
-            return
-        if self.lr_scheduler is not None and payload.get("lr_scheduler") is not None:
-            self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
-        rng_file = os.path.join(path, f"rng_rank{self.dp_rank}.pt")
-        if not os.path.isfile(rng_file):  # saved by fewer data-parallel ranks: the full state dicts load alike
-            logger.warning("%s: %s holds no RNG state for data-parallel rank %d (saved with another data-parallel "
-                           "size); this rank's sampling continues from its own seed", self.role, path, self.dp_rank)
-            return
-        rng = load_tensors(rng_file)
-        torch.set_rng_state(rng["cpu"])
-        if self.device in ("cuda", "npu") and self.device in rng:
-            getattr(torch, self.device).set_rng_state(rng[self.device])
+        torch_checkpoint.load(self, path)
 
     # -- topology ------------------------------------------------------------------------------
 
@@ -536,6 +380,8 @@ class TorchLMEngine(BaseEngine):
 
 
 class TorchValueEngine(TorchLMEngine):
+    """The critic: the LM's decoder stack with a scalar head (`ValueHeadModel`); outputs values (B, R)."""
+
     model_type = "value_model"
     _HF_RENAME = {"value_head.": "score."}
 
