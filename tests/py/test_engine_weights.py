@@ -16,7 +16,7 @@ import torch
 from verl_lite.config.schema import ActorConfig, ModelConfig, OptimConfig, RolloutConfig
 from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron.bridges import bridge_for
-from verl_lite.engine.megatron.bridges.base import Layout
+from verl_lite.engine.megatron.bridges.base import ModelShard
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,7 +120,7 @@ def test_qwen3_5_configs_get_their_bridges_and_a_gdn_free_config_is_refused():
     bridge = bridge_for(vl)
     assert type(bridge) is Qwen3_5MoeVLBridge
     checkpoint = {"model.language_model.layers.0.mlp.gate.weight": torch.ones(4, 64)}  # a VL checkpoint's name
-    layout = Layout(hidden=64, ffn=32, heads=4, groups=2, head_dim=16, vocab=48)
+    layout = ModelShard(hidden=64, ffn=32, heads=4, groups=2, head_dim=16, vocab=48)
     router = bridge.hf_to_megatron("decoder.layers.0.mlp.router.weight", layout, checkpoint.__getitem__)
     assert torch.equal(router, torch.ones(4, 64))
     assert bridge.megatron_to_hf("decoder.layers.0.mlp.router.weight", router, layout)[0][0] == \
@@ -163,7 +163,7 @@ def test_weight_mapping_round_trips_through_two_tp_shards():
     for hf_name, parts in pieces.items():
         assert torch.equal(torch.cat([p for p, _ in parts], dim=parts[0][1]), hf[hf_name]), hf_name
     # rank 0's fused QKV holds query group 0: its two query heads, then key head 0, then value head 0
-    qkv = bridge.hf_to_megatron(names[0], Layout.from_hf(hf_config, 2, 0), hf.__getitem__)
+    qkv = bridge.hf_to_megatron(names[0], ModelShard.from_hf(hf_config, 2, 0), hf.__getitem__)
     assert torch.equal(qkv[:32], hf["model.layers.0.self_attn.q_proj.weight"][:32])
     assert torch.equal(qkv[32:48], hf["model.layers.0.self_attn.k_proj.weight"][:16])
 

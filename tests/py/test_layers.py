@@ -37,7 +37,7 @@ LAYERS: List[tuple] = [
     ("verl_lite.engine.torch.ulysses", "verl_lite.engine.torch.checkpoint"),  # SP over the packed forward; checkpoints
     ("verl_lite.engine.torch.engine",),  # TorchLMEngine / TorchValueEngine
     # the Megatron engines' sub-layers, lowest first: a bridge never imports the engine that uses it
-    ("verl_lite.engine.megatron.bridges.base",),  # Layout, ModelBridge
+    ("verl_lite.engine.megatron.bridges.base",),  # ModelShard, ModelBridge
     ("verl_lite.engine.megatron.cpu", "verl_lite.engine.megatron.norm",
      "verl_lite.engine.megatron.gdn"),  # layers the specs use, megatron on CPU
     ("verl_lite.engine.megatron.bridges",),  # HF <-> Megatron per family, the external-bridge builds

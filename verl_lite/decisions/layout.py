@@ -171,14 +171,20 @@ class Layout:
                     expert_model_parallel_size=self.ep,
                     expert_tensor_parallel_size=None if self.etp_follows_tp else self.etp)
 
-    def checkpoint_sizes(self) -> Dict[str, Any]:
-        """What a Megatron checkpoint's files are cut for (contents.json's layout; VPP 1 when off, ETP
-        resolved); fsdp: the engine alone (its full state dicts do not depend on the layout)."""
-        if self.strategy != "megatron":
-            return {"engine": "fsdp"}
-        return {"engine": "megatron", "tensor_model_parallel_size": self.tp, "pipeline_model_parallel_size": self.pp,
-                "virtual_pipeline_model_parallel_size": int(self.vpp or 1), "expert_model_parallel_size": self.ep,
-                "expert_tensor_parallel_size": self.etp}
+    def checkpoint_sizes(self, dp: Optional[int] = None) -> Dict[str, Any]:
+        """What a checkpoint's files are cut for (contents.json's layout): Megatron's sizes (VPP 1 when off, ETP
+        resolved); fsdp the engine alone (its full state dicts do not depend on the layout). `dp`: the
+        data-parallel size, recorded where the files depend on it (a distributed optimizer's shards) or for
+        the record (the torch engine)."""
+        sizes: Dict[str, Any] = {"engine": "fsdp"}
+        if self.strategy == "megatron":
+            sizes = {"engine": "megatron", "tensor_model_parallel_size": self.tp,
+                     "pipeline_model_parallel_size": self.pp,
+                     "virtual_pipeline_model_parallel_size": int(self.vpp or 1), "expert_model_parallel_size": self.ep,
+                     "expert_tensor_parallel_size": self.etp}
+        if dp is not None:
+            sizes["data_parallel_size"] = dp
+        return sizes
 
 
 def megatron_sizes(megatron: Any) -> Dict[str, Any]:
@@ -236,6 +242,20 @@ def mindspeed_parallel_args(megatron: Any) -> Dict[str, int]:
 def repatch_context_parallel(plan: Dict[str, Any]) -> int:
     """The CP size a repatch dict carries (1 when it has none)."""
     return int(plan.get("context_parallel_size", 1) or 1)
+
+
+def sequence_parallel_on(sequence_parallel: Any, kwargs: Dict[str, Any]) -> bool:
+    """megatron.sequence_parallel as verl passes it: on with TP > 1 only (at TP=1 it splits nothing), for
+    megatron's parallel arguments `kwargs` (`Layout.megatron_kwargs`, or an external bridge's provider's)."""
+    return bool(sequence_parallel) and int(kwargs.get("tensor_model_parallel_size", 1)) > 1
+
+
+def groups_clash(have: Layout, want: Layout) -> Dict[str, Tuple[int, int]]:
+    """Where megatron's existing TP/PP/CP groups (`have`) differ from the layout a role wants, by megatron's
+    argument names: {name: (existing, wanted)}."""
+    pairs = {"tensor_model_parallel_size": (have.tp, want.tp), "pipeline_model_parallel_size": (have.pp, want.pp),
+             "context_parallel_size": (have.cp, want.cp)}
+    return {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
 
 
 def with_fsdp_shard(layout: Layout, shard: int) -> Layout:

@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List
 
-from verl_lite.decisions import async_pools, placement
-from verl_lite.decisions.layout import rollout_replicas, train_world
+from verl_lite.decisions import async_pools, layout, placement
 from verl_lite.trainer import tensor_transport
 from verl_lite.trainer.async_buffer import ChunkBuffer
 from verl_lite.trainer.async_run import AsyncTrainer
@@ -34,11 +33,11 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
     streaming = async_pools.streaming(cfg)
     limit = (async_pools.total_rollout_prompts(cfg, len(job.train_set))
              if streaming or actor_rollout_ref.rollout.total_rollout_steps is not None else None)
-    train_devices, replicas = train_world(cfg), rollout_replicas(cfg)
+    train, own = layout.train_pool(cfg), layout.rollout_pool(cfg)
+    train_devices, replicas = train.world, layout.rollout_replicas(cfg)
     logger.info("fully-async: device=%s, training pool %d x %d (%s), rollout pool %d x %d -> %d %s replica(s), "
-                "sync every %d step(s), staleness_threshold %s (%s)", job.device, t.nnodes, t.n_gpus_per_node,
-                actor_rollout_ref.actor.strategy, actor_rollout_ref.rollout.nnodes,
-                actor_rollout_ref.rollout.n_gpus_per_node, replicas, actor_rollout_ref.rollout.name,
+                "sync every %d step(s), staleness_threshold %s (%s)", job.device, train.nodes, train.per_node,
+                actor_rollout_ref.actor.strategy, own.nodes, own.per_node, replicas, actor_rollout_ref.rollout.name,
                 cfg.async_training.trigger_parameter_sync_step, cfg.async_training.staleness_threshold,
                 cfg.async_training.stale_policy)
     train_wg = pool = buffer = None
@@ -48,8 +47,8 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
         # rollout pool in bundles of a replica's devices; a node holds a part of each when it has the devices.
         train_pool, rollout_pool = placement.async_pool_list(cfg)
         nodes.append(NodeGroups(train_pool, job.device, job.wait_nodes_s))
-        tp = max(1, int(actor_rollout_ref.rollout.tensor_model_parallel_size))
-        nodes.append(NodeGroups(rollout_pool, job.device, job.wait_nodes_s, per_bundle=tp))
+        nodes.append(NodeGroups(rollout_pool, job.device, job.wait_nodes_s,
+                                per_bundle=layout.rollout_layout(cfg).engine_ranks))
         train_wg = WorkerGroup(TrainWorker, "trainer", typed_cfg, train_devices, job.device, True, job.threads,
                                call_timeout_s=job.call_timeout_s, placement=nodes[0])
         state: Dict[str, Any] = {}

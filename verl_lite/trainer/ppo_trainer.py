@@ -24,6 +24,7 @@ import torch
 
 from verl_lite.batch import Batch, select
 from verl_lite.data.dataset import BatchSampler
+from verl_lite.decisions.layout import train_world
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
@@ -70,7 +71,7 @@ class PPOTrainer(StepLoop):
                  tracking, out_dir: str, stop: Optional[StopRequest] = None, resume: Any = _UNSET):
         self.cfg, self.device = cfg, device
         self.actor_wg, self.critic_wg = actor_wg, critic_wg
-        self.n_devices = max(1, int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node))
+        self.n_devices = max(1, train_world(cfg))
         self.tokenizer, self.train_set, self.val_set = tokenizer, train_set, val_set
         self.reward_fn, self.tracking, self.out_dir = reward_fn, tracking, out_dir
         # data.gen_batch_size prompts at a time (verl's dataloader batch), train_batch_size when null

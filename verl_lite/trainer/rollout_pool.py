@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from verl_lite.decisions.layout import rollout_layout
 from verl_lite.trainer import tensor_transport
 from verl_lite.trainer.async_workers import RolloutWorker
 from verl_lite.trainer.worker_group import lost_node, node_lost_error, short_error, worker_pid, worker_resources
@@ -27,7 +28,7 @@ class RolloutPool:
 
         self.timeout = call_timeout_s
         # A replica holds rollout.tensor_model_parallel_size devices (vllm runs its TP workers on them).
-        tp = max(1, int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size))
+        tp = rollout_layout(cfg).engine_ranks
         resources = {k: ({n: c * tp for n, c in v.items()} if isinstance(v, dict) else v * tp)
                      for k, v in worker_resources(device).items()}
         remote = ray.remote(tensor_transport.actor_class(RolloutWorker))

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Optional
 from verl_lite.config import roles, to_dataclass
 from verl_lite.config.compose import ConfigError
 from verl_lite.decisions import async_pools
+from verl_lite.decisions.layout import train_world
 from verl_lite.data.dataset import DataError, PromptDataset, as_file_list, expand
 from verl_lite.data.multimodal import load_processor
 from verl_lite.data.tokenizer import load_tokenizer
@@ -221,7 +222,7 @@ class _Job:
         if problems:
             raise ConfigError(problems)
         self.device = resolve_device(t.device)
-        self.world = int(t.nnodes) * int(t.n_gpus_per_node)
+        self.world = train_world(cfg)
         self.uses_ray = uses_ray(cfg)  # fully-async always: a training pool and a rollout pool
         self.ray_workers = ray_workers(cfg)
         self.out_dir = os.path.abspath(os.path.expanduser(t.default_local_dir))

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from verl_lite.checkpoint_files import CheckpointError, load_tensors
+from verl_lite.decisions.layout import Layout
 from verl_lite.engine import hf_export
 from verl_lite.engine.megatron import hf as megatron_hf
 from verl_lite.engine.megatron import model as megatron_model
@@ -33,17 +34,10 @@ def layout(engine: Any) -> Dict[str, Any]:
     distributed optimizer's state is sharded over)."""
     from megatron.core import parallel_state as mpu
 
-    sizes = {
-        "engine": "megatron",
-        "tensor_model_parallel_size": mpu.get_tensor_model_parallel_world_size(),
-        "pipeline_model_parallel_size": mpu.get_pipeline_model_parallel_world_size(),
-        "virtual_pipeline_model_parallel_size": len(engine.model),
-        "expert_model_parallel_size": mpu.get_expert_model_parallel_world_size(),
-        "expert_tensor_parallel_size": mpu.get_expert_tensor_parallel_world_size(),
-    }
-    if _distributed_optimizer(engine):
-        sizes["data_parallel_size"] = mpu.get_data_parallel_world_size()
-    return sizes
+    groups = Layout("megatron", torch.distributed.get_world_size(), tp=mpu.get_tensor_model_parallel_world_size(),
+                    pp=mpu.get_pipeline_model_parallel_world_size(), vpp=len(engine.model),
+                    ep=mpu.get_expert_model_parallel_world_size(), etp=mpu.get_expert_tensor_parallel_world_size())
+    return groups.checkpoint_sizes(mpu.get_data_parallel_world_size() if _distributed_optimizer(engine) else None)
 
 
 def _distributed_optimizer(engine: Any) -> bool:

@@ -42,6 +42,7 @@ import torch
 from verl_lite.config.roles import SECTION
 from verl_lite.config.schema import MegatronConfig
 from verl_lite.decisions import packing_mode
+from verl_lite.decisions.layout import Layout, section_layout
 from verl_lite.engine import hf_export
 from verl_lite.engine.base import BaseEngine, LossFn, UnsupportedModelError
 from verl_lite.engine.logits import log_prob_outputs
@@ -54,7 +55,7 @@ from verl_lite.engine.megatron import optim as megatron_optim
 from verl_lite.engine.megatron import parallel
 from verl_lite.engine.megatron import schedule as megatron_schedule
 from verl_lite.engine.megatron import vocab as megatron_vocab
-from verl_lite.engine.megatron.bridges import Layout, ModelBridge
+from verl_lite.engine.megatron.bridges import ModelShard, ModelBridge
 from verl_lite.engine.megatron.bridges import select as bridge_select
 from verl_lite.models import resolve_model_dir
 
@@ -75,7 +76,7 @@ class MegatronLMEngine(BaseEngine):
         self.hf_config: Any = None
         self.tf_config: Any = None
         self.bridge: Optional[ModelBridge] = None  # HF <-> Megatron for the model's architecture
-        self.layout: Optional[Layout] = None
+        self.layout: Optional[ModelShard] = None
         self.external: Any = None  # Megatron-Bridge / mbridge build, when that bridge is chosen (bridges/select.py)
         self._parking = megatron_memory.StorageParking()
         self.remove_padding = False  # packed (THD) micro-batches; decided in initialize() (_decide_packing)
@@ -87,16 +88,15 @@ class MegatronLMEngine(BaseEngine):
         """Where tensors live ("cpu", "cuda", "npu"). MindSpeed engines may override it in tests."""
         return self.device
 
+    def parallel_layout(self) -> Layout:
+        """The role's parallel layout, from its section (decisions/layout.py, as the preflight reads it) over
+        this process group's ranks."""
+        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+        return section_layout(self.engine_config, self.role, "megatron", world)
+
     def parallel_sizes(self) -> Dict[str, Any]:
-        megatron = self.megatron_config
-        return dict(
-            tensor_model_parallel_size=int(megatron.tensor_model_parallel_size),
-            pipeline_model_parallel_size=int(megatron.pipeline_model_parallel_size),
-            virtual_pipeline_model_parallel_size=megatron.virtual_pipeline_model_parallel_size,
-            context_parallel_size=int(megatron.context_parallel_size),
-            expert_model_parallel_size=int(megatron.expert_model_parallel_size),
-            expert_tensor_parallel_size=megatron.expert_tensor_parallel_size,
-        )
+        """megatron's parallel arguments for the layout (initialize_model_parallel, TransformerConfig, a bridge)."""
+        return self.parallel_layout().megatron_kwargs()
 
     def transformer_overrides(self) -> Dict[str, Any]:
         """override_transformer_config with `attention_backend` names turned into AttnBackend."""
@@ -240,7 +240,7 @@ class MegatronLMEngine(BaseEngine):
     def init_device_mesh(self) -> None:
         """Set up TP/PP/CP/EP groups unless this process already has them (actor and ref share)."""
         self._before_parallel_init()
-        parallel.init_groups(self.parallel_sizes(), self.role, self.megatron_key)
+        parallel.init_groups(self.parallel_layout(), self.role, self.megatron_key)
 
     # ---------------------------------------------------------------------------- the model (LM / value hooks)
 
@@ -325,9 +325,8 @@ class MegatronLMEngine(BaseEngine):
 
     def micro_batch_multiple(self) -> int:
         """The interleaved schedule (virtual pipeline stages) runs micro-batches in groups of PP."""
-        vpp = self.megatron_config.virtual_pipeline_model_parallel_size
-        pp = int(self.megatron_config.pipeline_model_parallel_size)
-        return pp if vpp and int(vpp) > 1 and pp > 1 else 1
+        layout = self.parallel_layout()
+        return layout.pp if layout.vpp and int(layout.vpp) > 1 and layout.pp > 1 else 1
 
     # ---------------------------------------------------------------------------- optimizer
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from verl_lite.engine.megatron.bridges import Layout, ModelBridge
+from verl_lite.engine.megatron.bridges import ModelShard, ModelBridge
 from verl_lite.engine.megatron.model import unwrap
 
 HFSource = Callable[[str], torch.Tensor]
@@ -73,7 +73,7 @@ def local_params(chunks: List[Any], mapping_name: Callable[[str], str]) -> Itera
             yield mapping_name(name), param, offset
 
 
-def load_hf_weights(params: Iterator[LocalParam], bridge: ModelBridge, layout: Layout, source: HFSource) -> None:
+def load_hf_weights(params: Iterator[LocalParam], bridge: ModelBridge, layout: ModelShard, source: HFSource) -> None:
     with torch.no_grad():
         for name, param, offset in params:
             shard = bridge.hf_to_megatron(name, layout, source, offset)
@@ -83,7 +83,7 @@ def load_hf_weights(params: Iterator[LocalParam], bridge: ModelBridge, layout: L
     bridge.finish_load()
 
 
-def stage_hf_tensors(params: Iterator[LocalParam], bridge: ModelBridge, layout: Layout,
+def stage_hf_tensors(params: Iterator[LocalParam], bridge: ModelBridge, layout: ModelShard,
                      skip_output_layer: bool) -> Iterator[Tuple[str, torch.Tensor]]:
     """(HF name, full tensor) for the parameters on this pipeline stage, each gathered across TP as
     it is reached (a collective within the TP group). `skip_output_layer`: tied embeddings, where

@@ -17,10 +17,10 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from verl_lite.decisions.bridge_choice import ascend_gdn_problem, fla_importable, gdn_kernel
-from verl_lite.decisions.layout import moe_sequence_parallel_problem
+from verl_lite.decisions.layout import moe_sequence_parallel_problem, sequence_parallel_on
 from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import cpu as megatron_cpu
-from verl_lite.engine.megatron.bridges import Layout, ModelBridge
+from verl_lite.engine.megatron.bridges import ModelShard, ModelBridge
 from verl_lite.engine.megatron.bridges.base import hf_field
 from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron.gdn import fla_installed
@@ -46,7 +46,7 @@ def transformer_config(bridge: ModelBridge, parallel_sizes: Dict[str, Any], dtyp
     kwargs.update(
         activation_func=torch.nn.functional.silu,
         # at TP=1 sequence parallelism splits nothing: megatron gets it only with TP > 1
-        sequence_parallel=bool(sequence_parallel) and int(parallel_sizes.get("tensor_model_parallel_size", 1)) > 1,
+        sequence_parallel=sequence_parallel_on(sequence_parallel, parallel_sizes),
         params_dtype=dtype,
         pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16,
@@ -122,7 +122,7 @@ def with_core_attention(spec: Any, core_attention: Any) -> Any:
     return spec
 
 
-def build_chunks(tf_config: Any, bridge: ModelBridge, layout: Layout, device: torch.device, compute_device: str,
+def build_chunks(tf_config: Any, bridge: ModelBridge, layout: ModelShard, device: torch.device, compute_device: str,
                  share_embeddings: bool, attach_head: Callable[[Any], None], packed_attention: bool = False) -> List[Any]:
     """One GPTModel per virtual pipeline stage of this rank, on `device`; `attach_head(module)` runs
     on the chunk holding the last stage (the value engine puts its scalar head there).
@@ -224,9 +224,10 @@ def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool,
     Refuses to train MoE layers with TP > 1 without sequence parallelism: megatron-core's MoE layer
     then raises a ValueError in its training forward (the preflight refuses it before Ray starts).
     `prefix`: the role's megatron section, for the message (e.g. actor_rollout_ref.actor.megatron)."""
+    from megatron.core import parallel_state as mpu
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
-    problem = moe_sequence_parallel_problem(tf_config.num_moe_experts, int(tf_config.tensor_model_parallel_size or 1),
+    problem = moe_sequence_parallel_problem(tf_config.num_moe_experts, mpu.get_tensor_model_parallel_world_size(),
                                             bool(tf_config.sequence_parallel), prefix)
     if problem:  # the preflight's rule (decisions/layout.py), the same message
         raise UnsupportedModelError(problem)

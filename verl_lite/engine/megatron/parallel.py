@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict
+from typing import Any
 
 import torch
 
-from verl_lite.decisions.layout import span_problem
+from verl_lite.decisions.layout import Layout, groups_clash, span_problem
 from verl_lite.device import DIST_BACKENDS, init_one_rank_group
 from verl_lite.engine.megatron import cpu as megatron_cpu
 
@@ -52,7 +52,7 @@ def torch_device(compute_device: str) -> torch.device:
     return torch.device(compute_device, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def init_groups(sizes: Dict[str, Any], role: str, prefix: str) -> None:
+def init_groups(layout: Layout, role: str, prefix: str) -> None:
     """Set up TP/PP/CP/EP groups unless this process already has them (actor and ref share).
     `prefix`: the role's megatron section (e.g. actor_rollout_ref.actor.megatron), for the message."""
     from megatron.core import parallel_state as mpu
@@ -63,12 +63,9 @@ def init_groups(sizes: Dict[str, Any], role: str, prefix: str) -> None:
         logger.info("%s: megatron's model parallel groups belong to a destroyed process group: rebuilding them", role)
         mpu.destroy_model_parallel()
     if mpu.model_parallel_is_initialized():
-        have = dict(
-            tensor_model_parallel_size=mpu.get_tensor_model_parallel_world_size(),
-            pipeline_model_parallel_size=mpu.get_pipeline_model_parallel_world_size(),
-            context_parallel_size=mpu.get_context_parallel_world_size(),
-        )
-        clash = {k: (v, sizes[k]) for k, v in have.items() if v != sizes[k]}
+        have = Layout("megatron", layout.world, tp=mpu.get_tensor_model_parallel_world_size(),
+                      pp=mpu.get_pipeline_model_parallel_world_size(), cp=mpu.get_context_parallel_world_size())
+        clash = groups_clash(have, layout)
         if clash:
             raise ValueError(
                 f"{role}: model parallel groups already exist with a different layout "
@@ -76,12 +73,11 @@ def init_groups(sizes: Dict[str, Any], role: str, prefix: str) -> None:
             )
         return
     world = torch.distributed.get_world_size()
-    factors = [sizes[f"{k}_parallel_size"] for k in ("tensor_model", "pipeline_model", "context")]
-    problem = span_problem(world, "TP*PP*CP", factors, f"{prefix}.tensor/pipeline_model_parallel_size, "
-                           "context_parallel_size")
+    problem = span_problem(world, "TP*PP*CP", (layout.tp, layout.pp, layout.cp),
+                           f"{prefix}.tensor/pipeline_model_parallel_size, context_parallel_size")
     if problem:
         raise ValueError(f"{role}: world size {world} {problem}; change the parallel sizes or the number of devices")
-    mpu.initialize_model_parallel(**sizes)
+    mpu.initialize_model_parallel(**layout.megatron_kwargs())
 
 
 def _groups_alive(mpu: Any) -> bool:

@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from verl_lite.checkpoint_files import CheckpointError, load_tensors
+from verl_lite.decisions.layout import Layout
 from verl_lite.engine.hf_export import (HF_DIR, Contents, check_loadable, hf_files, save_hf_model as write_hf_model,
                                         write_contents)
 from verl_lite.engine.torch import lora
@@ -36,7 +37,7 @@ def contents(engine: Any) -> Contents:
 def layout(engine: Any) -> Dict[str, Any]:
     """Recorded in contents.json; only the engine is compared on load: the full state dicts load at
     any data-parallel size."""
-    return {"engine": "fsdp", "data_parallel_size": engine.dp_size}
+    return Layout("fsdp", engine.dp_size).checkpoint_sizes(engine.dp_size)
 
 
 def save_hf_model(engine: Any, path: str, strict: bool = True, state: Optional[Dict[str, torch.Tensor]] = None

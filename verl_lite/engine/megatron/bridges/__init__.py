@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from verl_lite.engine.base import UnsupportedModelError
-from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge, hf_field
+from verl_lite.engine.megatron.bridges.base import ModelShard, ModelBridge, hf_field
 from verl_lite.registry import BRIDGES
 
-__all__ = ["Layout", "ModelBridge", "bridge_for"]
+__all__ = ["ModelShard", "ModelBridge", "bridge_for"]
 
 # Families with no bridge yet, and why: said when one is asked for.
 _WHY_NOT_YET = {

@@ -111,7 +111,7 @@ def check_divides_tp(what: str, count: int, tp_size: int) -> None:
 
 
 @dataclass(frozen=True)
-class Layout:
+class ModelShard:
     """Model sizes and this rank's tensor-parallel position (a dense GPT: Qwen3)."""
 
     hidden: int
@@ -125,7 +125,7 @@ class Layout:
     tied: bool = False
 
     @classmethod
-    def from_hf(cls, hf_config: Any, tp_size: int = 1, tp_rank: int = 0) -> "Layout":
+    def from_hf(cls, hf_config: Any, tp_size: int = 1, tp_rank: int = 0) -> "ModelShard":
         heads = int(hf_field(hf_config, "num_attention_heads"))
         hidden = int(hf_field(hf_config, "hidden_size"))
         layout = cls(
@@ -205,24 +205,24 @@ class ModelBridge(abc.ABC):
     def gpt_model_kwargs(self) -> Dict[str, Any]:
         """GPTModel arguments of the architecture (position embeddings, rotary base, length)."""
 
-    def layout(self, tp_size: int, tp_rank: int) -> Layout:
-        return Layout.from_hf(self.hf_config, tp_size, tp_rank)
+    def layout(self, tp_size: int, tp_rank: int) -> ModelShard:
+        return ModelShard.from_hf(self.hf_config, tp_size, tp_rank)
 
     # -- weights -------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
+    def hf_to_megatron(self, name: str, layout: ModelShard, get_hf: Callable[[str], torch.Tensor],
                        layer_offset: int = 0) -> torch.Tensor:
         """This rank's shard of megatron parameter `name`, from full HF tensors given by `get_hf`."""
 
     @abc.abstractmethod
-    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
+    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: ModelShard, layer_offset: int = 0) -> List[HFShard]:
         """Split one local megatron parameter into HF-named local shards."""
 
     def finish_load(self) -> None:
         """Called after every parameter was loaded: drop what the load kept (read caches)."""
 
-    def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: Layout) -> torch.Tensor:
+    def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: ModelShard) -> torch.Tensor:
         """The HF tensor from the full (TP-gathered) one: drops megatron's vocabulary padding (the
         embedding under the bridge's `hf_prefix`, `model.` unless it says otherwise)."""
         embedding = getattr(self, "hf_prefix", "model.") + "embed_tokens.weight"

@@ -23,7 +23,7 @@ import torch
 
 from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import norm as megatron_norm
-from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, gpt_config_kwargs, hf_field,
+from verl_lite.engine.megatron.bridges.base import (HFShard, ModelShard, ModelBridge, gpt_config_kwargs, hf_field,
                                                     top_params)
 
 # megatron local name pattern -> (kind, HF name or suffix). Layer names carry the layer index.
@@ -72,7 +72,7 @@ def local_block_spec(spec: Any, config: Any, vp_stage: Optional[int]) -> Any:
     return TransformerBlockSubmodules(layer_specs=[spec] * count, layer_norm=megatron_norm.RMSNorm)
 
 
-def _cut(full: torch.Tensor, dim: int, layout: Layout) -> torch.Tensor:
+def _cut(full: torch.Tensor, dim: int, layout: ModelShard) -> torch.Tensor:
     return full.chunk(layout.tp_size, dim=dim)[layout.tp_rank]
 
 
@@ -121,7 +121,7 @@ class Qwen3Bridge(ModelBridge):
 
     # -- weights -------------------------------------------------------------------------------
 
-    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
+    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: ModelShard, layer_offset: int = 0) -> List[HFShard]:
         kind, hf = _kind(name, layer_offset)
         if kind == "norm":
             return [(hf, shard, None)]
@@ -144,7 +144,7 @@ class Qwen3Bridge(ModelBridge):
             (hf + "self_attn.v_proj.weight", v, 0),
         ]
 
-    def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
+    def hf_to_megatron(self, name: str, layout: ModelShard, get_hf: Callable[[str], torch.Tensor],
                        layer_offset: int = 0) -> torch.Tensor:
         """With tied embeddings the LM head is read from `model.embed_tokens.weight`."""
         kind, hf = _kind(name, layer_offset)

@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import gdn as megatron_gdn
 from verl_lite.engine.megatron import norm as megatron_norm
-from verl_lite.engine.megatron.bridges.base import (Layout, ModelBridge, check_divides_tp,
+from verl_lite.engine.megatron.bridges.base import (ModelShard, ModelBridge, check_divides_tp,
                                                     gpt_config_kwargs, hf_field)
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
 from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, rope_parameters, text_problems,
@@ -175,8 +175,8 @@ class Qwen3_5Bridge(Qwen3TextMLP, Qwen3_5Weights, ModelBridge):
             rotary_percent=float(rope.get("partial_rotary_factor", hf_field(self.text, "partial_rotary_factor", 1.0))),
         )
 
-    def layout(self, tp_size: int, tp_rank: int) -> Layout:
-        base = Layout.from_hf(self._layout_fields(), tp_size, tp_rank)
+    def layout(self, tp_size: int, tp_rank: int) -> ModelShard:
+        base = ModelShard.from_hf(self._layout_fields(), tp_size, tp_rank)
         for what in ("linear_num_key_heads", "linear_num_value_heads"):
             check_divides_tp(what, self._int(what), tp_size)
         return base

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from verl_lite.engine.base import UnsupportedModelError
-from verl_lite.engine.megatron.bridges.base import ExpertPiece, HFShard, Layout, top_params
+from verl_lite.engine.megatron.bridges.base import ExpertPiece, HFShard, ModelShard, top_params
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
@@ -121,7 +121,7 @@ class Qwen3_5Weights:
 
     # -- export --------------------------------------------------------------------------------
 
-    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
+    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: ModelShard, layer_offset: int = 0) -> List[HFShard]:
         kind, hf, _ = self._split(name, layer_offset)
         if kind == "norm":
             return [(hf, shard, None)]
@@ -157,7 +157,7 @@ class Qwen3_5Weights:
             return [(hf + "down_proj", shard, 1, piece)]
         raise UnsupportedModelError(f"no HF name for megatron parameter {name!r}")
 
-    def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: Layout) -> torch.Tensor:
+    def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: ModelShard) -> torch.Tensor:
         full = super().finish_hf_tensor(hf_name, full, layout)
         if hf_name.endswith("linear_attn.in_proj_qkv.weight") or hf_name.endswith("linear_attn.conv1d.weight"):
             if layout.tp_size > 1:
@@ -170,7 +170,7 @@ class Qwen3_5Weights:
 
     # -- load ----------------------------------------------------------------------------------
 
-    def _vocab(self, hf: str, layout: Layout, get_hf: Callable[[str], torch.Tensor]) -> torch.Tensor:
+    def _vocab(self, hf: str, layout: ModelShard, get_hf: Callable[[str], torch.Tensor]) -> torch.Tensor:
         if hf == "lm_head.weight" and layout.tied:
             hf = f"{self.hf_prefix}embed_tokens.weight"
         full = get_hf(hf)
@@ -209,7 +209,7 @@ class Qwen3_5Weights:
 
         return read
 
-    def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
+    def hf_to_megatron(self, name: str, layout: ModelShard, get_hf: Callable[[str], torch.Tensor],
                        layer_offset: int = 0) -> torch.Tensor:
         get_hf = self._reader(get_hf)
         kind, hf, _ = self._split(name, layer_offset)

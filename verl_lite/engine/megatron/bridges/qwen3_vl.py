@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 from verl_lite.engine.base import UnsupportedModelError
-from verl_lite.engine.megatron.bridges.base import (HFShard, Layout, ModelBridge, 
+from verl_lite.engine.megatron.bridges.base import (HFShard, ModelShard, ModelBridge, 
                                                     gpt_config_kwargs, hf_field)
 from verl_lite.engine.megatron.bridges.qwen3 import local_block_spec
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
@@ -131,17 +131,17 @@ class Qwen3VLBridge(VisionTower, Qwen3TextMLP, Qwen3_5Weights, ModelBridge):
     def rope_theta(self) -> float:
         return float(rope_parameters(self.text).get("rope_theta", 10000.0) or 10000.0)
 
-    def layout(self, tp_size: int, tp_rank: int) -> Layout:
+    def layout(self, tp_size: int, tp_rank: int) -> ModelShard:
         fields = {k: hf_field(self.text, k) for k in (
             "num_attention_heads", "hidden_size", "num_key_value_heads", "head_dim", "vocab_size")}
         fields["intermediate_size"] = self._ffn_hidden_size()
         # transformers ties the LM head to the top-level config's tie_word_embeddings
         fields["tie_word_embeddings"] = bool(hf_field(self.hf_config, "tie_word_embeddings", False))
-        return Layout.from_hf(fields, tp_size, tp_rank)
+        return ModelShard.from_hf(fields, tp_size, tp_rank)
 
     # -- weights -------------------------------------------------------------------------------
 
-    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
+    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: ModelShard, layer_offset: int = 0) -> List[HFShard]:
         if name.startswith(VISION_PREFIX):  # the tower's: VisionTower
             return super().megatron_to_hf(name, shard, layout, layer_offset)
         kind, hf, _ = self._split(name, layer_offset)
@@ -154,14 +154,14 @@ class Qwen3VLBridge(VisionTower, Qwen3TextMLP, Qwen3_5Weights, ModelBridge):
                     (hf + "v_proj.weight", grouped[:, n + 1].reshape(-1, cols), 0)]
         return super().megatron_to_hf(name, shard, layout, layer_offset)
 
-    def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: Layout) -> torch.Tensor:
+    def finish_hf_tensor(self, hf_name: str, full: torch.Tensor, layout: ModelShard) -> torch.Tensor:
         if hf_name in (self.hf_prefix + "embed_tokens.weight", "lm_head.weight") and full.shape[0] != layout.vocab:
             full = full[: layout.vocab]
         if hf_name.endswith("mlp.experts.gate_up_proj") and full.dim() == 4:
             full = full.reshape(full.shape[0], -1, full.shape[-1])  # [E, 2, I, H] -> [E, 2I, H]
         return full
 
-    def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
+    def hf_to_megatron(self, name: str, layout: ModelShard, get_hf: Callable[[str], torch.Tensor],
                        layer_offset: int = 0) -> torch.Tensor:
         if name.startswith(VISION_PREFIX):  # the tower's: VisionTower
             return super().hf_to_megatron(name, layout, get_hf, layer_offset)

@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from verl_lite.decisions import bridge_choice
+from verl_lite.decisions.layout import sequence_parallel_on
 from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron.bridges import bridge_for
-from verl_lite.engine.megatron.bridges.base import Layout, ModelBridge
+from verl_lite.engine.megatron.bridges.base import ModelShard, ModelBridge
 from verl_lite.engine.megatron.gdn import fla_installed, megatron_gdn_packed_refusal
 from verl_lite.models import is_gdn_model
 from verl_lite.registry import BRIDGES
@@ -220,20 +221,20 @@ def build_external(build: Any, parallel_sizes: Dict[str, Any], sequence_parallel
             f"Megatron-Bridge installed, or with vanilla_mbridge=False and no mbridge)")
     # megatron.sequence_parallel as verl passes it (on with TP > 1 only, as for verl_lite's own bridges);
     # override_transformer_config wins, as in verl
-    sp = bool(sequence_parallel) and int(parallel_sizes.get("tensor_model_parallel_size", 1)) > 1
+    sp = sequence_parallel_on(sequence_parallel, parallel_sizes)
     build.configure(parallel_sizes, {"sequence_parallel": sp, **overrides}, dtype, value_model)
     chunks = build.build()
     build.load(chunks, value_model)
     return chunks
 
 
-def external_layout(hf_config: Any, tp_size: int, tp_rank: int) -> Layout:
+def external_layout(hf_config: Any, tp_size: int, tp_rank: int) -> ModelShard:
     """The sizes the engine reads of a model an external bridge built (its text model's)."""
     hf = _as_dict(hf_config) or {}
     text = hf.get("text_config") or hf
     heads = int(text.get("num_attention_heads") or 1)
     hidden = int(text.get("hidden_size") or 0)
-    return Layout(
+    return ModelShard(
         hidden=hidden, ffn=int(text.get("intermediate_size") or 0), heads=heads,
         groups=int(text.get("num_key_value_heads") or heads), head_dim=int(text.get("head_dim") or hidden // heads),
         vocab=int(text.get("vocab_size") or hf.get("vocab_size")), tp_size=tp_size, tp_rank=tp_rank,

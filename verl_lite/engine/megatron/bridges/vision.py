@@ -30,7 +30,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 import torch
 
 from verl_lite.engine.base import UnsupportedModelError
-from verl_lite.engine.megatron.bridges.base import HFShard, Layout, hf_field
+from verl_lite.engine.megatron.bridges.base import HFShard, ModelShard, hf_field
 
 VISION_PREFIX = "vision."  # the tower's parameters in a megatron chunk
 HF_VISION_PREFIX = "model.visual."
@@ -307,12 +307,12 @@ class VisionTower:
 
     # -- the tower's weights ---------------------------------------------------------------------
 
-    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: Layout, layer_offset: int = 0) -> List[HFShard]:
+    def megatron_to_hf(self, name: str, shard: torch.Tensor, layout: ModelShard, layer_offset: int = 0) -> List[HFShard]:
         if name.startswith(VISION_PREFIX):
             return [(HF_VISION_PREFIX + name[len(VISION_PREFIX):], shard, None)]  # replicated over TP
         return super().megatron_to_hf(name, shard, layout, layer_offset)  # type: ignore[misc]
 
-    def hf_to_megatron(self, name: str, layout: Layout, get_hf: Callable[[str], torch.Tensor],
+    def hf_to_megatron(self, name: str, layout: ModelShard, get_hf: Callable[[str], torch.Tensor],
                        layer_offset: int = 0) -> torch.Tensor:
         if name.startswith(VISION_PREFIX):
             return get_hf(HF_VISION_PREFIX + name[len(VISION_PREFIX):])
