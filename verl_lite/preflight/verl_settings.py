@@ -66,8 +66,8 @@ def _role_problems(cfg: Any, view: RoleView) -> List[str]:
     problems += lora_problems(cfg, view)
     problems += token_budget_problems(cfg, role)
     problems += _ulysses_problems(cfg, view)
-    problems += optimizer_overrides.role_problems(cfg, role, view.strategy, view.device)
-    problems += lr_schedule.role_problems(cfg, role, view.strategy)
+    problems += optimizer_overrides.override_config_problems(cfg, role, view.strategy, view.device)
+    problems += lr_schedule.optim_section_problems(cfg, role, view.strategy)
     problems += torch_compile_problems(view)
     problems += memory_knob_problems(cfg, view)
     model_key = "critic.model" if role == "critic" else "actor_rollout_ref.model"
