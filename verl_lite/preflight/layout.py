@@ -9,7 +9,7 @@ parallelism) is `decisions/layout.py`'s; these rules name the role and the keys 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 from verl_lite.config import roles, schema
 from verl_lite.config.verl_names import NOT
@@ -215,13 +215,7 @@ def token_budgets(cfg: Any, role: str) -> List[tuple]:
     }[role]
 
 
-def override_config(cfg: Any, role: str) -> Dict[str, Any]:
-    """The role's megatron.override_transformer_config as a plain dict."""
-    node = roles.section(cfg, role).megatron.override_transformer_config
-    return dict(node.items()) if hasattr(node, "items") else dict(node)
-
-
-def model_problems(cfg: Any, view: RoleView, replicate_kv: bool = False, shape: Optional[str] = None) -> List[str]:
+def model_problems(view: RoleView, replicate_kv: bool = False, shape: Optional[str] = None) -> List[str]:
     """The layout against the model's shape. replicate_kv: the bridge (Megatron-Bridge, mbridge) runs
     megatron-core's attention, which takes TP > key/value heads; verl_lite's own bridges do not.
     shape: how the model is named in messages (e.g. a shipped shape), default the model path."""
@@ -257,7 +251,7 @@ def model_problems(cfg: Any, view: RoleView, replicate_kv: bool = False, shape: 
                f"replicates them: TP must then be a multiple of {heads})" if hf_key == "num_key_value_heads" else "")
         )
     layers, stages = text.get("num_hidden_layers"), layout.pp * (layout.vpp or 1)
-    uneven = any(k in override_config(cfg, role) for k in UNEVEN_PP_KEYS)
+    uneven = any(k in view.overrides for k in UNEVEN_PP_KEYS)
     if layers and not uneven and layers % stages:
         problems.append(
             f"{role}: {layers} layers of {path} do not split evenly over PP*VPP = {layout.pp}*{layout.vpp or 1} = "

@@ -20,7 +20,6 @@ from verl_lite.decisions import fsdp_settings, packing_mode
 from verl_lite.decisions import memory as m
 from verl_lite.decisions import memory_step as ms
 from verl_lite.decisions.switches import switch
-from verl_lite.preflight.layout import override_config
 from verl_lite.preflight.roles import RoleView, role_views
 from verl_lite.preflight.rollout import memory_share
 
@@ -123,7 +122,7 @@ def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: m.Layout) ->
     act = 4 if device == "cpu" else 2
     sp, recompute, method, layers, load = False, "none", "uniform", 0, 1.0
     if view.megatron:
-        o = override_config(cfg, view.role)
+        o = view.overrides
         if o.get("moe_expert_capacity_factor") and switch(o.get("moe_pad_expert_input_to_capacity", False)):
             load = float(o["moe_expert_capacity_factor"])  # every expert padded to its capacity
         sp = bool(view.section.megatron.sequence_parallel)

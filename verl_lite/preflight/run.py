@@ -23,7 +23,7 @@ from verl_lite.decisions.profiling import profiler_problems
 from verl_lite.models import read_hf_config
 from verl_lite.preflight import bridge, data, layout, machine, memory, reward_file, values, verl_settings
 from verl_lite.preflight.fully_async import fully_async_problems
-from verl_lite.preflight.roles import role_views
+from verl_lite.preflight.roles import RoleView, role_views
 from verl_lite.preflight.rollout import rollout_engine_problems
 from verl_lite.runtime_env import DEVICE_ENV, runtime_env_overrides
 
@@ -89,7 +89,8 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
     registered = [key[0] for key in registry.BRIDGES.keys()]
     elsewhere = _nodes_elsewhere(device, for_training)
     config_json: Dict[str, Optional[Dict[str, Any]]] = {}  # each model path's own config.json (no shipped shape)
-    for view in role_views(cfg, device):
+    views = role_views(cfg, device)
+    for view in views:
         if view.strategy not in choices.STRATEGIES:
             continue  # the schema's choices refuse it
         config_json.setdefault(view.model_path, view.hf if view.shape and view.shape.origin == "config" else None)
@@ -97,8 +98,8 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
         problems += layout.batch_problems(cfg, view.layout)
         if view.megatron:
             problems += bridge.bridge_problems(cfg, view, installed, registered, nodes_elsewhere=elsewhere)
-            problems += layout.model_problems(cfg, view, bridge.replicates_kv(cfg, view, installed, registered, elsewhere),
-                                              shape=_shape_name(view.shape, view.model_path))
+            problems += layout.model_problems(view, bridge.replicates_kv(cfg, view, installed, registered, elsewhere),
+                                         shape=_shape_name(view.shape, view.model_path))
             if device == "npu":
                 problems += bridge.npu_problems(cfg, view)
         try:
@@ -113,22 +114,22 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
     if not problems:  # the prediction reads a layout and batches the rules above accepted
         problems += memory.memory_problems(cfg, device, for_training)
     if for_training:
-        problems += _training_machine_problems(cfg, device, installed, registered,
+        problems += _training_machine_problems(cfg, device, views, installed, registered,
                                                config_json.get(cfg.actor_rollout_ref.model.path))
     problems += rollout_engine_problems(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path), for_training)
     return list(dict.fromkeys(problems))
 
 
-def _training_machine_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str],
-                               actor_hf: Optional[Dict[str, Any]]) -> List[str]:
+def _training_machine_problems(cfg: Any, device: str, views: List[RoleView], installed: Dict[str, bool],
+                               registered: List[str], actor_hf: Optional[Dict[str, Any]]) -> List[str]:
     """What only the machine that trains can answer, in the order `check --training` lists it."""
     return (data.data_file_problems(cfg) + machine.model_dir_problems(cfg) + reward_file.reward_file_problems(cfg)
             + machine.checkpoint_dir_problems(cfg)
             + machine.model_file_problems(cfg)
             + verl_settings.lora_adapter_problems(cfg)
-            + bridge.external_bridge_weight_problems(cfg, device, installed, registered)
-            + machine.disk_problems(cfg, actor_hf)
-            + machine.environment_problems(cfg, device, explicit=cfg.trainer.device != "auto")
+            + bridge.external_bridge_weight_problems(cfg, views, installed, registered)
+            + machine.disk_problems(cfg, actor_hf, views)
+            + machine.environment_problems(cfg, views, device, explicit=cfg.trainer.device != "auto")
             + machine.device_count_problems(cfg, device)
             + machine.resume_problems(cfg)
             + data.data_source_problems(cfg))
@@ -190,7 +191,7 @@ def collect_warnings(cfg: Any) -> List[str]:
     if device in DEVICE_ENV:  # ray_init.runtime_env.env_vars that replace verl_lite's own variables
         warnings += runtime_env_overrides(cfg, device)
     if device == "npu":  # settings the Ascend stack accepts and ignores without changing a number
-        warnings += bridge.npu_warnings(cfg)
+        warnings += bridge.npu_warnings(cfg, role_views(cfg, device))
     return warnings
 
 
