@@ -23,7 +23,7 @@ from verl_lite.config.verl_names import NOT, YET
 from verl_lite.decisions import fsdp_settings, lr_schedule, optimizer_overrides, packing_mode, ulysses
 from verl_lite.preflight.layout import moe_sequence_parallel_problems, token_budget_problems, token_budget_warnings, token_budgets
 from verl_lite.preflight.machine import torch_compile_problems
-from verl_lite.reward.registry import reward_manager_problems
+from verl_lite.preflight.reward import custom_reward_warnings, reward_problems
 from verl_lite.decisions.dynamic_sampling import filter_groups_problems
 from verl_lite.decisions.rollout_correction import rollout_correction_problems
 from verl_lite.preflight.roles import RoleView, role_views, world_size
@@ -296,10 +296,7 @@ def _run_problems(cfg: Any) -> List[str]:
         problems.append("data.return_raw_chat=True with data.apply_chat_template=False: verl's rollout templates the "
                         "raw chat messages, while apply_chat_template=False encodes the prompt text as is; set "
                         "data.return_raw_chat=False for untemplated prompts, or data.apply_chat_template=True")
-    if cfg.reward_model.enable:
-        problems.append(f"reward_model.enable=True: reward models are {YET}: use a rule-based or "
-                        "custom_reward_function.path reward")
-    problems += reward_manager_problems(cfg)  # reward_model.reward_manager and reward_kwargs
+    problems += reward_problems(cfg)  # reward_model.enable, reward_manager and reward_kwargs
     problems += filter_groups_problems(cfg)  # algorithm.filter_groups and data.gen_batch_size
     problems += rollout_correction_problems(cfg)  # algorithm.rollout_correction
     if int(cfg.trainer.log_val_generations) < 0:
@@ -404,10 +401,7 @@ def verl_warnings(cfg: Any) -> List[str]:
         if changed:
             warnings.append(f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: the KL loss is "
                             "off (actor_rollout_ref.actor.use_kl_loss=False)")
-    if cfg.custom_reward_function.path is None and \
-            cfg.custom_reward_function.name != schema.CustomRewardFunctionConfig().name:
-        warnings.append(f"custom_reward_function.name={cfg.custom_reward_function.name!r} has no effect without "
-                        "custom_reward_function.path (the default rule rewards are used)")
+    warnings += custom_reward_warnings(cfg)
     if cfg.trainer.resume_from_path and cfg.trainer.resume_mode != "resume_path":
         warnings.append(f"trainer.resume_from_path has no effect with trainer.resume_mode={cfg.trainer.resume_mode} "
                         "(set trainer.resume_mode=resume_path to resume from it)")
