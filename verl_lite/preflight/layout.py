@@ -1,7 +1,8 @@
 """Preflight rules of the parallel layout: sizes the arithmetic divides by, the devices against each
 role's model-parallel and expert spans, verl's batch arithmetic (a step's `train_batch_size *
-rollout.n` sequences split over DP ranks and into mini-batches, dynamic batch size's token budget),
-the model's shape against the layout, and the rollout's TP group against a node.
+rollout.n` sequences split over DP ranks and into mini-batches, kept in order, dynamic batch size's
+token budget, verl's deprecated global micro-batches), the model's shape against the layout, and the
+rollout's TP group against a node.
 
 The arithmetic the Megatron engine decides too (spans, heads against TP, MoE without sequence
 parallelism) is `decisions/layout.py`'s; these rules name the role and the keys around it.
@@ -9,10 +10,10 @@ parallelism) is `decisions/layout.py`'s; these rules name the role and the keys 
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from verl_lite.config import roles, schema
-from verl_lite.config.verl_names import NOT
+from verl_lite.config.verl_names import NOT, YET
 from verl_lite.config.shapes import expert_count, text_config
 from verl_lite.decisions.async_pools import step_prompts, streaming
 from verl_lite.decisions.layout import heads_problem, moe_sequence_parallel_problem, span_problem
@@ -168,6 +169,26 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
     return problems
 
 
+def shuffle_problems(cfg: Any) -> List[str]:
+    """Mini-batches keep their order between PPO epochs."""
+    if cfg.actor_rollout_ref.actor.shuffle:
+        return [f"actor_rollout_ref.actor.shuffle=True: shuffling between PPO epochs is {YET} (mini-batches keep "
+                "their order); set it to False"]
+    return []
+
+
+def global_micro_batch_problems(cfg: Any, keys: Tuple[str, ...]) -> List[str]:
+    """verl's deprecated global micro-batch `keys` (`*micro_batch_size`): set, they are refused naming the
+    per-device key."""
+    problems = []
+    for key in keys:
+        value = select(cfg, key)
+        if value is not None:
+            per_gpu = key.replace("micro_batch_size", "micro_batch_size_per_gpu")
+            problems.append(f"{key}={value}: verl's deprecated global micro-batch is {NOT} here: set {per_gpu}")
+    return problems
+
+
 def token_budget_problems(cfg: Any, role: str) -> List[str]:
     """A token budget of dynamic batch size must be a positive number of tokens when its switch is on."""
     return [f"{role}: {prefix}.{key}={budget}: with {prefix}.{switch}=True the token budget per micro-batch must be a "
@@ -194,6 +215,13 @@ def token_budget_warnings(cfg: Any, role: str, sp: int = 1) -> List[str]:
                 f"{total} tokens stops the run at its step (verl asserts the same per sequence); raise {prefix}.{key} "
                 f"to {-(-longest // sp)} to rule that out")
     return warnings
+
+
+def unused_token_budget_warnings(cfg: Any, role: str) -> List[str]:
+    """A token budget set while its dynamic batch size is off."""
+    return [f"{prefix}.{key}={budget} has no effect: it is the token budget of dynamic batch size, which is off "
+            f"({prefix}.{switch}=False)"
+            for prefix, switch, on, key, budget, default in token_budgets(cfg, role) if budget != default and not on]
 
 
 def token_budgets(cfg: Any, role: str) -> List[tuple]:
@@ -257,7 +285,7 @@ def model_problems(view: RoleView, replicate_kv: bool = False, shape: Optional[s
             f"{role}: {layers} layers of {path} do not split evenly over PP*VPP = {layout.pp}*{layout.vpp or 1} = "
             f"{stages} stages: {layers} % {stages} = {layers % stages} (or set num_layers_in_first/last_pipeline_stage)"
         )
-    # remove-padding (packed GDN input included) is decided in decisions/packing_mode.py (verl_settings refuses)
+    # remove-padding (packed GDN input included) is decided in decisions/packing_mode.py (packing.py refuses)
     return problems
 
 
