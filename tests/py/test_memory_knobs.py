@@ -14,7 +14,7 @@ from verl_lite.config import compose
 from verl_lite.config.compose import load_config
 from verl_lite.engine.torch.fused import FusedLogProbs, LogProbHead, fused_log_probs_and_entropy
 from verl_lite.engine.logits import log_probs_and_entropy
-from verl_lite.preflight.verl_settings import verl_problems
+from verl_lite.preflight.run import verl_problems
 
 ATOL = 1e-5  # float32: sums over a 53-entry vocabulary and 8 hidden units
 B, R, H, V = 3, 7, 8, 53
@@ -235,7 +235,7 @@ def test_the_knobs_on_the_torch_engine_are_not_refused():
 
 
 def test_entropy_settings_the_fused_pass_makes_moot_are_said_to_have_no_effect():
-    from verl_lite.preflight.verl_settings import verl_warnings
+    from verl_lite.preflight.run import verl_warnings
 
     warnings = verl_warnings(load_config(["actor_rollout_ref.model.use_fused_kernels=True",
                                           "actor_rollout_ref.actor.entropy_checkpointing=True",

@@ -20,6 +20,7 @@ import pytest
 
 from verl_lite.config import load_config
 from verl_lite.preflight import machine
+from verl_lite.preflight.roles import role_views
 from verl_lite.preflight.run import compose_and_check
 from verl_lite.trainer.profiling import WorkerProfiler, profiler_problems
 
@@ -365,7 +366,9 @@ def test_npu_tool_passes_the_laptop_check_and_the_training_machine_check_asks_fo
             "actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.actor.profiler.tool_config.npu.level=level2"]
     assert not [p for p in compose_and_check(line, for_training=False)[1] if "profiler" in p]
     assert _problems(*line[1:], device="npu") == []
-    needed = [p for p in machine.environment_problems(load_config(line), "npu", explicit=False) if "torch_npu" in p]
+    cfg = load_config(line)
+    needed = [p for p in machine.environment_problems(cfg, role_views(cfg, "npu"), "npu", explicit=False)
+              if "torch_npu" in p]
     assert needed == ["this run needs torch_npu for global_profiler.tool=npu (its profiler, torch_npu.profiler): "
                       "module 'torch_npu' is not installed"]
 

@@ -1,5 +1,6 @@
 """The preflight's refusals of verl settings the schema accepts but verl_lite cannot act on yet
-(verl_lite/preflight/verl_settings.py), and its warnings for settings with no effect in a run."""
+(verl_lite/preflight/run.py:verl_problems, the rules in the modules of their subjects), and its
+warnings for settings with no effect in a run."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from verl_lite.preflight.run import collect_problems, collect_warnings
 from verl_lite.config import load_config
-from verl_lite.preflight.verl_settings import verl_problems
+from verl_lite.preflight.run import verl_problems
 
 
 def problems(*overrides):

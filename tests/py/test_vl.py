@@ -487,7 +487,7 @@ def test_min_size_gives_larger_solid_regions_of_the_answer_colour():
 
 def test_verls_image_keys_are_accepted_and_return_multi_modal_inputs_false_is_refused():
     from verl_lite.config import load_config
-    from verl_lite.preflight.verl_settings import verl_problems
+    from verl_lite.preflight.run import verl_problems
 
     cfg = load_config(["data.image_key=images", "data.image_patch_size=14", "data.return_multi_modal_inputs=True"])
     assert cfg.data.image_key == "images" and cfg.data.image_patch_size == 14

@@ -51,7 +51,7 @@ def optimizer_problem(name: Any, strategy: str, prefix: str) -> List[str]:
             f"choose one of {', '.join(valid)}, or leave it out"]
 
 
-def role_problems(cfg: Any, role: str, strategy: str) -> List[str]:
+def optim_section_problems(cfg: Any, role: str, strategy: str) -> List[str]:
     """The refusals for one role's optim section (actor and critic; the ref has no optimizer)."""
     if role not in ROLES_WITH_OPTIM or strategy not in DEFAULT_OPTIMIZER:
         return []

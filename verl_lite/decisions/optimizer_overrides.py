@@ -154,7 +154,7 @@ def _on(items: Dict[str, Any], name: str) -> bool:
     return bool(items.get(name, False)) and str(items.get(name)).lower() != "false"
 
 
-def role_problems(cfg: Any, role: str, strategy: str, device: str) -> List[str]:
+def override_config_problems(cfg: Any, role: str, strategy: str, device: str) -> List[str]:
     """The refusals for one role's optim.override_optimizer_config (actor and critic; the ref has none)."""
     if role not in ROLES_WITH_OPTIM:
         return []

@@ -1,5 +1,5 @@
 """Remove-padding (verl's `use_remove_padding`, packed sequences): whether a role's micro-batches run
-packed or padded, and why. Pure: the preflight (`preflight/verl_settings.py`, the summary in
+packed or padded, and why. Pure: the preflight (`preflight/packing.py`, the summary in
 `preflight/summary.py`) and the engines (`engine/megatron/engine.py`, `engine/torch/engine.py` through
 `engine/torch/packing.py`) call the same `decide`, the preflight with what it can know here, the engine with what it built.
 

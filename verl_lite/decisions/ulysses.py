@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from verl_lite.decisions.layout import ulysses_setting as setting  # noqa: F401  TEMP-LAYOUT
 from verl_lite.models import is_gdn_model
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from verl_lite.config import roles
 from verl_lite.decisions import ascend_stack, bridge_choice
@@ -16,33 +16,34 @@ from verl_lite.decisions.packing_mode import VISION_BRIDGED
 from verl_lite.decisions.repatch import RepatchError, build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
-from verl_lite.preflight.layout import override_config
-from verl_lite.preflight.roles import RoleView
+from verl_lite.preflight.roles import RoleView, override_config
 
 BRIDGE_KEYS = ("use_ascend_gdn", "use_triton_gdn")
 
 
-def _same_as_actor(cfg: Any, role: str) -> bool:
+def _same_as_actor(view: RoleView) -> bool:
     """The ref inherits the actor's overrides by default: report their problems once, on the actor."""
-    return role == "ref" and override_config(cfg, "ref") == override_config(cfg, "actor")
+    return view.role == "ref" and view.overrides == override_config(view.actor_section)
 
 
-def role_stack(cfg: Any, role: str, device: str) -> Optional[ascend_stack.Stack]:
+def role_stack(cfg: Any, view: RoleView) -> Optional[ascend_stack.Stack]:
     """The Ascend stack of a Megatron role on npu (None elsewhere, or where the stack setting is refused)."""
-    if device != "npu":
+    if view.device != "npu":
         return None
-    return ascend_stack.role_stack_or_none(cfg.trainer.ascend_stack, roles.section(cfg, role).megatron)
+    return ascend_stack.role_stack_or_none(cfg.trainer.ascend_stack, view.section.megatron)
 
 
-def choose_role_bridge(cfg: Any, role: str, device: str, hf: Optional[Dict[str, Any]],
+def choose_role_bridge(cfg: Any, view: RoleView, hf: Optional[Dict[str, Any]],
                        installed: Optional[Dict[str, bool]], registered: Any,
                        nodes_elsewhere: bool = False) -> bridge_choice.BridgeChoice:
-    stack = role_stack(cfg, role, device)
+    """The bridge the role's engine builds with for the model config `hf` (BridgeRefusal: why none can)."""
+    stack = role_stack(cfg, view)
     own_refused = ascend_stack.own_bridge_refusal(stack, hf is not None and is_gdn_model(hf)) if stack else None
     return bridge_choice.choose_bridge(
-        f"{roles.SECTION[role]}.megatron", roles.section(cfg, role).megatron, hf, device,
+        f"{view.prefix}.megatron", view.section.megatron, hf, view.device,
         bridge_choice.installed_here() if installed is None else installed, registered,
-        value_model=roles.MODEL_TYPE[role] == "value_model", nodes_elsewhere=nodes_elsewhere, own_refused=own_refused)
+        value_model=roles.MODEL_TYPE[view.role] == "value_model", nodes_elsewhere=nodes_elsewhere,
+        own_refused=own_refused)
 
 
 def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool]] = None, registered: Any = (),
@@ -51,17 +52,17 @@ def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool
     the role's engine would build with, or why none can. `installed` defaults to this machine's packages."""
     role, device = view.role, view.device
     problems = []
-    if device != "npu" and not _same_as_actor(cfg, role):
-        overrides = override_config(cfg, role)
+    if device != "npu" and not _same_as_actor(view):
+        overrides = view.overrides
         problems += [
-            f"{roles.SECTION[role]}.megatron.override_transformer_config.{k} is a MindSpeed-Bridge setting for "
+            f"{view.prefix}.megatron.override_transformer_config.{k} is a MindSpeed-Bridge setting for "
             f"device npu, but the target device is {device}: remove it "
             "(USE_MINDSPEED_BRIDGE=True applies only with DEVICE=npu)"
             for k in BRIDGE_KEYS
             if k in overrides
         ]
     try:
-        choice = choose_role_bridge(cfg, role, device, view.hf, installed, registered, nodes_elsewhere)
+        choice = choose_role_bridge(cfg, view, view.hf, installed, registered, nodes_elsewhere)
     except bridge_choice.BridgeRefusal as e:
         problems.append(f"{role}: {e}")
         return problems
@@ -91,7 +92,7 @@ def replicates_kv(cfg: Any, view: RoleView, installed: Dict[str, bool], register
                   nodes_elsewhere: bool = False) -> bool:
     """Megatron-Bridge and mbridge build megatron-core's attention, which takes TP > key/value heads."""
     try:
-        choice = choose_role_bridge(cfg, view.role, view.device, view.hf, installed, registered, nodes_elsewhere)
+        choice = choose_role_bridge(cfg, view, view.hf, installed, registered, nodes_elsewhere)
     except bridge_choice.BridgeRefusal:
         return False
     return choice.kind != bridge_choice.VERL_LITE
@@ -103,7 +104,7 @@ def npu_problems(cfg: Any, view: RoleView) -> List[str]:
     has every setting the plan asks for, and no flag MindSpeed rejects."""
     layout = view.layout
     prefix = f"{layout.prefix}.override_transformer_config"
-    if _same_as_actor(cfg, layout.role):
+    if _same_as_actor(view):
         return []
     try:
         plan = build_repatch_dict(view.section.megatron)
@@ -119,7 +120,7 @@ def npu_problems(cfg: Any, view: RoleView) -> List[str]:
         problems += [f"{layout.role}: {problem}"] if problem else []
     if problems:
         return problems
-    if switch(override_config(cfg, layout.role).get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
+    if switch(view.overrides.get("use_flash_attn_npu_batch_invariant")) and layout.cp > 1:
         return [
             f"{layout.role}: {prefix}.use_flash_attn_npu_batch_invariant does not work with context parallelism "
             f"(CP={layout.cp}); MindSpeed rejects it ('--use-flash-attn-npu-batch-invariant does not support context "
@@ -128,35 +129,37 @@ def npu_problems(cfg: Any, view: RoleView) -> List[str]:
     return []
 
 
-def npu_warnings(cfg: Any) -> List[str]:
-    """What the Ascend stack of each Megatron role accepts and does nothing with (ascend_stack.stack_warnings)."""
+def npu_warnings(cfg: Any, views: Sequence[RoleView]) -> List[str]:
+    """What the Ascend stack of each Megatron role on npu accepts and does nothing with
+    (ascend_stack.stack_warnings)."""
     warnings = []
-    for role in roles.active_roles(cfg):
-        if roles.strategy(cfg, role) != "megatron" or _same_as_actor(cfg, role):
+    for view in views:
+        if not view.megatron or _same_as_actor(view):
             continue
-        stack = role_stack(cfg, role, "npu")
+        stack = role_stack(cfg, view)
         if stack is None:
             continue
         try:
-            plan = build_repatch_dict(roles.section(cfg, role).megatron)
+            plan = build_repatch_dict(view.section.megatron)
         except RepatchError:
             continue  # npu_problems reports it
-        warnings += [f"{role}: {w}" for w in ascend_stack.stack_warnings(stack, plan)]
+        warnings += [f"{view.role}: {w}" for w in ascend_stack.stack_warnings(stack, plan)]
     return warnings
 
 
-def external_bridge_weight_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str]) -> List[str]:
+def external_bridge_weight_problems(cfg: Any, views: Sequence[RoleView], installed: Dict[str, bool],
+                                    registered: List[str]) -> List[str]:
     """Megatron-Bridge and mbridge load HF weights from the model directory: no random init there."""
     problems = []
-    for role in roles.active_roles(cfg):
-        if roles.strategy(cfg, role) != "megatron":
+    for view in views:
+        if not view.megatron:
             continue
-        path = roles.model_path(cfg, role)
+        role, path = view.role, view.model_path
         hf = read_hf_config(path)
         if hf is None:
             continue  # path_problems reports it
         try:
-            choice = choose_role_bridge(cfg, role, device, hf, installed, registered)
+            choice = choose_role_bridge(cfg, view, hf, installed, registered)
         except bridge_choice.BridgeRefusal:
             continue  # bridge_problems reports it
         if choice.kind != bridge_choice.VERL_LITE and not glob.glob(os.path.join(resolve_model_dir(path), "*.safetensors")):

@@ -1,5 +1,7 @@
-"""Preflight rules of the data and the reward (`for_training` only): the data files exist, each
-row's data_source has a scorer (the custom reward file: `reward_file.py`).
+"""Preflight rules of the data: the data settings verl_lite cannot act on (multi-modal inputs,
+validation batches and logged generations, raw chat without a chat template, data.trust_remote_code in
+the sync trainer), and, `for_training` only, the data files exist and each row's data_source has a
+scorer (the custom reward file: `reward_file.py`).
 """
 
 from __future__ import annotations
@@ -7,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List
 
+from verl_lite.config.verl_names import YET
 from verl_lite.data.dataset import as_file_list, expand
 from verl_lite.reward.manager import CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES, has_default_scorer
 
@@ -17,6 +20,44 @@ def _as_list(value: Any) -> List[str]:
     if isinstance(value, str):
         return [value]
     return [str(v) for v in value]
+
+
+def multi_modal_problems(cfg: Any) -> List[str]:
+    """The processor's pixel inputs always travel with each sample."""
+    if cfg.data.return_multi_modal_inputs is not True:
+        return ["data.return_multi_modal_inputs=False is refused: the actor, ref and critic forward take the "
+                "processor's pixel inputs that travel with each sample (verl at the pinned commit reads the "
+                "key and acts on it nowhere); remove the line"]
+    return []
+
+
+def data_setting_problems(cfg: Any) -> List[str]:
+    """Validation batches, and raw chat messages for prompts that are not templated."""
+    problems = []
+    if cfg.data.val_batch_size is not None:
+        problems.append(f"data.val_batch_size={cfg.data.val_batch_size}: validation batches are {YET}: the whole "
+                        "validation set is generated in one call; leave it null")
+    if cfg.data.return_raw_chat and not cfg.data.apply_chat_template:
+        problems.append("data.return_raw_chat=True with data.apply_chat_template=False: verl's rollout templates the "
+                        "raw chat messages, while apply_chat_template=False encodes the prompt text as is; set "
+                        "data.return_raw_chat=False for untemplated prompts, or data.apply_chat_template=True")
+    return problems
+
+
+def validation_log_problems(cfg: Any) -> List[str]:
+    """How many validation generations are logged: a count >= 0."""
+    if int(cfg.trainer.log_val_generations) < 0:
+        return [f"trainer.log_val_generations={cfg.trainer.log_val_generations}: the number of validation "
+                "samples to log must be >= 0 (0 logs none)"]
+    return []
+
+
+def trust_remote_code_warnings(cfg: Any) -> List[str]:
+    """data.trust_remote_code acts in the fully-async driver only, as in verl."""
+    if cfg.data.trust_remote_code and not cfg.async_training.enable:
+        return ["data.trust_remote_code=True has no effect in the sync trainer, as in verl (its tokenizer "
+                "loads with actor_rollout_ref.model.trust_remote_code: set that instead)"]
+    return []
 
 
 def data_file_problems(cfg: Any) -> List[str]:

@@ -1,5 +1,6 @@
 """Preflight rules of fully-async training (`async_training.enable=True`): the two resource pools
-(`decisions/layout.py`, `decisions/async_pools.py`), the sync and staleness settings, and what the mode does not support yet.
+(`decisions/layout.py`, `decisions/async_pools.py`), the sync and staleness settings, and what the mode does
+not support yet; with it off, its settings have no effect.
 
 Pure config arithmetic (no torch, ray or transformers), so the preflight check can call
 `fully_async_problems(cfg)` in milliseconds; `run_async` runs it too before starting anything.
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from verl_lite.config import roles
+from verl_lite.config import roles, schema
 from verl_lite.decisions.layout import rollout_layout, rollout_pool
+from verl_lite.preflight.defaults import changed_keys
 
 
 def fully_async_problems(cfg: Any) -> List[str]:
@@ -72,3 +74,14 @@ def fully_async_problems(cfg: Any) -> List[str]:
                         "baseline generation runs in the synchronous trainer only; use grpo or rloo, or "
                         "async_training.enable=False")
     return problems
+
+
+def async_setting_warnings(cfg: Any) -> List[str]:
+    """async_training settings changed while fully-async training is off."""
+    if cfg.async_training.enable:
+        return []
+    changed = changed_keys(cfg.async_training, schema.AsyncTrainingConfig, "async_training", skip=("enable",))
+    if changed:
+        return [f"{', '.join(changed)} {'has' if len(changed) == 1 else 'have'} no effect: fully-async "
+                "training is off (async_training.enable=False)"]
+    return []

@@ -1,7 +1,8 @@
 """Preflight rules of the parallel layout: sizes the arithmetic divides by, the devices against each
 role's model-parallel and expert spans, verl's batch arithmetic (a step's `train_batch_size *
-rollout.n` sequences split over DP ranks and into mini-batches, dynamic batch size's token budget),
-the model's shape against the layout, and the rollout's TP group against a node.
+rollout.n` sequences split over DP ranks and into mini-batches, kept in order, dynamic batch size's
+token budget, verl's deprecated global micro-batches), the model's shape against the layout, and the
+rollout's TP group against a node.
 
 The arithmetic the Megatron engine decides too (spans, heads against TP, MoE without sequence
 parallelism) is `decisions/layout.py`'s; these rules name the role and the keys around it.
@@ -9,14 +10,14 @@ parallelism) is `decisions/layout.py`'s; these rules name the role and the keys 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from verl_lite.config import roles, schema
-from verl_lite.config.verl_names import NOT
+from verl_lite.config.verl_names import NOT, YET
 from verl_lite.config.shapes import expert_count, text_config
 from verl_lite.decisions.async_pools import step_prompts, streaming
-from verl_lite.decisions.layout import heads_problem, moe_sequence_parallel_problem, span_problem
-from verl_lite.preflight.roles import Layout, RoleView, world_size
+from verl_lite.decisions.layout import Layout, heads_problem, moe_sequence_parallel_problem, span_problem, train_world
+from verl_lite.preflight.roles import RoleView
 
 MEGATRON_SIZES = (
     "tensor_model_parallel_size",
@@ -85,7 +86,7 @@ def layout_problems(cfg: Any, layout: Layout) -> List[str]:
     """The devices against the role's model-parallel span and, with EP > 1, its expert span."""
     if layout.strategy != "megatron":
         return []
-    world, p = world_size(cfg), layout.prefix
+    world, p = train_world(cfg), layout.prefix
     nodes = (
         f"trainer.nnodes={cfg.trainer.nnodes} x trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} = {world} devices"
     )
@@ -122,9 +123,9 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
     step = ("actor_rollout_ref.actor.ppo_mini_batch_size * async_training.require_batches" if streaming(cfg)
             else "data.train_batch_size")
     how = (
-        f"{world_size(cfg)} devices / TP*PP*CP {layout.model_parallel}"
+        f"{train_world(cfg)} devices / TP*PP*CP {layout.model_parallel}"
         if layout.strategy == "megatron"
-        else f"{world_size(cfg)} devices, fsdp"
+        else f"{train_world(cfg)} devices, fsdp"
     )
     sequences = batch * n
     problems = []
@@ -168,6 +169,26 @@ def batch_problems(cfg: Any, layout: Layout) -> List[str]:
     return problems
 
 
+def shuffle_problems(cfg: Any) -> List[str]:
+    """Mini-batches keep their order between PPO epochs."""
+    if cfg.actor_rollout_ref.actor.shuffle:
+        return [f"actor_rollout_ref.actor.shuffle=True: shuffling between PPO epochs is {YET} (mini-batches keep "
+                "their order); set it to False"]
+    return []
+
+
+def global_micro_batch_problems(cfg: Any, keys: Tuple[str, ...]) -> List[str]:
+    """verl's deprecated global micro-batch `keys` (`*micro_batch_size`): set, they are refused naming the
+    per-device key."""
+    problems = []
+    for key in keys:
+        value = select(cfg, key)
+        if value is not None:
+            per_gpu = key.replace("micro_batch_size", "micro_batch_size_per_gpu")
+            problems.append(f"{key}={value}: verl's deprecated global micro-batch is {NOT} here: set {per_gpu}")
+    return problems
+
+
 def token_budget_problems(cfg: Any, role: str) -> List[str]:
     """A token budget of dynamic batch size must be a positive number of tokens when its switch is on."""
     return [f"{role}: {prefix}.{key}={budget}: with {prefix}.{switch}=True the token budget per micro-batch must be a "
@@ -196,6 +217,13 @@ def token_budget_warnings(cfg: Any, role: str, sp: int = 1) -> List[str]:
     return warnings
 
 
+def unused_token_budget_warnings(cfg: Any, role: str) -> List[str]:
+    """A token budget set while its dynamic batch size is off."""
+    return [f"{prefix}.{key}={budget} has no effect: it is the token budget of dynamic batch size, which is off "
+            f"({prefix}.{switch}=False)"
+            for prefix, switch, on, key, budget, default in token_budgets(cfg, role) if budget != default and not on]
+
+
 def token_budgets(cfg: Any, role: str) -> List[tuple]:
     """(section, switch key, switch, budget key, budget, schema default) of each token budget of dynamic
     batch size the role's passes use."""
@@ -215,13 +243,7 @@ def token_budgets(cfg: Any, role: str) -> List[tuple]:
     }[role]
 
 
-def override_config(cfg: Any, role: str) -> Dict[str, Any]:
-    """The role's megatron.override_transformer_config as a plain dict."""
-    node = roles.section(cfg, role).megatron.override_transformer_config
-    return dict(node.items()) if hasattr(node, "items") else dict(node)
-
-
-def model_problems(cfg: Any, view: RoleView, replicate_kv: bool = False, shape: Optional[str] = None) -> List[str]:
+def model_problems(view: RoleView, replicate_kv: bool = False, shape: Optional[str] = None) -> List[str]:
     """The layout against the model's shape. replicate_kv: the bridge (Megatron-Bridge, mbridge) runs
     megatron-core's attention, which takes TP > key/value heads; verl_lite's own bridges do not.
     shape: how the model is named in messages (e.g. a shipped shape), default the model path."""
@@ -257,13 +279,13 @@ def model_problems(cfg: Any, view: RoleView, replicate_kv: bool = False, shape: 
                f"replicates them: TP must then be a multiple of {heads})" if hf_key == "num_key_value_heads" else "")
         )
     layers, stages = text.get("num_hidden_layers"), layout.pp * (layout.vpp or 1)
-    uneven = any(k in override_config(cfg, role) for k in UNEVEN_PP_KEYS)
+    uneven = any(k in view.overrides for k in UNEVEN_PP_KEYS)
     if layers and not uneven and layers % stages:
         problems.append(
             f"{role}: {layers} layers of {path} do not split evenly over PP*VPP = {layout.pp}*{layout.vpp or 1} = "
             f"{stages} stages: {layers} % {stages} = {layers % stages} (or set num_layers_in_first/last_pipeline_stage)"
         )
-    # remove-padding (packed GDN input included) is decided in decisions/packing_mode.py (verl_settings refuses)
+    # remove-padding (packed GDN input included) is decided in decisions/packing_mode.py (packing.py refuses)
     return problems
 
 

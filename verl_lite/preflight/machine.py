@@ -12,15 +12,16 @@ import json
 import os
 import shutil
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from verl_lite import device as devices
 from verl_lite.checkpoint_files import MANIFEST
 from verl_lite.config import roles
 from verl_lite.config.shapes import expert_count, text_config
 from verl_lite.data.tokenizer import CHAR_TOKENIZER_FILE, DEFAULT_CHARS, SPECIAL_TOKENS, tokenizer_problem
+from verl_lite.decisions.layout import train_world
 from verl_lite.models import model_dir_problem, resolve_model_dir
-from verl_lite.preflight.roles import RoleView, world_size
+from verl_lite.preflight.roles import RoleView, view_of
 from verl_lite.runtime_env import ray_join_address
 
 # Bytes per trained parameter in a checkpoint: fp32 weights + Adam's two fp32 moments.
@@ -55,7 +56,9 @@ def checkpoint_dir_problems(cfg: Any) -> List[str]:
     return []
 
 
-def environment_problems(cfg: Any, device: str, explicit: bool) -> List[str]:
+def environment_problems(cfg: Any, views: Sequence[RoleView], device: str, explicit: bool) -> List[str]:
+    """The device, when set explicitly, is usable here, and the packages the run's roles (`views`), its
+    profiler and its loggers need are installed."""
     problems = []
     if explicit and not devices.device_available(device):
         problems.append(
@@ -63,7 +66,7 @@ def environment_problems(cfg: Any, device: str, explicit: bool) -> List[str]:
             f"{'torch_npu' if device == 'npu' else 'a CUDA build of torch'} is missing); use trainer.device=auto or cpu"
         )
     needed = []
-    if any(roles.strategy(cfg, r) == "megatron" for r in roles.active_roles(cfg)):
+    if any(view.megatron for view in views):
         needed.append(("megatron", "megatron-core (pip install 'verl_lite[megatron]')"))
         if device == "npu":
             needed.append(("mindspeed", "MindSpeed (source install, see the README's Ascend section)"))
@@ -223,14 +226,14 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def disk_problems(cfg: Any, hf: Optional[Dict[str, Any]]) -> List[str]:
+def disk_problems(cfg: Any, hf: Optional[Dict[str, Any]], views: Sequence[RoleView]) -> List[str]:
     """The checkpoint dir's disk must hold one checkpoint (actor, plus critic when it trains)."""
     if cfg.trainer.save_freq is not None and cfg.trainer.save_freq <= 0:
         return []
     params = estimate_params(hf)
     if params is None:
         return []
-    trained = 2 if roles.critic_enabled(cfg) else 1
+    trained = 2 if view_of(views, "critic") is not None else 1
     need = params * CKPT_BYTES_PER_PARAM * trained
     where = _nearest_existing(cfg.trainer.default_local_dir)
     if not os.path.isdir(where):
@@ -269,7 +272,7 @@ def visible_devices(device: str, probe: Optional[devices.Probe] = None) -> Optio
 def device_count_problems(cfg: Any, device: str, probe: Optional[devices.Probe] = None) -> List[str]:
     """A one-node run needs nnodes x n_gpus_per_node ranks here; trainer.ray=false runs exactly one."""
     t = cfg.trainer
-    world = world_size(cfg)
+    world = train_world(cfg)
     if not t.ray and world > 1:
         return [f"trainer.ray=false runs one in-process worker, but the layout has {world} ranks "
                 f"(trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}); set trainer.ray=true "

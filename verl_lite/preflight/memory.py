@@ -22,7 +22,6 @@ from verl_lite.decisions import memory_step as ms
 from verl_lite.decisions.layout import Layout, rollout_layout, train_world, with_fsdp_shard
 from verl_lite.decisions.micro_batch import micro_batch_size
 from verl_lite.decisions.switches import switch
-from verl_lite.preflight.layout import override_config
 from verl_lite.preflight.roles import RoleView, role_views
 from verl_lite.preflight.rollout import memory_share
 
@@ -122,7 +121,7 @@ def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: Layout) -> m
     act = 4 if device == "cpu" else 2
     sp, recompute, method, layers, load = False, "none", "uniform", 0, 1.0
     if view.megatron:
-        o = override_config(cfg, view.role)
+        o = view.overrides
         if o.get("moe_expert_capacity_factor") and switch(o.get("moe_pad_expert_input_to_capacity", False)):
             load = float(o["moe_expert_capacity_factor"])  # every expert padded to its capacity
         sp = bool(view.section.megatron.sequence_parallel)

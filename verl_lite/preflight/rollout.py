@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from verl_lite.config import schema
 from verl_lite.config.choices import CHECKPOINT_BACKENDS, ROLLOUT_NAMES
 from verl_lite.config.shapes import expert_count, model_shape
-from verl_lite.preflight.roles import world_size
+from verl_lite.decisions.layout import train_world
 from verl_lite.preflight.vllm_architectures import VLLM_ARCHITECTURES
 
 # gpu_memory_utilization when the key is null: verl's value on accelerators; on CPU it is the share
@@ -213,7 +213,7 @@ def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
 
 def _engines(cfg: Any) -> Optional[int]:
     """vLLM engines of a synchronous run: actor ranks / rollout TP (None when TP does not divide them)."""
-    world = world_size(cfg)
+    world = train_world(cfg)
     tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
     return world // tp if tp >= 1 and world >= 1 and world % tp == 0 else None
 
@@ -237,7 +237,7 @@ def parallel_problems(cfg: Any, hf: Optional[Dict[str, Any]], device: str) -> Li
                         "devices / TP)")
     elif dp != 1:
         engines = _engines(cfg)
-        world = world_size(cfg)
+        world = train_world(cfg)
         if engines is not None and dp != engines:
             problems.append(
                 f"{key}.data_parallel_size={dp}: the vllm rollout runs one engine per {tp} actor rank(s) "

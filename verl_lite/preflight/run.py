@@ -1,6 +1,13 @@
 """The preflight's orchestrator: every problem of a composed config at once, and the warnings of a
 config that passed. Each role is resolved once (`preflight/roles.py`), then each subject's rules
-run in a fixed order, so the same config always lists the same problems in the same order.
+run in a fixed order, so the same config always lists the same problems in the same order (the verl
+corpus test compares that order, run by run).
+
+`verl_problems` / `verl_warnings` gather the rules of the verl settings verl_lite's schema accepts (so
+verl's lines compose) but cannot act on, or that do nothing in this run: each refusal says
+"<key>=<value>: ... not supported by verl_lite yet: <what to use instead>", never accepted and ignored;
+a value equal to what verl_lite does is accepted (`shuffle=False`, `hybrid_engine=True` in a
+synchronous run). `settings_problems` is what the trainer runs again before it starts.
 
 `collect_problems(cfg, for_training=True)` adds what only matters on the machine that trains:
 data and model paths, a readable model config and a tokenizer, a writable checkpoint dir with room
@@ -15,15 +22,21 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite import device as devices
 from verl_lite import registry
-from verl_lite.config import choices, roles
+from verl_lite.config import choices
 from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
-from verl_lite.decisions import bridge_choice
+from verl_lite.decisions import bridge_choice, optimizer_overrides
+from verl_lite.decisions.dynamic_sampling import filter_groups_problems
+from verl_lite.decisions.layout import train_world
 from verl_lite.decisions.profiling import profiler_problems
+from verl_lite.decisions.rollout_correction import rollout_correction_problems
 from verl_lite.models import read_hf_config
-from verl_lite.preflight import bridge, data, layout, machine, memory, reward_file, values, verl_settings
+from verl_lite.preflight import (algorithm, bridge, checkpoint, data, engine_settings, fully_async, generation,
+                                 layout, lora, loss, machine, memory, memory_knobs, optimizer, packing, ray_env,
+                                 reward, reward_file, values)
+from verl_lite.preflight.defaults import differing_keys
 from verl_lite.preflight.fully_async import fully_async_problems
-from verl_lite.preflight.roles import role_views
+from verl_lite.preflight.roles import RoleView, role_views, view_of
 from verl_lite.preflight.rollout import rollout_engine_problems
 from verl_lite.runtime_env import DEVICE_ENV, runtime_env_overrides
 
@@ -83,13 +96,14 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
     problems = layout.positive_problems(cfg)
     if problems:  # the arithmetic below divides by these
         return problems
-    problems += verl_settings.clip_problems(cfg)
+    views = role_views(cfg, device)
+    problems += optimizer.grad_clip_problems(views)
     problems += values.value_problems(cfg)  # numbers outside their valid range (NaN included)
     installed = bridge_choice.installed_here()
     registered = [key[0] for key in registry.BRIDGES.keys()]
     elsewhere = _nodes_elsewhere(device, for_training)
     config_json: Dict[str, Optional[Dict[str, Any]]] = {}  # each model path's own config.json (no shipped shape)
-    for view in role_views(cfg, device):
+    for view in views:
         if view.strategy not in choices.STRATEGIES:
             continue  # the schema's choices refuse it
         config_json.setdefault(view.model_path, view.hf if view.shape and view.shape.origin == "config" else None)
@@ -97,8 +111,8 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
         problems += layout.batch_problems(cfg, view.layout)
         if view.megatron:
             problems += bridge.bridge_problems(cfg, view, installed, registered, nodes_elsewhere=elsewhere)
-            problems += layout.model_problems(cfg, view, bridge.replicates_kv(cfg, view, installed, registered, elsewhere),
-                                              shape=_shape_name(view.shape, view.model_path))
+            problems += layout.model_problems(view, bridge.replicates_kv(cfg, view, installed, registered, elsewhere),
+                                         shape=_shape_name(view.shape, view.model_path))
             if device == "npu":
                 problems += bridge.npu_problems(cfg, view)
         try:
@@ -106,29 +120,29 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
         except registry.RegistryError as e:
             problems.append(f"{view.role}: {e}")
     problems += layout.rollout_tp_problems(cfg)
-    problems += verl_settings.verl_problems(cfg)  # verl settings accepted by the schema but not acted on yet
+    problems += _verl_problems(cfg, views)  # verl settings accepted by the schema but not acted on yet
     problems += profiler_problems(cfg, device)  # global_profiler and <role>.profiler
     if cfg.async_training.enable:
         problems += fully_async_problems(cfg)
     if not problems:  # the prediction reads a layout and batches the rules above accepted
         problems += memory.memory_problems(cfg, device, for_training)
     if for_training:
-        problems += _training_machine_problems(cfg, device, installed, registered,
+        problems += _training_machine_problems(cfg, device, views, installed, registered,
                                                config_json.get(cfg.actor_rollout_ref.model.path))
     problems += rollout_engine_problems(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path), for_training)
     return list(dict.fromkeys(problems))
 
 
-def _training_machine_problems(cfg: Any, device: str, installed: Dict[str, bool], registered: List[str],
-                               actor_hf: Optional[Dict[str, Any]]) -> List[str]:
+def _training_machine_problems(cfg: Any, device: str, views: List[RoleView], installed: Dict[str, bool],
+                               registered: List[str], actor_hf: Optional[Dict[str, Any]]) -> List[str]:
     """What only the machine that trains can answer, in the order `check --training` lists it."""
     return (data.data_file_problems(cfg) + machine.model_dir_problems(cfg) + reward_file.reward_file_problems(cfg)
             + machine.checkpoint_dir_problems(cfg)
             + machine.model_file_problems(cfg)
-            + verl_settings.lora_adapter_problems(cfg)
-            + bridge.external_bridge_weight_problems(cfg, device, installed, registered)
-            + machine.disk_problems(cfg, actor_hf)
-            + machine.environment_problems(cfg, device, explicit=cfg.trainer.device != "auto")
+            + lora.lora_adapter_problems(views)
+            + bridge.external_bridge_weight_problems(cfg, views, installed, registered)
+            + machine.disk_problems(cfg, actor_hf, views)
+            + machine.environment_problems(cfg, views, device, explicit=cfg.trainer.device != "auto")
             + machine.device_count_problems(cfg, device)
             + machine.resume_problems(cfg)
             + data.data_source_problems(cfg))
@@ -147,39 +161,87 @@ def _nodes_elsewhere(device: str, for_training: bool) -> bool:
     return device != "cpu" and not for_training
 
 
-# the estimators whose baseline is the mean of the prompt's other responses (rollout.n of them)
-_GROUP_BASELINES = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "opo", "gpg", "reinforce_plus_plus_baseline")
+def settings_problems(cfg: Any) -> List[str]:
+    """The rules of the settings alone, which `trainer/run.py` runs again before it starts, so that a run
+    started from Python (`run(cfg)` without the check) cannot ignore them: the verl settings verl_lite
+    cannot act on, numbers outside their range, fully-async's rules (none while it is off)."""
+    return verl_problems(cfg) + values.value_problems(cfg) + fully_async_problems(cfg)
+
+
+def _device(cfg: Any) -> str:
+    """The target device, or the setting as typed when it does not resolve (`collect_problems` says why)."""
+    try:
+        return devices.resolve_device(cfg.trainer.device)
+    except devices.DeviceError:
+        return str(cfg.trainer.device)
+
+
+def verl_problems(cfg: Any) -> List[str]:
+    """Refusals for verl settings verl_lite accepts but cannot act on, for the roles that run."""
+    return _verl_problems(cfg, role_views(cfg, _device(cfg)))
+
+
+def _verl_problems(cfg: Any, views: List[RoleView]) -> List[str]:
+    actor, critic = views[0], view_of(views, "critic")  # the actor runs in every run
+    problems = layout.shuffle_problems(cfg)
+    problems += checkpoint.checkpoint_problems(actor)
+    problems += layout.global_micro_batch_problems(cfg, ("actor_rollout_ref.ref.log_prob_micro_batch_size",
+                                                         "critic.ppo_micro_batch_size"))
+    problems += algorithm.algorithm_problems(cfg)
+    problems += generation.hybrid_engine_problems(cfg)
+    problems += data.multi_modal_problems(cfg)
+    problems += generation.rollout_mode_problems(cfg)
+    problems += layout.global_micro_batch_problems(cfg, ("actor_rollout_ref.rollout.log_prob_micro_batch_size",))
+    problems += data.data_setting_problems(cfg)
+    problems += reward.reward_problems(cfg)  # reward_model.enable, reward_manager and reward_kwargs
+    problems += filter_groups_problems(cfg)  # algorithm.filter_groups and data.gen_batch_size
+    problems += rollout_correction_problems(cfg)  # algorithm.rollout_correction
+    problems += data.validation_log_problems(cfg)
+    problems += ray_env.runtime_env_problems(cfg)
+    if critic is not None:
+        problems += checkpoint.checkpoint_problems(critic)
+    world = train_world(cfg)
+    for view in views:
+        problems += _role_problems(cfg, view, world)
+    return problems
+
+
+def _role_problems(cfg: Any, view: RoleView, world: int) -> List[str]:
+    """One role's settings its engine cannot act on. Offload flags are honoured by every engine
+    (trainer/offload.py); the warnings say where they do nothing."""
+    return (layout.moe_sequence_parallel_problems(view)
+            + engine_settings.engine_problems(view, world)  # megatron dtype, CP, dist checkpoint; fsdp_config
+            + lora.lora_problems(view)
+            + layout.token_budget_problems(cfg, view.role)
+            + packing.ulysses_problems(view, world)
+            + optimizer.optimizer_problems(cfg, view)
+            + machine.torch_compile_problems(view)
+            + memory_knobs.memory_knob_problems(view)
+            + packing.remove_padding_problems(cfg, view))
 
 
 def collect_warnings(cfg: Any) -> List[str]:
     """Settings that are valid but make a run that cannot learn, or that nothing reads in this run."""
-    warnings = []
-    algo, rollout = cfg.algorithm, cfg.actor_rollout_ref.rollout
-    if int(rollout.n) == 1 and algo.adv_estimator in _GROUP_BASELINES:
-        what = ("every advantage is 0 and the policy does not learn" if algo.adv_estimator == "rloo_vectorized" else
-                "there is no group baseline: each advantage is the response's own score (a group of one has mean "
-                "0, std 1), plain REINFORCE")
-        warnings.append(
-            f"algorithm.adv_estimator={algo.adv_estimator} with actor_rollout_ref.rollout.n=1: each group holds one "
-            f"response, so {what}; set actor_rollout_ref.rollout.n >= 2 (verl's GRPO scripts use 5-8), or "
-            "algorithm.adv_estimator=gae to train a critic")
-    if not roles.critic_enabled(cfg):
+    views = role_views(cfg, _device(cfg))
+    warnings = algorithm.group_baseline_warnings(cfg)
+    if view_of(views, "critic") is None:
         from omegaconf import OmegaConf  # a composed config has loaded it; importing the preflight does not
 
         # the defaults placed in this config, so that a default following another key
         # (profiler.relocate_results: global_profiler's) resolves as the run's value does
         reference = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
         reference.critic = OmegaConf.structured(CriticConfig)
-        set_keys = _differing_keys(OmegaConf.to_container(cfg.critic, resolve=True),
-                                   OmegaConf.to_container(reference.critic, resolve=True), "critic")
+        set_keys = differing_keys(OmegaConf.to_container(cfg.critic, resolve=True),
+                                  OmegaConf.to_container(reference.critic, resolve=True), "critic")
         set_keys = [k for k in set_keys if k != "critic.enable"]
         if set_keys:
+            algo = cfg.algorithm
             shown = ", ".join(set_keys[:3]) + (f" and {len(set_keys) - 3} more" if len(set_keys) > 3 else "")
             warnings.append(
                 f"{shown} {'is' if len(set_keys) == 1 else 'are'} set, but no critic runs "
                 f"(algorithm.adv_estimator={algo.adv_estimator}{', critic.enable=False' if cfg.critic.enable is False else ''}"
                 "): the critic trains only with algorithm.adv_estimator=gae (verl's default) or critic.enable=True")
-    warnings += verl_settings.verl_warnings(cfg)  # verl settings with no effect in this run
+    warnings += _verl_warnings(cfg, views)  # verl settings with no effect in this run
     warnings += values.value_warnings(cfg)  # valid numbers that train nothing (lr=0)
     try:
         device = devices.resolve_device(cfg.trainer.device)
@@ -190,15 +252,34 @@ def collect_warnings(cfg: Any) -> List[str]:
     if device in DEVICE_ENV:  # ray_init.runtime_env.env_vars that replace verl_lite's own variables
         warnings += runtime_env_overrides(cfg, device)
     if device == "npu":  # settings the Ascend stack accepts and ignores without changing a number
-        warnings += bridge.npu_warnings(cfg)
+        warnings += bridge.npu_warnings(cfg, views)
     return warnings
 
 
-def _differing_keys(value: Any, default: Any, prefix: str) -> List[str]:
-    """Dotted keys under `prefix` whose value differs from the default (the user set them)."""
-    if isinstance(value, dict) and isinstance(default, dict):
-        out: List[str] = []
-        for k in value:
-            out += _differing_keys(value[k], default.get(k), f"{prefix}.{k}") if k in default else [f"{prefix}.{k}"]
-        return out
-    return [] if value == default else [prefix]
+def verl_warnings(cfg: Any) -> List[str]:
+    """verl settings that are valid but have no effect in this run (as in verl): said, not silently dropped."""
+    return _verl_warnings(cfg, role_views(cfg, _device(cfg)))
+
+
+def _verl_warnings(cfg: Any, views: List[RoleView]) -> List[str]:
+    actor = cfg.actor_rollout_ref.actor
+    warnings = fully_async.async_setting_warnings(cfg)
+    warnings += algorithm.algorithm_warnings(cfg.algorithm)
+    warnings += loss.loss_warnings(actor)
+    warnings += reward.custom_reward_warnings(cfg)
+    warnings += checkpoint.resume_warnings(cfg)
+    warnings += data.trust_remote_code_warnings(cfg)
+    warnings += memory_knobs.memory_knob_warnings(views)
+    for view in views:
+        warnings += layout.token_budget_warnings(cfg, view.role, view.layout.sp)
+    warnings += lora.ref_in_actor_warnings(cfg, views)
+    for view in views:
+        warnings += optimizer_overrides.role_warnings(cfg, view.role, view.strategy, view.device)
+    warnings += checkpoint.checkpoint_warnings(cfg, views)
+    warnings += loss.clip_ratio_warnings(actor)
+    world = train_world(cfg)
+    for view in views:
+        warnings += layout.unused_token_budget_warnings(cfg, view.role)
+        warnings += optimizer.warmup_warnings(view)
+        warnings += engine_settings.one_rank_warnings(view, world)
+    return warnings

@@ -14,6 +14,7 @@ from verl_lite.config import roles
 from verl_lite.config.shapes import expert_count, model_shape, text_config
 from verl_lite.config.generated import ascend_facts
 from verl_lite.decisions import ascend_stack, bridge_choice, optimizer_overrides, packing_mode
+from verl_lite.decisions.layout import train_world
 from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.decisions import fsdp_settings
@@ -21,7 +22,7 @@ from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
 from verl_lite.decisions.async_pools import step_prompts
 from verl_lite.preflight.bridge import choose_role_bridge, role_stack, vision_tower
 from verl_lite.preflight.memory import summary_lines as memory_lines
-from verl_lite.preflight.roles import RoleView, role_view, world_size
+from verl_lite.preflight.roles import RoleView, role_views
 from verl_lite.preflight.rollout import rollout_summary
 from verl_lite.runtime_env import describe_ray, get_runtime_env, needs_max_connections, query_gpu_capability, uses_megatron
 from verl_lite.secrets import mask_env, redact
@@ -34,17 +35,17 @@ def summarize(cfg: Any) -> str:
     batch, n = step_prompts(cfg), cfg.actor_rollout_ref.rollout.n
     lines = [
         f"target device : {device} (trainer.device={t.device})",
-        f"devices       : {t.nnodes} node(s) x {t.n_gpus_per_node} = {world_size(cfg)}",
+        f"devices       : {t.nnodes} node(s) x {t.n_gpus_per_node} = {train_world(cfg)}",
         f"algorithm     : {cfg.algorithm.adv_estimator}, {batch} prompts x n {n} = {batch * n} sequences per step",
         _model_line(cfg),
     ]
-    active = roles.active_roles(cfg)
-    lines += _stack_lines(cfg, device, active)
+    views = {view.role: view for view in role_views(cfg, device)}
+    lines += _stack_lines(cfg, list(views.values()))
     for role in roles.ROLES:
-        if role not in active:
+        if role not in views:
             lines.append(_inactive_line(cfg, role, device))
             continue
-        view = role_view(cfg, role, device)
+        view = views[role]
         layout = view.layout
         shape = (
             "fsdp (FSDP2, fully_shard: verl's fsdp2; verl's fsdp, FSDP1, runs on it too)"
@@ -59,7 +60,7 @@ def summarize(cfg: Any) -> str:
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
         lines.append(f"  batches     : {packing_mode.role_decision(cfg, role, device).why}")
         if layout.strategy == "fsdp":  # mesh, dtypes, offload policy, prefetch, wrap (engine/fsdp_settings.py)
-            lines += fsdp_settings.summary_lines(view.section.fsdp_config, role, device, world_size(cfg))
+            lines += fsdp_settings.summary_lines(view.section.fsdp_config, role, device, train_world(cfg))
         if layout.strategy == "megatron":
             lines += _bridge_lines(cfg, view)
             optim_line = optimizer_overrides.summary_line(cfg, role, device)  # override_optimizer_config
@@ -96,10 +97,10 @@ def summarize(cfg: Any) -> str:
     return "\n".join(lines)
 
 
-def _stack_lines(cfg: Any, device: str, active: List[str]) -> List[str]:
+def _stack_lines(cfg: Any, views: List[RoleView]) -> List[str]:
     """On npu with a Megatron role: the Ascend stack, how it was chosen, and what of it is unverified."""
-    megatron = [r for r in active if roles.strategy(cfg, r) == "megatron"]
-    stack = role_stack(cfg, megatron[0], device) if megatron else None
+    megatron = [view for view in views if view.megatron]
+    stack = role_stack(cfg, megatron[0]) if megatron else None
     if stack is None:
         return []
     lines = [f"ascend stack  : {stack.describe()}"]
@@ -110,6 +111,7 @@ def _stack_lines(cfg: Any, device: str, active: List[str]) -> List[str]:
 
 
 def _inactive_line(cfg: Any, role: str, device: str) -> str:
+    """A role that does not run (it has no RoleView): why not, and the engine it would build."""
     if role == "ref":
         why = "actor_rollout_ref.actor.use_kl_loss=False, algorithm.use_kl_in_reward=False"
     elif cfg.critic.enable is None:
@@ -126,9 +128,9 @@ def _inactive_line(cfg: Any, role: str, device: str) -> str:
 def _bridge_lines(cfg: Any, view: RoleView) -> List[str]:
     """The bridge the role's engine builds with and, for GDN models, the kernel of its GDN layers."""
     installed = bridge_choice.installed_here()
-    role, device, hf = view.role, view.device, view.hf
+    device, hf = view.device, view.hf
     # the summary follows a passed check: a package missing here was accepted only for other machines
-    choice = choose_role_bridge(cfg, role, device, hf, installed, [k[0] for k in registry.BRIDGES.keys()],
+    choice = choose_role_bridge(cfg, view, hf, installed, [k[0] for k in registry.BRIDGES.keys()],
                                 nodes_elsewhere=device != "cpu")
     here = ", ".join(f"{name} {'yes' if installed[mod] else 'no'}" for mod, name in
                      (("megatron.bridge", "Megatron-Bridge"), ("mbridge", "mbridge"),
@@ -146,7 +148,7 @@ def _bridge_lines(cfg: Any, view: RoleView) -> List[str]:
                      "instead, with `import mindspeed_bridge.models` after the repatch, before the model build)")
     if hf is not None and is_gdn_model(hf):
         kernel = bridge_choice.gdn_kernel(device, overrides, bridge_choice.fla_importable(device, installed["fla"]))
-        stack = role_stack(cfg, role, device)
+        stack = role_stack(cfg, view)
         if stack is not None and choice.kind != bridge_choice.VERL_LITE:
             lines.append(f"  GDN layers  : {ascend_stack.external_gdn(stack, overrides, choice.mindspeed_bridge)}")
             return lines

@@ -18,7 +18,7 @@ Checked elsewhere and not repeated here: the sizes the layout arithmetic divides
 the parallel sizes, nccl_timeout), the token budgets of dynamic batch size (`layout.token_budget_problems`,
 positive; one below the longest sequence is a warning, `layout.token_budget_warnings`), the vllm rollout's memory share and bucket size and its data/expert
 parallel sizes (`rollout.py`), the fully-async numbers (`fully_async.py`), the legacy grad_clip keys
-(`verl_settings.clip_problems`) and the deprecated global micro-batches (refused when set).
+(`preflight/optimizer.grad_clip_problems`) and the deprecated global micro-batches (refused when set).
 
 A role's keys are checked only when the role runs (critic.*, actor_rollout_ref.ref.*), and a key read
 only under a condition (`when`) only under it, as verl builds those configs only then.

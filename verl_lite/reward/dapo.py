@@ -7,7 +7,9 @@ L is the response's length in tokens (EOS included, as verl counts it from the a
 to max_resp_len - len, then falling linearly to -penalty_factor at L = max_resp_len. As verl's
 DAPORewardManager it records `acc` (= the score) for a score function that returns a number, every
 key of a returned dict, and with overlong_buffer_cfg.log the per-response `overlong_reward` and
-`overlong` (penalised or not). Settings: reward_model.reward_kwargs (verl: reward.reward_kwargs).
+`overlong` (penalised or not). Settings: reward_model.reward_kwargs (verl: reward.reward_kwargs); what
+verl's manager asserts of them is the preflight's (`preflight/reward.py:overlong_problems`), which a run
+applies before it builds the manager.
 """
 
 from __future__ import annotations
@@ -22,28 +24,6 @@ def overlong_penalty(length: int, max_resp_len: int, buffer_len: int, penalty_fa
     expected_len = max_resp_len - buffer_len
     exceed_len = length - expected_len
     return min(-exceed_len / buffer_len * penalty_factor, 0)
-
-
-def overlong_problems(reward_kwargs: Any) -> List[str]:
-    """What verl's DAPORewardManager asserts of its settings, as errors that name the key."""
-    buf = reward_kwargs.overlong_buffer_cfg
-    if not buf.enable:
-        return []
-    prefix = "reward_model.reward_kwargs"
-    problems = []
-    if reward_kwargs.max_resp_len is None:
-        problems.append(f"{prefix}.max_resp_len=null with {prefix}.overlong_buffer_cfg.enable=True: the penalty is "
-                        f"measured from it; set it (usually to data.max_response_length)")
-    if buf.len is None or buf.len <= 0:
-        problems.append(f"{prefix}.overlong_buffer_cfg.len={buf.len}: must be positive when the overlong penalty is "
-                        f"enabled (or set {prefix}.overlong_buffer_cfg.enable=False)")
-    elif reward_kwargs.max_resp_len is not None and reward_kwargs.max_resp_len < buf.len:
-        problems.append(f"{prefix}.max_resp_len={reward_kwargs.max_resp_len} is shorter than "
-                        f"{prefix}.overlong_buffer_cfg.len={buf.len}: the buffer lies inside max_resp_len")
-    if buf.penalty_factor is None:
-        problems.append(f"{prefix}.overlong_buffer_cfg.penalty_factor=null: set the penalty at max_resp_len "
-                        "(verl's DAPO scripts use 1.0)")
-    return problems
 
 
 def _record_acc(pairs: List[Tuple[str, Any]], scores: List[float], extra: Dict[str, List[Any]]) -> None:
@@ -86,9 +66,6 @@ class DAPORewardManager(RewardManager):
         super().__init__(score_fn)
         self.buffer = reward_kwargs.overlong_buffer_cfg if reward_kwargs is not None else None
         self.max_resp_len = reward_kwargs.max_resp_len if reward_kwargs is not None else None
-        problems = overlong_problems(reward_kwargs) if reward_kwargs is not None else []
-        if problems:
-            raise ValueError("; ".join(problems))
 
     def _collect(self, pairs: List[Tuple[str, Any]],
                  response_lengths: Optional[Sequence[int]]) -> Tuple[List[float], Dict[str, List[Any]]]:

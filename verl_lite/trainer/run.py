@@ -30,9 +30,7 @@ from verl_lite.data.tokenizer import load_tokenizer
 from verl_lite.decisions import placement
 from verl_lite.device import resolve_device
 from verl_lite.faults import fault_spec, reset_faults
-from verl_lite.preflight.fully_async import fully_async_problems
-from verl_lite.preflight.values import value_problems
-from verl_lite.preflight.verl_settings import verl_problems
+from verl_lite.preflight.run import settings_problems
 from verl_lite.reward.registry import build_reward_manager
 from verl_lite.reward.manager import (CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES,
                                      has_default_scorer)
@@ -218,7 +216,8 @@ class _Job:
         # verl's settings that the schema takes but no code acts on, and numbers outside their range, are
         # refused here too, not only by the preflight, so a run started from Python (run(cfg) without the
         # check) cannot ignore them.
-        problems = verl_problems(cfg) + value_problems(cfg) + (fully_async_problems(cfg) if self.is_async else [])
+        # Left to main: the layout, bridge, memory and machine rules, whose problems fail loudly here, not silently.
+        problems = settings_problems(cfg)
         if problems:
             raise ConfigError(problems)
         self.device = resolve_device(t.device)

@@ -42,7 +42,7 @@ import torch
 from verl_lite.config.roles import SECTION
 from verl_lite.config.schema import MegatronConfig
 from verl_lite.decisions import packing_mode
-from verl_lite.decisions.layout import Layout, section_layout
+from verl_lite.decisions.layout import Layout, section_layout, ulysses_setting
 from verl_lite.engine import hf_export
 from verl_lite.engine.base import BaseEngine, LossFn, UnsupportedModelError
 from verl_lite.engine.logits import log_prob_outputs
@@ -127,7 +127,7 @@ class MegatronLMEngine(BaseEngine):
     def initialize(self) -> None:
         from verl_lite.decisions import ulysses
 
-        refused = ulysses.problems(*ulysses.setting(self.engine_config, SECTION[self.role]), None, None, None,
+        refused = ulysses.problems(*ulysses_setting(self.engine_config, SECTION[self.role]), None, None, None,
                                    strategy="megatron")
         if refused:
             raise ValueError(refused[0])
