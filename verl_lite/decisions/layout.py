@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite.config import roles
 
@@ -33,6 +33,12 @@ MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", 
 MEGATRON_OPTIONAL_SIZES = ("expert_tensor_parallel_size", "virtual_pipeline_model_parallel_size")
 TRAIN_POOL_KEYS = ("trainer.nnodes", "trainer.n_gpus_per_node")
 ROLLOUT_TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+# vLLM's engine arguments the rollout's layout sets -> the setting, as messages name it
+VLLM_LAYOUT_SETTINGS = {
+    "tensor_parallel_size": ROLLOUT_TP_KEY,
+    "data_parallel_size": "actor_rollout_ref.rollout.data_parallel_size",
+    "enable_expert_parallel": "actor_rollout_ref.rollout.expert_parallel_size (1 = off, TP x DP = on)",
+}
 
 
 # ------------------------------------------------------------------------------ pools of devices
@@ -86,6 +92,18 @@ class RolloutLayout:
     def engine_ranks(self) -> int:
         """Ranks of one engine (`tp`), at least 1."""
         return max(1, self.tp)
+
+    def vllm_only_settings(self) -> List[str]:
+        """The rollout's settings only the vllm rollout reads (its data-parallel group, expert parallelism),
+        where set away from 1 (off), by their names in the rollout section."""
+        names = ("data_parallel_size", "expert_parallel_size")
+        return [name for name, value in zip(names, (self.dp, self.ep)) if value != 1]
+
+    def same_value(self, arg: str) -> Optional[Tuple[str, int]]:
+        """(the setting, its value) behind vLLM's engine argument `arg` where vLLM takes that value as it is
+        (tensor_parallel_size, data_parallel_size); None for another argument."""
+        values = {"tensor_parallel_size": self.tp, "data_parallel_size": self.dp}
+        return (VLLM_LAYOUT_SETTINGS[arg], values[arg]) if arg in values else None
 
     def vllm_kwargs(self) -> Dict[str, Any]:
         """vLLM's engine arguments for the layout: its TP, and its data-parallel group and expert parallelism
@@ -196,11 +214,16 @@ def megatron_sizes(megatron: Any) -> Dict[str, Any]:
                 etp=etp if etp is not None else tp, etp_follows_tp=etp is None)
 
 
+def ulysses_own_size(section: Any) -> Any:
+    """The role section's own Ulysses key (`ulysses_setting` resolves it against fsdp_config's copy)."""
+    return section.ulysses_sequence_parallel_size
+
+
 def ulysses_setting(section: Any, prefix: str) -> Tuple[str, Any]:
     """(key, value) of a role's SP size, as verl reads it: the role's own key when above 1 (verl copies it into
     fsdp_config), else fsdp_config.ulysses_sequence_parallel_size when that is set; `prefix` is the role's section
     (actor_rollout_ref.actor, actor_rollout_ref.ref, critic)."""
-    own = section.ulysses_sequence_parallel_size
+    own = ulysses_own_size(section)
     engine = getattr(getattr(section, "fsdp_config", None), "ulysses_sequence_parallel_size", 1)
     if own == 1 and engine != 1:
         return f"{prefix}.fsdp_config.ulysses_sequence_parallel_size", engine

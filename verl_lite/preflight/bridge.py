@@ -71,8 +71,7 @@ def bridge_problems(cfg: Any, view: RoleView, installed: Optional[Dict[str, bool
         megatron = view.section.megatron
         text = view.hf.get("text_config") or {}
         problem = deepstack_stage_problem(
-            tower["deepstack"], int(text.get("num_hidden_layers") or 0), int(megatron.pipeline_model_parallel_size),
-            megatron.virtual_pipeline_model_parallel_size,
+            tower["deepstack"], int(text.get("num_hidden_layers") or 0), int(view.layout.pp), view.layout.vpp,
             bridge_choice.overrides_of(megatron).get("num_layers_in_first_pipeline_stage"), f"{view.prefix}.megatron")
         if problem:
             problems.append(f"{role}: {problem}")

@@ -27,7 +27,7 @@ def engine_problems(view: RoleView, world: int) -> List[str]:
     if dtype is not None and dtype != _megatron_dtype(view.device):
         problems.append(f"{role}: {prefix}.megatron.dtype={dtype!r}: another training dtype is {YET}: the Megatron "
                         f"engine trains in {_megatron_dtype(view.device)} on {view.device}; leave it null")
-    cp = section.megatron.context_parallel_size if megatron else 1
+    cp = view.layout.cp if megatron else 1
     if isinstance(cp, int) and cp > 1:
         problems.append(f"{role}: {prefix}.megatron.context_parallel_size={cp}: context parallelism is {YET}: the "
                         "Megatron forward keeps each sequence whole on a rank (verl's example scripts use 1); set it "

@@ -16,15 +16,11 @@ from verl_lite.config import roles, schema
 from verl_lite.config.verl_names import NOT, YET
 from verl_lite.config.shapes import expert_count, text_config
 from verl_lite.decisions.async_pools import step_prompts, streaming
-from verl_lite.decisions.layout import Layout, heads_problem, moe_sequence_parallel_problem, span_problem, train_world
+from verl_lite.decisions.layout import (MEGATRON_OPTIONAL_SIZES, MEGATRON_SIZES, ROLLOUT_TP_KEY, TRAIN_POOL_KEYS, Layout,
+                                        heads_problem, moe_sequence_parallel_problem, rollout_layout, rollout_pool,
+                                        span_problem, train_pool, train_world)
 from verl_lite.preflight.roles import RoleView
 
-MEGATRON_SIZES = (
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "context_parallel_size",
-    "expert_model_parallel_size",
-)
 # Megatron settings that place layers unevenly over pipeline stages; with them the layer count
 # need not divide by PP.
 UNEVEN_PP_KEYS = (
@@ -45,12 +41,11 @@ def select(cfg: Any, key: str) -> Any:
 def positive_problems(cfg: Any) -> List[str]:
     """Sizes the arithmetic divides by must be >= 1 (optional ones only when set)."""
     required = [
-        "trainer.nnodes",
-        "trainer.n_gpus_per_node",
+        *TRAIN_POOL_KEYS,
         "data.train_batch_size",
         "actor_rollout_ref.rollout.n",
         "actor_rollout_ref.actor.ppo_mini_batch_size",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        ROLLOUT_TP_KEY,
         "actor_rollout_ref.nccl_timeout",
         "critic.nccl_timeout",
         "data.filter_overlong_prompts_workers",
@@ -61,7 +56,7 @@ def positive_problems(cfg: Any) -> List[str]:
         if roles.strategy(cfg, role) == "megatron":
             prefix = f"{roles.SECTION[role]}.megatron."
             required += [prefix + k for k in MEGATRON_SIZES]
-            optional += [prefix + "expert_tensor_parallel_size", prefix + "virtual_pipeline_model_parallel_size"]
+            optional += [prefix + k for k in MEGATRON_OPTIONAL_SIZES]
     problems = []
     if cfg.async_training.enable and cfg.data.train_batch_size == 0:
         required.remove("data.train_batch_size")  # verl's fully-async form: a step is async_pools.step_prompts
@@ -86,10 +81,8 @@ def layout_problems(cfg: Any, layout: Layout) -> List[str]:
     """The devices against the role's model-parallel span and, with EP > 1, its expert span."""
     if layout.strategy != "megatron":
         return []
-    world, p = train_world(cfg), layout.prefix
-    nodes = (
-        f"trainer.nnodes={cfg.trainer.nnodes} x trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} = {world} devices"
-    )
+    world, p = layout.world, layout.prefix
+    nodes = f"{train_pool(cfg).describe()} = {world} devices"
     spans = [span_problem(world, "TP*PP*CP", (layout.tp, layout.pp, layout.cp),
                           f"{p}.tensor/pipeline_model_parallel_size, context_parallel_size")]
     if layout.ep > 1:
@@ -295,7 +288,7 @@ def moe_sequence_parallel_problems(view: RoleView) -> List[str]:
     if view.role == "ref" or not view.megatron:
         return []
     megatron = view.section.megatron
-    tp = megatron.tensor_model_parallel_size
+    tp = view.layout.tp
     if tp <= 1 or megatron.sequence_parallel:
         return []
     problem = moe_sequence_parallel_problem(expert_count(view.hf), tp, megatron.sequence_parallel,
@@ -305,11 +298,10 @@ def moe_sequence_parallel_problems(view: RoleView) -> List[str]:
 
 def rollout_tp_problems(cfg: Any) -> List[str]:
     """A rollout TP group must fit in one node (its own devices in fully-async)."""
-    rollout = cfg.actor_rollout_ref.rollout
-    tp = rollout.tensor_model_parallel_size
-    per_node, key = cfg.trainer.n_gpus_per_node, "trainer.n_gpus_per_node"
-    if rollout.n_gpus_per_node > 0:  # fully-async: rollout has its own devices
-        per_node, key = rollout.n_gpus_per_node, "actor_rollout_ref.rollout.n_gpus_per_node"
+    tp, pool = rollout_layout(cfg).tp, train_pool(cfg)
+    if rollout_pool(cfg).per_node > 0:  # fully-async: rollout has its own devices
+        pool = rollout_pool(cfg)
+    per_node, key = pool.per_node, pool.keys[1]
     if tp >= 1 and per_node >= 1 and per_node % tp:
         return [
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} does not divide {key}={per_node} "

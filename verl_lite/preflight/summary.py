@@ -14,7 +14,7 @@ from verl_lite.config import roles
 from verl_lite.config.shapes import expert_count, model_shape, text_config
 from verl_lite.config.generated import ascend_facts
 from verl_lite.decisions import ascend_stack, bridge_choice, optimizer_overrides, packing_mode
-from verl_lite.decisions.layout import train_world
+from verl_lite.decisions.layout import rollout_layout, train_pool, train_world
 from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.decisions import fsdp_settings
@@ -35,7 +35,7 @@ def summarize(cfg: Any) -> str:
     batch, n = step_prompts(cfg), cfg.actor_rollout_ref.rollout.n
     lines = [
         f"target device : {device} (trainer.device={t.device})",
-        f"devices       : {t.nnodes} node(s) x {t.n_gpus_per_node} = {train_world(cfg)}",
+        f"devices       : {train_pool(cfg).nodes} node(s) x {train_pool(cfg).per_node} = {train_world(cfg)}",
         f"algorithm     : {cfg.algorithm.adv_estimator}, {batch} prompts x n {n} = {batch * n} sequences per step",
         _model_line(cfg),
     ]
@@ -73,7 +73,7 @@ def summarize(cfg: Any) -> str:
             lines.append(f"  repatch     : {build_repatch_dict(view.section.megatron)!r}")
     rollout = cfg.actor_rollout_ref.rollout
     lines.append(
-        f"rollout       : {rollout.name} TP {rollout.tensor_model_parallel_size} -> "
+        f"rollout       : {rollout.name} TP {rollout_layout(cfg).tp} -> "
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
     lines.append(rollout_summary(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path)))

@@ -17,6 +17,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from verl_lite.config.roles import SECTION
+from verl_lite.decisions.layout import ulysses_setting
 from verl_lite.engine.base import BaseEngine, LossFn
 from verl_lite.engine.hf_export import check_hf_model_possible
 from verl_lite.engine.torch import checkpoint as torch_checkpoint
@@ -26,7 +28,7 @@ from verl_lite.engine.torch.activations import enable_activation_offload
 from verl_lite.engine.torch.fused import LogProbHead
 from verl_lite.engine.torch.optim import build_optimizer, make_lr_lambda
 from verl_lite.engine.torch.packing import decide, packed_forward
-from verl_lite.engine.torch.ulysses import SequenceParallel, checked as checked_sp_size, setting_of as sp_setting_of
+from verl_lite.engine.torch.ulysses import SequenceParallel, checked as checked_sp_size
 from verl_lite.models.hf import build_causal_lm, image_inputs, model_position_ids
 
 logger = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ class TorchLMEngine(BaseEngine):
         module = self._build_module()
         check_hf_model_possible(self, module.config)
         # the role's Ulysses size, read once: the packing decision and the SP groups use this value
-        sp_key, sp = sp_setting_of(self.role, self.engine_config)
+        sp_key, sp = ulysses_setting(self.engine_config, SECTION[self.role])
         if self.remove_padding:
             self.remove_padding = decide(self.role, self.model_config.use_remove_padding, getattr(module, "config", None),
                                          sequence_parallel=int(sp or 1) > 1)

@@ -26,28 +26,21 @@ does not have; such models are refused with the layer named.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from verl_lite.decisions.ulysses import problems, setting
+from verl_lite.decisions.ulysses import problems
 from verl_lite.engine.torch.packing import pack, unpack
 
 ATTENTION = "verl_lite_ulysses"  # the name the SP engine's model config points its attention at
 _TAG = "_verl_lite_ulysses"  # the attribute of each attention layer holding its SequenceParallel
 
 
-def setting_of(role: str, section: Any) -> Tuple[str, Any]:
-    """(key, value) of the role section's SP size (decisions/ulysses.py:setting), read once per build."""
-    from verl_lite.config.roles import SECTION
-
-    return setting(section, SECTION[role])
-
-
 def checked(key: str, sp: Any, world_size: int, hf_config: Any, use_remove_padding: Any) -> int:
-    """The SP size `key=sp` (setting_of's); raises what makes it impossible for this model and world."""
+    """The SP size `key=sp` (decisions/layout.ulysses_setting's); raises what makes it impossible for this model and world."""
     found = problems(key, sp, world_size, hf_config, use_remove_padding)
     if found:
         raise ValueError("; ".join(found))
