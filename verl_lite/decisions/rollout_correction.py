@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
+from verl_lite.config.verl_names import NOT
+
 # the losses that multiply algorithm.rollout_correction's importance weights into their per-token loss
 IS_WEIGHTED_LOSSES = ("vanilla", "gspo")
 SAFETY_BOUND = 20.0
@@ -107,7 +109,6 @@ def validate(rc: Any) -> None:
 
 def rollout_correction_problems(cfg: Any) -> List[str]:
     """What algorithm.rollout_correction cannot do in this config (preflight)."""
-    from verl_lite.config.verl_names import NOT
 
     rc, rollout = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.rollout
     prefix = "algorithm.rollout_correction"

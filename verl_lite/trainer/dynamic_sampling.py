@@ -18,6 +18,7 @@ import logging
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
+from verl_lite.batch import concat, select
 from verl_lite.decisions.dynamic_sampling import filter_groups_problems, prompts_per_fetch  # noqa: F401  (the trainer's names)
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,6 @@ def merge_batches(batches: List[Dict[str, Any]], pad_token_id: int) -> Dict[str,
     import torch
     import torch.nn.functional as F
 
-    from verl_lite.batch import concat
 
     widest = max(int(b["prompts"].shape[1]) for b in batches)
     keys = list(dict.fromkeys(k for b in batches for k in b))
@@ -117,8 +117,6 @@ class DynamicSampler:
         """(the training batch of want * n rows, metrics). `generate(round)` returns one scored
         generation batch; its uids are made unique per round (a prompt drawn twice in one step, across
         an epoch boundary, stays two groups)."""
-        from verl_lite.batch import select
-
         kept_parts: List[Dict[str, Any]] = []
         kept = dropped = rounds = 0
         while kept < self.want:

@@ -37,6 +37,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from verl_lite.decisions.fsdp_settings import phase_offload
+
 PARTS = ("param", "grad", "optimizer")
 NEEDS: Dict[str, Tuple[str, ...]] = {
     "init": (),
@@ -66,7 +68,6 @@ class OffloadPolicy:
             m = section.megatron
             param = bool(m.param_offload)
             return cls(param=param, grad=param or bool(m.grad_offload), optimizer=bool(m.optimizer_offload))
-        from verl_lite.decisions.fsdp_settings import phase_offload
 
         param, optimizer = phase_offload(section.fsdp_config, role, device)
         return cls(param=param, grad=param, optimizer=optimizer)

@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import batch as megatron_batch
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,6 @@ def mark_forward_convention(chunks: List[Any], device: Optional[str] = None) -> 
     from its class (`forward_convention`, which cites the classes' sources), and with the engine's
     device (verl builds the masks for npu differently: `external_item`); a model of unknown forward
     is refused here, before anything calls it."""
-    from verl_lite.engine.base import UnsupportedModelError
 
     try:
         conventions = {forward_convention(chunk) for chunk in chunks}

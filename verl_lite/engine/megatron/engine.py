@@ -41,7 +41,7 @@ import torch
 
 from verl_lite.config.roles import SECTION
 from verl_lite.config.schema import MegatronConfig
-from verl_lite.decisions import packing_mode
+from verl_lite.decisions import packing_mode, ulysses
 from verl_lite.decisions.layout import Layout, section_layout, ulysses_setting
 from verl_lite.engine import hf_export
 from verl_lite.engine.base import BaseEngine, LossFn, UnsupportedModelError
@@ -125,7 +125,6 @@ class MegatronLMEngine(BaseEngine):
         return f"{SECTION[self.role]}.megatron"
 
     def initialize(self) -> None:
-        from verl_lite.decisions import ulysses
 
         refused = ulysses.problems(*ulysses_setting(self.engine_config, SECTION[self.role]), None, None, None,
                                    strategy="megatron")

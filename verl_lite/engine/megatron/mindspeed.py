@@ -53,6 +53,7 @@ from verl_lite.decisions import ascend_stack, bridge_choice
 from verl_lite.engine.megatron.engine import MegatronLMEngine
 from verl_lite.engine.megatron.value import MegatronValueEngine
 from verl_lite.decisions.repatch import build_repatch_dict
+from verl_lite.models import is_gdn_model
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +165,6 @@ class MindSpeedEngineMixin:
         return dict(_APPLIED[1]) if _APPLIED else self.repatch_plan()
 
     def _own_bridge_refusal(self) -> Optional[str]:
-        from verl_lite.models import is_gdn_model
 
         hf = self.hf_config.to_dict() if hasattr(self.hf_config, "to_dict") else dict(self.hf_config or {})
         return ascend_stack.own_bridge_refusal(self.stack, is_gdn_model(hf))

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 # the settings' meaning, also under this module's name for the engine and its tests
 from verl_lite.decisions.fsdp_settings import (Precision, _as_dict, cpu_offload, describe_mesh,  # noqa: F401
                                                mesh_shape, phase_offload, precision_problems, resolve_precision)
+from verl_lite.device import DIST_BACKENDS, init_one_rank_group
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +31,6 @@ def torch_dtype(name: str):
 def ensure_one_rank_group(device: str, role: str) -> None:
     """A one-process group for a single rank that needs fully_shard (no group of its own)."""
     import torch.distributed as dist
-
-    from verl_lite.device import DIST_BACKENDS, init_one_rank_group
 
     if dist.is_initialized():
         return

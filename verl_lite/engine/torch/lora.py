@@ -22,6 +22,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from verl_lite.checkpoint_files import CheckpointError
+
 logger = logging.getLogger(__name__)
 
 ADAPTER_DIR = "lora_adapter"
@@ -183,7 +185,6 @@ def trainable_state(module: nn.Module) -> Dict[str, torch.Tensor]:
 
 def check_trainable_state(module: nn.Module, state: Dict[str, torch.Tensor], source: str) -> None:
     """A checkpoint's adapter tensors must be exactly the model's trainable ones."""
-    from verl_lite.checkpoint_files import CheckpointError
 
     names = {n for n, p in module.named_parameters() if p.requires_grad}
     missing, extra = sorted(names - set(state)), sorted(set(state) - names)

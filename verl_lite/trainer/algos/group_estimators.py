@@ -66,6 +66,15 @@ def _group_means(scores: torch.Tensor, index: Sequence[Hashable]) -> Tuple[torch
 # ---------------------------------------------------------------------------- the estimators
 
 
+def _normalised(scores: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, g: torch.Tensor, epsilon: float,
+                norm_adv_by_std_in_grpo: bool, response_mask: torch.Tensor) -> torch.Tensor:
+    """GRPO's advantage from the groups' means and stds (G,) and each response's group `g` (B,):
+    (score - mean) / (std + epsilon), or score - mean (Dr. GRPO), broadcast over the response mask."""
+    centred = scores - mean[g]
+    advantages = centred / (std[g] + epsilon) if norm_adv_by_std_in_grpo else centred
+    return advantages.unsqueeze(-1) * response_mask
+
+
 @register_adv_est("grpo")
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
@@ -104,9 +113,7 @@ def compute_grpo_outcome_advantage(
                 stds.append(group.std())  # unbiased (n - 1)
         empty = torch.zeros(0, dtype=scores.dtype)  # no rows: no groups
         mean, std = (torch.stack(means), torch.stack(stds)) if means else (empty, empty)
-        centred = scores - mean[g]
-        advantages = centred / (std[g] + epsilon) if norm_adv_by_std_in_grpo else centred
-        advantages = advantages.unsqueeze(-1) * response_mask
+        advantages = _normalised(scores, mean, std, g, epsilon, norm_adv_by_std_in_grpo, response_mask)
     return advantages, advantages
 
 
@@ -128,9 +135,7 @@ def compute_grpo_vectorized_outcome_advantage(token_level_rewards: torch.Tensor,
         std = torch.sqrt(var.clamp(min=0.0))
         single = count <= 1.0
         mean, std = mean.masked_fill(single, 0.0), std.masked_fill(single, 1.0)
-        centred = scores - mean[g]
-        scalars = centred / (std[g] + epsilon) if norm_adv_by_std_in_grpo else centred
-        advantages = scalars.unsqueeze(-1) * response_mask
+        advantages = _normalised(scores, mean, std, g, epsilon, norm_adv_by_std_in_grpo, response_mask)
     return advantages, advantages
 
 

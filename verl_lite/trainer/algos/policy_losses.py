@@ -277,6 +277,14 @@ def compute_policy_loss_gpg(x: PolicyLossInput) -> Out:
     return {"pg_loss": x.agg(-x.log_prob * x.advantages)}
 
 
+def _cov_surrogate(x: PolicyLossInput) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log-ratio, ratio, the unclipped surrogate -A * ratio) of the covariance losses, clip_cov and kl_cov
+    (verl's: the log-ratio unclamped)."""
+    log_ratio = x.log_prob - x.old_log_prob
+    ratio = torch.exp(log_ratio)
+    return log_ratio, ratio, -x.advantages * ratio
+
+
 @register_policy_loss("clip_cov", reads=("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"))
 def compute_policy_loss_clip_cov(x: PolicyLossInput) -> Out:
     """Clip-Cov (https://arxiv.org/abs/2505.22617): PPO's clipped loss, with the gradient of a random
@@ -288,9 +296,7 @@ def compute_policy_loss_clip_cov(x: PolicyLossInput) -> Out:
     if not clip_cov_ratio > 0:
         raise ValueError(f"policy_loss.clip_cov_ratio={clip_cov_ratio}: must be > 0")
     log_prob, advantages, response_mask = x.log_prob, x.advantages, x.response_mask
-    log_ratio = log_prob - x.old_log_prob
-    ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
+    log_ratio, ratio, unclipped = _cov_surrogate(x)
     clipped = -advantages * torch.clamp(ratio, 1 - x.clip_ratio_low, 1 + x.clip_ratio_high)
     valid = response_mask > 0
     cov = (advantages - masked_mean(advantages, response_mask)) * (
@@ -317,9 +323,7 @@ def compute_policy_loss_kl_cov(x: PolicyLossInput) -> Out:
     if not kl_cov_ratio > 0:
         raise ValueError(f"policy_loss.kl_cov_ratio={kl_cov_ratio}: must be > 0")
     log_prob, advantages, response_mask = x.log_prob, x.advantages, x.response_mask
-    log_ratio = log_prob - x.old_log_prob
-    ratio = torch.exp(log_ratio)
-    surrogate = -advantages * ratio
+    log_ratio, _, surrogate = _cov_surrogate(x)
     penalised = surrogate + ppo_kl_coef * log_ratio.abs()
     valid = response_mask > 0
     flat_valid = torch.nonzero(valid.reshape(-1), as_tuple=True)[0]

@@ -35,7 +35,7 @@ from verl_lite.engine.megatron import norm as megatron_norm
 from verl_lite.engine.megatron.bridges.base import (ModelShard, ModelBridge, check_divides_tp,
                                                     gpt_config_kwargs, hf_field)
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
-from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, rope_parameters, text_problems,
+from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, required_int, rope_parameters, text_problems,
                                                           use_torch_router_gemm)
 
 logger = logging.getLogger(__name__)
@@ -105,10 +105,7 @@ class Qwen3_5Bridge(Qwen3TextMLP, Qwen3_5Weights, ModelBridge):
     # -- the megatron model --------------------------------------------------------------------
 
     def _int(self, name: str, default: Any = None) -> int:
-        value = hf_field(self.text, name, default)
-        if value is None:
-            raise UnsupportedModelError(f"the HF config has no {name!r}")
-        return int(value)
+        return required_int(hf_field(self.text, name, default), name, "the HF config")
 
     def transformer_config_kwargs(self) -> Dict[str, Any]:
         kinds = self.layer_kinds(self.text)

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List
 
+from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron.bridges.base import hf_field, moe_config_kwargs
+
+
+def required_int(value: Any, name: str, where: str) -> int:
+    """The config field `name` (its `value`, None when absent) as an int; refused naming `where` it was looked
+    for (the HF config, or its text_config)."""
+    if value is None:
+        raise UnsupportedModelError(f"{where} has no {name!r}")
+    return int(value)
 
 
 def rope_parameters(text: Any) -> Dict[str, Any]:

@@ -33,7 +33,7 @@ from verl_lite.engine.megatron.bridges.base import (HFShard, ModelShard, ModelBr
                                                     gpt_config_kwargs, hf_field)
 from verl_lite.engine.megatron.bridges.qwen3 import local_block_spec
 from verl_lite.engine.megatron.bridges.qwen3_5_weights import Qwen3_5Weights
-from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, rope_parameters, text_problems,
+from verl_lite.engine.megatron.bridges.qwen3_text import (Qwen3TextMLP, required_int, rope_parameters, text_problems,
                                                           use_torch_router_gemm)
 from verl_lite.engine.megatron.bridges.vision import (VISION_PREFIX, DeepStackFeatures, InterleavedMRoPE, VisionTower,
                                                       visual_inputs)
@@ -98,10 +98,7 @@ class Qwen3VLBridge(VisionTower, Qwen3TextMLP, Qwen3_5Weights, ModelBridge):
                 f"interleaved mrope, SiLU{', MoE on every layer' if cls.moe else ''})")
 
     def _int(self, name: str, default: Any = None) -> int:
-        value = _text_field(self.text, name, default)
-        if value is None:
-            raise UnsupportedModelError(f"the HF config's text_config has no {name!r}")
-        return int(value)
+        return required_int(_text_field(self.text, name, default), name, "the HF config's text_config")
 
     # -- the megatron model --------------------------------------------------------------------
 
