@@ -14,7 +14,7 @@ import torch
 from verl_lite.config import load_config
 from verl_lite.config.compose import compose_config
 from verl_lite.reward.dapo import DAPORewardManager, overlong_penalty
-from verl_lite.preflight.reward import reward_manager_problems
+from verl_lite.reward.settings import reward_manager_problems
 from verl_lite.reward.registry import build_reward_manager
 from verl_lite.trainer.dynamic_sampling import (DynamicSampler, DynamicSamplingError, filter_groups_problems,
                                                 merge_batches, varied_groups)

@@ -4,7 +4,8 @@ custom reward functions from files, and the reward managers that score a batch (
 in a helper process)."""
 
 from verl_lite.reward.custom import load_custom_reward_fn
-from verl_lite.reward.registry import REWARD_MANAGERS, build_reward_manager
+from verl_lite.reward.registry import build_reward_manager
+from verl_lite.reward.settings import REWARD_MANAGERS
 from verl_lite.reward.manager import (
     SUPPORTED_SOURCES,
     RewardFunctionError,

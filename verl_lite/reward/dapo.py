@@ -8,8 +8,8 @@ to max_resp_len - len, then falling linearly to -penalty_factor at L = max_resp_
 DAPORewardManager it records `acc` (= the score) for a score function that returns a number, every
 key of a returned dict, and with overlong_buffer_cfg.log the per-response `overlong_reward` and
 `overlong` (penalised or not). Settings: reward_model.reward_kwargs (verl: reward.reward_kwargs); what
-verl's manager asserts of them is the preflight's (`preflight/reward.py:overlong_problems`), which a run
-applies before it builds the manager.
+verl's manager asserts of them (`settings.overlong_problems`) the preflight lists and the manager raises when
+built.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite.reward.manager import RewardManager
+from verl_lite.reward.settings import overlong_problems
 
 
 def overlong_penalty(length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:
@@ -66,6 +67,9 @@ class DAPORewardManager(RewardManager):
         super().__init__(score_fn)
         self.buffer = reward_kwargs.overlong_buffer_cfg if reward_kwargs is not None else None
         self.max_resp_len = reward_kwargs.max_resp_len if reward_kwargs is not None else None
+        problems = overlong_problems(reward_kwargs) if reward_kwargs is not None else []
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def _collect(self, pairs: List[Tuple[str, Any]],
                  response_lengths: Optional[Sequence[int]]) -> Tuple[List[float], Dict[str, List[Any]]]:
