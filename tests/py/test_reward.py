@@ -1,6 +1,7 @@
 """Rule rewards, custom reward files, the data_source dispatch and the reward manager's errors."""
 
 import subprocess
+import importlib
 import sys
 import textwrap
 import types
@@ -143,6 +144,8 @@ def test_default_score_dispatches_both_gsm8k_names():
 
 def test_default_score_sends_verl_lite_sources_to_the_synthetic_module(monkeypatch):
     calls = []
+    # the image tasks' module imports the real synthetic module: load it before the fake stands in for it
+    importlib.import_module("verl_lite.data.synthetic_images")
     fake = types.ModuleType("verl_lite.data.synthetic")
     fake.compute_score = lambda *args: calls.append(args) or 0.25
     monkeypatch.setitem(sys.modules, "verl_lite.data.synthetic", fake)

@@ -24,6 +24,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from verl_lite.data import multimodal
+
 REQUIRED_COLUMNS = ("data_source", "reward_model")
 
 
@@ -263,8 +265,6 @@ class PromptDataset:
     def _encode_with_processor(rows, prompt_key, processor, image_key, patch_size, chat_template_kwargs):
         """Prompt ids of every row by the processor (images included: the ids hold the image placeholders,
         so data.max_prompt_length and its filtering count them, as verl's filter does), and the rows' images."""
-        from verl_lite.data import multimodal
-
         size = patch_size or getattr(getattr(processor, "image_processor", None), "patch_size", None) or 14
         encoded, images = [], {}
         for i, row in enumerate(rows):

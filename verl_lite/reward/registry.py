@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from verl_lite.reward.custom import load_custom_reward_fn
 from verl_lite.reward.settings import REWARD_MANAGERS, reward_manager_problems
 
 
@@ -14,8 +15,6 @@ def build_reward_manager(cfg: Any) -> Any:
     """The reward manager of `cfg`: the one reward_model.reward_manager names, scoring with
     custom_reward_function.path/name (or the default rule rewards). ValueError naming what its settings
     cannot run (settings.reward_manager_problems, the preflight's rule)."""
-    from verl_lite.reward.custom import load_custom_reward_fn
-
     problems = reward_manager_problems(cfg)
     if problems:
         raise ValueError("; ".join(problems))

@@ -45,6 +45,7 @@ import torch
 
 from verl_lite.engine.base import UnsupportedModelError
 from verl_lite.engine.megatron import batch as megatron_batch
+from verl_lite.engine.megatron.gdn import megatron_gdn_packed_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +139,6 @@ def packed_input_refusal(model: Any) -> Optional[str]:
     config = getattr(innermost(model), "config", None)
     if getattr(config, "experimental_attention_variant", None) != "gated_delta_net":
         return None
-    from verl_lite.engine.megatron.gdn import megatron_gdn_packed_refusal
-
     return megatron_gdn_packed_refusal()
 
 

@@ -21,6 +21,7 @@ import torch
 
 from verl_lite.decisions import packing_mode
 from verl_lite.models import is_gdn_model, torch_packing_problem
+from verl_lite.models.packed_gdn import split_gdn_by_sequence
 
 
 def _as_dict(hf_config: Any) -> dict:
@@ -75,8 +76,6 @@ def packed_forward(module: Any, batch: Dict[str, torch.Tensor], output: Union[st
 def split_gdn(module: Any) -> None:
     """Give `module`'s GDN layers the packed sequences' boundaries (once); raises for a GDN model in
     which none were found, rather than letting state flow between sequences."""
-    from verl_lite.models.packed_gdn import split_gdn_by_sequence
-
     if split_gdn_by_sequence(module) == 0 and is_gdn_model(_as_dict(getattr(module, "config", None))):
         raise ValueError(
             f"{type(module).__name__}: the config has Gated DeltaNet layers but no *GatedDeltaNet module was found "
