@@ -19,11 +19,11 @@ LAYERS: List[tuple] = [
      "verl_lite.checkpoint_files"),
     ("verl_lite.models",),  # HF config files and the transformers model builder
     ("verl_lite.config",),  # what users type: schema, choices, composition, keys, roles, shapes
-    # pure decisions the preflight and the engines both call (bridge and GDN kernel, packing,
-    # optimizer overrides, the MindSpeed repatch plan, switches): torch-free
+    # pure decisions the preflight and the engines both call (the parallel layout, bridge and GDN kernel,
+    # packing, optimizer overrides, the MindSpeed repatch plan, switches) and the memory model: torch-free
     ("verl_lite.decisions",),
     ("verl_lite.data",),  # rows, tokenizers, synthetic data
-    ("verl_lite.reward",),  # scorers and the reward manager
+    ("verl_lite.reward",),  # scorers, the reward managers and their settings' rules
     ("verl_lite.registry", "verl_lite.runtime_env"),  # which engine, which worker env
     # the preflight: one module of rules per subject, the orchestrator and the summary (torch-free)
     ("verl_lite.preflight",),

@@ -1,7 +1,7 @@
 """Rule rewards, custom reward files, the data_source dispatch and the reward manager's errors."""
 
-import subprocess
 import importlib
+import subprocess
 import sys
 import textwrap
 import types
