@@ -87,7 +87,7 @@ def engine_logits(engine, batch):
     def logits_of(output, item, with_entropy):
         return {"logits": gather_from_tensor_model_parallel_region(output)[..., : engine.layout.vocab]}
 
-    prepared = [megatron_batch.prepare_batch(batch, engine._torch_device(), batch["input_ids"].shape[1], 0)]
+    prepared = [megatron_batch.prepare_batch(batch, engine.torch_device(), batch["input_ids"].shape[1], 0)]
     with torch.no_grad():
         return megatron_schedule.run_schedule(engine.model, prepared, logits_of, None, True, False)[0]["logits"]
 

@@ -16,8 +16,8 @@ from verl_lite.config.compose import compose_config
 from verl_lite.reward.dapo import DAPORewardManager, overlong_penalty
 from verl_lite.reward.settings import reward_manager_problems
 from verl_lite.reward.registry import build_reward_manager
-from verl_lite.trainer.dynamic_sampling import (DynamicSampler, DynamicSamplingError, filter_groups_problems,
-                                                merge_batches, varied_groups)
+from verl_lite.decisions.dynamic_sampling import filter_groups_problems
+from verl_lite.trainer.dynamic_sampling import DynamicSampler, DynamicSamplingError, merge_batches, varied_groups
 
 # (length, max_resp_len, overlong_buffer_cfg.len, penalty_factor) -> verl's overlong_reward, from the formula
 # min(-(L - (max_resp_len - len)) / len * penalty_factor, 0); each row was also checked once against

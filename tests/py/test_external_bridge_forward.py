@@ -136,7 +136,7 @@ def _schedule(engine, batches, packed, loss_fn=None):
     else:
         multiple = tp if getattr(engine.tf_config, "sequence_parallel", False) else 1
         prepared = [megatron_batch.prepare_batch(b, device, 0, 0, multiple=multiple) for b in batches]
-    return megatron_schedule.run_schedule(engine.model, prepared, engine._postprocess, loss_fn, loss_fn is None, False)
+    return megatron_schedule.run_schedule(engine.model, prepared, engine.postprocess, loss_fn, loss_fn is None, False)
 
 
 def log_probs(engine, batch, packed=None):

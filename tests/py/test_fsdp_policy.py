@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from verl_lite.config.schema import ActorConfig, CriticConfig, ModelConfig, OptimConfig, RefConfig
+from verl_lite.decisions import fsdp_settings
 from verl_lite.engine.torch import fsdp_policy
 
 LP_TOL, GRAD_REL_TOL, SHARD_TOL = 0.02, 0.05, 1e-5
@@ -71,43 +72,43 @@ def one_rank_group():
 
 def test_verls_defaults_resolve_per_role_and_device():
     actor, ref = ActorConfig().fsdp_config, RefConfig().fsdp_config
-    cuda = fsdp_policy.resolve_precision(actor, "actor", "cuda")
+    cuda = fsdp_settings.resolve_precision(actor, "actor", "cuda")
     assert (cuda.storage, cuda.param, cuda.reduce, cuda.buffer) == ("float32", "bfloat16", "float32", "float32")
     assert cuda.mixed
-    cpu = fsdp_policy.resolve_precision(actor, "actor", "cpu")
+    cpu = fsdp_settings.resolve_precision(actor, "actor", "cpu")
     assert (cpu.storage, cpu.param) == ("float32", "float32") and not cpu.mixed
     # verl's yaml stores the ref in fp32 too; its null is fp32 for trained roles, bf16 for the forward-only ref
-    assert fsdp_policy.resolve_precision(ref, "ref", "npu").storage == "float32"
+    assert fsdp_settings.resolve_precision(ref, "ref", "npu").storage == "float32"
     ref.model_dtype = None
-    assert fsdp_policy.resolve_precision(ref, "ref", "npu").storage == "bfloat16"
+    assert fsdp_settings.resolve_precision(ref, "ref", "npu").storage == "bfloat16"
     actor.model_dtype = None
-    assert fsdp_policy.resolve_precision(actor, "actor", "npu").storage == "float32"
+    assert fsdp_settings.resolve_precision(actor, "actor", "npu").storage == "float32"
     # a key set applies on cpu too; the others keep verl's defaults
     actor.mixed_precision = {"reduce_dtype": "bf16"}
-    given = fsdp_policy.resolve_precision(actor, "actor", "cpu")
+    given = fsdp_settings.resolve_precision(actor, "actor", "cpu")
     assert (given.param, given.reduce, given.buffer) == ("bfloat16", "bfloat16", "float32")
 
 
 def test_bad_dtypes_name_the_key_and_the_choices():
     f = ActorConfig().fsdp_config
     f.model_dtype, f.mixed_precision = "fp8", {"param_dtype": "fp16", "output_dtype": "bf16"}
-    problems = fsdp_policy.precision_problems(f, "actor_rollout_ref.actor.fsdp_config")
+    problems = fsdp_settings.precision_problems(f, "actor_rollout_ref.actor.fsdp_config")
     assert any("model_dtype='fp8' is not a dtype: choose fp32" in p for p in problems)
     assert any("mixed_precision.param_dtype='fp16': float16 is not supported" in p for p in problems)
     assert any("mixed_precision.output_dtype is not supported" in p and "param_dtype, reduce_dtype" in p
                for p in problems)
     with pytest.raises(ValueError, match="fp8"):
-        fsdp_policy.resolve_precision(f, "actor", "cpu")
+        fsdp_settings.resolve_precision(f, "actor", "cpu")
 
 
 def test_the_ref_gets_the_cpu_offload_policy_on_devices_and_it_turns_the_phase_offload_off():
     ref, actor = RefConfig().fsdp_config, ActorConfig().fsdp_config
     ref.param_offload = actor.param_offload = actor.optimizer_offload = True
-    assert fsdp_policy.cpu_offload(ref, "ref", "cuda") and not fsdp_policy.cpu_offload(ref, "ref", "cpu")
-    assert fsdp_policy.phase_offload(ref, "ref", "cuda") == (False, False)
-    assert fsdp_policy.phase_offload(actor, "actor", "cuda") == (True, True)
+    assert fsdp_settings.cpu_offload(ref, "ref", "cuda") and not fsdp_settings.cpu_offload(ref, "ref", "cpu")
+    assert fsdp_settings.phase_offload(ref, "ref", "cuda") == (False, False)
+    assert fsdp_settings.phase_offload(actor, "actor", "cuda") == (True, True)
     actor.offload_policy = True
-    assert fsdp_policy.phase_offload(actor, "actor", "cuda") == (False, False)
+    assert fsdp_settings.phase_offload(actor, "actor", "cuda") == (False, False)
 
     from verl_lite.trainer.offload import OffloadPolicy
 
@@ -119,15 +120,15 @@ def test_the_ref_gets_the_cpu_offload_policy_on_devices_and_it_turns_the_phase_o
 
 
 def test_fsdp_size_builds_verls_mesh_shape_and_refuses_a_non_divisor():
-    assert fsdp_policy.mesh_shape(-1, 8) == (1, 8)
-    assert fsdp_policy.mesh_shape(8, 8) == (1, 8) and fsdp_policy.mesh_shape(16, 8) == (1, 8)  # verl: >= world
-    assert fsdp_policy.mesh_shape(2, 8) == (4, 2)
-    assert fsdp_policy.describe_mesh(2, 4) == "FSDP2 mesh (replicate 2, shard 2)"
+    assert fsdp_settings.mesh_shape(-1, 8) == (1, 8)
+    assert fsdp_settings.mesh_shape(8, 8) == (1, 8) and fsdp_settings.mesh_shape(16, 8) == (1, 8)  # verl: >= world
+    assert fsdp_settings.mesh_shape(2, 8) == (4, 2)
+    assert fsdp_settings.describe_mesh(2, 4) == "FSDP2 mesh (replicate 2, shard 2)"
     with pytest.raises(ValueError, match=r"fsdp_size=3 does not divide the 8 data-parallel ranks: choose -1 or one "
                                          r"of \[1, 2, 4, 8\]"):
-        fsdp_policy.mesh_shape(3, 8)
+        fsdp_settings.mesh_shape(3, 8)
     with pytest.raises(ValueError, match="fsdp_size=0"):
-        fsdp_policy.mesh_shape(0, 8)
+        fsdp_settings.mesh_shape(0, 8)
 
 
 # ---------------------------------------------------------------------------- wrap policy

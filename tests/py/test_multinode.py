@@ -36,6 +36,7 @@ from typing import Dict, List
 import pytest
 
 from verl_lite.decisions import placement as plan
+from verl_lite.decisions.layout import Pool
 from verl_lite.device import local_device_index
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -186,7 +187,7 @@ def test_a_pool_spreads_one_node_per_group_and_each_rank_opens_its_own_device(tw
     from verl_lite.trainer.placement import NodeGroups
 
     env = {"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1"} if noset else None
-    groups = NodeGroups(plan.Pool("actor_rollout_ref", 2, 2), device, timeout_s=60)
+    groups = NodeGroups(Pool("actor_rollout_ref", 2, 2), device, timeout_s=60)
     try:
         assert len(set(groups.node_ids)) == 2
         # two worker groups sharing the devices (actor/rollout/ref and critic), half a bundle each
@@ -211,7 +212,7 @@ def test_the_duplicate_check_catches_two_ranks_on_one_device(two_nodes):
     """The check above can fail: two ranks of one group put in the same bundle open the same device."""
     from verl_lite.trainer.placement import NodeGroups
 
-    groups = NodeGroups(plan.Pool("broken", 1, 1), "npu", timeout_s=60)
+    groups = NodeGroups(Pool("broken", 1, 1), "npu", timeout_s=60)
     try:
         infos = probes(groups, 0.5, "npu", 1) + probes(groups, 0.5, "npu", 1)
     finally:
@@ -261,7 +262,7 @@ def test_a_pool_that_needs_more_nodes_than_the_cluster_has_is_refused_naming_wha
 
     with pytest.raises(PlacementError, match=r"node group 3 of 3 .* within 2 s; the cluster has 2 of 3 nodes, "
                                              rf"{2 * PER_NODE} of {3 * PER_NODE} NPUs"):
-        NodeGroups(plan.Pool("actor_rollout_ref", 3, PER_NODE), "npu", timeout_s=2)
+        NodeGroups(Pool("actor_rollout_ref", 3, PER_NODE), "npu", timeout_s=2)
     with pytest.raises(PlacementError, match=r"the Ray cluster has 2 of 4 nodes, 6 of 8 GPUs after \d+ s of waiting "
                                              r"\(the run needs 4 nodes with 8 GPUs in all: start the missing nodes"):
         wait_for_cluster(plan.ClusterNeed(4, 8, "cuda"), timeout_s=1, poll_s=0.2)

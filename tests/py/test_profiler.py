@@ -22,7 +22,8 @@ from verl_lite.config import load_config
 from verl_lite.preflight import machine
 from verl_lite.preflight.roles import role_views
 from verl_lite.preflight.run import compose_and_check
-from verl_lite.trainer.profiling import WorkerProfiler, profiler_problems
+from verl_lite.decisions.profiling import profiler_problems
+from verl_lite.trainer.profiling import WorkerProfiler
 
 NPU_DOUBLE = Path(__file__).resolve().parent / "torch_npu_double"
 ROLLOUT_CASES = Path(__file__).resolve().parent / "data" / "profiler_rollout_cases.json"

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from verl_lite.decisions import rollout_correction as decided
 from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.algos.policy_losses import PolicyLossInput
 
@@ -43,7 +44,7 @@ def test_table_covers_every_setting_and_refusal():
     assert len(cases) >= 60
     assert sum("error" in c for c in cases) >= 4
     seen = {o for c in cases for o in (c["setting"].get("rollout_rs") or "").split(",") if o}
-    assert set(rollout_correction.RS_OPTIONS) <= seen
+    assert set(decided.RS_OPTIONS) <= seen
 
 
 @pytest.mark.parametrize("i", range(len(TABLE["cases"])))
@@ -55,10 +56,10 @@ def test_equals_verl(i):
     rc = config(case["setting"])
     if "error" in case:
         with pytest.raises((ValueError, ZeroDivisionError)):
-            rollout_correction.validate(rc)
+            decided.validate(rc)
             rollout_correction.compute(rc, old, rollout, mask)
         return
-    rollout_correction.validate(rc)
+    decided.validate(rc)
     weights, new_mask, metrics = rollout_correction.compute(rc, old, rollout, mask)
     tag = f"{case['inputs']} {case['setting']}"
     assert (weights is None) == (case["weights"] is None), tag

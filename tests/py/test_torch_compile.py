@@ -164,7 +164,7 @@ def test_the_megatron_engine_passes_its_roles_flag_to_the_vocab_parallel_log_pro
         RefConfig(strategy="megatron", use_torch_compile=flag, **memory)
     engine = MegatronLMEngine(ModelConfig(path="tiny-qwen3"), section, None, "cpu", role)  # not initialised
     engine.layout = SimpleNamespace(vocab=48)
-    engine._postprocess(torch.zeros(B, 5, 48), {"responses": torch.zeros(B, 4, dtype=torch.long)}, False)
+    engine.postprocess(torch.zeros(B, 5, 48), {"responses": torch.zeros(B, 4, dtype=torch.long)}, False)
     assert seen == [(flag, 7 if flag else None, flag)]
 
 

@@ -31,6 +31,19 @@ ROLE_SECTIONS: Dict[str, type] = {
 }
 
 
+def field_of(section: Any, key: str, default: Any = None) -> Any:
+    """A field of a section as it comes, unconverted: a dataclass, an OmegaConf node or a plain mapping
+    (`default` where it lacks the key; None stands for an absent section)."""
+    if section is None:
+        return default
+    if isinstance(section, dict):
+        return section.get(key, default)
+    getter = getattr(section, "get", None)
+    if callable(getter):  # DictConfig
+        return getter(key, default)
+    return getattr(section, key, default)
+
+
 def role_section_class(role: str) -> type:
     """The schema class of a role's section: actor -> ActorConfig, ref -> RefConfig, critic -> CriticConfig."""
     try:

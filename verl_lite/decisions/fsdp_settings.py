@@ -34,9 +34,7 @@ preflight reads; engine/torch/fsdp_policy.py applies it with torch (fully_shard,
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -84,7 +82,8 @@ def _fsdp_problem(key: str, value: Any) -> Optional[str]:
     return None
 
 
-def _as_dict(value: Any) -> Dict[str, Any]:
+def settings_dict(value: Any) -> Dict[str, Any]:
+    """A mapping setting (mixed_precision, wrap_policy) as a plain dict; {} for null."""
     if value is None:
         return {}
     if hasattr(value, "items"):
@@ -103,7 +102,7 @@ def precision_problems(fsdp_config: Any, prefix: str) -> List[str]:
             return [p for p in problems if p] + [
                 f"{prefix}.mixed_precision={mp!r} is not a mapping: set its keys, e.g. "
                 f"+{prefix}.mixed_precision.param_dtype=bf16 ({', '.join(MIXED_PRECISION_KEYS)})"]
-        for key, value in _as_dict(mp).items():
+        for key, value in settings_dict(mp).items():
             if key not in MIXED_PRECISION_KEYS:
                 problems.append(f"{prefix}.mixed_precision.{key} is not supported by verl_lite: the keys are "
                                 f"{', '.join(MIXED_PRECISION_KEYS)} (verl's)")
@@ -121,7 +120,7 @@ def resolve_precision(fsdp_config: Any, role: str, device: str) -> Precision:
     mp = fsdp_config.mixed_precision
     if not mp and device == "cpu":
         return Precision(storage, storage, MIXED_PRECISION_KEYS["reduce_dtype"], MIXED_PRECISION_KEYS["buffer_dtype"])
-    given = _as_dict(mp)
+    given = settings_dict(mp)
     names = {key: _name(given[key]) if key in given else default for key, default in MIXED_PRECISION_KEYS.items()}
     return Precision(storage, names["param_dtype"], names["reduce_dtype"], names["buffer_dtype"])
 
@@ -171,7 +170,7 @@ def wrap_policy_problems(fsdp_config: Any, prefix: str) -> List[str]:
         return [f"{prefix}.wrap_policy={policy!r} is not a mapping: set {prefix}.wrap_policy.min_num_params or "
                 f"+{prefix}.wrap_policy.transformer_layer_cls_to_wrap=[...]"]
     problems = []
-    for key, value in _as_dict(policy).items():
+    for key, value in settings_dict(policy).items():
         if key not in WRAP_POLICY_KEYS:
             problems.append(f"{prefix}.wrap_policy.{key} is not supported by verl_lite: the keys are "
                             f"{', '.join(WRAP_POLICY_KEYS)}")
@@ -207,7 +206,7 @@ def summary_lines(fsdp_config: Any, role: str, device: str, world: int) -> List[
     else:
         mesh = describe_mesh(fsdp_config.fsdp_size, max(world, 1))
         mesh += " on a one-rank group" if world <= 1 else ""
-    policy = _as_dict(fsdp_config.wrap_policy)
+    policy = settings_dict(fsdp_config.wrap_policy)
     min_params = int(policy.get("min_num_params", 0) or 0)
     if min_params > 0:
         wrap = f"modules of >= {min_params} parameters (min_num_params)"
@@ -235,7 +234,7 @@ def megatron_problems(fsdp_config: Any, prefix: str) -> List[str]:
     out = []
     for key, default in MEGATRON_DEFAULTS.items():
         value = getattr(fsdp_config, key)
-        same = _as_dict(value) == default if isinstance(default, dict) and hasattr(value, "items") else value == default
+        same = settings_dict(value) == default if isinstance(default, dict) and hasattr(value, "items") else value == default
         if key == "model_dtype" and _name(value) == "float32":
             same = True
         if not same:

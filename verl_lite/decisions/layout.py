@@ -12,7 +12,9 @@ its own pool) and the arithmetic the preflight and the engines both decide on th
   fully-async rollout pool; `RolloutLayout` / `rollout_layout`: the rollout's TP, DP and EP.
 - The checks each function returns as a message (or None), so the preflight lists it with the role's name
   and the engine raises it: the devices against a model-parallel span, a head count against TP, MoE
-  training at TP > 1 without sequence parallelism, DeepStack against the first pipeline stage.
+  training at TP > 1 without sequence parallelism; and the preflight's DeepStack check against the first
+  pipeline stage (the vision tower refuses a misplaced DeepStack layer itself when built,
+  engine/megatron/bridges/vision.py).
 
 The launcher (`launch/lib.sh:vl_divides`) checks the env-var arithmetic (TP*PP*CP against the
 devices) before any Python runs, naming the env vars a user edits; it is the shell's own first
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite.config import roles
+from verl_lite.config.sections import field_of
 
 # A role's Megatron parallel keys that must be positive integers (ETP and VPP may be null).
 MEGATRON_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
@@ -46,8 +49,10 @@ VLLM_LAYOUT_SETTINGS = {
 
 @dataclass(frozen=True)
 class Pool:
-    """`nodes` nodes with `per_node` devices each (`keys`: the two settings, as messages name them)."""
+    """`nodes` nodes with `per_node` devices each, for the worker groups named `name` (decisions/placement.py
+    places them); `keys`: the two settings, as messages name them."""
 
+    name: str
     nodes: int
     per_node: int
     keys: Tuple[str, str] = TRAIN_POOL_KEYS
@@ -61,9 +66,10 @@ class Pool:
         return f"{self.keys[0]}={self.nodes} x {self.keys[1]}={self.per_node}"
 
 
-def train_pool(cfg: Any) -> Pool:
-    """The training devices: trainer.nnodes x trainer.n_gpus_per_node (fully-async: the training pool)."""
-    return Pool(int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node))
+def train_pool(cfg: Any, name: str = "trainer") -> Pool:
+    """The training devices: trainer.nnodes x trainer.n_gpus_per_node (fully-async: the training pool), for the
+    worker groups named `name`."""
+    return Pool(name, int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node))
 
 
 def train_world(cfg: Any) -> int:
@@ -75,7 +81,7 @@ def rollout_pool(cfg: Any) -> Pool:
     """The fully-async rollout pool: actor_rollout_ref.rollout.nnodes x n_gpus_per_node (0 x 0 when the
     rollout shares the training devices)."""
     rollout = cfg.actor_rollout_ref.rollout
-    return Pool(int(rollout.nnodes), int(rollout.n_gpus_per_node),
+    return Pool("rollout", int(rollout.nnodes), int(rollout.n_gpus_per_node),
                 ("actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node"))
 
 
@@ -184,9 +190,9 @@ class Layout:
     def megatron_kwargs(self) -> Dict[str, Any]:
         """megatron-core's parallel arguments (initialize_model_parallel, TransformerConfig, a bridge's
         provider), with VPP and ETP null where the settings are."""
-        return dict(tensor_model_parallel_size=self.tp, pipeline_model_parallel_size=self.pp,
-                    virtual_pipeline_model_parallel_size=self.vpp, context_parallel_size=self.cp,
-                    expert_model_parallel_size=self.ep,
+        return dict(tensor_model_parallel_size=int(self.tp), pipeline_model_parallel_size=int(self.pp),
+                    virtual_pipeline_model_parallel_size=self.vpp, context_parallel_size=int(self.cp),
+                    expert_model_parallel_size=int(self.ep),
                     expert_tensor_parallel_size=None if self.etp_follows_tp else self.etp)
 
     def checkpoint_sizes(self, dp: Optional[int] = None) -> Dict[str, Any]:
@@ -196,10 +202,10 @@ class Layout:
         the record (the torch engine)."""
         sizes: Dict[str, Any] = {"engine": "fsdp"}
         if self.strategy == "megatron":
-            sizes = {"engine": "megatron", "tensor_model_parallel_size": self.tp,
-                     "pipeline_model_parallel_size": self.pp,
-                     "virtual_pipeline_model_parallel_size": int(self.vpp or 1), "expert_model_parallel_size": self.ep,
-                     "expert_tensor_parallel_size": self.etp}
+            sizes = {"engine": "megatron", "tensor_model_parallel_size": int(self.tp),
+                     "pipeline_model_parallel_size": int(self.pp),
+                     "virtual_pipeline_model_parallel_size": int(self.vpp or 1),
+                     "expert_model_parallel_size": int(self.ep), "expert_tensor_parallel_size": int(self.etp or self.tp)}
         if dp is not None:
             sizes["data_parallel_size"] = dp
         return sizes
@@ -245,20 +251,10 @@ def role_layout(cfg: Any, role: str) -> Layout:
     return section_layout(roles.section(cfg, role), role, roles.strategy(cfg, role), train_world(cfg))
 
 
-def _field(obj: Any, key: str, default: Any) -> Any:
-    """A field of a dataclass, an OmegaConf node or a plain mapping (the repatch plan takes all three)."""
-    if obj is None:
-        return default
-    getter = getattr(obj, "get", None)
-    if callable(getter):  # a mapping or a DictConfig
-        return getter(key, default)
-    return getattr(obj, key, default)
-
-
 def mindspeed_parallel_args(megatron: Any) -> Dict[str, int]:
     """The parallel arguments the MindSpeed repatch dict carries (decisions/repatch.py): context_parallel_size
     when > 1, so MindSpeed registers its CP ring wrapper at patch time."""
-    cp = int(_field(megatron, "context_parallel_size", 1) or 1)
+    cp = int(field_of(megatron, "context_parallel_size", 1) or 1)
     return {"context_parallel_size": cp} if cp > 1 else {}
 
 
@@ -364,7 +360,7 @@ def first_stage_layers(num_layers: int, pp: int, vpp: Optional[int], first_stage
 def deepstack_stage_problem(deepstack: int, num_layers: int, pp: int, vpp: Optional[int],
                             first_stage: Optional[int], prefix: str) -> Optional[str]:
     """Qwen3-VL adds DeepStack visual features after decoder layers 0 .. deepstack-1, on the first pipeline
-    stage with the vision tower (engine/megatron/bridges/qwen3_vl.py refuses them elsewhere)."""
+    stage with the vision tower (engine/megatron/bridges/vision.py refuses them elsewhere)."""
     if not deepstack or pp <= 1:
         return None
     held = first_stage_layers(num_layers, pp, vpp, first_stage)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from verl_lite.decisions import layout
+from verl_lite.decisions.layout import Pool
 
 # The Ray resource that stands for one device of each kind.
 DEVICE_RESOURCE = {"cuda": "GPU", "npu": "NPU", "cpu": "CPU"}
@@ -33,19 +34,6 @@ def device_resource(device: str) -> str:
     if device not in DEVICE_RESOURCE:
         raise ValueError(f"device {device!r} is not resolved: expected one of {', '.join(DEVICE_RESOURCE)}")
     return DEVICE_RESOURCE[device]
-
-
-@dataclass(frozen=True)
-class Pool:
-    """`nodes` nodes with `per_node` devices each, for the worker groups named `name`."""
-
-    name: str
-    nodes: int
-    per_node: int
-
-    @property
-    def world(self) -> int:
-        return self.nodes * self.per_node
 
 
 def bundle(device: str) -> Dict[str, float]:
@@ -81,15 +69,14 @@ def other_nodes(used: List[str], per_node: int) -> Optional[List[Dict[str, str]]
 
 
 def sync_pool(cfg: Any) -> Pool:
-    devices = layout.train_pool(cfg)
-    return Pool("actor_rollout_ref", devices.nodes, devices.per_node)
+    return layout.train_pool(cfg, "actor_rollout_ref")
 
 
 def async_pool_list(cfg: Any) -> List[Pool]:
     """The fully-async pools: training, then rollout (decisions/layout.rollout_pool's devices)."""
     train, rollout = layout.train_pool(cfg), layout.rollout_pool(cfg)
     per_node = rollout.world // max(1, rollout.nodes)
-    return [Pool("trainer", train.nodes, train.per_node), Pool("rollout", rollout.nodes, per_node)]
+    return [train, Pool("rollout", rollout.nodes, per_node, rollout.keys)]
 
 
 def run_pools(cfg: Any) -> List[Pool]:

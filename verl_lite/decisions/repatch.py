@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Optional
 
+from verl_lite.config.sections import field_of
 from verl_lite.decisions.layout import mindspeed_parallel_args
 from verl_lite.decisions.switches import switch
 
@@ -51,18 +52,6 @@ class AttnBackendRef:
         return hash(("AttnBackend", self.name))
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    """Read a field from a dataclass, an OmegaConf node or a plain mapping."""
-    if cfg is None:
-        return default
-    if isinstance(cfg, dict):
-        return cfg.get(key, default)
-    getter = getattr(cfg, "get", None)
-    if callable(getter):  # DictConfig
-        return getter(key, default)
-    return getattr(cfg, key, default)
-
-
 def _as_plain_dict(node: Any) -> Dict[str, Any]:
     if node is None:
         return {}
@@ -88,7 +77,7 @@ def build_repatch_dict(
     maps a backend name to Megatron's enum (the engines pass `lambda n: AttnBackend[n]`); without
     it the value is an `AttnBackendRef` that prints as `AttnBackend.<name>`.
     """
-    overrides = _as_plain_dict(_get(megatron_cfg, "override_transformer_config"))
+    overrides = _as_plain_dict(field_of(megatron_cfg, "override_transformer_config"))
     plan: Dict[str, Any] = dict(overrides)
 
     backend = plan.get("attention_backend")

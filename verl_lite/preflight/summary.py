@@ -59,7 +59,7 @@ def summarize(cfg: Any) -> str:
         lines.append(f"{role:<14}: {shape} -> DP {layout.dp}")
         lines.append(f"  engine      : {registry.resolve_engine(cfg, role, device)}")
         lines.append(f"  batches     : {packing_mode.role_decision(cfg, role, device).why}")
-        if layout.strategy == "fsdp":  # mesh, dtypes, offload policy, prefetch, wrap (engine/fsdp_settings.py)
+        if layout.strategy == "fsdp":  # mesh, dtypes, offload policy, prefetch, wrap (decisions/fsdp_settings.py)
             lines += fsdp_settings.summary_lines(view.section.fsdp_config, role, device, train_world(cfg))
         if layout.strategy == "megatron":
             lines += _bridge_lines(cfg, view)

@@ -37,10 +37,10 @@ from typing import Any, Dict, List, Optional
 
 from verl_lite.batch import batch_size, concat, select
 from verl_lite.decisions import async_pools
+from verl_lite.decisions.rollout_correction import needs_rollout_log_probs
 from verl_lite.faults import fault_point
 from verl_lite.trainer import core_algos
 from verl_lite.trainer.advantage_phase import advantage_phase
-from verl_lite.trainer.algos import rollout_correction
 from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE
 from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
 from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
@@ -227,7 +227,7 @@ class AsyncTrainer(StepLoop):
         t = time.perf_counter()
         correction = cfg.algorithm.rollout_correction
         bypass = bool(correction.bypass_mode)
-        if rollout_correction.needs_rollout_log_probs(correction) and "rollout_log_probs" not in batch:
+        if needs_rollout_log_probs(correction) and "rollout_log_probs" not in batch:
             raise RuntimeError("algorithm.rollout_correction needs the rollout's log-probs and the rollout replicas "
                                "sent none: set actor_rollout_ref.rollout.calculate_log_probs=True")
         lp: Dict[str, Any] = {}

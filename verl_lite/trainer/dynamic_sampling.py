@@ -19,7 +19,6 @@ from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from verl_lite.batch import concat, select
-from verl_lite.decisions.dynamic_sampling import filter_groups_problems, prompts_per_fetch  # noqa: F401  (the trainer's names)
 
 logger = logging.getLogger(__name__)
 

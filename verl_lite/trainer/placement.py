@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from verl_lite.decisions import placement as plan
+from verl_lite.decisions.layout import Pool
 from verl_lite.device import VISIBLE_ENV, local_device_index
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class NodeGroups:
     devices each), on distinct nodes. `options(rank, share)` are the Ray actor options of rank
     `rank` of a worker group that takes `share` of every bundle."""
 
-    def __init__(self, pool: plan.Pool, device: str, timeout_s: float = 600.0, per_bundle: int = 1):
+    def __init__(self, pool: Pool, device: str, timeout_s: float = 600.0, per_bundle: int = 1):
         import ray
         from ray.util.placement_group import placement_group, placement_group_table
 

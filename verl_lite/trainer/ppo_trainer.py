@@ -24,7 +24,9 @@ import torch
 
 from verl_lite.batch import Batch, select
 from verl_lite.data.dataset import BatchSampler
+from verl_lite.decisions.dynamic_sampling import prompts_per_fetch
 from verl_lite.decisions.layout import train_world
+from verl_lite.decisions.profiling import is_profiled_step, recording_bounds
 from verl_lite.faults import fault_point
 from verl_lite.reward.manager import score_responses
 from verl_lite.trainer import core_algos
@@ -32,11 +34,10 @@ from verl_lite.trainer.advantage_phase import advantage_phase
 from verl_lite.trainer.algos import token_estimators
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
-from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, prompts_per_fetch, reward_extra_metrics
+from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, reward_extra_metrics
 from verl_lite.trainer.generation import (LIST_KEYS, PROMPT_KEYS, Generation, answer, generate_ahead_enabled,
                                           prompt_batch, prompts_of, submit_generation, worker_fields)
 from verl_lite.trainer.loop import StepLoop, StopRequest, total_steps
-from verl_lite.trainer.profiling import is_profiled_step, recording_bounds
 from verl_lite.trainer.step_metrics import batch_metrics, entropy_mean, throughput_metrics, timing_metrics
 from verl_lite.trainer.step_plan import StepPlan, read_plan
 from verl_lite.trainer.tracking import val_generations

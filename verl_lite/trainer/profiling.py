@@ -37,9 +37,9 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, List, NamedTuple, Optional
 
 # what the settings ask for (torch-free, read by the preflight too)
-from verl_lite.decisions.profiling import (  # noqa: F401  (is_profiled_step, recording_bounds: the driver's)
-    HOSTS, ROLLOUT_STAGE, discrete, is_profiled_step, keep_global_ranks, profiler_problems, rank_profiled,
-    recording_bounds, relocated_name, replica_profiled, rollout_records_own, rollout_trace_dir, section, tool_config)
+from verl_lite.decisions.profiling import (
+    HOSTS, ROLLOUT_STAGE, discrete, keep_global_ranks, rank_profiled, relocated_name, replica_profiled,
+    rollout_records_own, rollout_trace_dir, section, tool_config)
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple
 
-from verl_lite.trainer.algos import rollout_correction
+from verl_lite.decisions.rollout_correction import active as rollout_active
 from verl_lite.trainer.data_parallel import num_mini_batches
 
 
@@ -40,8 +40,8 @@ def read_plan(cfg: Any, kl_in_reward: bool) -> StepPlan:
     # sum_pi_squared (the optimal token baselines' input) comes from the old log-prob pass, so it scores them too
     sum_pi_squared = bool(actor_rollout_ref.actor.calculate_sum_pi_squared)
     on_policy = (num_mini == 1 and int(actor_rollout_ref.actor.ppo_epochs) == 1 and not kl_in_reward
-                 and not rollout_correction.active(correction) and not bypass and not sum_pi_squared)
+                 and not rollout_active(correction) and not bypass and not sum_pi_squared)
     use_kl = bool(actor_rollout_ref.actor.use_kl_loss)
     return StepPlan(sampling, num_mini, kl_in_reward, correction, bypass, on_policy,
                     score_old=not on_policy and not bypass, score_ref=use_kl or kl_in_reward,
-                    correction_active=rollout_correction.active(correction))
+                    correction_active=rollout_active(correction))

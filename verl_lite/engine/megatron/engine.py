@@ -173,7 +173,7 @@ class MegatronLMEngine(BaseEngine):
             self._configure_gdn(self.tf_config)
         self._decide_packing(getattr(self.tf_config, "gdn_kernel", None), self._gdn_packs)
         self.layout = self.bridge.layout(tp_size, tp_rank)
-        chunks = megatron_model.build_chunks(self.tf_config, self.bridge, self.layout, self._torch_device(),
+        chunks = megatron_model.build_chunks(self.tf_config, self.bridge, self.layout, self.torch_device(),
                                              self.compute_device, self._tied_lm_head, self._attach_head,
                                              packed_attention=self.remove_padding)
         self._set_up_chunks(chunks, lambda: megatron_hf.load_hf_weights(self._local_params(), self.bridge,
@@ -186,7 +186,8 @@ class MegatronLMEngine(BaseEngine):
         trains = self.role != "ref" and self.optim_config is not None
         use_dist_opt = bool(self.megatron_config.use_distributed_optimizer) and self.compute_device != "cpu"
         if trains:
-            self.model = megatron_model.wrap_ddp(self.tf_config, chunks, use_dist_opt, self.megatron_key)
+            self.model = megatron_model.wrap_ddp(self.tf_config, chunks, use_dist_opt, self.megatron_key,
+                                                 self.parallel_layout().tp)
         else:
             for module in chunks:
                 module.requires_grad_(False)
@@ -233,7 +234,7 @@ class MegatronLMEngine(BaseEngine):
     def _prepare_device(self) -> None:
         parallel.prepare_device(self.compute_device)
 
-    def _torch_device(self) -> torch.device:
+    def torch_device(self) -> torch.device:
         return parallel.torch_device(self.compute_device)
 
     def init_device_mesh(self) -> None:
@@ -289,7 +290,7 @@ class MegatronLMEngine(BaseEngine):
         for chunk in self.model:
             chunk.eval()
 
-    def _postprocess(self, output: torch.Tensor, batch: Dict[str, Any], with_entropy: bool) -> Dict[str, torch.Tensor]:
+    def postprocess(self, output: torch.Tensor, batch: Dict[str, Any], with_entropy: bool) -> Dict[str, torch.Tensor]:
         responses = batch["responses"]
         r = responses.shape[1]
         logits = output[:, -r - 1 : -1, :]  # position t predicts token t + 1
@@ -329,23 +330,23 @@ class MegatronLMEngine(BaseEngine):
 
     # ---------------------------------------------------------------------------- optimizer
 
-    def _need_optimizer(self, what: str) -> None:
+    def need_optimizer(self, what: str) -> None:
         if self.optimizer is None:
             raise RuntimeError(f"{what}: the {self.role} engine has no optimizer (ref engines only run forward)")
 
     def optimizer_zero_grad(self) -> None:
-        self._need_optimizer("optimizer_zero_grad")
+        self.need_optimizer("optimizer_zero_grad")
         for chunk in self.model:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
 
     def optimizer_step(self) -> float:
         """Step with gradients clipped to optim.clip_grad; returns the norm before clipping."""
-        self._need_optimizer("optimizer_step")
+        self.need_optimizer("optimizer_step")
         return megatron_optim.clipped_step(self.optimizer, float(self.optim_config.clip_grad), self.role)
 
     def lr_scheduler_step(self) -> float:
-        self._need_optimizer("lr_scheduler_step")
+        self.need_optimizer("lr_scheduler_step")
         self.lr_scheduler.step(1)
         return self.current_lr()
 
@@ -358,8 +359,8 @@ class MegatronLMEngine(BaseEngine):
         """Offload to "cpu" or load back to the engine's device. A no-op for a CPU engine."""
         if device not in ("cpu", self.device, "device"):
             raise ValueError(f"{self.role}: to({device!r}) on a {self.device} engine (use 'cpu' or {self.device!r})")
-        target = torch.device("cpu") if device == "cpu" else self._torch_device()
-        if target == self._torch_device() and self.compute_device == "cpu":
+        target = torch.device("cpu") if device == "cpu" else self.torch_device()
+        if target == self.torch_device() and self.compute_device == "cpu":
             return
         if model:
             megatron_memory.move_model(self.model, target, self._parking)
@@ -389,7 +390,7 @@ class MegatronLMEngine(BaseEngine):
             return megatron_hf.stage_hf_tensors(self._local_params(), self.bridge, self.layout,
                                                 skip_output_layer=self._tied_lm_head)
 
-        return megatron_hf.stream_over_pipeline(this_stage, self._tied_lm_head, self._torch_device())
+        return megatron_hf.stream_over_pipeline(this_stage, self._tied_lm_head, self.torch_device())
 
     # ---------------------------------------------------------------------------- checkpoints
 

@@ -219,15 +219,15 @@ def mark_tensor_parallel_weights(module: Any) -> None:
 
 
 def wrap_ddp(tf_config: Any, chunks: List[Any], use_distributed_optimizer: bool,
-             prefix: str) -> List[Any]:
+             prefix: str, tp: int) -> List[Any]:
     """Megatron DDP around each chunk (gradient buffers, grad reduction over data-parallel ranks).
     Refuses to train MoE layers with TP > 1 without sequence parallelism: megatron-core's MoE layer
     then raises a ValueError in its training forward (the preflight refuses it before Ray starts).
-    `prefix`: the role's megatron section, for the message (e.g. actor_rollout_ref.actor.megatron)."""
-    from megatron.core import parallel_state as mpu
+    `prefix`: the role's megatron section, for the message (e.g. actor_rollout_ref.actor.megatron); `tp`: the
+    role's TP size (its Layout's, the one its TransformerConfig was built with)."""
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
-    problem = moe_sequence_parallel_problem(tf_config.num_moe_experts, mpu.get_tensor_model_parallel_world_size(),
+    problem = moe_sequence_parallel_problem(tf_config.num_moe_experts, int(tp or 1),
                                             bool(tf_config.sequence_parallel), prefix)
     if problem:  # the preflight's rule (decisions/layout.py), the same message
         raise UnsupportedModelError(problem)

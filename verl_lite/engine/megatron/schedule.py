@@ -138,7 +138,7 @@ def forward_backward(engine: Any, micro_batches: List[Dict[str, Any]], loss_fn: 
     if not micro_batches:
         return []
     if not forward_only:
-        engine._need_optimizer("forward_backward(forward_only=False)")
+        engine.need_optimizer("forward_backward(forward_only=False)")
         if loss_fn is None:
             raise ValueError("forward_backward(forward_only=False) needs a loss_fn")
     if mpu.get_context_parallel_world_size() > 1:
@@ -158,13 +158,13 @@ def forward_backward(engine: Any, micro_batches: List[Dict[str, Any]], loss_fn: 
     if packed:
         # each sequence aligned to TP, as verl's preprocess_packed_seqs; packed shapes differ per micro-batch
         align = mpu.get_tensor_model_parallel_world_size()
-        prepared = [megatron_batch.prepare_packed_batch(mb, engine._torch_device(), pad_id, align=align)
+        prepared = [megatron_batch.prepare_packed_batch(mb, engine.torch_device(), pad_id, align=align)
                     for mb in micro_batches]
         variable = pipelined and len({tuple(p["input_ids"].shape) for p in prepared}) > 1
     else:
         # sequence parallelism splits the sequence over TP: its length must divide by TP (left padding)
         multiple = mpu.get_tensor_model_parallel_world_size() if getattr(engine.tf_config, "sequence_parallel", False) else 1
-        prepared = [megatron_batch.prepare_batch(mb, engine._torch_device(), 0, pad_id, multiple=multiple)
+        prepared = [megatron_batch.prepare_batch(mb, engine.torch_device(), 0, pad_id, multiple=multiple)
                     for mb in micro_batches]
         if engine.bridge is not None and engine.bridge.has_vision:
             for chunk in engine.model:  # nothing of an earlier (failed) run stays queued
@@ -172,6 +172,6 @@ def forward_backward(engine: Any, micro_batches: List[Dict[str, Any]], loss_fn: 
                 if store is not None:
                     store.reset()
             for item, mb in zip(prepared, micro_batches):
-                item["visual"] = engine.bridge.visual_inputs(mb, engine._torch_device())
-    return run_schedule(engine.model, prepared, engine._postprocess, loss_fn, forward_only,
+                item["visual"] = engine.bridge.visual_inputs(mb, engine.torch_device())
+    return run_schedule(engine.model, prepared, engine.postprocess, loss_fn, forward_only,
                         calculate_entropy, variable_shapes=variable)

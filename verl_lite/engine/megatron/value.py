@@ -59,7 +59,7 @@ class MegatronValueEngine(MegatronLMEngine):
         }
         return lambda name: head[name] if name in head else source(name)
 
-    def _postprocess(self, output: torch.Tensor, batch: Dict[str, Any], with_entropy: bool) -> Dict[str, torch.Tensor]:
+    def postprocess(self, output: torch.Tensor, batch: Dict[str, Any], with_entropy: bool) -> Dict[str, torch.Tensor]:
         if self._sum_pi_squared:
             raise ValueError(f"{self.role}: a value model has no token distribution: no sum_pi_squared")
         r = batch["responses"].shape[1]

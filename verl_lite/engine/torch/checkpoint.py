@@ -49,7 +49,7 @@ def save_hf_model(engine: Any, path: str, strict: bool = True, state: Optional[D
     tensors = iter(state.items()) if state is not None else engine.export_hf_weights()
     return write_hf_model(path, tensors, engine.module.config, engine.model_type,
                           mc.tokenizer_path or mc.path, bool(mc.trust_remote_code), strict, engine.role,
-                          model_dir=resolve_model_dir(mc.path), rename=engine._HF_RENAME)
+                          model_dir=resolve_model_dir(mc.path), rename=engine.HF_RENAME)
 
 
 def save(engine: Any, path: str) -> None:
@@ -96,7 +96,7 @@ def load_hf_weights(engine: Any, path: str) -> None:
     state: Dict[str, torch.Tensor] = {}
     for file in hf_files(path):
         state.update(load_file(file))
-    for own_prefix, hf_prefix in engine._HF_RENAME.items():
+    for own_prefix, hf_prefix in engine.HF_RENAME.items():
         state = {(own_prefix + k[len(hf_prefix):] if k.startswith(hf_prefix) else k): v for k, v in state.items()}
     own = engine.module.state_dict()
     if "lm_head.weight" in own and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:

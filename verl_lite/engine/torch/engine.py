@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from verl_lite.config.roles import SECTION
+from verl_lite.decisions import fsdp_settings
 from verl_lite.decisions.layout import ulysses_setting
 from verl_lite.engine.base import BaseEngine, LossFn
 from verl_lite.engine.hf_export import check_hf_model_possible
@@ -91,7 +92,7 @@ class TorchLMEngine(BaseEngine):
         self.dp_rank, self.dp_size = 0, 1
         self.sharded = False
         # fsdp_config's dtypes (engine/torch/fsdp_policy.py); `sharding` is set when fully_shard ran
-        self.precision = fsdp_policy.resolve_precision(self.engine_config.fsdp_config, role, device)
+        self.precision = fsdp_settings.resolve_precision(self.engine_config.fsdp_config, role, device)
         self.sharding: Optional[fsdp_policy.Sharding] = None
         # <role>.ulysses_sequence_parallel_size > 1 (engine/torch/ulysses.py)
         self.sp: Optional[SequenceParallel] = None
@@ -133,7 +134,7 @@ class TorchLMEngine(BaseEngine):
         fsdp_policy.cast_buffers(module, self.precision)
         fsdp_cfg = self.engine_config.fsdp_config
         multi_rank = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        if multi_rank or self.precision.mixed or fsdp_policy.cpu_offload(fsdp_cfg, self.role, self.device):
+        if multi_rank or self.precision.mixed or fsdp_settings.cpu_offload(fsdp_cfg, self.role, self.device):
             if not multi_rank:  # FSDP2 applies its policies to fully_shard'ed modules only (verl shards 1 rank too)
                 fsdp_policy.ensure_one_rank_group(self.device, self.role)
             self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
@@ -163,9 +164,9 @@ class TorchLMEngine(BaseEngine):
         fsdp_cfg = self.engine_config.fsdp_config
         world = dist.get_world_size()  # FSDP shards over every rank (verl: its mesh is the whole world)
         self.sharding = fsdp_policy.shard(module, fsdp_cfg, self.precision,
-                                          fsdp_policy.cpu_offload(fsdp_cfg, self.role, self.device),
+                                          fsdp_settings.cpu_offload(fsdp_cfg, self.role, self.device),
                                           torch_device(self.device).type, world)
-        logger.info("%s: %s, %d wrapped modules; %s", self.role, fsdp_policy.describe_mesh(fsdp_cfg.fsdp_size, world),
+        logger.info("%s: %s, %d wrapped modules; %s", self.role, fsdp_settings.describe_mesh(fsdp_cfg.fsdp_size, world),
                     self.sharding.wrapped, self.precision.describe())
         self.sharded = True
         return module
@@ -344,7 +345,7 @@ class TorchLMEngine(BaseEngine):
     # -- checkpoints ---------------------------------------------------------------------------
 
     # the critic's value head is HF's token-classification `score`
-    _HF_RENAME: Dict[str, str] = {}
+    HF_RENAME: Dict[str, str] = {}
 
     def save_hf_model(self, path: str, strict: bool = True, state: Optional[Dict[str, torch.Tensor]] = None
                       ) -> Optional[str]:
@@ -385,7 +386,7 @@ class TorchValueEngine(TorchLMEngine):
     """The critic: the LM's decoder stack with a scalar head (`ValueHeadModel`); outputs values (B, R)."""
 
     model_type = "value_model"
-    _HF_RENAME = {"value_head.": "score."}
+    HF_RENAME = {"value_head.": "score."}
 
     def _build_module(self) -> nn.Module:
         lm = build_causal_lm(self.model_config)

@@ -11,9 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-# the settings' meaning, also under this module's name for the engine and its tests
-from verl_lite.decisions.fsdp_settings import (Precision, _as_dict, cpu_offload, describe_mesh,  # noqa: F401
-                                               mesh_shape, phase_offload, precision_problems, resolve_precision)
+from verl_lite.decisions.fsdp_settings import Precision, mesh_shape, settings_dict
 from verl_lite.device import DIST_BACKENDS, init_one_rank_group
 
 logger = logging.getLogger(__name__)
@@ -56,7 +54,7 @@ def wrap_targets(module, wrap_policy: Any) -> List[Any]:
     """The modules that get their own fully_shard (the root comes last, separately), in module order."""
     import torch.nn as nn
 
-    policy = _as_dict(wrap_policy)
+    policy = settings_dict(wrap_policy)
     min_params = int(policy.get("min_num_params", 0) or 0)
     if min_params > 0:
         return _size_targets(module, min_params)

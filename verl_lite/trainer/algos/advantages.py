@@ -78,8 +78,8 @@ def compute_advantage(algorithm: Any, token_level_rewards: torch.Tensor, respons
     gae: values, gamma, lam. grpo and grpo_vectorized: index, norm_adv_by_std_in_grpo (verl's trainer
     passes the latter only to grpo and grpo_vectorized always normalises; here it applies to both, so
     the setting is never ignored). Every other estimator: token_level_rewards, response_mask, config (the
-    algorithm section), index, reward_baselines when given, and by what it declared (`needs`): with
-    sum_pi_squared (the optimal token baselines) also old_log_probs, sum_pi_squared and rollout_is_weights
+    algorithm section), index, reward_baselines when given, and by what it declared (`needs`): with values
+    the critic's values; with sum_pi_squared (the optimal token baselines) also old_log_probs, sum_pi_squared and rollout_is_weights
     (None without rollout correction's IS weights); with reward_components (gdpo) also reward_components
     (the reward's extra info, per-response lists by key), response_lengths (from the attention mask) and
     norm_adv_by_std_in_grpo (verl's gdpo always normalises: as for grpo_vectorized, the setting applies).
@@ -98,6 +98,8 @@ def compute_advantage(algorithm: Any, token_level_rewards: torch.Tensor, respons
     if reward_baselines is not None:
         kwargs["reward_baselines"] = reward_baselines
     needs = estimator_needs(name)  # what the estimator declared, a user's own too
+    if "values" in needs:
+        kwargs["values"] = values
     if "sum_pi_squared" in needs:
         kwargs.update(old_log_probs=old_log_probs, sum_pi_squared=sum_pi_squared,
                       rollout_is_weights=rollout_is_weights)

@@ -31,9 +31,7 @@ from verl_lite.trainer.algos import policy_losses
 from verl_lite.trainer.algos.policy_losses import PolicyLossInput
 from verl_lite.trainer.core_algos import agg_loss, masked_mean, masked_sum
 
-from verl_lite.decisions.rollout_correction import (IS_LEVELS, LOSS_TYPES, RS_OPTIONS, SAFETY_BOUND,  # noqa: F401
-                                                    active, needs_rollout_log_probs, parse_is_threshold, parse_rs,
-                                                    rollout_correction_problems, validate)
+from verl_lite.decisions.rollout_correction import IS_LEVELS, SAFETY_BOUND, parse_is_threshold, parse_rs
 
 
 def _std(values: torch.Tensor, mask: torch.Tensor, lo: float, hi: float) -> float:
