@@ -11,7 +11,6 @@ that `python -m verl_lite.main` prints.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
@@ -317,15 +316,14 @@ class _Job:
 
 
 def with_lr_schedule(typed_cfg: Any, steps: int) -> Any:
-    """The typed config with the actor's and the critic's unset optim.total_training_steps (<= 0) set to
-    `steps` (lr_schedule_steps); the run's own config stays as the user composed it."""
-    def filled(section: Any) -> Any:
-        if int(section.optim.total_training_steps) > 0:
-            return section
-        return dataclasses.replace(section, optim=dataclasses.replace(section.optim, total_training_steps=steps))
-
-    arr = dataclasses.replace(typed_cfg.actor_rollout_ref, actor=filled(typed_cfg.actor_rollout_ref.actor))
-    return dataclasses.replace(typed_cfg, actor_rollout_ref=arr, critic=filled(typed_cfg.critic))
+    """The workers' typed config (a tree `to_dataclass` built for them) with the actor's and the critic's
+    unset optim.total_training_steps (<= 0) set to `steps` (lr_schedule_steps), in place: only those two
+    fields are read and written, so the run's read tracking still sees which keys a run reads; the run's
+    own config stays as the user composed it."""
+    for section in (typed_cfg.actor_rollout_ref.actor, typed_cfg.critic):
+        if int(section.optim.total_training_steps) <= 0:
+            section.optim.total_training_steps = steps
+    return typed_cfg
 
 
 def _fit_sync(job: _Job, typed_cfg: Any, tracking: Any, stop: Any) -> list:
