@@ -141,7 +141,13 @@ vl_quote() {
   fi
 }
 
-vl_is_secret() { [[ ${1^^} == *KEY* || ${1^^} == *TOKEN* || ${1^^} == *SECRET* || ${1^^} == *PASSWORD* ]]; }
+# A name with KEY, TOKEN (not TOKENIZER: TOKENIZERS_PARALLELISM is a switch), SECRET or PASSWORD, as
+# verl_lite/secrets.py reads it.
+vl_is_secret() {
+  local name=${1^^}
+  local tokens=${name//TOKENIZER/}
+  [[ $name == *KEY* || $tokens == *TOKEN* || $name == *SECRET* || $name == *PASSWORD* ]]
+}
 
 # ------------------------------------------------------------------------------ device, backend
 

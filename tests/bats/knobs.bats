@@ -48,6 +48,15 @@ setup() { common_setup; }
   [[ $stderr != *s3cr3t* ]] || fail "a secret reached stderr"
 }
 
+@test "a TOKENIZER switch is not a secret: its value shows in the dry run, as verl_lite/secrets.py reads the names" {
+  run_script DRY_RUN=1 DEVICE=cuda TOKENIZERS_PARALLELISM=false MY_TOKENIZER_TOKEN=tk_s3cr3t bash "$S35"
+  assert_success
+  assert_line "# env from the caller: TOKENIZERS_PARALLELISM=false"
+  assert_line "# env from the caller: MY_TOKENIZER_TOKEN=<masked>"
+  refute_output --partial "s3cr3t"
+  [[ $stderr != *s3cr3t* ]] || fail "a secret reached stderr"
+}
+
 @test "a secret still reaches the training process unmasked" {
   run_script DEVICE=cuda HF_TOKEN=hf_s3cr3t bash "$S35"
   assert_success
