@@ -24,7 +24,7 @@ pass, and the preflight's answer (this module) is what decides. Nothing outside 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite.config import roles
@@ -275,10 +275,6 @@ def groups_clash(have: Layout, want: Layout) -> Dict[str, Tuple[int, int]]:
     pairs = {"tensor_model_parallel_size": (have.tp, want.tp), "pipeline_model_parallel_size": (have.pp, want.pp),
              "context_parallel_size": (have.cp, want.cp)}
     return {name: pair for name, pair in pairs.items() if pair[0] != pair[1]}
-
-
-def with_fsdp_shard(layout: Layout, shard: int) -> Layout:
-    return replace(layout, fsdp_shard=shard)
 
 
 def checkpoint_mismatch(part: str, saved: Optional[Dict[str, Any]], current: Dict[str, Any], role: str,

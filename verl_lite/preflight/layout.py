@@ -298,9 +298,9 @@ def moe_sequence_parallel_problems(view: RoleView) -> List[str]:
 
 def rollout_tp_problems(cfg: Any) -> List[str]:
     """A rollout TP group must fit in one node (its own devices in fully-async)."""
-    tp, pool = rollout_layout(cfg).tp, train_pool(cfg)
-    if rollout_pool(cfg).per_node > 0:  # fully-async: rollout has its own devices
-        pool = rollout_pool(cfg)
+    tp, pool = rollout_layout(cfg).tp, rollout_pool(cfg)
+    if pool.per_node <= 0:  # the rollout shares the training devices (fully-async: it has its own)
+        pool = train_pool(cfg)
     per_node, key = pool.per_node, pool.keys[1]
     if tp >= 1 and per_node >= 1 and per_node % tp:
         return [

@@ -19,7 +19,7 @@ from verl_lite.config.devices import ASSUMED, DEVICE_MEMORY, RESERVE_GIB, match_
 from verl_lite.decisions import fsdp_settings
 from verl_lite.decisions import memory as m
 from verl_lite.decisions import memory_step as ms
-from verl_lite.decisions.layout import Layout, rollout_layout, train_world, with_fsdp_shard
+from verl_lite.decisions.layout import Layout, rollout_layout, train_world
 from verl_lite.decisions.micro_batch import micro_batch_size
 from verl_lite.decisions.switches import switch
 from verl_lite.preflight.roles import RoleView, role_views
@@ -87,7 +87,7 @@ def _layout(view: RoleView) -> Layout:
         shard = fsdp_settings.mesh_shape(view.section.fsdp_config.fsdp_size, lay.world // max(1, lay.sp))[1]
     except ValueError:
         shard = lay.world
-    return with_fsdp_shard(lay, shard)
+    return replace(lay, fsdp_shard=shard)
 
 
 def _micro(cfg: Any, view: RoleView, update: bool, dp: int) -> Tuple[int, int]:

@@ -186,6 +186,7 @@ def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
                     f"vllm-ascend's wake_up refuses weights in FRACTAL_NZ format (it raises unless {key}={want}), "
                     f"and the in-place weight sync needs them in ND format; remove the key (verl_lite sets "
                     f"{key}={want}) or set it to {want}")
+    layout = rollout_section_layout(rollout)
     for key, value in vllm_kwargs(rollout).items():
         if key not in OWN_SETTINGS:
             continue
@@ -195,12 +196,12 @@ def engine_kwarg_problems(rollout: Any, model: Any, device: str) -> List[str]:
             if own is not None and own != value:
                 problems.append(f"{name}={value} and actor_rollout_ref.rollout.{ENGINE_ALIASES[key]}={own} differ: both set "
                                 f"vLLM's {key}; keep one of them")
-        elif key in SAME_VALUE or rollout_section_layout(rollout).same_value(key) is not None:
+        elif key in SAME_VALUE or layout.same_value(key) is not None:
             if key in SAME_VALUE:
                 section, attr = SAME_VALUE[key]
                 where, own = f"actor_rollout_ref.{section}.{attr}", getattr(rollout if section == "rollout" else model, attr)
             else:
-                where, own = rollout_section_layout(rollout).same_value(key)
+                where, own = layout.same_value(key)
             if own != value:
                 problems.append(f"{name}={value}: set it with {where} (now {own}); the "
                                 "engine argument is accepted only equal to it")

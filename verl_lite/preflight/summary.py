@@ -31,11 +31,11 @@ from verl_lite.secrets import mask_env, redact
 def summarize(cfg: Any) -> str:
     """What the run would do: device, layouts, engine classes, repatch dicts, worker env."""
     device = devices.resolve_device(cfg.trainer.device)
-    t = cfg.trainer
+    t, pool = cfg.trainer, train_pool(cfg)
     batch, n = step_prompts(cfg), cfg.actor_rollout_ref.rollout.n
     lines = [
         f"target device : {device} (trainer.device={t.device})",
-        f"devices       : {train_pool(cfg).nodes} node(s) x {train_pool(cfg).per_node} = {train_world(cfg)}",
+        f"devices       : {pool.nodes} node(s) x {pool.per_node} = {pool.world}",
         f"algorithm     : {cfg.algorithm.adv_estimator}, {batch} prompts x n {n} = {batch * n} sequences per step",
         _model_line(cfg),
     ]
