@@ -14,6 +14,10 @@
 # that the launcher adds, pass it without the `+`).
 # Errors go to stderr as `verl_lite: <what> (<allowed values or fix>)` with exit status 1.
 
+# verl's script variable names and per-device environment: vl_verl_names, vl_device_env
+# shellcheck source=launch/verl_names.sh
+source "$(dirname -- "${BASH_SOURCE[0]}")/verl_names.sh"
+
 # ------------------------------------------------------------------------------ messages
 
 vl_log() { printf '[%(%H:%M:%S)T] verl_lite: %s\n' -1 "$*" >&2; }
@@ -38,7 +42,11 @@ vl_knobs() {
     LOGGER PROJECT_NAME EXPERIMENT_NAME TOTAL_EPOCHS TOTAL_STEPS SAVE_FREQ TEST_FREQ
     ASYNC ASYNC_TRAINING ROLLOUT_NNODES ROLLOUT_NDEVICES_PER_NODE
     STALENESS_THRESHOLD TRIGGER_PARAMETER_SYNC_STEP PARTIAL_ROLLOUT
-    CUDA_DEVICE_MAX_CONNECTIONS HCCL_CONNECT_TIMEOUT HCCL_BUFFSIZE
+    SAVE_PATH ACTOR_VPP VLLM_MAX_MODEL_LEN
+    ROLLOUT_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE REF_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE
+    CUDA_DEVICE_MAX_CONNECTIONS HCCL_CONNECT_TIMEOUT HCCL_BUFFSIZE CPU_AFFINITY_CONF OMP_NUM_THREADS
+    PYTORCH_NPU_ALLOC_CONF USE_OPTIMIZED_MODEL TASK_QUEUE_ENABLE COMBINED_ENABLE TOKENIZERS_PARALLELISM
+    RAY_DEDUP_LOGS VLLM_ASCEND_ENABLE_NZ VLLM_ALLREDUCE_USE_SYMM_MEM
     RAY_PORT HEAD_ADDRESS NODE_IP RAY
   )
 }
@@ -66,6 +74,7 @@ vl_warn_typos() {
   local name upper knob len
   local -A known=() bylen=()
   vl_knobs
+  for knob in "${VL_VERL_READ[@]}"; do known[$knob]=1; done
   for knob in "${VL_KNOBS[@]}"; do
     known[$knob]=1
     ((${#knob} >= 5)) && bylen[${#knob}]+=" $knob"
@@ -176,17 +185,6 @@ vl_resolve_backend() {
   esac
 }
 
-# Device-specific environment; a value the caller exported wins. Fills VL_ENV (NAME=VALUE).
-vl_device_env() {
-  VL_ENV=()
-  if [[ $VL_DEVICE == npu ]]; then
-    # MindSpeed needs one device connection queue with TP/CP; HCCL defaults for large runs.
-    VL_ENV+=("CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}")
-    VL_ENV+=("HCCL_CONNECT_TIMEOUT=${HCCL_CONNECT_TIMEOUT:-5400}")
-    VL_ENV+=("HCCL_BUFFSIZE=${HCCL_BUFFSIZE:-300}")
-  fi
-}
-
 # ------------------------------------------------------------------------------ defaults, checks
 
 # Values shared by the model scripts; a script's own `${VAR:-...}` block ran before and wins.
@@ -227,6 +225,11 @@ vl_validate() {
   [[ -n ${TOTAL_STEPS:-} ]] && sizes+=(TOTAL_STEPS)
   [[ $ASYNC_TRAINING == True ]] && sizes+=(ROLLOUT_NNODES ROLLOUT_NDEVICES_PER_NODE TRIGGER_PARAMETER_SYNC_STEP)
   for name in "${sizes[@]}"; do vl_int "$name" 1 || ok=0; done
+  for name in ROLLOUT_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE REF_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE VLLM_MAX_MODEL_LEN; do
+    [[ -z ${!name:-} ]] || vl_int "$name" 1 || ok=0
+  done
+  # verl's ACTOR_VPP=null (its script's default) means no virtual pipeline
+  [[ ${ACTOR_VPP:-null} == null ]] || vl_int ACTOR_VPP 1 || ok=0
   vl_int SAVE_FREQ -1 || ok=0
   vl_int TEST_FREQ -1 || ok=0
   [[ $ASYNC_TRAINING == True ]] && { vl_fraction STALENESS_THRESHOLD || ok=0; }
@@ -353,6 +356,8 @@ vl_args_backend() {
       "actor_rollout_ref.$role.megatron.expert_tensor_parallel_size=$ETP"
       "actor_rollout_ref.$role.megatron.param_offload=$ALL_OFFLOAD"
     )
+    [[ ${ACTOR_VPP:-null} == null ]] ||
+      VL_ARGS+=("actor_rollout_ref.$role.megatron.virtual_pipeline_model_parallel_size=$ACTOR_VPP")
     [[ $role == actor ]] && VL_ARGS+=(
       "actor_rollout_ref.actor.megatron.grad_offload=$ALL_OFFLOAD"
       "actor_rollout_ref.actor.megatron.optimizer_offload=$ALL_OFFLOAD"
@@ -394,6 +399,14 @@ vl_args_model() {
   # verl's defaults (1 = off) are left out of the command
   ((ROLLOUT_DP == 1)) || VL_ARGS+=("actor_rollout_ref.rollout.data_parallel_size=$ROLLOUT_DP")
   ((ROLLOUT_EP == 1)) || VL_ARGS+=("actor_rollout_ref.rollout.expert_parallel_size=$ROLLOUT_EP")
+  # set by the caller (or verl's name) or the model script; unset, verl_lite's defaults apply
+  local knob key
+  for knob in SAVE_PATH:trainer.default_local_dir VLLM_MAX_MODEL_LEN:actor_rollout_ref.rollout.max_model_len \
+    ROLLOUT_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE:actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu \
+    REF_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE:actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu; do
+    key=${knob#*:} knob=${knob%%:*}
+    [[ -z ${!knob:-} ]] || VL_ARGS+=("$key=${!knob}")
+  done
   return 0
 }
 
@@ -415,6 +428,7 @@ vl_print_dry_run() {
   ((ROLLOUT_EP == 1)) || layout+=" EP=$ROLLOUT_EP"
   [[ $ASYNC_TRAINING == True ]] && layout+=" on ${ROLLOUT_NNODES}x$ROLLOUT_NDEVICES_PER_NODE rollout devices"
   printf '# layout: %sx%s devices %s\n' "$NNODES" "$NDEVICES_PER_NODE" "$layout"
+  vl_print_verl_notes
   for word in "${VL_ENV[@]}"; do ours[${word%%=*}]=1; done
   while IFS= read -r name; do
     [[ -n ${ours[$name]:-} ]] && continue
@@ -456,6 +470,7 @@ vl_main() {
   vl_bool USE_MINDSPEED_BRIDGE || true
   vl_bool DRY_RUN || true
   vl_bool CHECK || true
+  vl_verl_names "$@"
   ((${#VL_ERRORS[@]} == 0)) || vl_die "${VL_ERRORS[@]}"
   vl_warn_typos
 
@@ -477,7 +492,8 @@ vl_main() {
   vl_args_device
   vl_args_backend
   vl_args_model
-  VL_ARGS+=("$@")
+  [[ -v VL_SCRIPT_ARGS ]] || VL_SCRIPT_ARGS=()
+  VL_ARGS+=("${VL_SCRIPT_ARGS[@]}" "${VL_USER_ARGS[@]}")
   vl_device_env
 
   if [[ $DRY_RUN == True ]]; then

@@ -7,6 +7,10 @@
 - Tokenizer, NCCL (cuda) and HCCL (npu) log and port settings are defaults.
 - A variable the user already exported wins: its value is forwarded instead of ours, so workers
   on other nodes see it too.
+- The launcher's environment (verl's per-device variables, launch/verl_names.sh vl_device_env) is
+  forwarded as the launcher exported it: VERL_LITE_LAUNCHER_ENV names each variable and where its
+  value came from (`NAME:verl_lite` its default, `NAME:caller` the caller's), so a Ray worker on any
+  node sees what the launching shell had.
 
 - `ray_init.runtime_env` (verl: `ray_kwargs.ray_init.runtime_env.*`) is merged in: its keys
   (py_executable, working_dir, pip, ...) are passed to Ray as they are, and its env_vars win over
@@ -106,7 +110,27 @@ def _own_env(cfg: Any, device: str, gpu_capability: Optional[Tuple[int, int]],
     for key in env:
         if key in environ:
             env[key] = environ[key]
+    env.update({name: value for name, (value, _) in launcher_env(environ).items()})
     return env
+
+
+LAUNCHER_ENV = "VERL_LITE_LAUNCHER_ENV"
+LAUNCHER_ORIGINS = ("verl_lite", "caller")
+
+
+def launcher_env(environ: Mapping[str, str] = os.environ) -> Dict[str, Tuple[str, str]]:
+    """The variables the launcher set, from VERL_LITE_LAUNCHER_ENV (`NAME:origin ...`): name -> (value,
+    origin), origin `verl_lite` (the launcher's default, as verl's scripts export it) or `caller`.
+    A listed name no longer in the environment is left out (the process that unset it decided)."""
+    found: Dict[str, Tuple[str, str]] = {}
+    for word in environ.get(LAUNCHER_ENV, "").split():
+        name, _, origin = word.partition(":")
+        if origin not in LAUNCHER_ORIGINS:
+            raise ValueError(f"{LAUNCHER_ENV} entry {word!r}: expected NAME:origin with origin one of "
+                             f"{', '.join(LAUNCHER_ORIGINS)} (launch/verl_names.sh writes it; unset it to run without)")
+        if name in environ:
+            found[name] = (environ[name], origin)
+    return found
 
 
 def user_runtime_env(cfg: Any) -> Dict[str, Any]:

@@ -22,6 +22,8 @@ set -euo pipefail
 REPO_ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
 
 VL_MODEL=Qwen3.5-122B-A10B
+# verl's script this one follows; its variable names are honoured here (launch/verl_names.tsv)
+VL_VERL_TWIN=examples/grpo_trainer/run_qwen3_5_122b_a10b_megatron.sh
 HF_MODEL_PATH=${HF_MODEL_PATH:-${MODEL_ROOT:-$HOME/models}/Qwen3.5-122B-A10B}
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
 TRAIN_FILES=${TRAIN_FILES:-$DATA_DIR/train.parquet}
@@ -38,10 +40,18 @@ device_layout() {
     npu)
       NNODES=${NNODES:-4} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-16}
       TP=${TP:-2} PP=${PP:-4} CP=${CP:-1} EP=${EP:-16} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-16}
+      # verl's per-device values (its script :128-131); 0.6 is the launcher's default memory share too
+      ROLLOUT_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE=${ROLLOUT_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE:-4}
+      REF_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE=${REF_LOG_PROB_MICRO_BATCH_SIZE_PER_DEVICE:-4}
+      VLLM_MAX_MODEL_LEN=${VLLM_MAX_MODEL_LEN:-8192}
       ;;
     *)
       NNODES=${NNODES:-4} NDEVICES_PER_NODE=${NDEVICES_PER_NODE:-8}
       TP=${TP:-2} PP=${PP:-2} CP=${CP:-1} EP=${EP:-8} ETP=${ETP:-1} ROLLOUT_TP=${ROLLOUT_TP:-8}
+      # verl's gpu values (its script :118-121): log-prob micro batches of 1 are verl_lite's default
+      # (the actor's micro batch); on cpu the memory share is of host RAM, so it keeps the cpu default
+      VLLM_MAX_MODEL_LEN=${VLLM_MAX_MODEL_LEN:-15768}
+      if [[ $1 == cuda ]]; then ROLLOUT_GPU_MEMORY_UTILIZATION=${ROLLOUT_GPU_MEMORY_UTILIZATION:-0.66}; fi
       ;;
   esac
 }

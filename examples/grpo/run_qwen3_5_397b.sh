@@ -24,6 +24,8 @@ set -euo pipefail
 REPO_ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd)
 
 VL_MODEL=Qwen3.5-397B-A17B
+# verl's script this one follows; its variable names are honoured here (launch/verl_names.tsv)
+VL_VERL_TWIN=examples/grpo_trainer/run_qwen3_5_397b_megatron.sh
 HF_MODEL_PATH=${HF_MODEL_PATH:-${MODEL_ROOT:-$HOME/models}/Qwen3.5-397B-A17B}
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
 TRAIN_FILES=${TRAIN_FILES:-$DATA_DIR/train.parquet}

@@ -24,7 +24,8 @@ from verl_lite.preflight.bridge import choose_role_bridge, role_stack, vision_to
 from verl_lite.preflight.memory import summary_lines as memory_lines
 from verl_lite.preflight.roles import RoleView, role_views
 from verl_lite.preflight.rollout import rollout_summary
-from verl_lite.runtime_env import describe_ray, get_runtime_env, needs_max_connections, query_gpu_capability, uses_megatron
+from verl_lite.runtime_env import (describe_ray, get_runtime_env, launcher_env, needs_max_connections,
+                                   query_gpu_capability, uses_megatron)
 from verl_lite.secrets import mask_env, redact
 
 
@@ -83,6 +84,7 @@ def summarize(cfg: Any) -> str:
     runtime_env = get_runtime_env(cfg, device, gpu_capability=capability)
     env = mask_env(runtime_env.pop("env_vars"))
     lines.append("runtime env   : " + redact(" ".join(f"{k}={v}" for k, v in sorted(env.items()))))
+    lines += _launcher_env_lines(device)
     if runtime_env:  # the run's ray_init.runtime_env keys besides env_vars, passed to Ray as they are
         lines.append(f"{'':16}" + redact("; ".join(f"{k}={v}" for k, v in sorted(runtime_env.items()))))
     if device == "cuda" and uses_megatron(cfg) and capability is None:
@@ -95,6 +97,21 @@ def summarize(cfg: Any) -> str:
             f"{'':16}(CUDA_DEVICE_MAX_CONNECTIONS=1: megatron on compute capability {capability[0]}.{capability[1]})"
         )
     return "\n".join(lines)
+
+
+def _launcher_env_lines(device: str) -> List[str]:
+    """Which of verl's per-device variables the launcher set (docs/ascend.md) and where each came from."""
+    passed = launcher_env()
+    if not passed:
+        return [f"{'':16}(Ascend env: none from the launcher; the examples/ scripts export verl's Ascend "
+                "variables, or export them yourself: docs/ascend.md)"] if device == "npu" else []
+    label = "Ascend env" if device == "npu" else "launcher env"
+    lines = []
+    for origin, said in (("verl_lite", "launcher defaults, as verl's scripts"), ("caller", "from the caller")):
+        values = mask_env({k: v for k, (v, o) in sorted(passed.items()) if o == origin})
+        if values:
+            lines.append(f"{'':16}({label}, {said}: {' '.join(f'{k}={v}' for k, v in values.items())})")
+    return lines
 
 
 def _stack_lines(cfg: Any, views: List[RoleView]) -> List[str]:
