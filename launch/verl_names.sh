@@ -65,12 +65,12 @@ vl_verl_engine() {
 # arguments less a consumed positional), VL_VERL_READ (names honoured here, for the typo warning)
 # and VL_VERL_FROM (what each verl name set, for the dry run); errors go to VL_ERRORS.
 vl_verl_names() {
-  local name twins how knob why id=${BASH_SOURCE[-1]##*/}
+  local name twins how knob id=${BASH_SOURCE[-1]##*/}
   id=${id%.sh}
   VL_USER_ARGS=("$@") VL_VERL_READ=() VL_VERL_FROM=()
   declare -gA VL_VERL_SET=()
   [[ -n ${VL_VERL_TWIN:-} ]] || return 0
-  while IFS=$'\t' read -r name twins how knob why; do
+  while IFS=$'\t' read -r name twins how knob _; do
     [[ $name == '#'* ]] && continue
     VL_VERL_READ+=("$name")
     # a knob's verl name is honoured on every script with a twin; the others only where it reads them

@@ -114,6 +114,6 @@ device_of() {
   assert_line "CUDA_DEVICE_MAX_CONNECTIONS=1 \\"
   assert_line "HCCL_CONNECT_TIMEOUT=5400 \\"
   run_script DRY_RUN=1 DEVICE=cuda bash "$S35"
-  refute_output --partial "CUDA_DEVICE_MAX_CONNECTIONS"
+  refute_line --partial "CUDA_DEVICE_MAX_CONNECTIONS="
   refute_output --partial "HCCL_"
 }
