@@ -123,3 +123,68 @@ def test_the_check_summary_shows_the_runs_runtime_env():
     lines = summarize(cfg).splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("runtime env   :"))
     assert "MY_FLAG=1" in lines[at] and lines[at + 1].strip() == "py_executable=uv run --frozen"
+
+
+# ---------------------------------------------------------------- the launcher's environment
+
+LAUNCHED = {"CPU_AFFINITY_CONF": "1", "HCCL_BUFFSIZE": "200", "TOKENIZERS_PARALLELISM": "false",
+            "VERL_LITE_LAUNCHER_ENV": "CPU_AFFINITY_CONF:verl_lite HCCL_BUFFSIZE:caller TOKENIZERS_PARALLELISM:verl_lite"}
+
+
+def test_the_launchers_variables_are_read_with_their_origin():
+    from verl_lite.runtime_env import launcher_env
+
+    assert launcher_env(LAUNCHED) == {"CPU_AFFINITY_CONF": ("1", "verl_lite"), "HCCL_BUFFSIZE": ("200", "caller"),
+                                      "TOKENIZERS_PARALLELISM": ("false", "verl_lite")}
+    assert launcher_env({}) == {}
+    unset = {"VERL_LITE_LAUNCHER_ENV": "OMP_NUM_THREADS:verl_lite"}  # listed, then unset by the caller
+    assert launcher_env(unset) == {}
+
+
+def test_a_malformed_launcher_list_names_the_entry_and_the_origins():
+    from verl_lite.runtime_env import launcher_env
+
+    with pytest.raises(ValueError, match=r"'OMP_NUM_THREADS': expected NAME:origin with origin one of verl_lite, caller"):
+        launcher_env({"VERL_LITE_LAUNCHER_ENV": "OMP_NUM_THREADS", "OMP_NUM_THREADS": "1"})
+
+
+def test_the_launchers_variables_go_to_the_workers_and_replace_verl_lites_defaults():
+    env = env_vars(MEGATRON, "npu", environ=LAUNCHED)
+    assert env["CPU_AFFINITY_CONF"] == "1" and env["HCCL_BUFFSIZE"] == "200"
+    assert env["TOKENIZERS_PARALLELISM"] == "false"  # verl's npu value, not verl_lite's own "true"
+    assert env["HCCL_HOST_SOCKET_PORT_RANGE"] == "auto"  # verl_lite's own npu defaults stay
+    assert "VERL_LITE_LAUNCHER_ENV" not in env
+
+
+def test_the_check_summary_says_which_ascend_variables_are_set_and_from_where(monkeypatch):
+    from verl_lite.preflight.summary import summarize
+
+    for name, value in LAUNCHED.items():
+        monkeypatch.setenv(name, value)
+    text = summarize(load_config(["trainer.device=npu"]))
+    assert "(Ascend env, launcher defaults, as verl's scripts: CPU_AFFINITY_CONF=1 TOKENIZERS_PARALLELISM=false)" in text
+    assert "(Ascend env, from the caller: HCCL_BUFFSIZE=200)" in text
+    monkeypatch.delenv("VERL_LITE_LAUNCHER_ENV")
+    assert "(Ascend env: none from the launcher;" in summarize(load_config(["trainer.device=npu"]))
+    assert "Ascend env" not in summarize(load_config(["trainer.device=cpu"]))
+
+
+def test_a_ray_worker_sees_the_launchers_variables(tmp_path_factory):
+    """The variables reach a worker through the runtime env alone: the driver's own environment
+    lacks them, so a worker that inherited it would not have them."""
+    import ray
+
+    assert not any(name in os.environ for name in LAUNCHED)
+    runtime_env = get_runtime_env(load_config(MEGATRON), "npu", environ=LAUNCHED)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
+             _temp_dir=os.environ.get("RAY_TMPDIR") or str(tmp_path_factory.mktemp("ray")))  # as conftest's ray_cluster
+    try:
+        @ray.remote
+        def read_env(names):
+            return {name: os.environ.get(name) for name in names}
+
+        seen = ray.get(read_env.remote(["CPU_AFFINITY_CONF", "HCCL_BUFFSIZE", "TOKENIZERS_PARALLELISM"]))
+    finally:
+        ray.shutdown()
+    assert seen == {"CPU_AFFINITY_CONF": "1", "HCCL_BUFFSIZE": "200", "TOKENIZERS_PARALLELISM": "false"}
