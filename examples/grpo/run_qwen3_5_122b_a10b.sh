@@ -10,6 +10,20 @@
 #   cuda (and cpu): 4 x 8  devices, TP=2 PP=2 CP=1 EP=8  ETP=1, rollout TP=8
 #   npu:            4 x 16 devices, TP=2 PP=4 CP=1 EP=16 ETP=1, rollout TP=16
 #
+# verl's script (examples/grpo_trainer/run_qwen3_5_122b_a10b_megatron.sh) and its variable names work here too:
+#   GEN_TP, train_files, test_files, nnodes, project_name, exp_name, adv_estimator, save_path, ACTOR_VPP,
+#   rollout_gpu_memory_utilization, rollout_/ref_log_prob_micro_batch_size_per_gpu, vllm_max_model_len (with verl's
+#   per-device defaults: npu 0.6 / 4 / 4 / 8192, cuda 0.66 / 1 / 1 / 15768), VERL_USE_UV, CUDA_VISIBLE_DEVICES
+#   (passed through) and the names verl_lite shares (TP, PP, ..., HF_MODEL_PATH, DEVICE).
+#   Both a verl name and its verl_lite knob set to different values is an error; the dry run says
+#   which name each value came from (launch/verl_names.tsv, docs/launcher.md). On DEVICE=npu the
+#   environment verl's scripts export is set too, each variable overridable (docs/ascend.md).
+#
+# Data: verl trains this model on Geometry3K (Qwen3.5 is a vision-language model); verl_lite defaults
+#   to GSM8K because Qwen3.5 with images on the vLLM rollout is not supported yet (prompts with
+#   images are refused: docs/rollout.md, docs/vl.md), and the preflight refuses TRAIN_FILES of
+#   Geometry3K rows for that reason rather than train on them without their images.
+#
 # Requirements:
 #   GPU:    CUDA 12, torch, megatron-core, vllm, this package (pip install -e .).
 #   Ascend: CANN 9, torch-npu, Megatron-LM 0.16.0, MindSpeed 0.16.0, Megatron-Bridge, vllm-ascend.

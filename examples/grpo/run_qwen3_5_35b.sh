@@ -10,6 +10,17 @@
 #   cuda (and cpu): 1 x 8  devices, TP=2 PP=1 CP=1 EP=8 ETP=1, rollout TP=8
 #   npu:            1 x 16 devices, TP=2 PP=2 CP=1 EP=8 ETP=1, rollout TP=8
 #
+# verl's script (examples/grpo_trainer/run_qwen3_5_35b_megatron.sh) and its variable names work here too:
+#   GEN_TP, train_path, test_path, VERL_USE_UV (0; 1 on cuda is refused), TP, PP, CP, EP, ETP, NDEVICES_PER_NODE, ALL_OFFLOAD, USE_MINDSPEED_BRIDGE, HF_MODEL_PATH, DEVICE (gpu = cuda).
+#   Both a verl name and its verl_lite knob set to different values is an error; the dry run says
+#   which name each value came from (launch/verl_names.tsv, docs/launcher.md). On DEVICE=npu the
+#   environment verl's scripts export is set too, each variable overridable (docs/ascend.md).
+#
+# Data: verl trains this model on Geometry3K (Qwen3.5 is a vision-language model); verl_lite defaults
+#   to GSM8K because Qwen3.5 with images on the vLLM rollout is not supported yet (prompts with
+#   images are refused: docs/rollout.md, docs/vl.md), and the preflight refuses TRAIN_FILES of
+#   Geometry3K rows for that reason rather than train on them without their images.
+#
 # Requirements:
 #   GPU:    CUDA 12, torch, megatron-core, vllm, this package (pip install -e .).
 #   Ascend: CANN 9, torch-npu, Megatron-LM 0.16.0, MindSpeed 0.16.0, Megatron-Bridge, vllm-ascend.

@@ -12,6 +12,18 @@
 #   (the rollout's experts spread over all its ranks, as verl's script: TP 8 alone holds 92 GiB of
 #   vLLM weights per GPU)
 #
+# verl's script (examples/grpo_trainer/run_qwen3_5_397b_megatron.sh) and its variable names work here too:
+#   GEN_TP, GEN_DP, GEN_EP, train_path, test_path, nnodes, save_path, CUDA_VISIBLE_DEVICES (passed through)
+#   and the names verl_lite shares (TP, PP, ..., HF_MODEL_PATH, DEVICE).
+#   Both a verl name and its verl_lite knob set to different values is an error; the dry run says
+#   which name each value came from (launch/verl_names.tsv, docs/launcher.md). On DEVICE=npu the
+#   environment verl's scripts export is set too, each variable overridable (docs/ascend.md).
+#
+# Data: verl trains this model on Geometry3K (Qwen3.5 is a vision-language model); verl_lite defaults
+#   to GSM8K because Qwen3.5 with images on the vLLM rollout is not supported yet (prompts with
+#   images are refused: docs/rollout.md, docs/vl.md), and the preflight refuses TRAIN_FILES of
+#   Geometry3K rows for that reason rather than train on them without their images.
+#
 # Requirements:
 #   GPU:    CUDA 12, torch, megatron-core, vllm, this package (pip install -e .).
 #   Ascend: CANN 9, torch-npu, Megatron-LM 0.16.0, MindSpeed 0.16.0, Megatron-Bridge, vllm-ascend.
