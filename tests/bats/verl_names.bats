@@ -151,25 +151,25 @@ dry() {
   refute_output --partial default_local_dir
 }
 
-@test "rollout_gpu_memory_utilization: the vLLM memory share (ROLLOUT_GPU_MEMORY_UTILIZATION)" {
-  dry "$S122" DEVICE=npu rollout_gpu_memory_utilization=0.5
-  assert_line "  actor_rollout_ref.rollout.gpu_memory_utilization=0.5 \\"
-  dry "$S122" DEVICE=cuda
-  assert_line "  actor_rollout_ref.rollout.gpu_memory_utilization=0.66 \\"
+# per_device NAME VALUE KEY DEVICE DEFAULT: on the 122B script verl's NAME=VALUE gives KEY=VALUE (npu),
+# and unset, DEVICE gets verl's per-device DEFAULT.
+per_device() {
+  dry "$S122" DEVICE=npu "$1=$2"
+  assert_line --regexp "^  ${3//./\\.}=$2( \\\\)?$"
+  dry "$S122" DEVICE="$4"
+  assert_line --regexp "^  ${3//./\\.}=$5( \\\\)?$"
+}
+
+@test "rollout_gpu_memory_utilization: the vLLM memory share (ROLLOUT_GPU_MEMORY_UTILIZATION); verl's cuda 0.66" {
+  per_device rollout_gpu_memory_utilization 0.5 actor_rollout_ref.rollout.gpu_memory_utilization cuda 0.66
 }
 
 @test "rollout_log_prob_micro_batch_size_per_gpu: its rollout key; verl's npu default 4" {
-  dry "$S122" DEVICE=npu rollout_log_prob_micro_batch_size_per_gpu=2
-  assert_line "  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2 \\"
-  dry "$S122" DEVICE=npu
-  assert_line "  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4 \\"
+  per_device rollout_log_prob_micro_batch_size_per_gpu 2 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu npu 4
 }
 
 @test "ref_log_prob_micro_batch_size_per_gpu: its ref key; verl's npu default 4" {
-  dry "$S122" DEVICE=npu ref_log_prob_micro_batch_size_per_gpu=2
-  assert_line "  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2"
-  dry "$S122" DEVICE=npu
-  assert_line "  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"
+  per_device ref_log_prob_micro_batch_size_per_gpu 2 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu npu 4
 }
 
 @test "vllm_max_model_len: rollout.max_model_len; verl's defaults 15768 (gpu) and 8192 (npu)" {
