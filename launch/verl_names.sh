@@ -45,7 +45,7 @@ vl_verl_ngpus() {
 # The async twin's first argument is the rollout engine: ENGINE=${1:-vllm} (that script :2).
 vl_verl_engine() {
   local engine=${VL_USER_ARGS[0]:-}
-  [[ -n $engine && $engine != *=* ]] || return 0
+  [[ -n $engine && $engine != *=* && $engine != -* ]] || return 0 # an override or an option: no engine
   case $engine in
     vllm)
       if vl_exported ROLLOUT_NAME && [[ $ROLLOUT_NAME != vllm ]]; then
@@ -72,13 +72,14 @@ vl_verl_names() {
   [[ -n ${VL_VERL_TWIN:-} ]] || return 0
   while IFS=$'\t' read -r name twins how knob _; do
     [[ $name == '#'* ]] && continue
-    VL_VERL_READ+=("$name")
     # a knob's verl name is honoured on every script with a twin; the others only where it reads them
     if [[ $how == knob ]]; then
+      VL_VERL_READ+=("$name")
       vl_exported "$name" && vl_verl_knob "$name" "$knob"
       continue
     fi
     [[ ,$twins, == *",$id,"* ]] || continue
+    VL_VERL_READ+=("$name")
     case $name in
       NGPUS_PER_NODE) vl_exported NGPUS_PER_NODE && vl_verl_ngpus ;;
       ENGINE) vl_verl_engine ;;
