@@ -18,9 +18,9 @@
 # The knobs and the typo warning (vl_knobs, vl_warn_typos); verl's script variable names and
 # per-device environment (vl_verl_names, vl_device_env). Both files only define functions.
 # shellcheck source=launch/knobs.sh
-source "$(dirname -- "${BASH_SOURCE[0]}")/knobs.sh"
+source "${BASH_SOURCE[0]%lib.sh}knobs.sh"
 # shellcheck source=launch/verl_names.sh
-source "$(dirname -- "${BASH_SOURCE[0]}")/verl_names.sh"
+source "${BASH_SOURCE[0]%lib.sh}verl_names.sh"
 
 # ------------------------------------------------------------------------------ messages
 

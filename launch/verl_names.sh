@@ -9,7 +9,9 @@
 
 # True when NAME came from the caller's environment (a script's own `X=${X:-...}` is not exported).
 vl_exported() {
-  [[ $(declare -p "$1" 2>/dev/null) =~ ^declare\ -[a-zA-Z]*x ]]
+  [[ -v $1 ]] || return 1
+  local attributes=${!1@a} # bash 4.4's attribute letters, without a subshell
+  [[ $attributes == *x* ]]
 }
 
 # vl_verl_knob NAME KNOB: the value of verl's NAME becomes the knob's; both set differently is an error.
@@ -90,7 +92,7 @@ vl_verl_names() {
         fi
         ;;
     esac
-  done <"$(dirname -- "${BASH_SOURCE[0]}")/verl_names.tsv"
+  done <"${BASH_SOURCE[0]%.sh}.tsv"
 }
 
 # verl's per-device environment as defaults; a value the caller exported wins. Fills VL_ENV
