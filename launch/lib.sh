@@ -161,7 +161,11 @@ vl_validate() {
     [[ -z ${!name:-} ]] || vl_int "$name" 1 || ok=0
   done
   # verl's ACTOR_VPP=null (its script's default) means no virtual pipeline
-  [[ ${ACTOR_VPP:-null} == null ]] || vl_int ACTOR_VPP 1 || ok=0
+  if [[ ${ACTOR_VPP:-null} != null ]]; then
+    vl_int ACTOR_VPP 1 || ok=0
+    [[ $BACKEND == megatron ]] ||
+      VL_ERRORS+=("ACTOR_VPP=$ACTOR_VPP is Megatron's virtual pipeline but BACKEND=$BACKEND (set BACKEND=megatron or ACTOR_VPP=null)")
+  fi
   vl_int SAVE_FREQ -1 || ok=0
   vl_int TEST_FREQ -1 || ok=0
   [[ $ASYNC_TRAINING == True ]] && { vl_fraction STALENESS_THRESHOLD || ok=0; }

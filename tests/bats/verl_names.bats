@@ -74,6 +74,8 @@ dry() {
   refute_output --partial virtual_pipeline_model_parallel_size
   run_script -1 DRY_RUN=1 ACTOR_VPP=two bash "$S122"
   assert_stderr_has "ACTOR_VPP must be a positive integer, got 'two'"
+  run_script -1 DRY_RUN=1 ACTOR_VPP=2 BACKEND=fsdp bash "$S122"
+  assert_stderr_has "ACTOR_VPP=2 is Megatron's virtual pipeline but BACKEND=fsdp"
 }
 
 # ---------------------------------------------------------------- verl names of launcher knobs
