@@ -35,6 +35,10 @@ FRAGMENT = {
     "actor_rollout_ref.rollout.gpu_memory_utilization": "read by the vllm rollout only",
     "actor_rollout_ref.rollout.disable_log_stats": "read by the vllm rollout only",
     "trainer.logger": "which is not supported",
+    # a line that names no estimator trains verl's default, gae, with a critic: not in async training yet
+    "async training updates the actor (and a ref for the KL loss) only; a critic (algorithm.adv_estimator=gae, "
+    "critic.enable=None) is not supported yet: use algorithm.adv_estimator=grpo or async_training.enable=False":
+        "not supported yet",
 }
 
 
@@ -72,11 +76,8 @@ def test_a_block_is_read_as_the_user_means_it():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_docs_line_passes_or_each_refused_line_is_refused_by_name(name):
-    problems = status.problems_of(RUNS[name])
-    keys = [status.key_of(p) for p in problems]
-    assert keys == EXPECTED[name], "\n".join(problems)
-    for key, problem in zip(keys, problems):
-        assert FRAGMENT.get(key, "not supported") in problem or "async training updates the actor" in problem, problem
+    problems, wrong = status.refusals(RUNS[name], EXPECTED[name], FRAGMENT)
+    assert not wrong, "\n".join(wrong + problems)
 
 
 def test_the_docs_give_the_docs_figures():

@@ -66,6 +66,21 @@ def key_of(problem: str) -> str:
     return match.group(1) if match else problem
 
 
+def refusals(run: dict, expected: list, fragment: dict) -> tuple:
+    """(the run's problems, what is wrong with them): the keys differ from `expected`, or a refusal does
+    not say what `fragment` says for its key (one text or a tuple of alternatives; default "not supported")."""
+    problems = problems_of(run)
+    keys = [key_of(p) for p in problems]
+    if keys != expected:
+        return problems, [f"keys {keys} != expected {expected}"]
+    wrong = []
+    for key, problem in zip(keys, problems):
+        texts = fragment.get(key, "not supported")
+        if not any(t in problem for t in ((texts,) if isinstance(texts, str) else texts)):
+            wrong.append(problem)
+    return problems, wrong
+
+
 def verdicts(every: dict = None) -> dict:
     every = runs() if every is None else every
     return {name: [key_of(p) for p in problems_of(run)] for name, run in sorted(every.items())}
