@@ -13,6 +13,8 @@ from verl_lite.config.compose import compose_config, to_dataclass
 from verl_lite.config.generated import verl_keys
 from verl_lite.preflight.run import compose_and_check
 
+CPU_LINE = ["trainer.device=cpu"]
+
 # legacy key -> (verl's current key, verl_lite's key for it, or None where it is refused, and what the refusal says)
 TABLE = {
     "reward_model.reward_manager": ("reward.reward_manager.name", "reward_model.reward_manager"),
@@ -135,3 +137,14 @@ def test_the_check_prints_each_conversion_with_verls_source(capsys):
     assert "trainer.use_legacy_worker_impl=disable: verl's engine workers" in out
     # reward_model.reward_manager is verl_lite's own key: nothing converted, nothing said
     assert "reward_model.reward_manager converted" not in out
+
+
+def test_the_older_dapo_section_converts_whole_and_its_length_follows_only_with_the_penalty_on():
+    cfg, problems = compose_config([*CPU_LINE, "reward_model.reward_manager=dapo", "data.max_response_length=77",
+                                    "reward_model.overlong_buffer={enable:true,len:4,penalty_factor:1.0}"])
+    kwargs = to_dataclass(cfg).reward_model.reward_kwargs
+    assert problems == [] and (kwargs.overlong_buffer_cfg.len, kwargs.max_resp_len) == (4, 77)
+    # the recipe's own default (enable False) asks for no penalty, so no length either
+    assert verl_legacy.implied_lines(["reward_model.overlong_buffer.enable=False"]) == []
+    assert verl_legacy.implied_lines(["reward_model.overlong_buffer.enable=True"]) == [verl_legacy.OVERLONG_LENGTH]
+    assert compose_and_check([*CPU_LINE, "reward_model.overlong_buffer.enable=False"], False)[1] == []

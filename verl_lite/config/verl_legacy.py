@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Sequence, Tuple
 
 MIGRATE = "verl/experimental/reward_loop/reward_loop.py"
@@ -66,6 +67,8 @@ def current(key: str) -> Tuple[str, Optional[str]]:
     for prefix, (target, where) in LEGACY.items():
         if prefix.endswith(".") and key.startswith(prefix):
             return target + key[len(prefix):], where
+        if prefix.endswith(".") and key + "." == prefix:  # the section itself (`reward_model.overlong_buffer={...}`)
+            return target[:-1], where
     return key, None
 
 
@@ -89,10 +92,14 @@ def worker_impl_problem(key: str, value: object) -> Optional[str]:
 
 
 def implied_lines(lines: Sequence[object]) -> List[str]:
-    """Lines a legacy spelling implies: the older DAPO spelling's max_resp_len = data.max_response_length
-    (main_dapo passed it), unless the line sets max_resp_len itself. Applied before the line's own."""
-    keys = [line.lstrip("+").partition("=")[0] for line in lines if isinstance(line, str)]
-    if any(k.startswith(OVERLONG_PREFIX) for k in keys) and not any(k in LENGTH_KEYS for k in keys):
+    """Lines a legacy spelling implies: with the older DAPO spelling's penalty on
+    (`reward_model.overlong_buffer.enable=True`), max_resp_len = data.max_response_length (main_dapo
+    passed it), unless the line sets max_resp_len itself. Applied before the line's own."""
+    pairs = [line.lstrip("+").partition("=")[::2] for line in lines if isinstance(line, str)]
+    enabled = any((k == OVERLONG_PREFIX + "enable" and v.strip("'\" ").lower() in ("true", "1"))
+                  or (k == OVERLONG_PREFIX[:-1] and re.search(r"enable\s*:\s*(?:true|1)\b", v, re.IGNORECASE))
+                  for k, v in pairs)
+    if enabled and not any(k in LENGTH_KEYS for k, _ in pairs):
         return [OVERLONG_LENGTH]
     return []
 
