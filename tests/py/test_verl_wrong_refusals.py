@@ -81,9 +81,15 @@ def test_c_disable_log_stats_is_passed_to_vllm_as_verl_passes_it():
     assert len(hf) == 1 and "read by the vllm rollout only" in hf[0]
 
 
-def test_c_vllm_engine_args_take_disable_log_stats():
+def test_c_every_engine_switch_verl_lite_passes_is_an_argument_of_the_installed_vllm():
+    import dataclasses
+
     from vllm.engine.arg_utils import EngineArgs
 
+    from verl_lite.preflight.rollout import OWN_SETTINGS, SAME_VALUE
+
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    assert not [k for k in {*OWN_SETTINGS, *SAME_VALUE} if k not in fields]
     assert EngineArgs(model="x", disable_log_stats=False).disable_log_stats is False
 
 
