@@ -78,6 +78,24 @@ REVIEWED = [
     ("*.optim.main_grads_dtype", ["fp32"], "fp32, megatron's default, as verl_lite keeps it"),
     ("*.optim.exp_avg_dtype", ["fp32"], "fp32, megatron's default, as verl_lite keeps it"),
     ("*.optim.exp_avg_sq_dtype", ["fp32"], "fp32, megatron's default, as verl_lite keeps it"),
+    # verl's defaults restated on the lines of its docs and scripts
+    ("trainer.default_hdfs_dir", None, "no copy of the checkpoints to HDFS: verl_lite saves them to "
+                                       "trainer.default_local_dir only"),
+    ("actor_rollout_ref.rollout.quantization", None, "no quantized rollout: vLLM runs in rollout.dtype, as "
+                                                     "verl_lite starts it"),
+    # verl's vLLM server passes skip_tokenizer_init=False whatever the key says (vllm_async_server.py:305);
+    # only its sglang server reads the key
+    ("actor_rollout_ref.rollout.skip_tokenizer_init", [True, False],
+     "verl's vLLM rollout does not read it (vllm_async_server.py:305 passes False; only sglang reads the key): "
+     "either value runs as verl's, and verl_lite sets vLLM's own from the model (True for text models)"),
+    ("actor_rollout_ref.rollout.full_determinism", None, "vLLM's batch-invariant mode off, as verl_lite starts it"),
+    ("actor_rollout_ref.rollout.prometheus.enable", None, "no Prometheus export of the rollout servers' metrics"),
+    ("actor_rollout_ref.model.use_shm", None, "the checkpoint is read from model.path (not copied to /dev/shm "
+                                              "first), as verl_lite loads it"),
+    ("*.megatron.router_replay.mode", None, "MoE routing is not replayed, as in verl_lite"),
+    ("actor_rollout_ref.actor.use_prefix_grouper", None, "no shared-prefix grouping of a prompt's responses: each "
+                                                         "sequence is computed whole, as in verl_lite"),
+    ("transfer_queue.enable", None, "no TransferQueue: batches go from the driver to the workers through Ray"),
 ]
 
 

@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from verl_lite.config.verl_names import conversion_notes
 from verl_lite.preflight.run import collect_warnings, compose_and_check
 from verl_lite.preflight.summary import summarize
 from verl_lite.secrets import redact
@@ -48,6 +49,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"  - {redact(p)}", file=sys.stderr)
         return 1
     print(redact(summarize(cfg)))
+    for note in conversion_notes(overrides):  # verl's legacy spellings, converted as verl converts them
+        print(redact(f"verl spelling : {note}"))
     for warning in collect_warnings(cfg):
         print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
     print(f"{PROG}: OK ({time.perf_counter() - start:.2f} s)")

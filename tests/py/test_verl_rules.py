@@ -258,8 +258,8 @@ def test_vllm_engine_settings_are_refused_with_the_hf_rollout(line):
     found = collect_problems(load_config(["trainer.device=cpu", line]), for_training=False)
     key = line.split("=")[0]
     assert [p for p in found if p.startswith(key)] == [
-        f"{key} is read by the vllm rollout only, and actor_rollout_ref.rollout.name=hf: remove it, or set "
-        "actor_rollout_ref.rollout.name=vllm"], found
+        f"{key} is read by the vllm rollout only, and actor_rollout_ref.rollout.name=hf (verl_lite's default; verl "
+        "has none and requires the name): remove it, or set actor_rollout_ref.rollout.name=vllm"], found
 
 
 @pytest.mark.parametrize("mode", ["gspo", "geo_mean"])

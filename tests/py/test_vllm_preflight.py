@@ -145,7 +145,8 @@ def test_engine_kwargs_pass_through_but_not_over_a_setting_of_their_own():
 def test_vllm_settings_under_the_hf_rollout_are_refused():
     assert problems(["actor_rollout_ref.rollout.max_num_seqs=8"]) == [
         "actor_rollout_ref.rollout.max_num_seqs is read by the vllm rollout only, and "
-        "actor_rollout_ref.rollout.name=hf: remove it, or set actor_rollout_ref.rollout.name=vllm"]
+        "actor_rollout_ref.rollout.name=hf (verl_lite's default; verl has none and requires the name): remove it, "
+        "or set actor_rollout_ref.rollout.name=vllm"]
 
 
 def test_the_summary_states_release_memory_and_that_cpu_has_no_sleep_mode(installed):
@@ -334,8 +335,8 @@ def test_checkpoint_engine_naive_and_its_bucket_size_are_taken_the_rest_refused_
     assert problems(["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=1024",
                      "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl",
                      "actor_rollout_ref.rollout.data_parallel_size=2"]) == [
-        f"actor_rollout_ref.rollout.{key} is read by the vllm rollout only, and actor_rollout_ref.rollout.name=hf: "
-        "remove it, or set actor_rollout_ref.rollout.name=vllm"
+        f"actor_rollout_ref.rollout.{key} is read by the vllm rollout only, and actor_rollout_ref.rollout.name=hf "
+        "(verl_lite's default; verl has none and requires the name): remove it, or set actor_rollout_ref.rollout.name=vllm"
         for key in ("data_parallel_size", "checkpoint_engine.update_weights_bucket_megabytes", "checkpoint_engine.backend")]
     _, found = compose_config(VLLM + ["+actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.nccl.x=1",
                                       "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module=my.mod"])
@@ -373,7 +374,8 @@ def test_cudagraph_capture_sizes_are_taken_on_vllm_as_batch_sizes_and_refused_on
             "a list of batch sizes >= 1 (e.g. [8, 16, 32]), or null for vLLM's own"]
     assert problems(["actor_rollout_ref.rollout.cudagraph_capture_sizes=[8]"]) == [
         "actor_rollout_ref.rollout.cudagraph_capture_sizes is read by the vllm rollout only, and "
-        "actor_rollout_ref.rollout.name=hf: remove it, or set actor_rollout_ref.rollout.name=vllm"]
+        "actor_rollout_ref.rollout.name=hf (verl_lite's default; verl has none and requires the name): remove it, "
+        "or set actor_rollout_ref.rollout.name=vllm"]
 
 
 # ---------------------------------------------------------------------------- vLLM 0.23 (verl's Ascend images)

@@ -329,6 +329,8 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
             if problem:
                 problems.append(problem)
                 continue
+        if override.kind == "add" and verl_names.legacy_add(override.key):
+            override = override._replace(kind="set")  # `+` on a legacy key verl's yaml lacks: verl converts it
         override = override._replace(key=ours, value=verl_names.value_alias(ours, override.value))
         problem = verl_names.value_problem(override.key, override.value) or _apply(cfg, override)
         if problem:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 from typing import List, Optional, Sequence, Tuple
 
-from verl_lite.config import keys
+from verl_lite.config import keys, verl_legacy
 from verl_lite.config.generated import verl_accepted, verl_keys
 
 # verl's fully-async trainer config (verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml):
@@ -161,6 +161,29 @@ INSTEAD: List[Tuple[str, str]] = [
                                      "megatron.* settings"),
     ("*.fsdp_config.turbo_config*", f"verl's FSDP-turbo engine is {NOT}: use strategy=fsdp2 (FSDP2)"),
     ("distillation*", f"on-policy distillation is {YET}"),
+    ("actor_rollout_ref.rollout.seed", f"a vLLM seed of its own is {NOT}: the engine samples with the worker's "
+                                       "seed, which follows trainer.seed and the rank; set trainer.seed instead"),
+    ("actor_rollout_ref.rollout.quantization*", f"quantized rollouts (verl's FP8 weight sync into vLLM) are {YET}: "
+                                                "vLLM runs in actor_rollout_ref.rollout.dtype"),
+    ("*.full_determinism", f"verl's full-determinism mode (vLLM batch invariance, deterministic torch kernels) is "
+                           f"{YET}; remove it"),
+    ("actor_rollout_ref.rollout.prometheus*", f"Prometheus metrics of the rollout servers are {NOT}: verl_lite's "
+                                              "vLLM engine runs in the worker, with no server to scrape"),
+    ("trainer.default_hdfs_dir", f"copying checkpoints to HDFS is {NOT}: they are saved to "
+                                 "trainer.default_local_dir"),
+    ("trainer.use_v1", f"verl's V1 trainer (TransferQueue, trainer.v1.*) is {NOT}: verl_lite's synchronous trainer "
+                       "and async_training.enable (fully-async) are the two modes"),
+    ("trainer.v1.*", f"verl's V1 trainer modes are {NOT}: for asynchronous training set async_training.enable=True"),
+    ("data.custom_cls.*", f"a dataset class of its own is {NOT}: verl_lite reads verl-format parquet rows "
+                          "(docs/data.md)"),
+    # verl's reward section beyond the manager, the custom function and reward_kwargs (legacy spellings
+    # arrive here converted, config/verl_legacy.py)
+    ("reward.reward_model.*", f"reward models are {YET}: use a rule-based or custom_reward_function.path reward"),
+    ("reward.num_workers", f"verl's pool of reward-loop workers is {NOT}: responses are scored in the trainer's "
+                           "process (sympy in a time-limited helper process); remove it"),
+    ("reward.reward_manager.*", f"reward managers from a module of their own are {NOT}: choose "
+                                "reward.reward_manager.name (naive, dapo, gdpo)"),
+    ("reward.sandbox_fusion*", f"sandbox-fusion code execution for rewards is {NOT}"),
     ("*profiler*", f"this profiler setting is {YET}: verl_lite profiles with global_profiler.tool (torch, npu, "
                    "torch_memory), steps, profile_continuous_steps, save_path, relocate_results and "
                    "global_tool_config.torch_memory, and the <role>.profiler sections of actor, ref, rollout and "
@@ -203,7 +226,7 @@ def is_verl_key(key: str, adding: bool = False) -> bool:
 def unsupported(key: str, value: object = None, instead: Optional[str] = None) -> str:
     """The one message for a verl setting verl_lite does not support."""
     shown = f"{key}={'null' if value is None else repr(value)}"
-    return f"{shown}: {instead or _instead(key)}"
+    return f"{shown}: {instead or _instead(key)}{verl_legacy.legacy_note(key)}"
 
 
 def verl_key_problem(key: str, value: object, adding: bool = False) -> Optional[str]:
@@ -248,7 +271,8 @@ def value_alias(key: str, value: object) -> object:
 
 
 def alias(key: str, value: object = None) -> str:
-    """verl_lite's key for verl's current spelling `key` (the key itself when it has no alias)."""
+    """verl_lite's key for verl's spelling `key`, legacy or current (the key itself when it has no alias)."""
+    key = verl_legacy.current(key)[0]
     if key in STRING_ALIASES and isinstance(value, str):
         return STRING_ALIASES[key]
     if key.startswith(RAY_INIT) and key not in ALIASES and not key.startswith(RAY_INIT + "runtime_env"):
@@ -274,7 +298,7 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
 
     Takes verl's `--config-name X`/`--config-name=X`, `--config-path X`/`=X` and `model_engine=X`
     out of the line; each becomes the verl_lite overrides it stands for."""
-    groups: List[str] = []
+    groups: List[str] = verl_legacy.implied_lines(lines)
     rest: List[object] = []
     problems: List[str] = []
     items = list(lines)
@@ -316,13 +340,26 @@ def split_options(lines: Sequence[object]) -> Tuple[List[str], List[object], Lis
 def same_as_verl_lite(key: str, value: object) -> bool:
     """Whether `key=value` is a verl line that asks for exactly what verl_lite does (the reviewed table
     config/generated/verl_accepted.json, written by tools/gen_verl_accepted.py): taken, changing nothing."""
+    if key.lstrip("+") == verl_legacy.WORKER_IMPL:
+        return value in verl_legacy.WORKER_IMPL_SAME
     entry = verl_accepted.ACCEPTED.get(key)
     return entry is not None and any(v == value and type(v) is type(value) for v in entry["values"])
 
 
 def value_problem(key: str, value: object) -> Optional[str]:
     """A verl value whose meaning differs in verl_lite, refused before it is applied (else None)."""
-    return None
+    return verl_legacy.worker_impl_problem(key, value)
+
+
+def legacy_add(key: str) -> bool:
+    """`+key` on a legacy spelling verl's yaml does not have (`+...optim.grad_clip`, the older DAPO section):
+    verl adds it and converts it, so it sets verl_lite's key (which exists) rather than adding one."""
+    return verl_legacy.current(key)[1] is not None and key not in verl_keys.KEYS
+
+
+def conversion_notes(lines: Sequence[object]) -> List[str]:
+    """What the check prints for each legacy spelling verl_lite converted (config/verl_legacy.py)."""
+    return verl_legacy.conversion_notes(lines, alias)
 
 
 # Keys in both verl and verl_lite whose defaults differ, and why (docs/config.md lists them; a test
@@ -383,7 +420,7 @@ DEFAULT_DIFFERENCES = {
                                        "the disk used (verl's default null keeps every critic checkpoint); set it "
                                        "to null to keep them all",
     "actor_rollout_ref.rollout.calculate_log_probs": "null = follows the rollout: the vllm rollout returns them "
-                                                     "(verl's True), the hf rollout (the default) only with True",
+                                                     "(verl's True), the hf rollout (verl_lite's default) only with True",
     "actor_rollout_ref.actor.megatron.dtype": "null = what the engine trains in on the target device (float32 on cpu, "
                                               "bfloat16 on cuda and npu, verl's value there)",
     "actor_rollout_ref.ref.megatron.dtype": "as the actor's",

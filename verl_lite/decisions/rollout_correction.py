@@ -130,8 +130,8 @@ def rollout_correction_problems(cfg: Any) -> List[str]:
     if cfg.async_training.enable and cfg.async_training.stale_policy == "reweight":
         problems.append(f"{prefix} (rollout_is / rollout_rs / bypass_mode) with async_training.stale_policy=reweight "
                         f"is {NOT}: both correct the gap between the weights that generated and those that train, "
-                        "and together they would weigh it twice; set async_training.stale_policy=drop (the "
-                        f"default) and let {prefix} correct it")
+                        "and together they would weigh it twice; set async_training.stale_policy=drop (verl_lite's "
+                        f"default; verl has no such key) and let {prefix} correct it")
     if rollout.name == "hf" and rollout.calculate_log_probs is not True:
         problems.append(f"{prefix} needs the rollout's log-probs: set "
                         "actor_rollout_ref.rollout.calculate_log_probs=True (the hf rollout returns them only when "

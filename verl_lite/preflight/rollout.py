@@ -49,6 +49,7 @@ OWN_SETTINGS = {
     "max_num_batched_tokens": "actor_rollout_ref.rollout.max_num_batched_tokens",
     "enable_chunked_prefill": "actor_rollout_ref.rollout.enable_chunked_prefill",
     "enable_prefix_caching": "actor_rollout_ref.rollout.enable_prefix_caching",
+    "disable_log_stats": "actor_rollout_ref.rollout.disable_log_stats",
     "max_model_len": "actor_rollout_ref.rollout.max_model_len",
     "dtype": "actor_rollout_ref.rollout.dtype",
     "load_format": "actor_rollout_ref.rollout.load_format",
@@ -74,7 +75,7 @@ SAME_VALUE = {
     "max_num_seqs": ("rollout", "max_num_seqs"), "max_num_batched_tokens": ("rollout", "max_num_batched_tokens"),
     "enable_chunked_prefill": ("rollout", "enable_chunked_prefill"),
     "enable_prefix_caching": ("rollout", "enable_prefix_caching"), "dtype": ("rollout", "dtype"),
-    "load_format": ("rollout", "load_format"),
+    "load_format": ("rollout", "load_format"), "disable_log_stats": ("rollout", "disable_log_stats"),
     "trust_remote_code": ("model", "trust_remote_code"),
 }
 BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
@@ -83,7 +84,7 @@ BUCKET_KEY = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_
 NPU_ADDITIONAL_CONFIG = {"weight_nz_mode": 0}
 # Rollout keys only the vllm rollout reads, with their defaults: set under name=hf they are refused.
 VLLM_ONLY_DEFAULTS = {
-    "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+    "gpu_memory_utilization": None, "max_num_seqs": 256, "max_num_batched_tokens": 8192, "disable_log_stats": True,
     "enable_chunked_prefill": True, "enable_prefix_caching": True, "max_model_len": None, "enforce_eager": False,
     "dtype": "bfloat16", "load_format": "dummy", "free_cache_engine": True, "cudagraph_capture_sizes": None,
 }
@@ -331,9 +332,10 @@ def rollout_engine_problems(cfg: Any, device: str, hf: Optional[Dict[str, Any]],
             set_keys.append("checkpoint_engine.update_weights_bucket_megabytes")
         if rollout.checkpoint_engine.backend != engine_default.backend:
             set_keys.append("checkpoint_engine.backend")
-        return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and "
-                f"actor_rollout_ref.rollout.name={rollout.name}: remove it, or set actor_rollout_ref.rollout.name=vllm"
-                for k in set_keys]
+        # hf (the other name) is verl_lite's default, not verl's: verl requires the name (`???`), its lines use vllm
+        return [f"actor_rollout_ref.rollout.{k} is read by the vllm rollout only, and actor_rollout_ref.rollout.name="
+                f"{rollout.name} (verl_lite's default; verl has none and requires the name): remove it, or set "
+                "actor_rollout_ref.rollout.name=vllm" for k in set_keys]
     problems: List[str] = (engine_kwarg_problems(rollout, cfg.actor_rollout_ref.model, device)
                            + parallel_problems(cfg, hf, device) + bucket_problems(cfg))
     share, share_key = setting(rollout, "gpu_memory_utilization", device)

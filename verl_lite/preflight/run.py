@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite import device as devices
 from verl_lite import registry
-from verl_lite.config import choices
+from verl_lite.config import choices, keys
 from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
 from verl_lite.decisions import bridge_choice, optimizer_overrides
@@ -66,6 +66,17 @@ def collect_problems(cfg: Any, for_training: bool) -> List[str]:
     if problems and _auto_resolved_to_cpu(cfg) and _device_caused(cfg, problems, for_training):
         problems.append(AUTO_CPU_HINT)
     return problems
+
+
+def named_model_config(cfg: Any, for_training: bool) -> Optional[Dict[str, Any]]:
+    """The config.json the rollout rules judge lengths and heads against: the model the line names.
+    A line that leaves actor_rollout_ref.model.path at verl_lite's tiny default names no model (verl
+    has no default model), so its lengths are not judged against the tiny model's 128 positions; a
+    run that trains (`for_training`) does load the tiny model, and is judged against it."""
+    path = cfg.actor_rollout_ref.model.path
+    if not for_training and path == keys.key_table()["actor_rollout_ref.model.path"].default:
+        return None
+    return read_hf_config(path)
 
 
 def _auto_resolved_to_cpu(cfg: Any) -> bool:
@@ -129,7 +140,7 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
     if for_training:
         problems += _training_machine_problems(cfg, device, views, installed, registered,
                                                config_json.get(cfg.actor_rollout_ref.model.path))
-    problems += rollout_engine_problems(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path), for_training)
+    problems += rollout_engine_problems(cfg, device, named_model_config(cfg, for_training), for_training)
     return list(dict.fromkeys(problems))
 
 

@@ -31,7 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
-from verl_lite.config import keys, roles
+from verl_lite.config import keys, roles, verl_names
+from verl_lite.config.generated import verl_keys
 
 _ABSENT = object()
 
@@ -316,15 +317,20 @@ def _as_number(value: Any) -> Optional[float]:
 
 
 def _default(key: str) -> str:
-    """"; default <value>" from the schema (verl's default unless the schema says otherwise), "" when the
-    default is not a plain number or list of numbers."""
+    """"; default <value>" from the schema when it is verl's default too; "; verl_lite's default <value>
+    (verl's <value>)" where they differ (verl_names.DEFAULT_DIFFERENCES); "" when the default is not a
+    plain number or list of numbers."""
     info = keys.key_table().get(key)
     default = None if info is None else info.default
     if isinstance(default, (int, float)) and not isinstance(default, bool):
-        return f"; default {default}"
-    if isinstance(default, list) and all(isinstance(v, (int, float)) for v in default):
-        return f"; default [{', '.join(str(v) for v in default)}]"
-    return ""
+        shown = str(default)
+    elif isinstance(default, list) and all(isinstance(v, (int, float)) for v in default):
+        shown = f"[{', '.join(str(v) for v in default)}]"
+    else:
+        return ""
+    if key in verl_names.DEFAULT_DIFFERENCES:
+        return f"; verl_lite's default {shown} (verl's {verl_keys.DEFAULTS.get(key)})"
+    return f"; default {shown}"
 
 
 def value_problem(rule: Rule, key: str, value: Any) -> Optional[str]:

@@ -124,6 +124,7 @@ class VLLMRollout:
             enforce_eager=bool(c.enforce_eager), max_num_seqs=int(c.max_num_seqs),
             max_num_batched_tokens=int(c.max_num_batched_tokens), enable_chunked_prefill=bool(c.enable_chunked_prefill),
             enable_prefix_caching=bool(c.enable_prefix_caching), max_model_len=max_model_len(c),
+            disable_log_stats=bool(c.disable_log_stats),
             logprobs_mode=PROCESSED, enable_sleep_mode=self.sleep_mode, seed=self._seed(),
         )
         if self.vision_language:  # vLLM's multimodal processor tokenizes its placeholders

@@ -28,6 +28,7 @@ CI cannot reach GitHub, so the extracted lines are committed; tests/py/test_verl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -184,9 +185,11 @@ def _device(path: str, env: dict, argv: list) -> str:
     return "cuda"
 
 
-def _run_script(tree: Path, stubs: Path, tmp: Path, path: str, text: str, env: dict) -> tuple:
-    """Run the script from its own place in the tree (some call scripts beside them)."""
-    script = tree / (path if path.endswith(".sh") else "verl_corpus_quickstart.sh")
+def _run_script(tree: Path, stubs: Path, tmp: Path, path: str, text: str, env: dict,
+                entries: dict = TRAINING_ENTRIES) -> tuple:
+    """Run the script from its own place in the tree (some call scripts beside them); a docs page's
+    code block runs from the checkout's root."""
+    script = tree / (path if path.endswith(".sh") else "verl_corpus_block.sh")
     script.write_text(PRELUDE + text)
     record = tmp / "record.jsonl"
     record.unlink(missing_ok=True)
@@ -196,12 +199,12 @@ def _run_script(tree: Path, stubs: Path, tmp: Path, path: str, text: str, env: d
     # a path the script builds from its own place ($(pwd)/verl/...) names the checkout, not this temp dir
     text = record.read_text().replace(str(tree), CHECKOUT) if record.exists() else ""
     calls = [json.loads(line) for line in text.splitlines()]
-    return done, [c for c in calls if c["entry"] in TRAINING_ENTRIES]
+    return done, [c for c in calls if c["entry"] in entries]
 
 
-def verl_verdict(tree: Path, entry: str, argv: list) -> tuple:
+def verl_verdict(tree: Path, entry: str, argv: list, entries: dict = TRAINING_ENTRIES) -> tuple:
     """(whether verl's Hydra composes the line set, the first line of its error)."""
-    config_dir, config_name = TRAINING_ENTRIES[entry]
+    config_dir, config_name = entries[entry]
     if config_dir is None:
         return False, f"No module named '{entry.rsplit('.', 1)[0]}' (not in verl at the pinned commit)"
     from hydra import compose, initialize_config_dir
@@ -237,8 +240,9 @@ def verl_verdict(tree: Path, entry: str, argv: list) -> tuple:
     return True, None
 
 
-def extract(verl: Path) -> tuple:
-    records, failures = [], []
+@contextlib.contextmanager
+def prepared(verl: Path):
+    """(the pinned commit unpacked, the directory of the stubs, a scratch dir) for _run_script."""
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         stubs = tmpdir / "bin"
@@ -260,6 +264,12 @@ def extract(verl: Path) -> tuple:
         for yaml in tree.glob("verl/experimental/*/config/*.yaml"):
             yaml.write_text(yaml.read_text().replace("pkg://verl.trainer.config",
                                                      f"file://{(tree / 'verl/trainer/config').resolve()}"))
+        yield tree, stubs, tmpdir
+
+
+def extract(verl: Path) -> tuple:
+    records, failures = [], []
+    with prepared(verl) as (tree, stubs, tmpdir):
         sources = [(p, (tree / p).read_text()) for p in scripts(verl) if p not in NOT_RUNS]
         sources.append((QUICKSTART, _quickstart_text(verl)))
         for path, text in sources:

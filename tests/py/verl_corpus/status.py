@@ -1,9 +1,10 @@
-"""verl_lite's verdict on each run of the corpus (runs.json, every training run of verl's
-repository at the pinned commit): the keys `python -m verl_lite.check` refuses, one per problem,
-in order. An empty list means the run passes unchanged.
+"""verl_lite's verdict on each run of the two corpora (runs.json, every training run of verl's
+scripts at the pinned commit; docs_runs.json, every training command line of its docs, written by
+docs_extract.py): the keys `python -m verl_lite.check` refuses, one per problem, in order. An empty
+list means the run passes unchanged.
 
-    python tests/py/verl_corpus/status.py           # prints the figures
-    python tests/py/verl_corpus/status.py --write   # rewrites expected.json and docs/verl_corpus.md
+    python tests/py/verl_corpus/status.py           # prints the figures of both
+    python tests/py/verl_corpus/status.py --write   # rewrites expected.json, docs_expected.json, docs/verl_corpus.md
 
 tests/py/test_verl_corpus.py compares today's verdicts with expected.json and the docs with what
 this module writes, so a change of behaviour in either direction shows in the diff of both.
@@ -21,6 +22,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RUNS_FILE = HERE / "runs.json"
 EXPECTED_FILE = HERE / "expected.json"
+DOCS_RUNS_FILE = HERE / "docs_runs.json"
+DOCS_EXPECTED_FILE = HERE / "docs_expected.json"
 DOC = HERE.parents[2] / "docs" / "verl_corpus.md"
 # verl's entry points -> the trainer config verl_lite composes for them (--config-name on the line wins)
 ENTRY_CONFIG = {
@@ -33,9 +36,13 @@ KEY = re.compile(r"(?:(?:actor|ref|critic): )?(?:unknown key |cannot add |')?'?(
                  r"[A-Za-z_][\w@]*(?:\.[A-Za-z_0-9][\w@-]*)+)")
 
 
-@functools.lru_cache(maxsize=1)
-def runs() -> dict:
-    return {run["name"]: run for run in json.loads(RUNS_FILE.read_text())}
+@functools.lru_cache(maxsize=2)
+def runs(file: Path = RUNS_FILE) -> dict:
+    return {run["name"]: run for run in json.loads(file.read_text())}
+
+
+def docs_runs() -> dict:
+    return runs(DOCS_RUNS_FILE)
 
 
 def line_of(run: dict) -> list:
@@ -59,12 +66,28 @@ def key_of(problem: str) -> str:
     return match.group(1) if match else problem
 
 
-def verdicts() -> dict:
-    return {name: [key_of(p) for p in problems_of(run)] for name, run in sorted(runs().items())}
+def refusals(run: dict, expected: list, fragment: dict) -> tuple:
+    """(the run's problems, what is wrong with them): the keys differ from `expected`, or a refusal does
+    not say what `fragment` says for its key (one text or a tuple of alternatives; default "not supported")."""
+    problems = problems_of(run)
+    keys = [key_of(p) for p in problems]
+    if keys != expected:
+        return problems, [f"keys {keys} != expected {expected}"]
+    wrong = []
+    for key, problem in zip(keys, problems):
+        texts = fragment.get(key, "not supported")
+        if not any(t in problem for t in ((texts,) if isinstance(texts, str) else texts)):
+            wrong.append(problem)
+    return problems, wrong
 
 
-def figures(table: dict) -> dict:
-    every = runs()
+def verdicts(every: dict = None) -> dict:
+    every = runs() if every is None else every
+    return {name: [key_of(p) for p in problems_of(run)] for name, run in sorted(every.items())}
+
+
+def figures(table: dict, every: dict = None) -> dict:
+    every = runs() if every is None else every
     composed = [name for name, run in every.items() if run["verl_composes"]]
     blocking = collections.Counter(k for name in composed for k in dict.fromkeys(table[name]))
     return {
@@ -77,7 +100,7 @@ def figures(table: dict) -> dict:
     }
 
 
-def doc_text(table: dict) -> str:
+def doc_text(table: dict, docs_table: dict) -> str:
     f = figures(table)
     lines = [
         "# verl's repository as the acceptance corpus",
@@ -106,19 +129,41 @@ def doc_text(table: dict) -> str:
         "|---|---|",
     ]
     lines += [f"| `{key}` | {count} |" for key, count in f["blocking"]]
+    d = figures(docs_table, docs_runs())
+    lines += [
+        "",
+        "## verl's documented command lines",
+        "",
+        f"Every training command line in the code blocks of verl's docs at the pinned commit (docs/**/*.md and "
+        f"*.rst): {d['runs']} lines from {len({r['script'].split(':')[0] for r in docs_runs().values()})} pages, "
+        "extracted by `tests/py/verl_corpus/docs_extract.py` into `docs_runs.json` with the page and line of "
+        "each, and checked as above (a line that names no device is checked for cuda, verl's default). A "
+        "block's variables are expanded as bash does; what launches the command elsewhere (`ray job submit "
+        "... --`, `srun`, a `$ ` prompt), comment lines inside the command and `...` placeholders are left out (each record lists its edits).",
+        "",
+        f"- verl's own Hydra composes **{d['composed']}** of the {d['runs']} (the others: a module verl's tree "
+        "does not have, a key verl lacks).",
+        f"- Of those, **{d['passing']}** pass verl_lite's check unchanged.",
+        "",
+        "| line | refused keys |",
+        "|---|---|",
+    ]
+    lines += [f"| `{name}` | {', '.join(f'`{k}`' for k in dict.fromkeys(keys)) or 'passes'} |"
+              for name, keys in sorted(docs_table.items())]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list) -> int:
-    table = verdicts()
+    table, docs_table = verdicts(), verdicts(docs_runs())
     if "--write" in argv:
         EXPECTED_FILE.write_text(json.dumps(table, indent=1) + "\n")
-        DOC.write_text(doc_text(table))
-    f = figures(table)
-    print(f"{f['runs']} runs, {f['composed']} composed by verl, {f['passing']} of those pass "
-          f"({f['passing_all']} of all runs)")
-    for key, count in f["blocking"][:40]:
-        print(f"  {count:4d}  {key}")
+        DOCS_EXPECTED_FILE.write_text(json.dumps(docs_table, indent=1) + "\n")
+        DOC.write_text(doc_text(table, docs_table))
+    for title, f in (("scripts", figures(table)), ("docs", figures(docs_table, docs_runs()))):
+        print(f"{title}: {f['runs']} runs, {f['composed']} composed by verl, {f['passing']} of those pass "
+              f"({f['passing_all']} of all runs)")
+        for key, count in f["blocking"][:40]:
+            print(f"  {count:4d}  {key}")
     return 0
 
 

@@ -333,6 +333,9 @@ class RolloutConfig:
     enable_chunked_prefill: bool = True
     # vllm: reuse the KV cache of shared prompt prefixes (reset after every weight sync).
     enable_prefix_caching: bool = True
+    # vllm: leave out the engine's periodic throughput/KV-cache stats (vLLM's disable_log_stats, which
+    # verl passes as it is: vllm_async_server.py:318); False logs them.
+    disable_log_stats: bool = True
     # vllm: longest prompt + response the engine serves; null = engine_kwargs.vllm.max_model_len when
     # set (verl's scripts set it there), else the model's max_position_embeddings. The preflight checks
     # data.max_prompt_length + data.max_response_length against it.
