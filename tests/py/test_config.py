@@ -299,8 +299,8 @@ def test_an_enum_typo_gets_the_closest_allowed_value():
 
 
 def test_each_logger_entry_is_checked():
-    (problem,) = problems_of("trainer.logger=[console,mlflow]")
-    assert "trainer.logger contains 'mlflow'" in problem and "console, jsonl, tensorboard, wandb" in problem
+    (problem,) = problems_of("trainer.logger=[console,mlfow]")
+    assert "trainer.logger contains 'mlfow'" in problem and "console, jsonl, tensorboard, wandb, mlflow" in problem
 
 
 # ---------------------------------------------------------------------------- key table

@@ -73,6 +73,10 @@ REFUSED_ADV_ESTIMATORS: Dict[str, str] = {}
 
 # trainer.logger: verl_lite's console and jsonl, and verl's trackers (verl/utils/tracking.py supported_backend)
 LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab", "clearml", "trackio", "file")
+# The module each tracker imports and the pip line that installs it (the check reports a missing one)
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
+                   "mlflow": ("mlflow", "mlflow-skinny sqlalchemy alembic"), "swanlab": ("swanlab", "swanlab"),
+                   "clearml": ("clearml", "clearml"), "trackio": ("trackio", "trackio")}
 # verl's trackers verl_lite does not run: name -> why
 REFUSED_LOGGERS = {
     "vemlp_wandb": "its library, volcengine_ml_platform, is Volcengine ML Platform's own and is not on PyPI; "

@@ -30,6 +30,8 @@ import re
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from verl_lite.config.choices import LOGGER_PACKAGES
+
 logger = logging.getLogger(__name__)
 
 GENERATIONS_KEY = "val/generations"
@@ -70,8 +72,8 @@ def mlflow_key(key: str) -> str:
     return _INVALID_MLFLOW_CHARS.sub("_", _SLASHES.sub("/", key.replace("@", "_at_")))
 
 
-def _missing(name: str, package: str) -> ImportError:
-    return ImportError(f"trainer.logger has {name} but its package is missing (pip install {package}, "
+def _missing(name: str) -> ImportError:
+    return ImportError(f"trainer.logger has {name} but its package is missing (pip install {LOGGER_PACKAGES[name][1]}, "
                        f"or drop {name} from trainer.logger)")
 
 
@@ -82,7 +84,7 @@ class MlflowLogger:
         try:
             import mlflow
         except ImportError as e:
-            raise _missing("mlflow", "mlflow-skinny sqlalchemy alembic") from e
+            raise _missing("mlflow") from e
         self.mlflow = mlflow
         uri = os.environ.get("MLFLOW_TRACKING_URI", self.DEFAULT_URI)
         logger.info("mlflow tracking URI: %s", uri)
@@ -123,7 +125,7 @@ class SwanlabLogger:
         try:
             import swanlab
         except ImportError as e:
-            raise _missing("swanlab", "swanlab") from e
+            raise _missing("swanlab") from e
         self.swanlab = swanlab
         key = os.environ.get("SWANLAB_API_KEY")
         mode = os.environ.get("SWANLAB_MODE", "cloud")
@@ -151,7 +153,7 @@ class ClearmlLogger:
         try:
             import clearml
         except ImportError as e:
-            raise _missing("clearml", "clearml") from e
+            raise _missing("clearml") from e
         self.task = clearml.Task.init(task_name=experiment, project_name=project, continue_last_task=True,
                                       output_uri=False)
         self.task.connect_configuration(dict(config or {}), name="Hyperparameters")
@@ -179,7 +181,7 @@ class TrackioLogger:
             import trackio
             from trackio import context_vars
         except ImportError as e:
-            raise _missing("trackio", "trackio") from e
+            raise _missing("trackio") from e
         self.trackio, self.context_vars = trackio, context_vars
         if context_vars.current_run.get() is None:  # verl: join a run the caller opened
             trackio.init(project=project, name=experiment, config=dict(config or {}))
