@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+import test_async_ray
 from test_trainer import read_metrics, run_training, tiny_overrides
 from verl_lite.config import load_config
 from verl_lite.data.synthetic import compute_score
@@ -60,6 +61,32 @@ def test_each_step_and_validation_is_dumped_as_verl_writes_it(data_dir, tmp_path
         assert [list(r) for r in rows] == [["input", "output", "gts", "score", "step", "reward", "acc", "pred"]] * 4
         assert all(r["reward"] == r["score"] and r["step"] == step for r in rows)
         assert sum(r["score"] for r in rows) / 4 == pytest.approx(metrics[step]["val/score"])
+
+
+def test_fully_async_dumps_each_step_and_each_validation_as_verls_fully_async_trainer_does(ray_cluster, data_dir,
+                                                                                          tmp_path):
+    # verl's FullyAsyncTrainer._fit_dump_data (separation/ray_trainer.py:658-665) and the rollouter's _validate
+    from verl_lite.trainer.run import run
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD, encoding="utf-8")
+    out, rollouts, vals = tmp_path / "run", tmp_path / "rollouts", tmp_path / "vals"
+    assert run(load_config(test_async_ray.overrides(
+        data_dir, out, 2, f"custom_reward_function.path={reward}", "trainer.test_freq=2",
+        f"trainer.rollout_data_dir={rollouts}", f"trainer.validation_data_dir={vals}"))) == 0
+    metrics = {r["step"]: r for r in read_metrics(out)}
+    assert sorted(p.name for p in rollouts.iterdir()) == ["1.jsonl", "2.jsonl"]
+    assert sorted(p.name for p in vals.iterdir()) == ["2.jsonl"]
+    for step in (1, 2):
+        rows = read_rows(rollouts / f"{step}.jsonl")
+        assert len(rows) == 16 * 8 and {tuple(r) for r in rows} == {("input", "output", "gts", "score", "step", "acc",
+                                                                     "pred")}
+        assert all(r["step"] == step and r["pred"] == r["output"].strip()[:3] for r in rows)
+        assert sum(r["score"] for r in rows) / len(rows) == pytest.approx(metrics[step]["critic/score/mean"])
+    rows = read_rows(vals / "2.jsonl")
+    assert rows and all(list(r)[:6] == ["input", "output", "gts", "score", "step", "reward"] for r in rows)
+    assert sum(r["score"] for r in rows) / len(rows) == pytest.approx(metrics[2]["val/score"])
+    assert not any(k.startswith("_") for k in metrics[2])  # the rows are not logged as a metric
 
 
 def test_without_the_settings_nothing_is_dumped_and_verls_keys_are_accepted(data_dir, tmp_path):

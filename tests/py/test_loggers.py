@@ -18,7 +18,8 @@ def test_one_logger_name_as_a_plain_string_is_taken_as_a_list_as_verl_does():
 def test_an_unknown_logger_name_is_refused_with_the_valid_names():
     from verl_lite.config.compose import ConfigError
 
-    with pytest.raises(ConfigError, match=r"trainer.logger contains .wandbb.*console, jsonl, tensorboard, wandb, mlflow"):
+    with pytest.raises(ConfigError,
+                       match=r"trainer.logger contains .wandbb.*console, jsonl, tensorboard, wandb, mlflow"):
         load_config(["trainer.logger=wandbb"])
 
 

@@ -27,6 +27,9 @@ from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX
 
 logger = logging.getLogger(__name__)
 
+# where the fully-async rollout worker's validation hands its dump rows to the driver (not a metric)
+DUMP_ROWS_KEY = "_validation_dump_rows"
+
 
 def _json_default(obj: Any) -> Any:
     """numpy and torch scalars and arrays as numbers and lists; anything else as its text (verl: default=str)."""
@@ -104,6 +107,15 @@ class Dumps:
         """A validation's scored batch as verl's _validate dumps it (the score again as `reward`)."""
         if self.validation_dir:
             self._submit(self.validation_dir, step, sample_rows(tokenizer, batch, scores, step, reward=True))
+
+    def take_validation(self, step: int, metrics: Dict[str, Any]) -> Dict[str, Any]:
+        """The fully-async validation's metrics without the dump rows its rollout worker made
+        (DUMP_ROWS_KEY), which are written as step `step`'s validation dump."""
+        metrics = dict(metrics)
+        rows = metrics.pop(DUMP_ROWS_KEY, None)
+        if rows is not None and self.validation_dir:
+            self._submit(self.validation_dir, step, rows)
+        return metrics
 
     def _submit(self, directory: str, step: int, rows: List[Dict[str, Any]]) -> None:
         if self._pool is None:
