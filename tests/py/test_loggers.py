@@ -200,3 +200,16 @@ def test_swanlab_cloud_and_clearml_without_credentials_are_refused_before_ray_un
     assert tracker_credential_problems(["swanlab"], {**bare, "SWANLAB_API_KEY": "k"}) == []
     (tmp_path / "clearml.conf").write_text("api {}\n")
     assert tracker_credential_problems(["clearml"], bare) == []
+
+
+def test_a_tracker_that_cannot_start_stops_the_run_and_closes_those_started(tmp_path, monkeypatch):
+    from verl_lite.trainer.tracking import Tracking
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "file.jsonl"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://host")
+    closed = []
+    monkeypatch.setattr("verl_lite.trainer.trackers.FileLogger.close", lambda self: closed.append(self.path))
+    with pytest.raises(Exception) as err:  # mlflow's own error, with a note naming where it looked
+        Tracking(["file", "mlflow"], str(tmp_path / "out"), project="proj", experiment="exp")
+    assert any("MLFLOW_TRACKING_URI=nosuchscheme://host" in note for note in getattr(err.value, "__notes__", []))
+    assert closed == [str(tmp_path / "file.jsonl")]

@@ -22,6 +22,7 @@ under GENERATIONS_KEY as (input, output, score) triples (tracking.pick_generatio
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
@@ -72,20 +73,20 @@ def mlflow_key(key: str) -> str:
     return _INVALID_MLFLOW_CHARS.sub("_", _SLASHES.sub("/", key.replace("@", "_at_")))
 
 
-def _missing(name: str) -> ImportError:
-    return ImportError(f"trainer.logger has {name} but its package is missing (pip install {LOGGER_PACKAGES[name][1]}, "
-                       f"or drop {name} from trainer.logger)")
+def _library(name: str, module: Optional[str] = None) -> Any:
+    """The tracker's library (`module`, else the tracker's own module), or an error with its pip line."""
+    try:
+        return importlib.import_module(module or LOGGER_PACKAGES[name][0])
+    except ImportError as e:
+        raise ImportError(f"trainer.logger has {name} but its package is missing (pip install "
+                          f"{LOGGER_PACKAGES[name][1]}, or drop {name} from trainer.logger)") from e
 
 
 class MlflowLogger:
     DEFAULT_URI = "sqlite:////tmp/mlruns.db"  # verl's default when MLFLOW_TRACKING_URI is unset
 
     def __init__(self, project: str, experiment: str, config: Optional[Mapping[str, Any]]):
-        try:
-            import mlflow
-        except ImportError as e:
-            raise _missing("mlflow") from e
-        self.mlflow = mlflow
+        self.mlflow = mlflow = _library("mlflow")
         uri = os.environ.get("MLFLOW_TRACKING_URI", self.DEFAULT_URI)
         logger.info("mlflow tracking URI: %s", uri)
         mlflow.set_tracking_uri(uri)
@@ -122,11 +123,7 @@ class SwanlabLogger:
     OFFLINE_MODES = ("local", "offline", "disabled")
 
     def __init__(self, project: str, experiment: str, config: Optional[Mapping[str, Any]]):
-        try:
-            import swanlab
-        except ImportError as e:
-            raise _missing("swanlab") from e
-        self.swanlab = swanlab
+        self.swanlab = swanlab = _library("swanlab")
         key = os.environ.get("SWANLAB_API_KEY")
         mode = os.environ.get("SWANLAB_MODE", "cloud")
         if key:
@@ -150,11 +147,7 @@ class SwanlabLogger:
 
 class ClearmlLogger:
     def __init__(self, project: str, experiment: str, config: Optional[Mapping[str, Any]]):
-        try:
-            import clearml
-        except ImportError as e:
-            raise _missing("clearml") from e
-        self.task = clearml.Task.init(task_name=experiment, project_name=project, continue_last_task=True,
+        self.task = _library("clearml").Task.init(task_name=experiment, project_name=project, continue_last_task=True,
                                       output_uri=False)
         self.task.connect_configuration(dict(config or {}), name="Hyperparameters")
         self.logger = self.task.get_logger()
@@ -177,14 +170,9 @@ class ClearmlLogger:
 
 class TrackioLogger:
     def __init__(self, project: str, experiment: str, config: Optional[Mapping[str, Any]]):
-        try:
-            import trackio
-            from trackio import context_vars
-        except ImportError as e:
-            raise _missing("trackio") from e
-        self.trackio, self.context_vars = trackio, context_vars
-        if context_vars.current_run.get() is None:  # verl: join a run the caller opened
-            trackio.init(project=project, name=experiment, config=dict(config or {}))
+        self.trackio, self.context_vars = _library("trackio"), _library("trackio", "trackio.context_vars")
+        if self.context_vars.current_run.get() is None:  # verl: join a run the caller opened
+            self.trackio.init(project=project, name=experiment, config=dict(config or {}))
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
         metrics, samples = split_generations(metrics)

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from verl_lite.config.choices import LOGGERS
 from verl_lite.trainer.dumps import decode_texts
-from verl_lite.trainer.trackers import GENERATIONS_KEY, TRACKERS, split_generations, verl_tracker
+from verl_lite.trainer.trackers import GENERATIONS_KEY, split_generations, verl_tracker
 
 logger = logging.getLogger(__name__)
 
@@ -211,18 +211,24 @@ class Tracking:
             raise ValueError(f"trainer.logger has unknown backend(s) {unknown} (choose from {', '.join(LOGGERS)})")
         self.jsonl_path = os.path.join(out_dir, "metrics.jsonl")
         self.loggers: List[Any] = []
-        for b in backends:
-            if b == "console":
-                self.loggers.append(ConsoleLogger(console_keys))
-            elif b == "jsonl":
-                self.loggers.append(JsonlLogger(self.jsonl_path))
-            elif b == "tensorboard":
-                tb_dir = os.environ.get("TENSORBOARD_DIR") or os.path.join(out_dir, "tensorboard")
-                self.loggers.append(TensorboardLogger(tb_dir))
-            elif b == "wandb":
-                self.loggers.append(WandbLogger(project, experiment, config, out_dir))
-            elif b in TRACKERS:
-                self.loggers.append(verl_tracker(b, project, experiment, config))
+        try:
+            for b in backends:
+                self.loggers.append(self._backend(b, out_dir, console_keys, project, experiment, config))
+        except BaseException:  # a tracker that cannot start: the ones started are closed, the error goes on
+            self.close()
+            raise
+
+    def _backend(self, b: str, out_dir: str, console_keys: Sequence[str], project: str, experiment: str,
+                 config: Optional[Mapping[str, Any]]) -> Any:
+        if b == "console":
+            return ConsoleLogger(console_keys)
+        if b == "jsonl":
+            return JsonlLogger(self.jsonl_path)
+        if b == "tensorboard":
+            return TensorboardLogger(os.environ.get("TENSORBOARD_DIR") or os.path.join(out_dir, "tensorboard"))
+        if b == "wandb":
+            return WandbLogger(project, experiment, config, out_dir)
+        return verl_tracker(b, project, experiment, config)  # mlflow, swanlab, clearml, trackio, file
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
         for lg in self.loggers:
