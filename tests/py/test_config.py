@@ -299,8 +299,8 @@ def test_an_enum_typo_gets_the_closest_allowed_value():
 
 
 def test_each_logger_entry_is_checked():
-    (problem,) = problems_of("trainer.logger=[console,mlflow]")
-    assert "trainer.logger contains 'mlflow'" in problem and "console, jsonl, tensorboard, wandb" in problem
+    (problem,) = problems_of("trainer.logger=[console,mlfow]")
+    assert "trainer.logger contains 'mlfow'" in problem and "console, jsonl, tensorboard, wandb, mlflow" in problem
 
 
 # ---------------------------------------------------------------------------- key table
@@ -493,10 +493,11 @@ def test_keys_of_verls_other_engines_and_added_verl_keys_are_refused_as_verl_set
         assert "remove it" not in problem  # it names what is missing, not "no such setting"
 
 
-def test_verls_file_logger_is_the_jsonl_logger():
-    assert list(load_config(['trainer.logger=["console","tensorboard","file"]']).trainer.logger) == [
-        "console", "tensorboard", "jsonl"]
-    assert list(load_config(["trainer.logger=file"]).trainer.logger) == ["jsonl"]
+def test_verls_old_tracking_logger_is_wandb_as_verl_converts_it():
+    # verl/utils/tracking.py: `tracking` is deprecated and runs wandb (`file` is verl's own file logger)
+    assert list(load_config(['trainer.logger=["console","tracking","file"]']).trainer.logger) == [
+        "console", "wandb", "file"]
+    assert list(load_config(["trainer.logger=tracking"]).trainer.logger) == ["wandb"]
 
 
 def test_a_key_set_twice_is_judged_by_its_last_value_as_in_hydra():

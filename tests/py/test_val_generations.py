@@ -11,7 +11,8 @@ import pytest
 
 from verl_lite.config import load_config
 from verl_lite.data.synthetic import compute_score, make_rows
-from verl_lite.trainer.tracking import GENERATIONS_KEY, Tracking, generations_markdown, pick_generations
+from verl_lite.trainer.trackers import GENERATIONS_KEY
+from verl_lite.trainer.tracking import Tracking, generations_markdown, pick_generations
 
 
 def test_samples_are_sorted_by_input_shuffled_with_seed_42_and_the_first_n_kept():

@@ -70,6 +70,20 @@ ADV_ESTIMATORS = ("gae", "grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_
 # verl's estimators that need what verl_lite lacks: name -> what is missing (none at the pinned commit)
 REFUSED_ADV_ESTIMATORS: Dict[str, str] = {}
 
+
+# trainer.logger: verl_lite's console and jsonl, and verl's trackers (verl/utils/tracking.py supported_backend)
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "swanlab", "clearml", "trackio", "file")
+# The module each tracker imports and the pip line that installs it (the check reports a missing one)
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
+                   "mlflow": ("mlflow", "mlflow-skinny sqlalchemy alembic"), "swanlab": ("swanlab", "swanlab"),
+                   "clearml": ("clearml", "clearml"), "trackio": ("trackio", "trackio")}
+# verl's trackers verl_lite does not run: name -> why
+REFUSED_LOGGERS = {
+    "vemlp_wandb": "its library, volcengine_ml_platform, is Volcengine ML Platform's own and is not on PyPI; "
+                   "use wandb (or mlflow, swanlab, clearml, trackio, tensorboard, file)",
+    "rl_insight": "verl's rl_insight logger exports gauges and the rollout servers' runtime signals to rl-insight's "
+                  "Prometheus service, which verl_lite's rollout does not run; use tensorboard, mlflow or file",
+}
 # Dotted key -> allowed values. None in a tuple means null is allowed (ref/critic inherit the
 # actor's strategy when null).
 CHOICES: Dict[str, Tuple[Any, ...]] = {
@@ -97,9 +111,8 @@ CHOICES: Dict[str, Tuple[Any, ...]] = {
 REFUSED_CHOICES: Dict[str, Dict[str, str]] = {
     "algorithm.adv_estimator": REFUSED_ADV_ESTIMATORS,
     "actor_rollout_ref.actor.policy_loss.loss_mode": REFUSED_POLICY_LOSSES,
+    "trainer.logger": REFUSED_LOGGERS,
 }
-# List settings whose every element must be one of these.
-LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 # What a checkpoint holds (verl's names): checkpoint.save_contents / load_contents of actor and critic.
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 # global_profiler.tool values that run (trainer/profiling.py); verl's others are refused with the reason
@@ -210,7 +223,10 @@ def choice_problems(values: Dict[str, Any]) -> List[str]:
         problems.append(f"{key}={value!r} is not supported: choose one of {_shown(allowed)}{_closest(value, allowed)}")
     for key, allowed in LIST_CHOICES.items():
         for item in values.get(key) or ():
-            if item not in allowed:
+            if item in REFUSED_CHOICES.get(key, {}):
+                problems.append(f"{key} contains {item!r}, which is not supported by verl_lite: "
+                                f"{REFUSED_CHOICES[key][item]}")
+            elif item not in allowed:
                 problems.append(
                     f"{key} contains {item!r}, which is not supported: each entry must be one of "
                     f"{_shown(allowed)}{_closest(item, allowed)}"

@@ -88,9 +88,8 @@ VALUE_ALIASES["custom_reward_function.name"] = {None: "compute_score"}
 # verl's null mixed precision (its bf16/fp32/fp32) is verl_lite's empty mapping (engine/torch/fsdp_policy.py)
 VALUE_ALIASES.update({f"{section}.fsdp_config.mixed_precision": {None: {}}
                       for section in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")})
-# verl's `file` logger writes one JSON line of metrics per step: verl_lite's jsonl logger
-# (trainer.default_local_dir/metrics.jsonl; verl: $VERL_FILE_LOGGER_PATH)
-LIST_VALUE_ALIASES = {"trainer.logger": {"file": "jsonl"}}
+# verl's deprecated `tracking` logger is wandb (verl/utils/tracking.py:64-69,77)
+LIST_VALUE_ALIASES = {"trainer.logger": {"tracking": "wandb"}}
 # verl < 0.5 spelled the policy loss as a string: `actor.policy_loss=gspo` means `policy_loss.loss_mode=gspo`
 STRING_ALIASES = {"actor_rollout_ref.actor.policy_loss": "actor_rollout_ref.actor.policy_loss.loss_mode"}
 

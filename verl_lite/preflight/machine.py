@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from verl_lite import device as devices
 from verl_lite.checkpoint_files import MANIFEST
 from verl_lite.config import roles
+from verl_lite.config.choices import LOGGER_PACKAGES
 from verl_lite.config.shapes import expert_count, text_config
 from verl_lite.data.tokenizer import CHAR_TOKENIZER_FILE, DEFAULT_CHARS, SPECIAL_TOKENS, tokenizer_problem
 from verl_lite.decisions.layout import train_pool
@@ -77,11 +78,13 @@ def environment_problems(cfg: Any, views: Sequence[RoleView], device: str, expli
         needed.append(("torch_npu", "torch_npu for global_profiler.tool=torch_memory on npu (its allocation history, "
                                     "torch_npu.npu.memory)"))
     loggers = list(cfg.trainer.logger or ())
-    if "tensorboard" in loggers:
-        needed.append(("tensorboard", "tensorboard for trainer.logger (pip install tensorboard)"))
+    for name in loggers:
+        if name in LOGGER_PACKAGES:
+            module, install = LOGGER_PACKAGES[name]
+            needed.append((module, f"{name} for trainer.logger (pip install {install})"))
     if "wandb" in loggers:
-        needed.append(("wandb", "wandb for trainer.logger (pip install wandb)"))
         problems += wandb_problems()
+    problems += tracker_credential_problems(loggers)
     for module, what in needed:
         if importlib.util.find_spec(module) is None:
             problems.append(f"this run needs {what}: module {module!r} is not installed")
@@ -103,6 +106,29 @@ def wandb_problems(environ: Optional[Dict[str, str]] = None) -> List[str]:
     return ["trainer.logger has wandb, but no wandb credentials are set (WANDB_API_KEY or `wandb login`); "
             "set them, or WANDB_MODE=offline to write the run locally (`wandb sync` uploads it later)"]
 
+
+
+def tracker_credential_problems(loggers: Sequence[str], environ: Optional[Dict[str, str]] = None) -> List[str]:
+    """swanlab's cloud mode (verl's default SWANLAB_MODE) and clearml's server need credentials, else
+    they ask for them on a terminal the run does not have."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME") or os.path.expanduser("~")
+    problems = []
+    if "swanlab" in loggers and env.get("SWANLAB_MODE", "cloud") in ("cloud", "online") \
+            and not env.get("SWANLAB_API_KEY"):
+        root = env.get("SWANLAB_ROOT") or env.get("SWANLAB_SAVE_DIR") or os.path.join(home, ".swanlab")
+        if not any(os.path.isfile(p) for p in (os.path.join(".swanlab", ".netrc"), os.path.join(root, ".netrc"))):
+            problems.append("trainer.logger has swanlab in cloud mode (SWANLAB_MODE, default cloud as in verl), but no "
+                            "swanlab credentials are set (SWANLAB_API_KEY or `swanlab login`); set them, or "
+                            "SWANLAB_MODE=offline (or local) to write the run under SWANLAB_LOG_DIR")
+    if "clearml" in loggers and env.get("CLEARML_OFFLINE_MODE", "").lower() not in ("1", "true", "yes") \
+            and not env.get("CLEARML_API_ACCESS_KEY"):
+        conf = env.get("CLEARML_CONFIG_FILE") or os.path.join(home, "clearml.conf")
+        if not os.path.isfile(conf):
+            problems.append(f"trainer.logger has clearml, but no clearml credentials are set (CLEARML_API_ACCESS_KEY/"
+                            f"CLEARML_API_SECRET_KEY, or {conf} from `clearml-init`); set them, or "
+                            "CLEARML_OFFLINE_MODE=1 to write the task locally")
+    return problems
 
 
 def resume_problems(cfg: Any) -> List[str]:

@@ -43,6 +43,7 @@ from verl_lite.trainer import core_algos
 from verl_lite.trainer.advantage_phase import advantage_phase
 from verl_lite.trainer.checkpoint import CheckpointManager, DRIVER_STATE
 from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
+from verl_lite.trainer.dumps import Dumps
 from verl_lite.trainer.dynamic_sampling import reward_extra_metrics
 from verl_lite.trainer.loop import StepLoop, StopRequest
 from verl_lite.trainer.rollout_pool import RolloutError, RolloutPool
@@ -98,7 +99,7 @@ class AsyncTrainer(StepLoop):
     step, the staleness counts, and the checkpoints (the train workers' parts and the queue's sampler)."""
 
     def __init__(self, cfg: Any, train_wg: Any, pool: RolloutPool, buffer: Any, tracking: Any, out_dir: str,
-                 state: Dict[str, Any], total_steps: int, stop: Optional[StopRequest] = None):
+                 state: Dict[str, Any], total_steps: int, stop: Optional[StopRequest] = None, tokenizer: Any = None):
         self.cfg, self.train_wg, self.pool, self.buffer = cfg, train_wg, pool, buffer
         self.tracking, self.out_dir, self.total_steps = tracking, out_dir, total_steps
         self.ckpt = CheckpointManager(cfg.trainer.default_local_dir, cfg.trainer.max_actor_ckpt_to_keep)
@@ -117,6 +118,7 @@ class AsyncTrainer(StepLoop):
         self.sync_metrics: Dict[str, float] = {}
         self.idle_s = 0.0
         self.started = time.perf_counter()
+        self.tokenizer, self.dumps = tokenizer, Dumps.of(cfg.trainer)  # rollout_data_dir / validation_data_dir
 
     # -- weights ---------------------------------------------------------------------------------
 
@@ -296,6 +298,7 @@ class AsyncTrainer(StepLoop):
         metrics.update(reward_extra_metrics(batch))  # the dapo manager's overlong_buffer_cfg.log
         metrics.update(self._rollout_perf())
         metrics.update(timing_metrics(timing))
+        self.dumps.rollout(self.global_step, self.tokenizer, batch, rewards.sum(-1))
         return metrics
 
     def _verl_metrics(self, groups: List[Dict[str, Any]], got: Dict[str, Any], timing: Dict[str, float]) -> Dict[str, Any]:
@@ -369,7 +372,8 @@ class AsyncTrainer(StepLoop):
                     synced, version = self.global_step % self.k == 0, self.global_step // self.k
                     if t.test_freq > 0 and ((synced and version % t.test_freq == 0) or is_last):
                         with self.during("validating after step", self.global_step):
-                            metrics.update(self.pool.validate())
+                            metrics.update(self.dumps.take_validation(self.global_step,
+                                                                      self.pool.validate(self.global_step)))
                     self.tracking.log(metrics, self.global_step)
                     self.history.append({"step": self.global_step, "score": metrics["critic/score/mean"],
                                          **({"val": metrics["val/score"]} if "val/score" in metrics else {})})
@@ -381,6 +385,7 @@ class AsyncTrainer(StepLoop):
                             self._save()
             finally:
                 bar.close()  # also on a failure, so the error line starts on a line of its own
+                self.dumps.close()
             self.finish_stop()
         if self.history and not self.stop.requested:
             logger.info("fully-async: trainer idle %.0f%% of the time, %d stale groups dropped",

@@ -77,13 +77,14 @@ def fit_async(job: Any, typed_cfg: Any, tracking: Any, stop: StopRequest) -> Lis
         val_examples = job.val_set.examples if job.val_set else []
         pool = RolloutPool(typed_cfg, replicas, job.device, job.threads, job.train_set.examples, val_examples,
                            job.call_timeout_s, placement=nodes[1])
-        trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, job.out_dir, state, total, stop)
+        trainer = AsyncTrainer(cfg, train_wg, pool, buffer, tracking, job.out_dir, state, total, stop,
+                               tokenizer=job.tokenizer)
         tracking.rewind(trainer.global_step if state else -1)  # steps logged after the checkpoint are redone
         trainer.publish()
         pool.start(buffer)
         if t.val_before_train and trainer.global_step == 0 and not stop.requested:
             with trainer.during("validating before step", 1):
-                tracking.log(pool.validate(), 0)
+                tracking.log(trainer.dumps.take_validation(0, pool.validate(0)), 0)
         return trainer.fit(progress=True)
     finally:
         if pool is not None:

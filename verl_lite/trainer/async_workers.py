@@ -39,6 +39,7 @@ from verl_lite.models.hf import image_inputs, load_hf_config, model_position_ids
 from verl_lite.registry import ROLLOUTS
 from verl_lite.reward.manager import score_responses
 from verl_lite.reward.registry import build_reward_manager
+from verl_lite.trainer.dumps import DUMP_ROWS_KEY, sample_rows
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, OVERLONG_KEYS
 from verl_lite.trainer.tracking import val_generations
 from verl_lite.rollout.hf import position_ids_from
@@ -344,15 +345,19 @@ class RolloutWorker:
 
     def _score(self, batch: Dict[str, Any]):
         token_scores, _, extra = score_responses(self.tokenizer, self.reward_fn, batch)
-        # the dapo manager's logged overlong penalty rides along to the trainer's metrics (per-row lists)
-        batch.update({EXTRA_PREFIX + k: v for k, v in extra.items() if k in OVERLONG_KEYS})
+        # the dapo manager's logged overlong penalty rides along to the trainer's metrics (per-row lists), and
+        # all the reward's extra values for trainer.rollout_data_dir's dump
+        dump = bool(self.cfg.trainer.rollout_data_dir)
+        batch.update({EXTRA_PREFIX + k: v for k, v in extra.items() if dump or k in OVERLONG_KEYS})
         return token_scores
 
     # -- validation ------------------------------------------------------------------------------
 
-    def validate(self) -> Dict[str, float]:
+    def validate(self, step: int = 0) -> Dict[str, Any]:
         """Score the validation prompts with the newest pushed weights (between two segments; with
-        partial_rollout=False, weights that arrive while a chunk is in flight wait for it)."""
+        partial_rollout=False, weights that arrive while a chunk is in flight wait for it). With
+        trainer.validation_data_dir, the rows of verl's dump of training step `step` ride along under
+        DUMP_ROWS_KEY for the driver to write."""
         from collections import defaultdict
 
         if not self.val_examples:
@@ -368,9 +373,12 @@ class RolloutWorker:
             out = self.rollout.generate(prompts, self.response_length, val_kwargs)
         out.update(data_source=[e.data_source for e in rep], ground_truth=[e.ground_truth for e in rep],
                    extra_info=[e.extra_info for e in rep])
-        token_scores, texts, _ = score_responses(self.tokenizer, self.reward_fn, out)
+        token_scores, texts, extra = score_responses(self.tokenizer, self.reward_fn, out)
         scores = token_scores.sum(-1).tolist()
         metrics = val_generations(self.tokenizer, out, texts, scores, int(self.cfg.trainer.log_val_generations))
+        if self.cfg.trainer.validation_data_dir:
+            out.update({"_texts": texts, **{EXTRA_PREFIX + k: v for k, v in extra.items()}})
+            metrics[DUMP_ROWS_KEY] = sample_rows(self.tokenizer, out, scores, step, reward=True)
         by_source: Dict[str, List[float]] = defaultdict(list)
         for ds, s in zip(out["data_source"], scores):
             by_source[ds].append(s)

@@ -34,6 +34,7 @@ from verl_lite.trainer.advantage_phase import advantage_phase
 from verl_lite.trainer.algos import token_estimators
 from verl_lite.trainer.checkpoint import DRIVER_STATE, load_into_workers, manager_for, select_checkpoint
 from verl_lite.trainer.data_parallel import dp_shards, num_mini_batches, update_meta
+from verl_lite.trainer.dumps import Dumps
 from verl_lite.trainer.dynamic_sampling import EXTRA_PREFIX, DynamicSampler, reward_extra_metrics
 from verl_lite.trainer.generation import (LIST_KEYS, PROMPT_KEYS, Generation, answer, generate_ahead_enabled,
                                           prompt_batch, prompts_of, submit_generation, worker_fields)
@@ -92,6 +93,7 @@ class PPOTrainer(StepLoop):
         self._generate_ahead = generate_ahead_enabled()  # run() checked it before anything started
         self._step_plan: Optional[StepPlan] = None
         self._last_step_end = 0.0
+        self.dumps = Dumps.of(cfg.trainer)  # trainer.rollout_data_dir / validation_data_dir
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -244,6 +246,7 @@ class PPOTrainer(StepLoop):
                                                                    metrics.get("actor/grad_norm")))
         metrics.update(timing_metrics(timing))
         metrics["sample"] = gen["_texts"][0]
+        self.dumps.rollout(self.global_step + 1, self.tokenizer, gen, gen["token_level_scores"].sum(-1))
         return metrics
 
     def _generation(self, plan: StepPlan, ahead: Optional[Generation],
@@ -346,6 +349,7 @@ class PPOTrainer(StepLoop):
         for k in LIST_KEYS:
             gen[k] = batch[k]
         scores = self._score(gen).sum(-1)
+        self.dumps.validation(self.global_step, self.tokenizer, gen, scores)
         metrics = val_generations(self.tokenizer, gen, gen["_texts"], scores.tolist(),
                                   int(self.cfg.trainer.log_val_generations))
         out: Dict[str, List[float]] = defaultdict(list)
@@ -381,6 +385,7 @@ class PPOTrainer(StepLoop):
             self._loop(bar)
         finally:
             bar.close()  # also on a failure, so the error line starts on a line of its own
+            self.dumps.close()
         self.finish_stop()
         return self.history
 

@@ -93,8 +93,9 @@ class RolloutPool:
     def stats(self) -> List[Dict[str, Any]]:
         return self._wait([w.stats.remote() for w in self.workers], "stats", self.timeout)
 
-    def validate(self) -> Dict[str, float]:
-        return self._wait([self.workers[0].validate.remote()], "validate", self.timeout)[0]
+    def validate(self, step: int = 0) -> Dict[str, Any]:
+        """The first replica's validation metrics after training step `step` (its dump rows: RolloutWorker.validate)."""
+        return self._wait([self.workers[0].validate.remote(step)], "validate", self.timeout)[0]
 
     def shutdown(self, buffer: Any) -> None:
         import ray

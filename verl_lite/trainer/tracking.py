@@ -1,4 +1,5 @@
-"""Per-step metrics: console lines (key=value), a JSONL file, tensorboard and wandb when asked.
+"""Per-step metrics: console lines (key=value), a JSONL file, and verl's trackers when asked: tensorboard
+and wandb here, mlflow, swanlab, clearml, trackio and verl's file logger in `trackers`.
 
 Every backend is an object with `log(metrics, step)` and `close()`; unknown names are an error.
 Validation samples (trainer.log_val_generations) travel in the metrics under GENERATIONS_KEY as
@@ -8,7 +9,8 @@ wandb: a table that grows by a row per validation), the console as a table and j
 {input, output, score} records in the step's row.
 wandb runs as verl's does (project = trainer.project_name, run name = trainer.experiment_name,
 the resolved config attached); its files go under the run's output dir, and WANDB_MODE=offline
-writes the run there with no network (`wandb sync` uploads it later).
+writes the run there with no network (`wandb sync` uploads it later). tensorboard writes to
+TENSORBOARD_DIR when set (verl's variable), else under the run's output dir.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from verl_lite.config.choices import LOGGERS
+from verl_lite.trainer.dumps import decode_texts
+from verl_lite.trainer.trackers import GENERATIONS_KEY, split_generations, verl_tracker
 
 logger = logging.getLogger(__name__)
 
 
-GENERATIONS_KEY = "val/generations"
 # Characters of an input or output the console table shows (the jsonl row keeps the whole text).
 CONSOLE_TEXT_CHARS = 120
 VAL_GENERATIONS_SEED = 42  # verl's fixed seed for the shuffle
@@ -54,16 +57,8 @@ def val_generations(tokenizer: Any, gen: Mapping[str, Any], outputs: Sequence[st
     if n <= 0:
         return {}
     width = gen["prompts"].shape[1]
-    prompt_mask = gen["attention_mask"][:, :width].tolist()
-    inputs = [tokenizer.decode([t for t, keep in zip(ids, m) if keep], skip_special_tokens=True)
-              for ids, m in zip(gen["prompts"].tolist(), prompt_mask)]
+    inputs = decode_texts(tokenizer, gen["prompts"], gen["attention_mask"][:, :width])
     return {GENERATIONS_KEY: pick_generations(inputs, outputs, scores, n)}
-
-
-def _split(metrics: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[str, str, float]]]:
-    """(the metrics without the validation samples, the samples)."""
-    rest = {k: v for k, v in metrics.items() if k != GENERATIONS_KEY}
-    return rest, list(metrics.get(GENERATIONS_KEY) or ())
 
 
 def _cell(text: str) -> str:
@@ -100,7 +95,7 @@ class ConsoleLogger:
         self.keys = list(keys)
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
-        metrics, samples = _split(metrics)
+        metrics, samples = split_generations(metrics)
         shown = {k: metrics[k] for k in self.keys if k in metrics} if self.keys else metrics
         logger.info("step:%d - %s", step, " - ".join(f"{k}:{_fmt(v)}" for k, v in shown.items()))
         if samples:
@@ -117,7 +112,7 @@ class JsonlLogger:
         self.f = open(path, "a", encoding="utf-8")
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
-        metrics, samples = _split(metrics)
+        metrics, samples = split_generations(metrics)
         row = {"step": step}
         for k, v in metrics.items():
             row[k] = None if isinstance(v, float) and not math.isfinite(v) else v
@@ -168,7 +163,7 @@ class TensorboardLogger:
         self.writer = SummaryWriter(log_dir)
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
-        metrics, samples = _split(metrics)
+        metrics, samples = split_generations(metrics)
         for k, v in metrics.items():
             if isinstance(v, (int, float)):
                 self.writer.add_scalar(k, v, step)
@@ -193,7 +188,7 @@ class WandbLogger:
         self.rows: List[List[Any]] = []  # verl's validation table: one row per validation, all kept
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
-        metrics, samples = _split(metrics)
+        metrics, samples = split_generations(metrics)
         row = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if samples:
             # verl's columns: step, then input_i, output_i, score_i per sample; a new Table each time
@@ -216,15 +211,24 @@ class Tracking:
             raise ValueError(f"trainer.logger has unknown backend(s) {unknown} (choose from {', '.join(LOGGERS)})")
         self.jsonl_path = os.path.join(out_dir, "metrics.jsonl")
         self.loggers: List[Any] = []
-        for b in backends:
-            if b == "console":
-                self.loggers.append(ConsoleLogger(console_keys))
-            elif b == "jsonl":
-                self.loggers.append(JsonlLogger(self.jsonl_path))
-            elif b == "tensorboard":
-                self.loggers.append(TensorboardLogger(os.path.join(out_dir, "tensorboard")))
-            else:
-                self.loggers.append(WandbLogger(project, experiment, config, out_dir))
+        try:
+            for b in backends:
+                self.loggers.append(self._backend(b, out_dir, console_keys, project, experiment, config))
+        except BaseException:  # a tracker that cannot start: the ones started are closed, the error goes on
+            self.close()
+            raise
+
+    def _backend(self, b: str, out_dir: str, console_keys: Sequence[str], project: str, experiment: str,
+                 config: Optional[Mapping[str, Any]]) -> Any:
+        if b == "console":
+            return ConsoleLogger(console_keys)
+        if b == "jsonl":
+            return JsonlLogger(self.jsonl_path)
+        if b == "tensorboard":
+            return TensorboardLogger(os.environ.get("TENSORBOARD_DIR") or os.path.join(out_dir, "tensorboard"))
+        if b == "wandb":
+            return WandbLogger(project, experiment, config, out_dir)
+        return verl_tracker(b, project, experiment, config)  # mlflow, swanlab, clearml, trackio, file
 
     def log(self, metrics: Dict[str, Any], step: int) -> None:
         for lg in self.loggers:

@@ -185,13 +185,21 @@ class TrainerConfig:
     project_name: str = "verl_lite"
     # Run name for the trackers (wandb run name); part of default_local_dir.
     experiment_name: str = "default"
-    # Metric backends: console lines, jsonl (default_local_dir/metrics.jsonl), tensorboard, wandb;
-    # a single string is taken as a one-element list.
+    # Metric backends: console lines, jsonl (default_local_dir/metrics.jsonl), and verl's trackers through
+    # their own libraries, configured as verl configures them (docs/trackers.md): tensorboard, wandb,
+    # mlflow, swanlab, clearml, trackio, file; `tracking` is verl's old name of wandb. A single string is
+    # taken as a one-element list.
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
     # Validation samples (input, output, score) to log at each validation, chosen as verl chooses
     # them (sorted by input, shuffled with seed 42, the first N): a table on the console, a
     # val/generations list in the step's metrics.jsonl row, tensorboard text, a wandb table. 0 = none.
     log_val_generations: int = 0
+    # A directory for each training step's samples as JSONL, {step}.jsonl, as verl writes them
+    # (ray_trainer.py _log_rollout_data): one row per response with input, output, gts, score, step and the
+    # reward function's extra values. null = none.
+    rollout_data_dir: Optional[str] = None
+    # The same for each validation's samples (with the reward as `reward`); null = none.
+    validation_data_dir: Optional[str] = None
     # Nodes of the training pool; ranks = nnodes * n_gpus_per_node, one worker each.
     nnodes: int = 1
     # Devices per node for training (GPUs or NPUs; CPU processes on cpu).
