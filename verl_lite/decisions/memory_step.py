@@ -3,8 +3,8 @@ rollout (vLLM's reservation), the weight sync, each role's forward passes (old l
 values) and the update (forward/backward, then the optimizer step). What a role offloads is on the
 device only in its own phases; what it keeps stays resident in every phase. The device's peak is the
 largest phase. Fully-async training (`StepPlan.rollout_pool`) puts the rollout on devices of its own: its
-phase holds only the rollout engine and a received sync bucket, and no training phase holds vLLM. Pure arithmetic over a `StepPlan`, so the preflight can re-run it with one setting
-changed (the fixes it proposes).
+phase holds only the rollout engine and a received sync bucket, and no training phase holds vLLM. Pure
+arithmetic over a `StepPlan`, so the preflight can re-run it with one setting changed (the fixes it proposes).
 """
 
 from __future__ import annotations
@@ -123,6 +123,8 @@ def phases(d: m.ModelDims, plan: StepPlan) -> List[m.Phase]:
     out: List[m.Phase] = []
     actor = next((r for r in plan.roles if r.role == "actor"), None)
     own = plan.rollout_pool
+    # a sync bucket never holds more than the whole model's weights
+    bucket = min(ro.bucket_bytes, m.rollout_weight_bytes(d, 1, dtype_bytes=ro.dtype_bytes))
     gen = {} if own else dict(others(""))
     gen.update(_rollout_awake(d, plan))
     if ro.name == "hf" and actor is not None:
@@ -130,14 +132,14 @@ def phases(d: m.ModelDims, plan: StepPlan) -> List[m.Phase]:
         whole = m.rollout_weight_bytes(d, 1, dtype_bytes=ro.dtype_bytes)
         gen["hf rollout weights" if own else "actor weights"] = whole if own else _state(d, actor).weights
     if own:
-        gen["sync bucket"] = ro.bucket_bytes  # the weights arrive bucket by bucket
+        gen["sync bucket"] = bucket  # the weights arrive bucket by bucket
     out.append(m.Phase("rollout (rollout pool)" if own else "rollout", gen))
     if actor is not None and (own or ro.name == "vllm"):
         sync = dict(others("actor"))
         sync["actor weights"] = _state(d, actor).weights
         if not own:
             sync["vLLM weights"] = m.rollout_weight_bytes(d, ro.tp, ro.expert_ranks)
-        sync["sync bucket"] = ro.bucket_bytes
+        sync["sync bucket"] = bucket
         out.append(m.Phase("weight sync (training pool)" if own else "weight sync", sync))
     for r in plan.roles:
         s = _state(d, r)
