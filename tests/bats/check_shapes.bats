@@ -88,7 +88,7 @@ assert_shape_summary() { # SHAPE LAYOUT
 # phase, the peak (at least 1.0 in its unit), and no "not predicted"
 assert_memory_table() {
   assert_success
-  assert_line --regexp "^memory        : $1 per $2, [0-9]+\.[0-9] GiB usable \("
+  assert_line --regexp "^memory        : $1 per $2, [0-9]+\.[0-9] usable \("
   assert_line --regexp '^  actor update +[0-9]+\.[0-9]  actor [a-z ]+ [0-9]+\.[0-9]'
   assert_line --regexp '^  [a-z() -]+ +[1-9][0-9]*\.[0-9]  .* <- peak$'
   refute_output --partial "not predicted"

@@ -403,7 +403,7 @@ def summary_lines(cfg: Any, device: str) -> List[str]:
     peak, cap = pred.peak, pred.capacity
     unit, size = _unit(peak.total)
     where = "worker process" if device == "cpu" else "device"
-    lines = [f"memory        : {unit} per {where}, {cap.usable_gib:.1f} GiB usable ({cap.source})"]
+    lines = [f"memory        : {unit} per {where}, {cap.usable_gib * m.GIB / size:.1f} usable ({cap.source})"]
     width = max(len(ph.name) for ph in pred.phases)
     for ph in pred.phases:
         mark = " <- peak" if ph is peak else ""
