@@ -378,7 +378,8 @@ def rollout_weight_bytes(d: ModelDims, rollout_tp: int, expert_ranks: int = 0, d
     """vLLM's weights on one rank: everything (the vision tower too) split over the rollout TP; with expert
     parallelism the experts are spread over `expert_ranks` (TP*DP) ranks instead."""
     experts = sum(layer_params(d, i).expert for i in range(d.layers))
-    return ((total_params(d) + d.vision_params - experts) / rollout_tp + experts / max(rollout_tp, expert_ranks)) * dtype_bytes
+    dense = total_params(d) + d.vision_params - experts
+    return (dense / rollout_tp + experts / max(rollout_tp, expert_ranks)) * dtype_bytes
 
 
 @dataclass

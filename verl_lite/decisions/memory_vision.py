@@ -27,7 +27,8 @@ def vision_params(vision: Optional[Dict[str, Any]]) -> int:
     out = int(vision.get("out_hidden_size") or h)
     merge = int(vision.get("spatial_merge_size") or 2)
     patch = int(vision.get("patch_size") or 16)
-    patch_embed = int(vision.get("in_channels") or 3) * int(vision.get("temporal_patch_size") or 2) * patch * patch * h + h
+    frames = int(vision.get("temporal_patch_size") or 2)
+    patch_embed = int(vision.get("in_channels") or 3) * frames * patch * patch * h + h  # Conv3d with its bias
     positions = int(vision.get("num_position_embeddings") or 0) * h
     # two LayerNorms (weight and bias), qkv and proj with biases, the two-layer GELU MLP with biases
     block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * ffn + ffn) + (ffn * h + h)

@@ -160,5 +160,6 @@ def image_rollout_problems(cfg: Any) -> List[str]:
         fixes.append("actor_rollout_ref.rollout.name=hf, which generates from the images with transformers' "
                      "model (docs/vl.md)")
     return [f"{name}: {raw} has rows with images (column '{key}', e.g. row {row}) and the model is {model_type} "
-            f"with actor_rollout_ref.rollout.name=vllm: {why}, so the run cannot generate from them (its first generation would stop); "
+            f"with actor_rollout_ref.rollout.name=vllm: {why}, so the run cannot generate from them (its first "
+            "generation would stop); "
             f"{', or '.join(fixes)}" for name, raw, row in found]

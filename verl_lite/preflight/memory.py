@@ -71,8 +71,9 @@ def host_capacity(cfg: Any) -> Capacity:
     workers = train_pool(cfg).per_node + (rollout_pool(cfg).per_node if separate_rollout(cfg) else 0)
     workers = max(1, workers)
     each = total / workers
-    return Capacity(total, each, f"this host's {total:.1f} GiB / {workers} worker process{'es' if workers > 1 else ''}; "
-                                "set trainer.device_memory_gib for the host that trains", False)
+    processes = f"{workers} worker process{'es' if workers > 1 else ''}"
+    return Capacity(total, each, f"this host's {total:.1f} GiB / {processes}; set trainer.device_memory_gib for the "
+                                 "host that trains", False)
 
 
 def detect(device: str) -> Optional[Tuple[str, float]]:
