@@ -15,8 +15,11 @@ setup() {
 
 # the default stack (core_r0.16.0): verl_lite's own bridge, whose layout rules the shape checks
 # (PYTHONPATH passes through: a checkout that is not the venv's editable install checks its own code)
+# check [-N] [VAR=value...] COMMAND...: -N expects exit status N (run_script's)
 check() {
-  run_script PYTHON="$REAL_PYTHON" PYTHONPATH="${PYTHONPATH:-}" CHECK=1 DEVICE=npu "$@"
+  local expect=()
+  [[ ${1:-} =~ ^-[0-9]+$ ]] && expect=("$1") && shift
+  run_script "${expect[@]}" PYTHON="$REAL_PYTHON" PYTHONPATH="${PYTHONPATH:-}" CHECK=1 DEVICE=npu "$@"
 }
 
 assert_shape_summary() { # SHAPE LAYOUT
@@ -153,4 +156,27 @@ NO_MODELS=/nonexistent/models
     assert_line --partial "  vision tower: 0.54B parameters counted in the weights, gradients and optimizer state; its activations are not counted"
     refute_output --partial "config.json not readable here"
   done
+}
+
+# ---------------------------------------------------------------- Geometry3K rows on the Qwen3.5 scripts
+
+@test "CHECK=1 of a Qwen3.5 script refuses TRAIN_FILES of Geometry3K rows: the vllm rollout would drop the images" {
+  local data=$BATS_TEST_TMPDIR/geo3k
+  mkdir -p "$data"
+  # two rows as examples/data_preprocess/geo3k.py writes them: an 8x8 PNG each
+  "$REAL_PYTHON" - "$data/train.parquet" <<'PY'
+import io, sys
+import pyarrow as pa, pyarrow.parquet as pq
+from PIL import Image
+buf = io.BytesIO()
+Image.new("RGB", (8, 8), (0, 0, 255)).save(buf, format="PNG")
+rows = [{"data_source": "hiyouga/geometry3k", "prompt": [{"role": "user", "content": f"<image>Find x ({i})."}],
+         "images": [{"bytes": buf.getvalue(), "path": None}], "ability": "math",
+         "reward_model": {"style": "rule", "ground_truth": "2"}} for i in range(2)]
+pq.write_table(pa.Table.from_pylist(rows), sys.argv[1])
+PY
+  check -1 MODEL_ROOT=$NO_MODELS DATA_DIR="$data" VAL_FILES="$data/train.parquet" bash "$S35"
+  assert_stderr_has "data.train_files: $data/train.parquet has rows with images (column 'images', e.g. row 0) and the model is qwen3_5_moe with actor_rollout_ref.rollout.name=vllm: verl trains its Qwen3.5 scripts on Geometry3K"
+  assert_stderr_has "data.val_files: $data/train.parquet has rows with images"
+  assert_stderr_has "use text rows (GSM8K: examples/data_preprocess/gsm8k.py, the Qwen3.5 scripts' default)"
 }
