@@ -359,6 +359,10 @@ def test_a_cpu_run_is_predicted_against_the_hosts_memory_and_device_name_has_no_
     assert problems == []
     refused = [p for p in collect_problems(cfg, for_training=False) if p.startswith("memory:")]
     assert len(refused) == 1 and "more than the 0.0 GiB usable (trainer.device_memory_gib=0.001)" in refused[0]
+    assert "offload" not in refused[0]  # on cpu offload moves state to the host it is on: no fix, no change
+    offloaded, _ = compose_config(["trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                                   "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"])
+    assert pm.predict(offloaded, "cpu").peak.total == pm.predict(cfg, "cpu").peak.total
     cfg, problems = compose_config(["trainer.device_name=H300"])
     assert problems and "trainer.device_name" in problems[0] and "H200" in problems[0]
 

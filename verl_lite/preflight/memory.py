@@ -196,6 +196,9 @@ def _role_plan(cfg: Any, view: RoleView, device: str) -> ms.RolePlan:
         offload = dict(param_offload=bool(fc.param_offload), grad_offload=bool(fc.param_offload),
                        optimizer_offload=bool(getattr(fc, "optimizer_offload", False)))
         gathered = 2 if bool(fc.forward_prefetch) else 1
+    if device == "cpu":  # offload moves state to the host, where it already is
+        offload = dict(param_offload=False, grad_offload=False, optimizer_offload=False)
+        host = False
     update = _pass(cfg, view, device, True, lay) if trains else None
     return ms.RolePlan(view.role, lay, prec, dist, trains, update, _pass(cfg, view, device, False, lay),
                        host_state=host, lm_head=view.role != "critic", gathered_layers=gathered,
@@ -228,6 +231,7 @@ class Prediction:
     plan: ms.StepPlan
     phases: List[m.Phase]
     capacity: Capacity
+    device: str = "cuda"
 
     @property
     def peak(self) -> m.Phase:
@@ -249,7 +253,7 @@ def predict(cfg: Any, device: str, for_training: bool = False) -> Optional[Predi
         return None
     cap = capacity(cfg, device, for_training)
     plan = step_plan(cfg, views, device, cap.total_gib)
-    return Prediction(dims, plan, ms.phases(dims, plan), cap)
+    return Prediction(dims, plan, ms.phases(dims, plan), cap, device)
 
 
 def _terms(phase: m.Phase, n: int = 3) -> str:
@@ -267,7 +271,7 @@ def fixes(cfg: Any, pred: Prediction) -> List[str]:
         cands: List[Tuple[str, ms.StepPlan]] = []
         for key, field_name in (("optimizer_offload", "optimizer_offload"), ("param_offload", "param_offload"),
                                 ("grad_offload", "grad_offload")):
-            if r.layout.strategy != "megatron" and key == "grad_offload":
+            if (r.layout.strategy != "megatron" and key == "grad_offload") or pred.device == "cpu":
                 continue
             if not getattr(r, field_name) and (r.trains or key == "param_offload"):
                 extra = {"grad_offload": True} if key == "param_offload" else {}
@@ -311,7 +315,7 @@ def fixes(cfg: Any, pred: Prediction) -> List[str]:
             (["optimizer_offload"] if r.trains else [])
         names += [f"{prefix}.{k}=True" for k in keys if not getattr(r, k)]
         plan = ms.with_role(plan, r.role, param_offload=True, grad_offload=True, optimizer_offload=r.trains)
-    if len(names) > 1:
+    if len(names) > 1 and pred.device != "cpu":
         new = m.peak(ms.phases(d, plan)).total
         if new <= limit:
             out.append(f"{', '.join(names)}: {m.gib(new):.1f} GiB")
@@ -348,7 +352,8 @@ def memory_problems(cfg: Any, device: str, for_training: bool = False) -> List[s
             f"memory: the {peak.name} phase needs {m.gib(peak.total):.1f} GiB per device, more than the "
             f"{cap.usable_gib:.1f} GiB usable ({where}); largest terms: {_terms(peak)} GiB. "
             + (f"Changes that fit: {'; '.join(found[:5])}" if found else
-               "No single change fits: raise the parallel sizes (more devices), offload and shorten the token budget")
+               "No single change fits: raise the parallel sizes (more devices), "
+               + ("and shorten the token budget" if device == "cpu" else "offload and shorten the token budget"))
             + " (trainer.memory_check=warn to start anyway; docs/memory.md)")
     rollout_kv = ms.kv_sequences(pred.dims, pred.plan, pred.plan.rollout.max_len)
     if rollout_kv is not None and rollout_kv < 1 and str(cfg.trainer.memory_check) == "refuse" and cap.known:
