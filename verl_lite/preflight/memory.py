@@ -245,11 +245,11 @@ def predict(cfg: Any, device: str, for_training: bool = False) -> Optional[Predi
         return None
     views = role_views(cfg, device)
     actor = next((v for v in views if v.role == "actor"), None)
-    if actor is None or actor.hf is None:
+    if actor is None or not isinstance(actor.hf, dict):  # none, or a config.json the model checks refuse
         return None
     try:
         dims = m.model_dims(actor.hf)
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):  # a malformed config.json: its own rules say so
         return None
     cap = capacity(cfg, device, for_training)
     plan = step_plan(cfg, views, device, cap.total_gib)
