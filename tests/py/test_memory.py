@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -341,13 +342,27 @@ def test_the_check_prints_the_memory_table_for_every_phase(run_module):
     assert sum("<- peak" in line for line in lines) == 1
 
 
-def test_the_memory_settings_on_a_cpu_run_get_a_no_effect_warning_and_no_table():
+def test_a_cpu_run_is_predicted_against_the_hosts_memory_and_device_name_has_no_effect_there():
     cfg, problems = compose_config(["trainer.device=cpu", "trainer.device_name=H200", "trainer.memory_check=warn"])
     assert problems == []
-    warnings = [w for w in collect_warnings(cfg) if "memory prediction" in w]
-    assert warnings == ["trainer.device_name=H200, trainer.memory_check=warn: no effect on cpu (the memory prediction "
-                        "is for cuda and npu devices; docs/memory.md)"]
-    assert pm.summary_lines(cfg, "cpu") == ["memory        : not predicted on cpu (host memory)"]
+    warnings = [w for w in collect_warnings(cfg) if "no effect on cpu" in w]
+    assert warnings == ["trainer.device_name=H200: no effect on cpu (its rows are cuda and npu devices; the prediction "
+                        "is checked against the host's memory: set trainer.device_memory_gib; docs/memory.md)"]
+    lines = pm.summary_lines(cfg, "cpu")
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / m.GIB
+    assert re.match(rf"memory        : GiB per worker process, {host:.1f} usable \(this host's {host:.1f} "
+                    r"GiB / 1 worker process; ", lines[0]), lines[0]
+    assert [line[2:].split("  ")[0] for line in lines[1:4]] == ["rollout", "actor log-prob", "actor update"]
+    assert not pm.capacity(cfg, "cpu", for_training=True).known  # the host's share: a warning, never a refusal
+    # trainer.device_memory_gib is the host's budget on cpu: a peak above it is refused
+    cfg, problems = compose_config(["trainer.device=cpu", "trainer.device_memory_gib=0.001"])
+    assert problems == []
+    refused = [p for p in collect_problems(cfg, for_training=False) if p.startswith("memory:")]
+    assert len(refused) == 1 and "more than the 0.0 GiB usable (trainer.device_memory_gib=0.001)" in refused[0]
+    assert "offload" not in refused[0]  # on cpu offload moves state to the host it is on: no fix, no change
+    offloaded, _ = compose_config(["trainer.device=cpu", "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                                   "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True"])
+    assert pm.predict(offloaded, "cpu").peak.total == pm.predict(cfg, "cpu").peak.total
     cfg, problems = compose_config(["trainer.device_name=H300"])
     assert problems and "trainer.device_name" in problems[0] and "H200" in problems[0]
 

@@ -61,6 +61,8 @@ FRAGMENT = {
     "actor_rollout_ref.actor.fsdp_config.model_dtype": "it already exists",
     # `+` on it (verl refuses the line) or merge=False (adapters sent to the rollout)
     "actor_rollout_ref.model.lora.merge": ("it already exists in verl's config", "not supported"),
+    # True on a vision-language model (its shape shipped or readable) on the torch engine, which runs it padded
+    "actor_rollout_ref.model.use_remove_padding": "vision-language models run padded",
     # a megatron-core OptimizerConfig field on an fsdp role: not a keyword of the torch optimizer
     "actor_rollout_ref.actor.optim.override_optimizer_config.offload_fraction": "act on the megatron strategy only",
 }

@@ -21,6 +21,9 @@ SOURCES = {
                          "with public model cards",
     "Qwen3.5-397B-A17B": "THUDM/slime scripts/models/qwen3.5-397B-A17B.sh and Megatron-Bridge "
                          "tests/unit_tests/models/qwen/test_qwen35_bridge.py",
+    "Qwen3-VL-30B-A3B-Instruct": "THUDM/slime scripts/models/qwen3-vl-30b-a3b.sh and Ascend/MindSpeed-MM "
+                                 "examples/mindspore/qwen3vl/model_30B.json (vision tower: the latter and "
+                                 "transformers' Qwen3VLMoeVisionConfig defaults)",
 }
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Tuple
 
 from verl_lite.decisions.layout import Layout
+from verl_lite.decisions.memory_vision import vision_config, vision_params
 
 GIB = 1024 ** 3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -61,6 +62,7 @@ class ModelDims:
     gdn_key_dim: int = 0
     gdn_value_dim: int = 0
     gdn_conv: int = 4
+    vision_params: int = 0  # the vision tower's (memory_vision.py): dense, on the first stage, not split over TP
 
     @property
     def gdn_conv_dim(self) -> int:
@@ -93,7 +95,7 @@ def model_dims(hf: Dict[str, Any]) -> ModelDims:
         attention_bias=bool(t.get("attention_bias", False)),
         gdn_key_heads=int(t.get("linear_num_key_heads") or 0), gdn_value_heads=int(t.get("linear_num_value_heads") or 0),
         gdn_key_dim=int(t.get("linear_key_head_dim") or 0), gdn_value_dim=int(t.get("linear_value_head_dim") or 0),
-        gdn_conv=int(t.get("linear_conv_kernel_dim") or 4))
+        gdn_conv=int(t.get("linear_conv_kernel_dim") or 4), vision_params=vision_params(vision_config(hf)))
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -156,16 +158,16 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 def stage_params(d: ModelDims, lay: Layout, stage: int, lm_head: bool = True) -> Tuple[float, float]:
     """(dense, expert) parameters on a rank of pipeline stage `stage` (Megatron): its share of the layers,
-    the embedding on the first stage, the final norm and the LM head on the last (tied with PP=1: one
-    matrix; a value model's 1-wide head instead); dense weights split over TP, norms and routers replicated,
-    experts split over EP*ETP."""
+    the embedding (and a vision tower, replicated over TP) on the first stage, the final norm and the LM
+    head on the last (tied with PP=1: one matrix; a value model's 1-wide head instead); dense weights split
+    over TP, norms and routers replicated, experts split over EP*ETP."""
     per_stage = math.ceil(d.layers / lay.pp)
     first, last = stage == 0, stage == math.ceil(d.layers / per_stage) - 1
     block = sum((layer_params(d, i) for i in range(stage * per_stage, min(d.layers, (stage + 1) * per_stage))),
                 Params())
     vocab = padded_vocab(d.vocab, lay.tp) * d.hidden / lay.tp
     head = (0.0 if (d.tied and first) else vocab) if lm_head else d.hidden
-    extra = (vocab if first else 0.0) + ((d.hidden + head) if last else 0.0)
+    extra = ((vocab + d.vision_params) if first else 0.0) + ((d.hidden + head) if last else 0.0)
     return block.tp / lay.tp + block.replicated + extra, block.expert / (lay.ep * lay.etp)
 
 
@@ -174,7 +176,7 @@ def rank_params(d: ModelDims, lay: Layout, lm_head: bool = True) -> Tuple[float,
     (`stage_params`); fsdp: every parameter / the shard group."""
     if lay.strategy != "megatron":
         head = 0.0 if lm_head else (d.hidden - (0 if d.tied else d.vocab * d.hidden))
-        return (total_params(d) + head) / lay.fsdp_shard, 0.0
+        return (total_params(d) + d.vision_params + head) / lay.fsdp_shard, 0.0
     stages = [stage_params(d, lay, k, lm_head) for k in range(math.ceil(d.layers / math.ceil(d.layers / lay.pp)))]
     return max(stages, key=sum)
 
@@ -373,10 +375,11 @@ def gdn_state_bytes_per_sequence(d: ModelDims, rollout_tp: int, dtype_bytes: int
 
 
 def rollout_weight_bytes(d: ModelDims, rollout_tp: int, expert_ranks: int = 0, dtype_bytes: int = 2) -> float:
-    """vLLM's weights on one rank: everything split over the rollout TP; with expert parallelism the
-    experts are spread over `expert_ranks` (TP*DP) ranks instead."""
+    """vLLM's weights on one rank: everything (the vision tower too) split over the rollout TP; with expert
+    parallelism the experts are spread over `expert_ranks` (TP*DP) ranks instead."""
     experts = sum(layer_params(d, i).expert for i in range(d.layers))
-    return ((total_params(d) - experts) / rollout_tp + experts / max(rollout_tp, expert_ranks)) * dtype_bytes
+    dense = total_params(d) + d.vision_params - experts
+    return (dense / rollout_tp + experts / max(rollout_tp, expert_ranks)) * dtype_bytes
 
 
 @dataclass

@@ -2,8 +2,9 @@
 rollout (vLLM's reservation), the weight sync, each role's forward passes (old log-probs, ref,
 values) and the update (forward/backward, then the optimizer step). What a role offloads is on the
 device only in its own phases; what it keeps stays resident in every phase. The device's peak is the
-largest phase. Pure arithmetic over a `StepPlan`, so the preflight can re-run it with one setting
-changed (the fixes it proposes).
+largest phase. Fully-async training (`StepPlan.rollout_pool`) puts the rollout on devices of its own: its
+phase holds only the rollout engine and a received sync bucket, and no training phase holds vLLM. Pure
+arithmetic over a `StepPlan`, so the preflight can re-run it with one setting changed (the fixes it proposes).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class RolloutPlan:
     sequences: int = 0  # hf rollout: sequences generated at once on a rank
     expert_ranks: int = 0  # vLLM expert parallelism: the ranks the experts are spread over (TP*DP)
     max_len: int = 0
+    dtype_bytes: int = 2  # the hf rollout's weights and KV cache (float32 on cpu)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class StepPlan:
     roles: Tuple[RolePlan, ...]
     rollout: RolloutPlan
     total_memory: float  # bytes of the device (vLLM's share is of this)
+    rollout_pool: bool = False  # fully-async: the rollout on devices of its own, none of the roles' state there
 
 
 def _state(d: m.ModelDims, r: RolePlan) -> m.State:
@@ -99,8 +102,8 @@ def _rollout_awake(d: m.ModelDims, plan: StepPlan) -> Dict[str, float]:
     ro = plan.rollout
     if ro.name == "vllm":
         return {"vLLM (gpu_memory_utilization)": ro.share * plan.total_memory}
-    kv = m.kv_bytes_per_token(d, 1) * ro.sequences * ro.max_len
-    kv += m.gdn_state_bytes_per_sequence(d, 1) * ro.sequences
+    kv = m.kv_bytes_per_token(d, 1, ro.dtype_bytes) * ro.sequences * ro.max_len
+    kv += m.gdn_state_bytes_per_sequence(d, 1, ro.dtype_bytes) * ro.sequences
     return {"hf rollout KV cache": kv}
 
 
@@ -108,7 +111,7 @@ def phases(d: m.ModelDims, plan: StepPlan) -> List[m.Phase]:
     """Each phase of the step on the most loaded device, with its terms."""
     resident = {r.role: _resident(d, r) for r in plan.roles}
     ro = plan.rollout
-    asleep = {} if (ro.name != "vllm" or ro.sleeps) else _rollout_awake(d, plan)
+    asleep = {} if (plan.rollout_pool or ro.name != "vllm" or ro.sleeps) else _rollout_awake(d, plan)
 
     def others(role: str) -> Dict[str, float]:
         out: Dict[str, float] = {}
@@ -119,17 +122,25 @@ def phases(d: m.ModelDims, plan: StepPlan) -> List[m.Phase]:
 
     out: List[m.Phase] = []
     actor = next((r for r in plan.roles if r.role == "actor"), None)
-    gen = dict(others(""))
+    own = plan.rollout_pool
+    # a sync bucket never holds more than the whole model's weights
+    bucket = min(ro.bucket_bytes, m.rollout_weight_bytes(d, 1, dtype_bytes=ro.dtype_bytes))
+    gen = {} if own else dict(others(""))
     gen.update(_rollout_awake(d, plan))
     if ro.name == "hf" and actor is not None:
-        gen[f"{actor.role} weights"] = _state(d, actor).weights
-    out.append(m.Phase("rollout", gen))
-    if ro.name == "vllm" and actor is not None:
+        # the hf rollout generates with the actor's module; on a pool of its own, with a whole replica
+        whole = m.rollout_weight_bytes(d, 1, dtype_bytes=ro.dtype_bytes)
+        gen["hf rollout weights" if own else "actor weights"] = whole if own else _state(d, actor).weights
+    if own:
+        gen["sync bucket"] = bucket  # the weights arrive bucket by bucket
+    out.append(m.Phase("rollout (rollout pool)" if own else "rollout", gen))
+    if actor is not None and (own or ro.name == "vllm"):
         sync = dict(others("actor"))
         sync["actor weights"] = _state(d, actor).weights
-        sync["vLLM weights"] = m.rollout_weight_bytes(d, ro.tp, ro.expert_ranks)
-        sync["sync bucket"] = ro.bucket_bytes
-        out.append(m.Phase("weight sync", sync))
+        if not own:
+            sync["vLLM weights"] = m.rollout_weight_bytes(d, ro.tp, ro.expert_ranks)
+        sync["sync bucket"] = bucket
+        out.append(m.Phase("weight sync (training pool)" if own else "weight sync", sync))
     for r in plan.roles:
         s = _state(d, r)
         base = dict(others(r.role))

@@ -1,16 +1,19 @@
 """Preflight rules of the data: the data settings verl_lite cannot act on (multi-modal inputs,
 validation batches and logged generations, raw chat without a chat template, data.trust_remote_code in
-the sync trainer), and, `for_training` only, the data files exist and each row's data_source has a
-scorer (the custom reward file: `reward_file.py`).
+the sync trainer), rows with images for a rollout that would generate without them (read wherever the
+files are: on a laptop when they are there, always by `check --training`), and, `for_training` only,
+the data files exist and each row's data_source has a scorer (the custom reward file: `reward_file.py`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from verl_lite.config.verl_names import YET
+from verl_lite.config.shapes import model_shape
 from verl_lite.data.dataset import as_file_list, expand
+from verl_lite.models import is_vision_language
 from verl_lite.reward.manager import CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES, has_default_scorer
 
 
@@ -100,3 +103,63 @@ def data_source_problems(cfg: Any) -> List[str]:
                                 f"which no built-in scorer handles (it scores {SUPPORTED_SOURCES}); set "
                                 f"custom_reward_function.path to a reward function for them{hint}")
     return problems
+
+
+def first_image_row(path: str, image_key: str) -> Optional[int]:
+    """The first row of a parquet file whose `image_key` column holds an image (None: no such column,
+    no such row, or a file not readable here). Reads that column only, batch by batch."""
+    import pyarrow.parquet as pq  # heavy (~0.3 s): imported only when a file to read is here
+
+    try:
+        f = pq.ParquetFile(path)
+        if image_key not in f.schema_arrow.names:
+            return None
+        start = 0
+        for batch in f.iter_batches(columns=[image_key], batch_size=512):
+            for i, images in enumerate(batch.column(0).to_pylist()):
+                if images:
+                    return start + i
+            start += batch.num_rows
+    except (OSError, ValueError):  # unreadable here (or no parquet): data_file_problems and the run say so
+        return None
+    return None
+
+
+def image_rollout_problems(cfg: Any) -> List[str]:
+    """data.train_files / val_files rows with images (`data.image_key`, Geometry3K's layout) when the vllm
+    rollout would generate without them: it gives images to Qwen3-VL models only
+    (rollout/vllm_requests.py `is_vision_language`; Qwen3.5 generates from text there) and would stop at
+    the first generation with such a row. Checked where the files are readable; the model's type comes
+    from its config.json or its shipped shape (none known: not checked here, `check --training` reads it)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name != "vllm":
+        return []
+    shape = model_shape(cfg.actor_rollout_ref.model.path)
+    key = str(cfg.data.image_key or "")
+    if shape is None or not key:
+        return []
+    files = [(name, raw) for name, value in (("data.train_files", cfg.data.train_files),
+                                            ("data.val_files", cfg.data.val_files))
+             for raw in as_file_list(value) if os.path.isfile(expand(raw))]
+    found = [(name, raw, row) for name, raw in files
+             for row in [first_image_row(expand(raw), key)] if row is not None]
+    if not found:
+        return []
+    from verl_lite.rollout.vllm_requests import VISION_LANGUAGE_TYPES  # imports torch: only for rows with images
+
+    model_type = str(shape.hf.get("model_type") or "")
+    if model_type in VISION_LANGUAGE_TYPES:
+        return []
+    qwen35 = model_type.startswith("qwen3_5")
+    why = ("verl trains its Qwen3.5 scripts on Geometry3K, but verl_lite's vLLM rollout gives images to "
+           f"{' and '.join(VISION_LANGUAGE_TYPES)} models only (Qwen3.5 generates from text there: docs/vl.md)"
+           if qwen35 else f"the vllm rollout gives images to {' and '.join(VISION_LANGUAGE_TYPES)} models only")
+    fixes = ["use text rows (GSM8K: examples/data_preprocess/gsm8k.py, the Qwen3.5 scripts' default)"
+             if qwen35 else "use text rows"]
+    if is_vision_language(shape.hf):
+        fixes.append("actor_rollout_ref.rollout.name=hf, which generates from the images with transformers' "
+                     "model (docs/vl.md)")
+    return [f"{name}: {raw} has rows with images (column '{key}', e.g. row {row}) and the model is {model_type} "
+            f"with actor_rollout_ref.rollout.name=vllm: {why}, so the run cannot generate from them (its first "
+            "generation would stop); "
+            f"{', or '.join(fixes)}" for name, raw, row in found]

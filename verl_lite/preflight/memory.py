@@ -8,6 +8,7 @@ docs/memory.md explains the terms and their measured error.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from verl_lite.config.devices import ASSUMED, DEVICE_MEMORY, RESERVE_GIB, match_
 from verl_lite.decisions import fsdp_settings
 from verl_lite.decisions import memory as m
 from verl_lite.decisions import memory_step as ms
-from verl_lite.decisions.layout import Layout, rollout_layout, train_world
+from verl_lite.decisions.layout import Layout, rollout_layout, rollout_pool, train_pool, train_world
 from verl_lite.decisions.micro_batch import micro_batch_size
 from verl_lite.decisions.switches import switch
 from verl_lite.preflight.roles import RoleView, role_views
@@ -43,6 +44,8 @@ def capacity(cfg: Any, device: str, for_training: bool) -> Capacity:
     if t.device_memory_gib is not None:
         g = float(t.device_memory_gib)
         return Capacity(g, g, f"trainer.device_memory_gib={g:g}", True)
+    if device == "cpu":
+        return host_capacity(cfg)
     if t.device_name is not None:
         d = DEVICE_MEMORY[t.device_name]
         return Capacity(d.total_gib, d.usable_gib, f"trainer.device_name={t.device_name}: {d.source}", True)
@@ -53,6 +56,24 @@ def capacity(cfg: Any, device: str, for_training: bool) -> Capacity:
     d = DEVICE_MEMORY[ASSUMED[device]]
     return Capacity(d.total_gib, d.usable_gib, f"assumed {ASSUMED[device]} (set trainer.device_name or "
                                                "trainer.device_memory_gib)", False)
+
+
+def separate_rollout(cfg: Any) -> bool:
+    """Fully-async training with a rollout pool of its own (decisions/async_pools.py)."""
+    return bool(cfg.async_training.enable) and rollout_pool(cfg).world > 0
+
+
+def host_capacity(cfg: Any) -> Capacity:
+    """cpu: this host's physical memory shared by the worker processes of one node (the training pool's,
+    and the rollout pool's with fully-async). An estimate, never a refusal: the driver, Ray's object store
+    and the other processes take their part too."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / m.GIB
+    workers = train_pool(cfg).per_node + (rollout_pool(cfg).per_node if separate_rollout(cfg) else 0)
+    workers = max(1, workers)
+    each = total / workers
+    processes = f"{workers} worker process{'es' if workers > 1 else ''}"
+    return Capacity(total, each, f"this host's {total:.1f} GiB / {processes}; set trainer.device_memory_gib for the "
+                                 "host that trains", False)
 
 
 def detect(device: str) -> Optional[Tuple[str, float]]:
@@ -146,7 +167,7 @@ def _pass(cfg: Any, view: RoleView, device: str, update: bool, lay: Layout) -> m
                   recompute=recompute if update else "none", recompute_layers=layers, recompute_method=method,
                   microbatches=micro_per_step, flash_attention=device != "cpu", seq_len=longest,
                   gdn_kernel="torch" if device == "cpu" else "chunked", entropy=entropy, fused_logits=fused,
-                  logits_chunk=chunk, moe_load=load)
+                  logits_chunk=chunk, moe_load=load, fused_norms=device != "cpu")
 
 
 def _role_plan(cfg: Any, view: RoleView, device: str) -> ms.RolePlan:
@@ -175,6 +196,9 @@ def _role_plan(cfg: Any, view: RoleView, device: str) -> ms.RolePlan:
         offload = dict(param_offload=bool(fc.param_offload), grad_offload=bool(fc.param_offload),
                        optimizer_offload=bool(getattr(fc, "optimizer_offload", False)))
         gathered = 2 if bool(fc.forward_prefetch) else 1
+    if device == "cpu":  # offload moves state to the host, where it already is
+        offload = dict(param_offload=False, grad_offload=False, optimizer_offload=False)
+        host = False
     update = _pass(cfg, view, device, True, lay) if trains else None
     return ms.RolePlan(view.role, lay, prec, dist, trains, update, _pass(cfg, view, device, False, lay),
                        host_state=host, lm_head=view.role != "critic", gathered_layers=gathered,
@@ -182,7 +206,8 @@ def _role_plan(cfg: Any, view: RoleView, device: str) -> ms.RolePlan:
 
 
 def step_plan(cfg: Any, views: List[RoleView], device: str, total_gib: float) -> ms.StepPlan:
-    world = train_world(cfg)
+    own = separate_rollout(cfg)
+    world = rollout_pool(cfg).world if own else train_world(cfg)
     ro, ro_lay = cfg.actor_rollout_ref.rollout, rollout_layout(cfg)
     longest = int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)
     bucket = float(getattr(ro.checkpoint_engine, "update_weights_bucket_megabytes", 0) or 0) * 1024 ** 2
@@ -191,9 +216,10 @@ def step_plan(cfg: Any, views: List[RoleView], device: str, total_gib: float) ->
                              sequences=min(int(ro.micro_batch_size),
                                            int(cfg.data.train_batch_size) * int(ro.n) // max(1, world)),
                              max_len=longest,
-                             expert_ranks=ro_lay.tp * ro_lay.dp if ro_lay.ep > 1 else 0)
+                             expert_ranks=ro_lay.tp * ro_lay.dp if ro_lay.ep > 1 else 0,
+                             dtype_bytes=4 if device == "cpu" else 2)
     plans = tuple(_role_plan(cfg, v, device) for v in views)
-    return ms.StepPlan(plans, rollout, total_gib * m.GIB)
+    return ms.StepPlan(plans, rollout, total_gib * m.GIB, rollout_pool=own)
 
 
 # ------------------------------------------------------------------------------ the rule
@@ -205,6 +231,7 @@ class Prediction:
     plan: ms.StepPlan
     phases: List[m.Phase]
     capacity: Capacity
+    device: str = "cuda"
 
     @property
     def peak(self) -> m.Phase:
@@ -212,20 +239,21 @@ class Prediction:
 
 
 def predict(cfg: Any, device: str, for_training: bool = False) -> Optional[Prediction]:
-    """The run's prediction; None on cpu, with memory_check=off, or without a readable model shape."""
-    if device == "cpu" or str(cfg.trainer.memory_check) == "off":
+    """The run's prediction; None with memory_check=off or without a readable model shape (the path's
+    config.json or a shipped shape: config/shapes.py)."""
+    if str(cfg.trainer.memory_check) == "off":
         return None
     views = role_views(cfg, device)
     actor = next((v for v in views if v.role == "actor"), None)
-    if actor is None or actor.hf is None:
+    if actor is None or not isinstance(actor.hf, dict):  # none, or a config.json the model checks refuse
         return None
     try:
         dims = m.model_dims(actor.hf)
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):  # a malformed config.json: its own rules say so
         return None
     cap = capacity(cfg, device, for_training)
     plan = step_plan(cfg, views, device, cap.total_gib)
-    return Prediction(dims, plan, ms.phases(dims, plan), cap)
+    return Prediction(dims, plan, ms.phases(dims, plan), cap, device)
 
 
 def _terms(phase: m.Phase, n: int = 3) -> str:
@@ -243,7 +271,7 @@ def fixes(cfg: Any, pred: Prediction) -> List[str]:
         cands: List[Tuple[str, ms.StepPlan]] = []
         for key, field_name in (("optimizer_offload", "optimizer_offload"), ("param_offload", "param_offload"),
                                 ("grad_offload", "grad_offload")):
-            if r.layout.strategy != "megatron" and key == "grad_offload":
+            if (r.layout.strategy != "megatron" and key == "grad_offload") or pred.device == "cpu":
                 continue
             if not getattr(r, field_name) and (r.trains or key == "param_offload"):
                 extra = {"grad_offload": True} if key == "param_offload" else {}
@@ -287,7 +315,7 @@ def fixes(cfg: Any, pred: Prediction) -> List[str]:
             (["optimizer_offload"] if r.trains else [])
         names += [f"{prefix}.{k}=True" for k in keys if not getattr(r, k)]
         plan = ms.with_role(plan, r.role, param_offload=True, grad_offload=True, optimizer_offload=r.trains)
-    if len(names) > 1:
+    if len(names) > 1 and pred.device != "cpu":
         new = m.peak(ms.phases(d, plan)).total
         if new <= limit:
             out.append(f"{', '.join(names)}: {m.gib(new):.1f} GiB")
@@ -312,7 +340,7 @@ def memory_problems(cfg: Any, device: str, for_training: bool = False) -> List[s
     if pred is None:
         return []
     peak, cap = pred.peak, pred.capacity
-    biggest = max(d.usable_gib for d in DEVICE_MEMORY.values() if d.kind == device)
+    biggest = max((d.usable_gib for d in DEVICE_MEMORY.values() if d.kind == device), default=float("inf"))
     over = m.gib(peak.total) > cap.usable_gib
     impossible = m.gib(peak.total) > biggest
     problems = []
@@ -324,7 +352,8 @@ def memory_problems(cfg: Any, device: str, for_training: bool = False) -> List[s
             f"memory: the {peak.name} phase needs {m.gib(peak.total):.1f} GiB per device, more than the "
             f"{cap.usable_gib:.1f} GiB usable ({where}); largest terms: {_terms(peak)} GiB. "
             + (f"Changes that fit: {'; '.join(found[:5])}" if found else
-               "No single change fits: raise the parallel sizes (more devices), offload and shorten the token budget")
+               "No single change fits: raise the parallel sizes (more devices), "
+               + ("and shorten the token budget" if device == "cpu" else "offload and shorten the token budget"))
             + " (trainer.memory_check=warn to start anyway; docs/memory.md)")
     rollout_kv = ms.kv_sequences(pred.dims, pred.plan, pred.plan.rollout.max_len)
     if rollout_kv is not None and rollout_kv < 1 and str(cfg.trainer.memory_check) == "refuse" and cap.known:
@@ -338,18 +367,15 @@ def memory_problems(cfg: Any, device: str, for_training: bool = False) -> List[s
 
 def memory_warnings(cfg: Any, device: str) -> List[str]:
     t = cfg.trainer
-    if device == "cpu":  # host memory: no prediction, so these settings do nothing here
-        set_keys = [f"trainer.{k}={getattr(t, k)}" for k, default in
-                    (("device_name", None), ("device_memory_gib", None), ("memory_check", "refuse"))
-                    if getattr(t, k) != default]
-        return [f"{', '.join(set_keys)}: no effect on cpu (the memory prediction is for cuda and npu devices; "
-                "docs/memory.md)"] if set_keys else []
+    out = []
+    if device == "cpu" and t.device_name is not None:  # the host's memory: device_memory_gib sets it
+        out.append(f"trainer.device_name={t.device_name}: no effect on cpu (its rows are cuda and npu devices; the "
+                   "prediction is checked against the host's memory: set trainer.device_memory_gib; docs/memory.md)")
     pred = predict(cfg, device, for_training=devices.device_available(device))  # detected where the devices are
     if pred is None:
-        return []
+        return out
     peak, cap = pred.peak, pred.capacity
     need = m.gib(peak.total)
-    out = []
     kv = ms.kv_sequences(pred.dims, pred.plan, pred.plan.rollout.max_len)
     if kv is not None and kv < 1 and (not cap.known or str(cfg.trainer.memory_check) == "warn"):
         out.append(f"memory: vLLM's share gpu_memory_utilization={pred.plan.rollout.share} of {cap.total_gib:.1f} GiB "
@@ -365,21 +391,40 @@ def memory_warnings(cfg: Any, device: str) -> List[str]:
     return out
 
 
+def _unit(peak_bytes: float) -> Tuple[str, float]:
+    """The table's unit: GiB, or MiB / KiB for a model too small to show in GiB (the tiny runs)."""
+    for name, size in (("GiB", m.GIB), ("MiB", 1024 ** 2)):
+        if peak_bytes >= size:
+            return name, size
+    return "KiB", 1024
+
+
 def summary_lines(cfg: Any, device: str) -> List[str]:
-    """The check's memory table: per phase, the GiB per device and its three largest terms."""
-    if device == "cpu":
-        return ["memory        : not predicted on cpu (host memory)"]
+    """The check's memory table: per phase, the memory per device (per worker process on cpu) and its
+    three largest terms."""
     pred = predict(cfg, device)
     if pred is None:
         why = "trainer.memory_check=off" if str(cfg.trainer.memory_check) == "off" else "the model's shape is not readable here"
         return [f"memory        : not predicted ({why})"]
-    peak = pred.peak
-    lines = [f"memory        : GiB per device, {pred.capacity.usable_gib:.1f} usable ({pred.capacity.source})"]
+    peak, cap = pred.peak, pred.capacity
+    unit, size = _unit(peak.total)
+    where = "worker process" if device == "cpu" else "device"
+    lines = [f"memory        : {unit} per {where}, {cap.usable_gib * m.GIB / size:.1f} usable ({cap.source})"]
     width = max(len(ph.name) for ph in pred.phases)
     for ph in pred.phases:
         mark = " <- peak" if ph is peak else ""
-        lines.append(f"  {ph.name:<{width}} {m.gib(ph.total):7.1f}  {_terms(ph)}{mark}")
+        terms = ", ".join(f"{name} {b / size:.1f}" for name, b in ph.largest(3))
+        lines.append(f"  {ph.name:<{width}} {ph.total / size:7.1f}  {terms}{mark}")
     kv = ms.kv_sequences(pred.dims, pred.plan, pred.plan.rollout.max_len)
     if kv is not None:
         lines.append(f"  vLLM KV cache holds ~{kv:.0f} sequences of {pred.plan.rollout.max_len} tokens per engine rank")
+    if pred.dims.vision_params:
+        n = pred.dims.vision_params
+        count = f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.2f}M"
+        lines.append(f"  vision tower: {count} parameters counted in the weights, gradients "
+                     "and optimizer state; its activations are not counted (they grow with each image's patches, "
+                     "which the check does not read: docs/memory.md)")
+    if pred.plan.rollout_pool:
+        lines.append("  (fully-async: the rollout phase is on the rollout pool's devices, the others on the training "
+                     "pool's)")
     return lines

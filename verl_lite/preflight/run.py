@@ -137,6 +137,7 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
         problems += fully_async_problems(cfg)
     if not problems:  # the prediction reads a layout and batches the rules above accepted
         problems += memory.memory_problems(cfg, device, for_training)
+    problems += data.image_rollout_problems(cfg)  # rows with images the rollout cannot generate from
     if for_training:
         problems += _training_machine_problems(cfg, device, views, installed, registered,
                                                config_json.get(cfg.actor_rollout_ref.model.path))
