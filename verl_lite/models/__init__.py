@@ -72,6 +72,12 @@ def is_vision_language(hf_config: Optional[Dict[str, Any]]) -> bool:
     return isinstance(hf_config, dict) and isinstance(hf_config.get("vision_config"), dict)
 
 
+# HF model types the vllm rollout gives images to (rollout/vllm_requests.py); other configs with a vision
+# tower (Qwen3.5's checkpoints) generate from text there. Here, below the rollout, so the preflight reads it
+# without importing torch.
+VLLM_IMAGE_MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
+
+
 # transformers model types whose GDN layers run per packed sequence on the torch engine
 # (`verl_lite.models.packed_gdn`: layers named *GatedDeltaNet, as `linear_attn` of a decoder layer).
 SPLIT_GDN_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 from verl_lite.config.verl_names import YET
 from verl_lite.config.shapes import model_shape
 from verl_lite.data.dataset import as_file_list, expand
-from verl_lite.models import is_vision_language
+from verl_lite.models import VLLM_IMAGE_MODEL_TYPES, is_vision_language
 from verl_lite.reward.manager import CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES, has_default_scorer
 
 
@@ -145,15 +145,13 @@ def image_rollout_problems(cfg: Any) -> List[str]:
              for row in [first_image_row(expand(raw), key)] if row is not None]
     if not found:
         return []
-    from verl_lite.rollout.vllm_requests import VISION_LANGUAGE_TYPES  # imports torch: only for rows with images
-
     model_type = str(shape.hf.get("model_type") or "")
-    if model_type in VISION_LANGUAGE_TYPES:
+    if model_type in VLLM_IMAGE_MODEL_TYPES:
         return []
     qwen35 = model_type.startswith("qwen3_5")
     why = ("verl trains its Qwen3.5 scripts on Geometry3K, but verl_lite's vLLM rollout gives images to "
-           f"{' and '.join(VISION_LANGUAGE_TYPES)} models only (Qwen3.5 generates from text there: docs/vl.md)"
-           if qwen35 else f"the vllm rollout gives images to {' and '.join(VISION_LANGUAGE_TYPES)} models only")
+           f"{' and '.join(VLLM_IMAGE_MODEL_TYPES)} models only (Qwen3.5 generates from text there: docs/vl.md)"
+           if qwen35 else f"the vllm rollout gives images to {' and '.join(VLLM_IMAGE_MODEL_TYPES)} models only")
     fixes = ["use text rows (GSM8K: examples/data_preprocess/gsm8k.py, the Qwen3.5 scripts' default)"
              if qwen35 else "use text rows"]
     if is_vision_language(shape.hf):

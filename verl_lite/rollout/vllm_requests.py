@@ -21,8 +21,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from verl_lite.models import VLLM_IMAGE_MODEL_TYPES
+
 # Vision-language models the rollout gives images to (HF model_type).
-VISION_LANGUAGE_TYPES = ("qwen3_vl", "qwen3_vl_moe")
+VISION_LANGUAGE_TYPES = VLLM_IMAGE_MODEL_TYPES
 
 Row = Tuple[List[int], Any]  # a prompt's token ids (no padding) and its multi_modal_data
 
