@@ -18,7 +18,7 @@ from verl_lite.decisions.layout import rollout_layout, train_pool, train_world
 from verl_lite.decisions.repatch import build_repatch_dict
 from verl_lite.decisions.switches import switch
 from verl_lite.decisions import fsdp_settings
-from verl_lite.models import is_gdn_model, read_hf_config, resolve_model_dir
+from verl_lite.models import is_gdn_model, resolve_model_dir
 from verl_lite.decisions.async_pools import step_prompts
 from verl_lite.preflight.bridge import choose_role_bridge, role_stack, vision_tower
 from verl_lite.preflight.memory import summary_lines as memory_lines
@@ -77,7 +77,8 @@ def summarize(cfg: Any) -> str:
         f"rollout       : {rollout.name} TP {rollout_layout(cfg).tp} -> "
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
-    lines.append(rollout_summary(cfg, device, read_hf_config(cfg.actor_rollout_ref.model.path)))
+    shape = model_shape(cfg.actor_rollout_ref.model.path)  # a shipped shape names the architecture too
+    lines.append(rollout_summary(cfg, device, shape.hf if shape is not None else None))
     lines += memory_lines(cfg, device)
     lines.append(f"ray           : {describe_ray(cfg, device)}")
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
