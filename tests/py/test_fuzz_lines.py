@@ -164,7 +164,7 @@ def random_case(rng: random.Random) -> List[str]:
     elif roll < 0.25:
         lines.append(rng.choice(["model_engine=megatron", "--config-name=ppo_megatron_trainer", "--config-name",
                                  "--config-name=nope", "-cn", "--config-path=/x", "model_engine=nope",
-                                 "--training", "hydra.run.dir=x", "+model_engine=fsdp"]))
+                                 "hydra.run.dir=x", "+model_engine=fsdp"]))
     rng.shuffle(lines)
     return lines
 
@@ -219,10 +219,11 @@ def run_check(lines: Sequence[str]) -> Tuple[Any, str, str]:
 
 def _names(line: str) -> List[str]:
     """What a message may name to point at this line: its key (as typed, without prefix, and its last
-    parts) or the line itself."""
+    parts), the section it is in, or the line itself."""
     key = line.lstrip("+~").partition("=")[0]
     parts = key.split(".")
-    return [n for n in {line, key, *(".".join(parts[i:]) for i in range(1, len(parts)))} if len(n) > 1] or [line]
+    parent = [".".join(parts[:-1])] if len(parts) > 2 else []  # the section a new key goes into
+    return [n for n in {line, key, *parent, *(".".join(parts[i:]) for i in range(1, len(parts)))} if len(n) > 1] or [line]
 
 
 def verdict(lines: Sequence[str]) -> str:
@@ -230,8 +231,10 @@ def verdict(lines: Sequence[str]) -> str:
     status, out, err = run_check(lines)
     if isinstance(status, BaseException):
         return f"uncaught {type(status).__name__}: {status}"
-    if "Traceback" in out + err or "internal error" in err:
-        return f"traceback or internal error:\n{err[-2000:]}"
+    if "internal error" in err:
+        return f"internal error:\n{err[:600]}"
+    if "Traceback" in out + err:
+        return f"traceback:\n{err[-2000:]}"
     if status == 0:
         return "" if "OK" in out else f"exit 0 without OK:\n{out[-500:]}"
     if status != 1:
@@ -276,3 +279,94 @@ def test_random_lines_never_raise():
 def test_mutated_verl_runs_never_raise():
     failures = _failures(_corpus_cases(CASES or 60))
     assert not failures, f"{len(failures)} bad answers:\n" + "\n".join(failures[:20])
+
+
+# verl-recipe's DAPO config (recipe/dapo/config/dapo_trainer.yaml) points the reward's overlong buffer at its
+# own `reward_model.overlong_buffer` section, which verl_lite's config lacks: omegaconf's traceback before.
+RECIPE_LINE = "reward.reward_kwargs.overlong_buffer_cfg=${reward_model.overlong_buffer}"
+
+
+def test_an_interpolation_of_a_missing_key_is_one_line_naming_the_key_and_the_fix():
+    status, out, err = run_check([RECIPE_LINE, "data.train_batch_size=64"])
+    assert status == 1, out + err
+    assert err.splitlines() == [
+        "verl_lite.check: 1 problem:",
+        "  - reward.reward_kwargs.overlong_buffer_cfg='${reward_model.overlong_buffer}' does not resolve: "
+        "'reward_model.overlong_buffer' is not a key of verl_lite's config; give the value itself, or "
+        "interpolate a key that exists (${section.key})"]
+
+
+@pytest.mark.parametrize("lines, expected", [
+    (["trainer.total_epochs=${trainer.total_epochs}"],
+     "trainer.total_epochs='${trainer.total_epochs}' does not resolve: the interpolations form a cycle"),
+    (["trainer.total_epochs=${trainer.save_freq}", "trainer.save_freq=${trainer.total_epochs}"],
+     "does not resolve: the interpolations form a cycle"),
+    (["trainer.project_name=${no_such:1}"],
+     "trainer.project_name='${no_such:1}' does not resolve: Unsupported interpolation type no_such; the resolvers"),
+    (["trainer.nnodes=${trainer.device}"],
+     "trainer.nnodes='${trainer.device}' does not resolve to a value of the right type (expected int;"),
+    (["critic.optim.betas=x_${data.gen_batch_size}_y"],
+     "critic.optim.betas='x_${data.gen_batch_size}_y' does not resolve to a value of the right type "
+     "(expected list of float;"),
+    (["actor_rollout_ref.rollout.name=???"], "actor_rollout_ref.rollout.name has no value ('???'"),
+    (["trainer.project_name=\\${x}"], "trainer.project_name='\\\\${x}': a literal '${...}'"),
+    (["actor_rollout_ref.actor.profiler.ranks=['x y',[1]]"],
+     "actor_rollout_ref.actor.profiler.ranks[0]='x y' has the wrong type: actor_rollout_ref.actor.profiler.ranks "
+     "is a list of int"),
+    (["trainer.logger={a:{b:[1]}}"], "trainer.logger={'a': {'b': [1]}} has the wrong type: expected list of str"),
+    (["+={}"], "override '+={}' names no key: write key=value"),
+])
+def test_each_kind_of_bad_value_is_named(lines, expected):
+    status, out, err = run_check(lines)
+    assert status == 1 and verdict(lines) == "", out + err
+    assert expected in err, err
+
+
+def test_a_value_that_depends_on_a_bad_one_is_not_reported_twice():
+    # default_local_dir's default interpolates project_name: it resolves again once project_name is reset
+    status, _, err = run_check(["trainer.project_name=${nope}"])
+    assert status == 1 and "trainer.default_local_dir" not in err and "trainer.project_name='${nope}'" in err, err
+
+
+def test_an_interpolation_of_verls_spelling_of_a_key_is_taken_as_verl_lites_key():
+    # verl writes `reward.reward_kwargs`, verl_lite `reward_model.reward_kwargs` (verl_names.ALIASES)
+    from verl_lite.config.compose import compose_config
+
+    cfg, problems = compose_config(["reward.reward_kwargs.overlong_buffer_cfg.len=7",
+                                    "data.max_response_length=${reward.reward_kwargs.overlong_buffer_cfg.len}"])
+    assert problems == [] and cfg.data.max_response_length == 7
+
+
+def _boom(*_args, **_kwargs):
+    raise KeyError("x")
+
+
+@pytest.mark.parametrize("entry", ["verl_lite.check", "verl_lite.main"])
+def test_an_internal_error_is_one_line_asking_to_report_it(entry, monkeypatch, capsys):
+    module = __import__(entry, fromlist=["main"])
+    monkeypatch.setattr(module, "compose_and_check", _boom)
+    assert module.main(["trainer.nnodes=1"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"{entry}: internal error: KeyError: 'x' at verl_lite/"), err
+    assert err.rstrip().endswith("while checking `trainer.nnodes=1`; please report it with the command line "
+                                 "(HYDRA_FULL_ERROR=1 shows the traceback)"), err
+    assert "Traceback" not in err
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    assert module.main(["trainer.nnodes=1"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "KeyError: 'x'" in err and "internal error" in err
+
+
+def test_main_refuses_the_line_before_torch_or_ray(run_module, tmp_path):
+    code = ("import sys; from verl_lite import main; rc = main.main(sys.argv[1:]); "
+            "print('loaded:', sorted(m for m in ('torch', 'ray') if m in sys.modules)); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, RECIPE_LINE, f"trainer.default_local_dir={tmp_path}"],
+                          capture_output=True, text=True, cwd=str(Path(__file__).resolve().parents[2]), timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "loaded: []" in done.stdout
+    assert "Traceback" not in done.stderr
+    assert "reward.reward_kwargs.overlong_buffer_cfg='${reward_model.overlong_buffer}' does not resolve" in done.stderr
+    cli = run_module("verl_lite.check", RECIPE_LINE)
+    assert cli.returncode == 1 and "Traceback" not in cli.stderr and "does not resolve" in cli.stderr

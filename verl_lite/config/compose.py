@@ -29,7 +29,7 @@ from verl_lite.config import choices, keys, verl_names
 from verl_lite.config.generated import verl_keys
 from verl_lite.config.overrides import Override, OverrideSyntaxError
 from verl_lite.config.overrides import parse as parse_override
-from verl_lite.config.resolve import escaped_interpolation_problem, raw_value, resolve
+from verl_lite.config.resolve import escaped_interpolation_problem, raw_value, resolve, unresolved_message
 from verl_lite.config.schema import VerlLiteConfig
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,11 @@ class ConfigError(ValueError):
 
 
 def _exists(cfg: DictConfig, key: str) -> bool:
-    return OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False) is not _ABSENT
+    if OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False) is not _ABSENT:
+        return True
+    parent_key, _, leaf = key.rpartition(".")  # a key whose value is an interpolation that fails exists too
+    parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False) if parent_key else cfg
+    return isinstance(parent, DictConfig) and leaf in parent
 
 
 def _unknown_key_message(key: str, adding: bool) -> str:
@@ -135,7 +139,8 @@ def _verl_add_problem(cfg: DictConfig, override: Override) -> Optional[str]:
     key, value, line = override.key, override.value, override.line
     if isinstance(value, (dict, list)):
         return None  # Hydra merges a mapping or list into what is there
-    verl = _verl_value(key, OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy") == "megatron")
+    strategy = OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", throw_on_resolution_failure=False)
+    verl = _verl_value(key, strategy == "megatron")  # an interpolation not resolved yet reads as verl's default
     if verl is None or verl is _UNKNOWN:
         return None
     shown = OmegaConf.to_container(verl) if isinstance(verl, (DictConfig, ListConfig)) else verl
@@ -197,11 +202,11 @@ def _apply(cfg: DictConfig, override: Override) -> Optional[str]:
         return problem
     try:
         if override.kind == "delete":
-            current = OmegaConf.select(cfg, key)
+            current = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
             if override.has_value and value != current:
                 return f"cannot delete {key!r}: its value is {current!r}, not {value!r}"
             parent_key, _, leaf = key.rpartition(".")
-            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
             del parent[leaf]
         else:
             force_add = override.kind in ("add", "force_add") or (
@@ -209,6 +214,8 @@ def _apply(cfg: DictConfig, override: Override) -> Optional[str]:
             if key in choices.LIST_CHOICES and isinstance(value, str):
                 value = [value]  # `trainer.logger=console`: one name for a list, as verl accepts it
             OmegaConf.update(cfg, key, value, merge=True, force_add=force_add)
+    except oc_errors.InterpolationResolutionError as e:  # `section=${...}`: merging a section resolves it now
+        return unresolved_message(key, value, e)
     except (oc_errors.ConfigKeyError, oc_errors.ConfigAttributeError) as e:
         full_key = getattr(e, "full_key", None) or key
         legacy = choices.legacy_key_problem(full_key, value)

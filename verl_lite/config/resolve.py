@@ -119,8 +119,10 @@ def _check_settable(cfg: DictConfig, path: str, value: Any) -> None:
     if node is None:
         return
     child = node[0]._get_node(node[1])
-    if child is None or not child._is_interpolation() or isinstance(value, (DictConfig, ListConfig)):
+    if child is None or not child._is_interpolation():
         return
+    if isinstance(value, (DictConfig, ListConfig)) and not isinstance(child, (DictConfig, ListConfig)):
+        return  # a section into a plain value: omegaconf puts it in the parent, whose type the lookup checked
     copy.deepcopy(child)._set_value(value)  # a node's copy keeps its parent, not a copy of it
 
 
@@ -151,6 +153,7 @@ def _rewrite_verl_spelling(cfg: DictConfig, path: str, error: BaseException) -> 
 def unresolved_message(path: str, raw: Any, error: BaseException) -> str:
     """One line: the key, its value as typed, why it does not resolve and what to write instead."""
     reason = (str(getattr(error, "msg", None) or error).strip().splitlines() or [type(error).__name__])[0]
+    reason = reason.split(". value: ", 1)[0]  # omegaconf appends the whole section it could not assign
     head = f"{path}={raw!r} does not resolve"
     missing = _missing_key(error)
     if missing is not None:
