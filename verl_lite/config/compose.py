@@ -29,7 +29,8 @@ from verl_lite.config import choices, keys, verl_names
 from verl_lite.config.generated import verl_keys
 from verl_lite.config.overrides import Override, OverrideSyntaxError
 from verl_lite.config.overrides import parse as parse_override
-from verl_lite.config.resolve import escaped_interpolation_problem, raw_value, resolve, unresolved_message
+from verl_lite.config.resolve import (escaped_interpolation_problem, parent_and_leaf, raw_value, resolve,
+                                     unresolved_message)
 from verl_lite.config.schema import VerlLiteConfig
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,15 @@ def _exists(cfg: DictConfig, key: str) -> bool:
     parent_key, _, leaf = key.rpartition(".")  # a key whose value is an interpolation that fails exists too
     parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False) if parent_key else cfg
     return isinstance(parent, DictConfig) and leaf in parent
+
+
+def _is_interpolation(cfg: DictConfig, key: str) -> bool:
+    """Whether `key`'s value, as set so far, is a `${...}` interpolation (not resolved: it may not resolve)."""
+    found = parent_and_leaf(cfg, key)
+    if found is None or not isinstance(found[0], DictConfig) or found[1] not in found[0]:
+        return False
+    node = found[0]._get_node(found[1])
+    return node is not None and node._is_interpolation()
 
 
 def _unknown_key_message(key: str, adding: bool) -> str:
@@ -213,8 +223,17 @@ def _apply(cfg: DictConfig, override: Override) -> Optional[str]:
                 keys.open_section_of(key) != "" and verl_names.is_verl_key(key))
             if key in choices.LIST_CHOICES and isinstance(value, str):
                 value = [value]  # `trainer.logger=console`: one name for a list, as verl accepts it
+            if _is_interpolation(cfg, key):  # replaced, not resolved (it may not resolve) to merge into
+                unset = OmegaConf.select(_schema_config(), key, default=None)  # the section's default, or nothing
+                OmegaConf.update(cfg, key, unset, merge=False, force_add=force_add)
             OmegaConf.update(cfg, key, value, merge=True, force_add=force_add)
-    except oc_errors.InterpolationResolutionError as e:  # `section=${...}`: merging a section resolves it now
+    except (oc_errors.InterpolationResolutionError, oc_errors.GrammarParseError) as e:
+        parts = key.split(".")
+        above = next((k for k in (".".join(parts[:i]) for i in range(1, len(parts))) if _is_interpolation(cfg, k)), None)
+        if above is not None:  # `data=${x}` then `data.train_batch_size=3`
+            return (f"{line!r} cannot be applied: an earlier line set {above} to an interpolation that does not "
+                    f"resolve ({str(getattr(e, 'msg', None) or e).splitlines()[0]}); give {above} a mapping instead")
+        return unresolved_message(key, value, e)  # `section=${...}`: merging into a section resolves it now
         return unresolved_message(key, value, e)
     except (oc_errors.ConfigKeyError, oc_errors.ConfigAttributeError) as e:
         full_key = getattr(e, "full_key", None) or key

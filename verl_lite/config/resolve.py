@@ -80,7 +80,7 @@ def _missing_values(cfg: DictConfig, schema: DictConfig, typed: Dict[str, str]) 
     """Values set to omegaconf's `???`: reset, one problem each."""
     problems = []
     for path in leaf_paths(cfg):
-        node = _parent_and_leaf(cfg, path)
+        node = parent_and_leaf(cfg, path)
         if node is not None and OmegaConf.is_missing(node[0], node[1]):
             problems.append(f"{_as_typed(path, typed)} has no value ('???', omegaconf's mark of a value to fill "
                             f"in): give it one, or leave the line out for the default")
@@ -115,7 +115,7 @@ def _check_settable(cfg: DictConfig, path: str, value: Any) -> None:
     """Raise what OmegaConf.resolve raises when it writes `value`, the interpolation at `path` resolved,
     over it (omegaconf/_impl.py:_resolve_container_value): a list setting given `${...}` of a string,
     a value omegaconf cannot hold (`${oc.decode:'[1,2]'}` into a scalar). Tried on a copy of the node."""
-    node = _parent_and_leaf(cfg, path)
+    node = parent_and_leaf(cfg, path)
     if node is None:
         return
     child = node[0]._get_node(node[1])
@@ -139,7 +139,7 @@ def _rewrite_verl_spelling(cfg: DictConfig, path: str, error: BaseException) -> 
     ours = verl_names.alias(missing)
     if ours == missing or OmegaConf.select(cfg, ours, default=None, throw_on_resolution_failure=False) is None:
         return False
-    node = _parent_and_leaf(cfg, path)
+    node = parent_and_leaf(cfg, path)
     if node is None:
         return False
     parent, leaf = node
@@ -195,7 +195,7 @@ def escaped_interpolation_problem(key: str, value: Any) -> Optional[str]:
     return None
 
 
-def _parent_and_leaf(cfg: DictConfig, path: str) -> Optional[Tuple[Any, Any]]:
+def parent_and_leaf(cfg: DictConfig, path: str) -> Optional[Tuple[Any, Any]]:
     """The container holding `path` and the leaf's key in it (an int for a list item)."""
     match = re.fullmatch(r"(.*)\[(\d+)\]", path)
     if match:
@@ -213,7 +213,7 @@ def _reset(cfg: DictConfig, path: str, schema: DictConfig) -> None:
     if owner in table:
         OmegaConf.update(cfg, owner, OmegaConf.select(schema, owner), merge=False)
         return
-    node = _parent_and_leaf(cfg, path)
+    node = parent_and_leaf(cfg, path)
     if node is not None and isinstance(node[0], DictConfig):
         del node[0][node[1]]
         return
