@@ -323,6 +323,13 @@ def test_an_interpolation_of_a_missing_key_is_one_line_naming_the_key_and_the_fi
      "is a list of int"),
     (["trainer.logger={a:{b:[1]}}"], "trainer.logger={'a': {'b': [1]}} has the wrong type: expected list of str"),
     (["+={}"], "override '+={}' names no key: write key=value"),
+    # found by the fuzz run with --training: a KeyError in the memory rule, a TypeError reading the data files
+    (["--training", "trainer.device_name="], "trainer.device_name='' is not supported: choose one of"),
+    (["--training", "data.val_files=1"], "data.val_files: 1 does not exist"),
+    (["data=${.foo}"], "data='${.foo}' does not resolve: 'foo' is not a key of verl_lite's config"),
+    (["data=${x}", "data.train_batch_size=3"],
+     "'data.train_batch_size=3' cannot be applied: an earlier line set data to an interpolation that does not "
+     "resolve"),
 ])
 def test_each_kind_of_bad_value_is_named(lines, expected):
     status, out, err = run_check(lines)

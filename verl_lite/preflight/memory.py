@@ -43,7 +43,7 @@ def capacity(cfg: Any, device: str, for_training: bool) -> Capacity:
     if t.device_memory_gib is not None:
         g = float(t.device_memory_gib)
         return Capacity(g, g, f"trainer.device_memory_gib={g:g}", True)
-    if t.device_name is not None:
+    if t.device_name in DEVICE_MEMORY:  # another name is refused by the choices (trainer.device_name='')
         d = DEVICE_MEMORY[t.device_name]
         return Capacity(d.total_gib, d.usable_gib, f"trainer.device_name={t.device_name}: {d.source}", True)
     detected = detect(device) if for_training else None
