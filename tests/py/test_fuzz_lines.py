@@ -223,7 +223,8 @@ def _names(line: str) -> List[str]:
     key = line.lstrip("+~").partition("=")[0]
     parts = key.split(".")
     parent = [".".join(parts[:-1])] if len(parts) > 2 else []  # the section a new key goes into
-    return [n for n in {line, key, *parent, *(".".join(parts[i:]) for i in range(1, len(parts)))} if len(n) > 1] or [line]
+    names = {line, repr(line), key, *parent, *(".".join(parts[i:]) for i in range(1, len(parts)))}
+    return [n for n in names if len(n) > 1] or [line]
 
 
 def verdict(lines: Sequence[str], names_a_key: bool = True) -> str:
@@ -247,9 +248,19 @@ def verdict(lines: Sequence[str], names_a_key: bool = True) -> str:
     if not problems or any(not p.startswith("  - ") for p in problems):
         return f"a problem spread over several lines or none listed:\n{err[-1500:]}"
     names = [n for line in lines for n in _names(line)]
-    if names_a_key and not any(n in p for p in problems for n in names):
+    if names_a_key and not any(n in p for p in problems for n in names) and not _consequences(lines, problems):
         return f"no problem names a key of the lines:\n{err[-1500:]}"
     return ""
+
+
+def _consequences(lines: Sequence[str], problems: List[str]) -> bool:
+    """Whether the lines compose without a problem and each problem of the preflight names a key (of the
+    settings the lines' values clash with: `trainer.nnodes=3` makes data.train_batch_size=32 indivisible)."""
+    from verl_lite.config.compose import compose_config
+
+    known = set(vl_keys.key_table()) | verl_keys.KEYS
+    named = all(any(k in known for k in re.findall(r"[a-z_]+(?:\.[a-z_0-9]+)+", p)) for p in problems)
+    return named and not compose_config([line for line in lines if line != "--training"])[1]
 
 
 def _failures(cases: Iterator[Tuple[int, List[str]]], names_a_key: bool = True) -> List[str]:
