@@ -5,8 +5,9 @@ model paths, tokenizer, checkpoint dir and its free space, device count and pack
 problem and exits 1 without a traceback, or hands the config to the trainer.
 
 Exit status: 0 done; 1 a problem or a failure (one line on stderr naming it and the step it
-interrupted; VERL_LITE_TRACEBACK=1 shows the traceback too); 130/143 stopped by SIGINT/SIGTERM
-after saving a checkpoint.
+interrupted; HYDRA_FULL_ERROR=1 or VERL_LITE_TRACEBACK=1 shows the traceback too); 2 an internal error
+of the check (a bug: one line with the exception and the command line to report, as in
+`verl_lite.check`); 130/143 stopped by SIGINT/SIGTERM after saving a checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import traceback
 from typing import Optional, Sequence
 
+from verl_lite.check import full_traceback_wanted, internal_error
 from verl_lite.preflight.run import collect_warnings, compose_and_check
 from verl_lite.secrets import redact
 
@@ -37,12 +39,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"Checks the config (as python -m verl_lite.check --training does), then trains."
         )
         return 0
-    cfg, problems = compose_and_check(overrides, for_training=True)
-    if problems:
-        _report(problems)
-        return 1
-    for warning in collect_warnings(cfg):
-        print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
+    try:
+        cfg, problems = compose_and_check(overrides, for_training=True)
+        if problems:
+            _report(problems)
+            return 1
+        for warning in collect_warnings(cfg):
+            print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - every bad line is a problem above; what escapes is a bug
+        return internal_error(PROG, e, overrides)  # before torch and Ray start
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from verl_lite.trainer.run import run  # torch and Ray: only once the config passed
@@ -55,7 +60,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as e:  # one line naming what failed and where, not a traceback
         from verl_lite.trainer.run import describe_failure  # loaded above by run
 
-        if os.environ.get("VERL_LITE_TRACEBACK") == "1":
+        if full_traceback_wanted():
             traceback.print_exc()
         print(redact(f"{PROG}: {describe_failure(e)}{_save_traceback(cfg)}"), file=sys.stderr)
         return 1

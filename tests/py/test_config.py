@@ -189,7 +189,8 @@ def test_sweeps_packages_options_and_syntax_errors_are_each_reported():
 
 def test_an_unresolvable_interpolation_is_reported_and_the_rest_still_composes():
     cfg, problems = compose_config(["trainer.seed=${nope}", "data.train_batch_size=64"])
-    assert problems == ["trainer.seed='${nope}' does not resolve: Interpolation key 'nope' not found"]
+    assert problems == ["trainer.seed='${nope}' does not resolve: 'nope' is not a key of verl_lite's config; "
+                        "give the value itself, or interpolate a key that exists (${section.key})"]
     assert cfg.trainer.seed == 1  # reset to the default so the checks can still run
     assert cfg.data.train_batch_size == 64
 

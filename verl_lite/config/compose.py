@@ -29,6 +29,8 @@ from verl_lite.config import choices, keys, verl_names
 from verl_lite.config.generated import verl_keys
 from verl_lite.config.overrides import Override, OverrideSyntaxError
 from verl_lite.config.overrides import parse as parse_override
+from verl_lite.config.resolve import (escaped_interpolation_problem, parent_and_leaf, raw_value, resolve,
+                                     unresolved_message)
 from verl_lite.config.schema import VerlLiteConfig
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,20 @@ class ConfigError(ValueError):
 
 
 def _exists(cfg: DictConfig, key: str) -> bool:
-    return OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False) is not _ABSENT
+    if OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False) is not _ABSENT:
+        return True
+    parent_key, _, leaf = key.rpartition(".")  # a key whose value is an interpolation that fails exists too
+    parent = OmegaConf.select(cfg, parent_key, default=None, throw_on_resolution_failure=False) if parent_key else cfg
+    return isinstance(parent, DictConfig) and leaf in parent
+
+
+def _is_interpolation(cfg: DictConfig, key: str) -> bool:
+    """Whether `key`'s value, as set so far, is a `${...}` interpolation (not resolved: it may not resolve)."""
+    found = parent_and_leaf(cfg, key)
+    if found is None or not isinstance(found[0], DictConfig) or found[1] not in found[0]:
+        return False
+    node = found[0]._get_node(found[1])
+    return node is not None and node._is_interpolation()
 
 
 def _unknown_key_message(key: str, adding: bool) -> str:
@@ -60,10 +75,25 @@ def _unknown_key_message(key: str, adding: bool) -> str:
     return f"unknown key {key!r}{hint}"
 
 
+def _raw_value_of(key: str, value: Any, full_key: str) -> Any:
+    """The part of a line's `value` (for `key`) at `full_key`, a key inside it: `x[1]`, `x.a`."""
+    tree: Dict[str, Any] = {}
+    node = tree
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return raw_value(tree, full_key)
+
+
 def _wrong_type_message(key: str, value: Any, detail: str) -> str:
-    info = keys.key_table().get(key)
+    detail = (detail.strip().splitlines() or ["a value of the wrong type"])[0]  # omegaconf adds full_key: lines
+    owner = key.split("[", 1)[0]
+    info = keys.key_table().get(owner)
     if info is None:
         return f"{key}={value!r}: {detail}"
+    if owner != key:  # an item of a list
+        return f"{key}={value!r} has the wrong type: {owner} is a {keys.type_name(info.type)} ({detail})"
     expected = keys.type_name(info.type)
     hint = f" (write {key}=[{value}])" if expected.startswith("list") and isinstance(value, str) else ""
     return f"{key}={value!r} has the wrong type: expected {expected}{hint}"
@@ -119,7 +149,8 @@ def _verl_add_problem(cfg: DictConfig, override: Override) -> Optional[str]:
     key, value, line = override.key, override.value, override.line
     if isinstance(value, (dict, list)):
         return None  # Hydra merges a mapping or list into what is there
-    verl = _verl_value(key, OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy") == "megatron")
+    strategy = OmegaConf.select(cfg, "actor_rollout_ref.actor.strategy", throw_on_resolution_failure=False)
+    verl = _verl_value(key, strategy == "megatron")  # an interpolation not resolved yet reads as verl's default
     if verl is None or verl is _UNKNOWN:
         return None
     shown = OmegaConf.to_container(verl) if isinstance(verl, (DictConfig, ListConfig)) else verl
@@ -181,93 +212,46 @@ def _apply(cfg: DictConfig, override: Override) -> Optional[str]:
         return problem
     try:
         if override.kind == "delete":
-            current = OmegaConf.select(cfg, key)
+            current = OmegaConf.select(cfg, key, throw_on_resolution_failure=False)
             if override.has_value and value != current:
                 return f"cannot delete {key!r}: its value is {current!r}, not {value!r}"
             parent_key, _, leaf = key.rpartition(".")
-            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
             del parent[leaf]
         else:
             force_add = override.kind in ("add", "force_add") or (
                 keys.open_section_of(key) != "" and verl_names.is_verl_key(key))
             if key in choices.LIST_CHOICES and isinstance(value, str):
                 value = [value]  # `trainer.logger=console`: one name for a list, as verl accepts it
+            if _is_interpolation(cfg, key):  # replaced, not resolved (it may not resolve) to merge into
+                unset = OmegaConf.select(_schema_config(), key, default=None)  # the section's default, or nothing
+                OmegaConf.update(cfg, key, unset, merge=False, force_add=force_add)
             OmegaConf.update(cfg, key, value, merge=True, force_add=force_add)
+    except (oc_errors.InterpolationResolutionError, oc_errors.GrammarParseError) as e:
+        parts = key.split(".")
+        above = next((k for k in (".".join(parts[:i]) for i in range(1, len(parts))) if _is_interpolation(cfg, k)), None)
+        if above is not None:  # `data=${x}` then `data.train_batch_size=3`
+            return (f"{line!r} cannot be applied: an earlier line set {above} to an interpolation that does not "
+                    f"resolve ({str(getattr(e, 'msg', None) or e).splitlines()[0]}); give {above} a mapping instead")
+        return unresolved_message(key, value, e)  # `section=${...}`: merging into a section resolves it now
+        return unresolved_message(key, value, e)
     except (oc_errors.ConfigKeyError, oc_errors.ConfigAttributeError) as e:
         full_key = getattr(e, "full_key", None) or key
         legacy = choices.legacy_key_problem(full_key, value)
         return legacy or _unknown_key_message(full_key, adding=False)
     except oc_errors.ValidationError as e:
         full_key = getattr(e, "full_key", None) or key
-        if full_key != key:  # a value inside a mapping assigned to a section
-            return _wrong_type_message(full_key, OmegaConf.select(cfg, full_key, default=None), str(e.msg))
-        return _wrong_type_message(key, value, str(e.msg))
-    except oc_errors.OmegaConfBaseException as e:
-        return f"{line!r}: {str(getattr(e, 'msg', e)).splitlines()[0]}"
+        detail = str(e.msg or e)
+        if full_key != key:  # a value inside a mapping or list assigned to a section or list setting
+            return _wrong_type_message(full_key, _raw_value_of(key, value, full_key), detail)
+        return _wrong_type_message(key, value, detail)
+    except (oc_errors.ConfigTypeError, oc_errors.ConfigValueError, oc_errors.KeyValidationError,
+            oc_errors.ReadonlyConfigError) as e:  # a mapping merged into a list, a key under a scalar, ...
+        detail = (str(e.msg or e).strip().splitlines() or [type(e).__name__])[0]
+        if key in keys.key_table():
+            return _wrong_type_message(key, value, detail)
+        return f"{line!r} cannot be applied: {detail} (give {key} a value of the kind it holds, or ~{key} first)"
     return None
-
-
-def _leaf_paths(node: Any, prefix: str = "") -> List[str]:
-    """Dotted paths of the leaves under `node` (list items as `key[i]`)."""
-    if isinstance(node, DictConfig):
-        children = [(node._get_node(k), f"{prefix}{k}") for k in node.keys()]
-    elif isinstance(node, ListConfig):
-        children = [(node._get_node(i), f"{prefix.rstrip('.')}[{i}]") for i in range(len(node))]
-    else:
-        return []
-    out: List[str] = []
-    for child, path in children:
-        if isinstance(child, (DictConfig, ListConfig)):
-            out.extend(_leaf_paths(child, path + "."))
-        else:
-            out.append(path)
-    return out
-
-
-def _resolve(cfg: DictConfig) -> List[str]:
-    """Resolve interpolations in place. A key that does not resolve is reported and reset to its
-    default (deleted inside an open section), so later checks still see a fully typed config."""
-    try:
-        OmegaConf.resolve(cfg)
-        return []
-    except oc_errors.OmegaConfBaseException:
-        pass
-    problems = []
-    raw = OmegaConf.to_container(cfg, resolve=False)
-    table = keys.key_table()
-    for path in _leaf_paths(cfg):
-        try:
-            OmegaConf.select(cfg, path, throw_on_resolution_failure=True)
-        except oc_errors.OmegaConfBaseException as e:
-            reason = str(getattr(e, "msg", e)).splitlines()[0]
-            problems.append(f"{path}={_raw_value(raw, path)!r} does not resolve: {reason}")
-            _reset(cfg, path, table)
-    OmegaConf.resolve(cfg)
-    return problems
-
-
-def _reset(cfg: DictConfig, path: str, table: Dict[str, Any]) -> None:
-    info = table.get(path)
-    if info is not None:
-        OmegaConf.update(cfg, path, info.default, merge=False)
-        return
-    parent_key, _, leaf = path.rpartition(".")
-    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-    if isinstance(parent, DictConfig) and "[" not in leaf:
-        del parent[leaf]
-    else:  # an element of a list: reset the whole list setting
-        owner = path.split("[", 1)[0]
-        OmegaConf.update(cfg, owner, table[owner].default if owner in table else None, merge=False)
-
-
-def _raw_value(container: Any, path: str) -> Any:
-    node = container
-    for part in path.replace("[", ".").replace("]", "").split("."):
-        try:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        except (KeyError, IndexError, ValueError, TypeError):
-            return None
-    return node
 
 
 def _choice_values(cfg: DictConfig) -> Dict[str, Any]:
@@ -304,6 +288,7 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
     cfg = copy.deepcopy(_schema_config())
     # verl's config groups (model_engine=..., --config-name=...) apply first, as in Hydra
     groups, rest, problems = verl_names.split_options(overrides)
+    typed: Dict[str, str] = {}  # verl_lite's key -> verl's spelling the line used, for the messages
     for line in _last_of_each_key([*groups, *rest]):
         if not isinstance(line, str):
             problems.append(f"override {line!r} is not a string")
@@ -315,6 +300,9 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
             override = parse_override(line)
         except OverrideSyntaxError as e:
             problems.append(str(e))
+            continue
+        if not override.key:
+            problems.append(f"override {line!r} names no key: write key=value, +key=value or ~key")
             continue
         problem = _verl_add_problem(cfg, override) if override.kind == "add" else None
         if problem:  # `+` on a key verl's config has: verl's Hydra refuses the line before reading it
@@ -331,12 +319,15 @@ def compose_config(overrides: Sequence[str] = ()) -> Tuple[DictConfig, List[str]
                 continue
         if override.kind == "add" and verl_names.legacy_add(override.key):
             override = override._replace(kind="set")  # `+` on a legacy key verl's yaml lacks: verl converts it
+        if ours != override.key:
+            typed[ours] = override.key
         override = override._replace(key=ours, value=verl_names.value_alias(ours, override.value))
-        problem = verl_names.value_problem(override.key, override.value) or _apply(cfg, override)
+        problem = (escaped_interpolation_problem(override.key, override.value)
+                   or verl_names.value_problem(override.key, override.value) or _apply(cfg, override))
         if problem:
             problems.append(problem)
 
-    problems.extend(_resolve(cfg))
+    problems.extend(resolve(cfg, _schema_config(), typed))
     device = OmegaConf.select(cfg, "trainer.device", default=None, throw_on_resolution_failure=False)
     normalized = choices.normalize_device_name(device)
     if normalized != device and normalized in choices.DEVICES:

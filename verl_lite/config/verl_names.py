@@ -262,7 +262,7 @@ def value_alias(key: str, value: object) -> object:
         names = LIST_VALUE_ALIASES[key]
         if isinstance(value, str):
             return names.get(value, value)
-        if isinstance(value, list):
+        if isinstance(value, list) and not any(isinstance(v, (list, dict)) for v in value):  # else the type check
             return list(dict.fromkeys(names.get(v, v) if isinstance(v, str) else v for v in value))
         return value
     names = VALUE_ALIASES.get(key)

@@ -36,8 +36,8 @@ class DataError(ValueError):
 def as_file_list(files: Union[str, Sequence[str], None]) -> List[str]:
     if files is None:
         return []
-    if isinstance(files, str):
-        return [files]
+    if isinstance(files, (str, int, float)):  # `data.val_files=1`: Hydra's int, a file named 1
+        return [str(files)]
     return [str(f) for f in files]
 
 

@@ -20,8 +20,8 @@ from verl_lite.reward.manager import CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_S
 def _as_list(value: Any) -> List[str]:
     if value is None or value == "":
         return []
-    if isinstance(value, str):
-        return [value]
+    if isinstance(value, (str, int, float)):  # `data.val_files=1`: Hydra's int, a file named 1
+        return [str(value)]
     return [str(v) for v in value]
 
 

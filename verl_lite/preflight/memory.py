@@ -46,7 +46,7 @@ def capacity(cfg: Any, device: str, for_training: bool) -> Capacity:
         return Capacity(g, g, f"trainer.device_memory_gib={g:g}", True)
     if device == "cpu":
         return host_capacity(cfg)
-    if t.device_name is not None:
+    if t.device_name in DEVICE_MEMORY:  # another name is refused by the choices (trainer.device_name='')
         d = DEVICE_MEMORY[t.device_name]
         return Capacity(d.total_gib, d.usable_gib, f"trainer.device_name={t.device_name}: {d.source}", True)
     detected = detect(device) if for_training else None
