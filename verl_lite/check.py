@@ -26,7 +26,7 @@ import traceback
 from typing import List, Optional, Sequence
 
 from verl_lite.config.verl_names import conversion_notes
-from verl_lite.preflight.run import collect_warnings, compose_and_check
+from verl_lite.preflight.run import collect_warnings, compose_and_check, names_model
 from verl_lite.preflight.summary import summarize
 from verl_lite.secrets import redact
 
@@ -65,6 +65,10 @@ def _check(args: List[str]) -> int:
     print(redact(summarize(cfg)))
     for note in conversion_notes(overrides):  # verl's legacy spellings, converted as verl converts them
         print(redact(f"verl spelling : {note}"))
+    if not for_training and not names_model(overrides):
+        print(f"{PROG}: note: the line names no model (actor_rollout_ref.model.path): head, expert, Gated DeltaNet "
+              f"and length checks were skipped; a run would load verl_lite's default "
+              f"{cfg.actor_rollout_ref.model.path}", file=sys.stderr)
     for warning in collect_warnings(cfg):
         print(redact(f"{PROG}: warning: {warning}"), file=sys.stderr)
     print(f"{PROG}: OK ({time.perf_counter() - start:.2f} s)")

@@ -107,6 +107,20 @@ def test_d_a_line_that_names_no_model_is_not_judged_against_the_tiny_default_mod
     assert [p for p in named if "max_position_embeddings" in p], named
 
 
+TP8 = ["actor_rollout_ref.actor.strategy=megatron", "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=8",
+       "trainer.n_gpus_per_node=8", "data.train_batch_size=256", "actor_rollout_ref.actor.ppo_mini_batch_size=256"]
+
+
+def test_d_a_line_that_names_no_model_is_not_judged_by_the_tiny_default_models_heads():
+    """TP=8 on a line without a model was refused for the 4 heads of verl_lite's tiny default."""
+    assert not [p for p in _problems(*TP8) if "heads" in p]
+    # the same line naming the tiny model (as run_tiny.sh's CHECK=1 does) is judged against it, even when
+    # the path it names equals verl_lite's default
+    named = _problems(*TP8, "actor_rollout_ref.model.path=tiny-qwen3_5")
+    assert [p for p in named if "does not divide the 4 attention heads of tiny-qwen3_5" in p], named
+    assert [p for p in _problems(*TP8, training=True) if "heads" in p]
+
+
 def test_e_no_message_calls_verl_lites_own_default_verls():
     # the rollout: hf is verl_lite's default, verl has none (`???`) and its lines use vllm
     problem = _problems("actor_rollout_ref.rollout.gpu_memory_utilization=0.4")

