@@ -63,24 +63,25 @@ vl_verl_engine() {
   esac
 }
 
-# Every name the script's verl twin reads, as launch/verl_names.tsv says. Sets VL_USER_ARGS (the
-# arguments less a consumed positional), VL_VERL_READ (names honoured here, for the typo warning)
-# and VL_VERL_FROM (what each verl name set, for the dry run); errors go to VL_ERRORS.
+# Every name the script's verl twin reads, and on every script the verl names of a knob, as
+# launch/verl_names.tsv says. Sets VL_USER_ARGS (the arguments less a consumed positional),
+# VL_VERL_READ (names honoured here, for the typo warning) and VL_VERL_FROM (what each verl name
+# set, for the dry run); errors go to VL_ERRORS.
 vl_verl_names() {
   local name twins how knob id=${BASH_SOURCE[-1]##*/}
   id=${id%.sh}
   VL_USER_ARGS=("$@") VL_VERL_READ=() VL_VERL_FROM=()
   declare -gA VL_VERL_SET=()
-  [[ -n ${VL_VERL_TWIN:-} ]] || return 0
   while IFS=$'\t' read -r name twins how knob _; do
     [[ $name == '#'* ]] && continue
-    # a knob's verl name is honoured on every script with a twin; the others only where it reads them
+    # a knob's verl name (train_files, GEN_TP, ...) is honoured on every script; the others only where
+    # the script's verl twin reads them
     if [[ $how == knob ]]; then
       VL_VERL_READ+=("$name")
       vl_exported "$name" && vl_verl_knob "$name" "$knob"
       continue
     fi
-    [[ ,$twins, == *",$id,"* ]] || continue
+    [[ -n ${VL_VERL_TWIN:-} && ,$twins, == *",$id,"* ]] || continue
     VL_VERL_READ+=("$name")
     case $name in
       NGPUS_PER_NODE) vl_exported NGPUS_PER_NODE && vl_verl_ngpus ;;

@@ -192,9 +192,14 @@ per_device() {
   assert_line "  actor_rollout_ref.rollout.tensor_model_parallel_size=4 \\"
 }
 
-@test "verl's names are not read by a script without a verl twin" {
+@test "a script without a verl twin takes a knob's verl names, and no name only a twin reads" {
   dry "$STINY" train_files=/x/t.parquet
-  refute_output --partial "/x/t.parquet"
+  assert_line "  data.train_files=/x/t.parquet \\"
+  assert_line "# TRAIN_FILES=/x/t.parquet from verl's train_files"
+  refute_output --partial "warning"
+  # NGPUS_PER_NODE is read by the fully-async twin only: the tiny script's layout is unchanged
+  dry "$STINY" NGPUS_PER_NODE=20
+  assert_line "  trainer.n_gpus_per_node=1 \\"
 }
 
 # ---------------------------------------------------------------- derived and refused
