@@ -63,7 +63,9 @@ def _topology(rank: int) -> dict:
     if dist.is_available() and dist.is_initialized():
         info.update(rank=dist.get_rank(), world_size=dist.get_world_size())
     mpu = sys.modules.get("megatron.core.parallel_state")
-    if mpu is not None and mpu.model_parallel_is_initialized():
+    # Megatron's groups live in torch.distributed's default group: without it, a set parallel state is a
+    # stale one (a process group destroyed before Megatron's) and its ranks cannot be read
+    if mpu is not None and dist.is_available() and dist.is_initialized() and mpu.model_parallel_is_initialized():
         info.update(tp=mpu.get_tensor_model_parallel_rank(), pp=mpu.get_pipeline_model_parallel_rank(),
                     dp=mpu.get_data_parallel_rank(), cp=mpu.get_context_parallel_rank())
     return info

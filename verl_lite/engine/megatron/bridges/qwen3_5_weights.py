@@ -114,7 +114,8 @@ class Qwen3_5Weights:
         import sys
 
         mpu = sys.modules.get("megatron.core.parallel_state")  # not imported: no groups, no megatron import
-        if mpu is None or not mpu.model_parallel_is_initialized():
+        # without torch.distributed's default group Megatron's groups are stale ones: none
+        if mpu is None or not torch.distributed.is_initialized() or not mpu.model_parallel_is_initialized():
             return 1, 0, 1, 0
         return (mpu.get_expert_model_parallel_world_size(), mpu.get_expert_model_parallel_rank(),
                 mpu.get_expert_tensor_parallel_world_size(), mpu.get_expert_tensor_parallel_rank())
