@@ -17,14 +17,6 @@ from verl_lite.models import VLLM_IMAGE_MODEL_TYPES, is_vision_language
 from verl_lite.reward.manager import CODE_SCORER_HINT, CODE_SOURCES, SUPPORTED_SOURCES, has_default_scorer
 
 
-def _as_list(value: Any) -> List[str]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, (str, int, float)):  # `data.val_files=1`: Hydra's int, a file named 1
-        return [str(value)]
-    return [str(v) for v in value]
-
-
 def multi_modal_problems(cfg: Any) -> List[str]:
     """The processor's pixel inputs always travel with each sample."""
     if cfg.data.return_multi_modal_inputs is not True:
@@ -67,11 +59,11 @@ def data_file_problems(cfg: Any) -> List[str]:
     """data.train_files (not empty) and data.val_files name files that exist."""
     problems = []
     for key, value in (("data.train_files", cfg.data.train_files), ("data.val_files", cfg.data.val_files)):
-        files = _as_list(value)
+        files = [] if value == "" else as_file_list(value)
         if key == "data.train_files" and not files:
             problems.append("data.train_files is empty: point it at parquet files")
         for f in files:
-            if not os.path.isfile(os.path.expanduser(os.path.expandvars(f))):
+            if not os.path.isfile(expand(f)):
                 problems.append(f"{key}: {f} does not exist (point {key} at parquet files)")
     return problems
 

@@ -6,12 +6,12 @@ optimizer overrides, repatch), so the summary is what the run does.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 from verl_lite import device as devices
 from verl_lite import registry
 from verl_lite.config import roles
-from verl_lite.config.shapes import expert_count, model_shape, text_config
+from verl_lite.config.shapes import ModelShape, expert_count, model_shape, text_config
 from verl_lite.config.generated import ascend_facts
 from verl_lite.decisions import ascend_stack, bridge_choice, optimizer_overrides, packing_mode
 from verl_lite.decisions.layout import rollout_layout, train_pool, train_world
@@ -33,12 +33,13 @@ def summarize(cfg: Any) -> str:
     """What the run would do: device, layouts, engine classes, repatch dicts, worker env."""
     device = devices.resolve_device(cfg.trainer.device)
     t, pool = cfg.trainer, train_pool(cfg)
+    model = model_shape(cfg.actor_rollout_ref.model.path)  # config.json, else a shipped shape of that name
     batch, n = step_prompts(cfg), cfg.actor_rollout_ref.rollout.n
     lines = [
         f"target device : {device} (trainer.device={t.device})",
         f"devices       : {pool.nodes} node(s) x {pool.per_node} = {pool.world}",
         f"algorithm     : {cfg.algorithm.adv_estimator}, {batch} prompts x n {n} = {batch * n} sequences per step",
-        _model_line(cfg),
+        _model_line(cfg, model),
     ]
     views = {view.role: view for view in role_views(cfg, device)}
     lines += _stack_lines(cfg, list(views.values()))
@@ -77,8 +78,7 @@ def summarize(cfg: Any) -> str:
         f"rollout       : {rollout.name} TP {rollout_layout(cfg).tp} -> "
         f"{registry.ROLLOUTS.resolve(rollout.name)}"
     )
-    shape = model_shape(cfg.actor_rollout_ref.model.path)  # a shipped shape names the architecture too
-    lines.append(rollout_summary(cfg, device, shape.hf if shape is not None else None))
+    lines.append(rollout_summary(cfg, device, model.hf if model is not None else None))
     lines += memory_lines(cfg, device)
     lines.append(f"ray           : {describe_ray(cfg, device)}")
     capability = query_gpu_capability() if device == "cuda" and uses_megatron(cfg) else None
@@ -186,9 +186,8 @@ def _bridge_lines(cfg: Any, view: RoleView) -> List[str]:
     return lines
 
 
-def _model_line(cfg: Any) -> str:
+def _model_line(cfg: Any, shape: Optional[ModelShape]) -> str:
     path = cfg.actor_rollout_ref.model.path
-    shape = model_shape(path)
     if shape is None:
         return f"model         : {path} (config.json not readable here: expert, head and GDN checks skipped)"
     hf = shape.hf
